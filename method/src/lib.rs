@@ -1,0 +1,45 @@
+//! # vcurve-method
+//!
+//! The method of the paper "Executable Prefix Values for Locating Agent Failures" as pure code:
+//! no I/O, no async, no clock. Everything a study reports is computed here, so everything here is
+//! tested with plain `#[test]`s and property tests.
+//!
+//! Layout, in the order data flows through it:
+//!
+//! - [`params`]: the parameters of SPEC.md §8 ([`Thresholds`]), parsed from YAML and validated.
+//! - [`stats`]: Wilson score intervals and Fisher exact tests.
+//! - [`isotonic`]: weighted isotonic regression (pool adjacent violators), non-increasing.
+//! - [`curve`]: a trajectory's sampled [`Point`]s in, a [`CurveAnalysis`] out — the fit, resolved
+//!   points, decisive interval and `t*`, concentration and shape, onset, point of no return,
+//!   restart point and value captured (SPEC.md §2–3).
+//! - [`bootstrap`]: the task-level cluster bootstrap used for shares over labels.
+//!
+//! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
+//! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (SPEC.md §3).
+
+pub mod bootstrap;
+pub mod curve;
+pub mod isotonic;
+pub mod params;
+pub mod stats;
+
+pub use curve::{BaseRun, BaseRuns, CurveAnalysis, CurveError, FittedPoint, Point, Shape, analyze};
+pub use params::{Thresholds, ThresholdsError};
+
+/// Slack allowed in favour of meeting a threshold: `R̂ − V = 0.09999999999999998` meets `μ = 0.10`.
+pub const TOLERANCE: f64 = 1e-9;
+
+/// `value ≥ threshold`, allowing [`TOLERANCE`] in favour of meeting it.
+pub fn meets_at_least(value: f64, threshold: f64) -> bool {
+    value >= threshold - TOLERANCE
+}
+
+/// `value ≤ threshold`, allowing [`TOLERANCE`] in favour of meeting it.
+pub fn meets_at_most(value: f64, threshold: f64) -> bool {
+    value <= threshold + TOLERANCE
+}
+
+/// `value < threshold` (a strict bound such as `p < α`), allowing [`TOLERANCE`] in favour of meeting it.
+pub fn meets_below(value: f64, threshold: f64) -> bool {
+    value < threshold + TOLERANCE
+}
