@@ -5,11 +5,13 @@
 //! - [`input`]: reading users' files (points, base runs, thresholds) into the method's types,
 //!   with errors that name the file, the line and the problem.
 //! - [`analyze`]: `vcurve analyze`, the estimator of SPEC.md §3 on points a user already has.
+//! - [`bench_schedule`]: `vcurve bench schedule`, the schedule on synthetic curves.
 //! - [`cli`]: argument parsing and dispatch; the binary's `main` only calls [`cli::main`].
 //!
 //! The method itself (statistics, curve analysis, schedule) lives in `vcurve-method` and does no
 //! I/O; this crate owns every file, socket and database the method's results pass through.
 
 pub mod analyze;
+pub mod bench_schedule;
 pub mod cli;
 pub mod input;

@@ -17,11 +17,14 @@
 //! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
 //! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (SPEC.md §3).
 
+pub mod bench;
 pub mod bootstrap;
 pub mod curve;
 pub mod isotonic;
 pub mod params;
+pub mod schedule;
 pub mod stats;
+pub mod synthetic;
 
 pub use curve::{BaseRun, BaseRuns, CurveAnalysis, CurveError, FittedPoint, Point, Shape, analyze};
 pub use params::{Thresholds, ThresholdsError};

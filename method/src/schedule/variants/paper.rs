@@ -1,0 +1,16 @@
+//! `paper`: the schedule of SPEC.md §4, as the paper ran it. The default.
+
+use super::Variant;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Paper;
+
+impl Variant for Paper {
+    fn name(&self) -> &'static str {
+        "paper"
+    }
+
+    fn summary(&self) -> &'static str {
+        "screen, bisect, confirm, point of no return, label probes (SPEC.md §4)"
+    }
+}
