@@ -24,6 +24,165 @@ pub enum Command {
     /// Benchmarks: measure a part of vcurve on this machine.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Run a whole study on this machine: coordinator, embedded store and workers in one process.
+    Demo(DemoArgs),
+    /// Serve the coordinator: the adaptive schedule over a store, for workers and clients.
+    Coordinator(CoordinatorArgs),
+    /// Run continuations leased from a coordinator.
+    Worker(WorkerArgs),
+    /// Launch a study from a spec file; prints the study id.
+    Launch(LaunchArgs),
+    /// Show a study's progress.
+    Status(StatusArgs),
+    /// Write a study's curves and results into a folder.
+    Export(ExportArgs),
+    /// Stop handing out a study's work.
+    Cancel(StudyArgs),
+    /// List the coordinator's studies.
+    Studies(StudiesArgs),
+}
+
+/// How to reach a coordinator as a client.
+#[derive(Debug, clap::Args)]
+pub struct Remote {
+    /// The coordinator's URL.
+    #[arg(long, env = "VCURVE_COORDINATOR", default_value = "http://127.0.0.1:7070")]
+    pub coordinator: String,
+    /// File holding the client bearer token [default: $VCURVE_CLIENT_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA certificate to trust for an https:// coordinator.
+    #[arg(long, env = "VCURVE_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl Remote {
+    fn connection(&self) -> anyhow::Result<crate::client::Connection> {
+        Ok(crate::client::Connection {
+            url: self.coordinator.clone(),
+            token: crate::client::read_token(self.token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
+            tls_ca: self.tls_ca.clone(),
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Folder for the exports, the study spec and the embedded store.
+    #[arg(long, default_value = "vcurve-out")]
+    pub out: PathBuf,
+    /// In-process workers.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: u32,
+    /// Slots per worker.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub slots: u32,
+    /// Built-in synthetic trajectories to study.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub trajectories: u32,
+    /// Simulated work per continuation, in milliseconds.
+    #[arg(long, default_value_t = 2)]
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CoordinatorArgs {
+    /// The store: postgres://USER:PASSWORD@HOST/DB, or sqlite://PATH for the embedded store.
+    #[arg(long, env = "VCURVE_STORE", default_value = "sqlite://vcurve.sqlite")]
+    pub store: String,
+    /// Address to listen on. A non-loopback address requires both tokens.
+    #[arg(long, env = "VCURVE_LISTEN", default_value = "127.0.0.1:7070")]
+    pub listen: String,
+    /// File holding the worker bearer token [default: $VCURVE_WORKER_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub worker_token_file: Option<PathBuf>,
+    /// File holding the client bearer token [default: $VCURVE_CLIENT_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub client_token_file: Option<PathBuf>,
+    /// PEM certificate chain: serve TLS (with --tls-key).
+    #[arg(long, env = "VCURVE_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "VCURVE_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// A lease not extended by a heartbeat for this long expires and its key is re-issued.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(200..=86_400_000))]
+    pub lease_timeout_ms: u64,
+    /// How often workers heartbeat.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(50..=3_600_000))]
+    pub heartbeat_ms: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// The coordinator's URL.
+    #[arg(long, env = "VCURVE_COORDINATOR", default_value = "http://127.0.0.1:7070")]
+    pub coordinator: String,
+    /// Continuations run at once.
+    #[arg(long, env = "VCURVE_SLOTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub slots: u32,
+    /// The worker's name in progress reports [default: the host name].
+    #[arg(long, env = "VCURVE_WORKER_NAME")]
+    pub name: Option<String>,
+    /// File holding the worker bearer token [default: $VCURVE_WORKER_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA certificate to trust for an https:// coordinator.
+    #[arg(long, env = "VCURVE_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// On SIGTERM, let running continuations finish this long before releasing them.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_grace_s: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// The study spec (YAML); curve files are read relative to it.
+    pub spec: PathBuf,
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StudyArgs {
+    /// The study id `vcurve launch` printed.
+    pub study: String,
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The study id `vcurve launch` printed.
+    pub study: String,
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Follow progress until the study ends (live bars; JSON lines with --json).
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The study id `vcurve launch` printed.
+    pub study: String,
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Folder to write curves.csv, trajectories.csv and results.json into.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StudiesArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,12 +276,72 @@ fn run_analyze(args: &AnalyzeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn host_name() -> String {
+    std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_string()).ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "worker".into())
+}
+
+async fn run_async(command: Command) -> anyhow::Result<()> {
+    use crate::commands;
+    match command {
+        Command::Demo(a) => {
+            crate::demo::run(crate::demo::DemoArgs {
+                out: a.out,
+                workers: a.workers,
+                slots: a.slots,
+                trajectories: a.trajectories,
+                duration_ms: a.duration_ms,
+                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            })
+            .await?;
+        }
+        Command::Coordinator(a) => {
+            let tokens = crate::server::Tokens {
+                worker: crate::client::read_token(a.worker_token_file.as_deref(), "VCURVE_WORKER_TOKEN")?,
+                client: crate::client::read_token(a.client_token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
+            };
+            commands::run_coordinator(commands::CoordinatorArgs {
+                store: a.store,
+                listen: a.listen,
+                tokens,
+                tls_cert: a.tls_cert,
+                tls_key: a.tls_key,
+                lease_timeout: std::time::Duration::from_millis(a.lease_timeout_ms),
+                heartbeat_interval: std::time::Duration::from_millis(a.heartbeat_ms),
+            })
+            .await?;
+        }
+        Command::Worker(a) => {
+            let mut config = vcurve_worker::WorkerConfig::new(a.coordinator);
+            config.slots = a.slots;
+            config.name = a.name.unwrap_or_else(host_name);
+            config.token = crate::client::read_token(a.token_file.as_deref(), "VCURVE_WORKER_TOKEN")?;
+            config.tls_ca = a.tls_ca;
+            config.shutdown_grace = std::time::Duration::from_secs(a.shutdown_grace_s);
+            commands::run_worker(config).await?;
+        }
+        Command::Launch(a) => println!("{}", commands::launch(&a.spec, &a.remote.connection()?).await?),
+        Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,
+        Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
+        Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,
+        Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,
+        Command::Analyze(_) | Command::Bench(_) => unreachable!("synchronous commands"),
+    }
+    Ok(())
+}
+
 /// Parse the command line, run it, and turn any error into a message on stderr and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match &cli.command {
-        Command::Analyze(args) => run_analyze(args),
-        Command::Bench(BenchCommand::Schedule(args)) => run_bench_schedule(args),
+    let result = match cli.command {
+        Command::Analyze(args) => run_analyze(&args),
+        Command::Bench(BenchCommand::Schedule(args)) => run_bench_schedule(&args),
+        command => {
+            let server = matches!(command, Command::Coordinator(_) | Command::Worker(_));
+            crate::telemetry::init(if server { "info" } else { "warn" });
+            tokio::runtime::Runtime::new()
+                .context("cannot start the async runtime")
+                .and_then(|rt| rt.block_on(run_async(command)))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,4 +14,17 @@
 pub mod analyze;
 pub mod bench_schedule;
 pub mod cli;
+pub mod client;
+pub mod commands;
+pub mod core;
+pub mod demo;
+pub mod error;
+pub mod export;
 pub mod input;
+pub mod model;
+pub mod planner;
+pub mod server;
+pub mod spec;
+pub mod store;
+pub mod telemetry;
+pub mod wire;

@@ -1,0 +1,276 @@
+//! The networked commands of the `vcurve` binary: coordinator, worker, launch, status, export,
+//! cancel, studies.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use vcurve_proto::v1;
+
+use crate::client::{self, Connection};
+use crate::core::{Coordinator, Timing};
+use crate::server::{self, ServeOptions, Tokens};
+use crate::spec::StudySpec;
+use crate::store::{LeasePolicy, SqlStore};
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// What `vcurve coordinator` needs.
+#[derive(Debug, Clone)]
+pub struct CoordinatorArgs {
+    pub store: String,
+    pub listen: String,
+    pub tokens: Tokens,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub lease_timeout: Duration,
+    pub heartbeat_interval: Duration,
+}
+
+pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some((
+            std::fs::read(cert).with_context(|| format!("cannot read --tls-cert {}", cert.display()))?,
+            std::fs::read(key).with_context(|| format!("cannot read --tls-key {}", key.display()))?,
+        )),
+        (None, None) => None,
+        _ => bail!("--tls-cert and --tls-key go together"),
+    };
+    if args.heartbeat_interval >= args.lease_timeout {
+        bail!(
+            "--heartbeat-ms ({} ms) must be shorter than --lease-timeout-ms ({} ms), or every lease expires between heartbeats",
+            args.heartbeat_interval.as_millis(),
+            args.lease_timeout.as_millis()
+        );
+    }
+    let store = SqlStore::connect(&args.store).await.with_context(|| format!("cannot open the store {}", redact_url(&args.store)))?;
+    let timing = Timing {
+        lease: LeasePolicy { timeout_ms: args.lease_timeout.as_millis() as i64 },
+        heartbeat_interval: args.heartbeat_interval,
+        ..Timing::default()
+    };
+    let coordinator = Coordinator::new(store, timing);
+    let listener = tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    eprintln!("vcurve coordinator listening on {} (store {})", listener.local_addr()?, redact_url(&args.store));
+    server::serve(coordinator, listener, ServeOptions { tokens: args.tokens, tls }, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// A store URL without its password, for messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &creds[..colon], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+pub async fn run_worker(config: vcurve_worker::WorkerConfig) -> anyhow::Result<()> {
+    let runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
+    let summary = vcurve_worker::run(config, runners, shutdown_signal()).await?;
+    eprintln!("vcurve worker stopped: {summary:?}");
+    Ok(())
+}
+
+pub async fn launch(spec_path: &Path, connection: &Connection) -> anyhow::Result<String> {
+    // Validate locally first: a bad spec is reported with its file's path, before any network.
+    let (yaml, files) = StudySpec::read_with_files(spec_path)?;
+    StudySpec::parse(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
+    let mut client = client::study_client(connection).await?;
+    let response = client
+        .launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() })
+        .await
+        .context("the coordinator refused the study")?;
+    Ok(response.into_inner().study)
+}
+
+fn progress_json(p: &v1::Progress) -> serde_json::Value {
+    serde_json::json!({
+        "study": p.study,
+        "name": p.name,
+        "state": p.state,
+        "done": p.done,
+        "running": p.running,
+        "pending": p.pending,
+        "retired": p.retired,
+        "trajectories": p.trajectories,
+        "trajectories_admitted": p.trajectories_admitted,
+        "trajectories_done": p.trajectories_done,
+        "stages": p.stages.iter().map(|s| (s.stage.clone(), s.trajectories)).collect::<std::collections::BTreeMap<_, _>>(),
+        "workers": p.workers.iter().map(|w| serde_json::json!({
+            "id": w.worker_id, "name": w.name, "slots": w.slots, "running": w.running, "last_seen_ms_ago": w.last_seen_ms_ago,
+        })).collect::<Vec<_>>(),
+        "throughput_per_min": p.throughput_per_min,
+        "eta_seconds": (p.eta_seconds >= 0.0).then_some(p.eta_seconds),
+    })
+}
+
+fn eta(p: &v1::Progress) -> String {
+    if p.eta_seconds < 0.0 {
+        return "unknown".into();
+    }
+    let s = p.eta_seconds.round() as u64;
+    format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn progress_text(p: &v1::Progress) -> String {
+    let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
+    let slots: u32 = p.workers.iter().map(|w| w.slots).sum();
+    format!(
+        "study {} ({}): {}\n  trajectories: {} done, {} admitted, {} in all; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n  workers: {} with {} slots; throughput {:.1}/min; ETA {}\n",
+        p.name,
+        p.study,
+        p.state,
+        p.trajectories_done,
+        p.trajectories_admitted,
+        p.trajectories,
+        if stages.is_empty() { "none".to_string() } else { stages.join(", ") },
+        p.done,
+        p.running,
+        p.pending,
+        p.retired,
+        p.workers.len(),
+        slots,
+        p.throughput_per_min,
+        eta(p)
+    )
+}
+
+/// Bars for `status --watch` and `demo`: trajectories finished and continuations done.
+pub struct ProgressBars {
+    trajectories: ProgressBar,
+    continuations: ProgressBar,
+}
+
+impl ProgressBars {
+    pub fn new() -> Self {
+        let multi = MultiProgress::new();
+        let style = ProgressStyle::with_template("{prefix:>14} [{bar:40.cyan/blue}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> ");
+        let trajectories = multi.add(ProgressBar::new(0).with_style(style.clone()).with_prefix("trajectories"));
+        let continuations = multi.add(ProgressBar::new(0).with_style(style).with_prefix("continuations"));
+        ProgressBars { trajectories, continuations }
+    }
+
+    pub fn update(&self, p: &v1::Progress) {
+        self.trajectories.set_length(u64::from(p.trajectories));
+        self.trajectories.set_position(u64::from(p.trajectories_done));
+        let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
+        self.trajectories.set_message(stages.join(", "));
+        self.continuations.set_length(p.done + p.running + p.pending + p.retired);
+        self.continuations.set_position(p.done + p.retired);
+        self.continuations.set_message(format!("{} running, {:.0}/min, ETA {}", p.running, p.throughput_per_min, eta(p)));
+    }
+
+    pub fn finish(&self) {
+        self.trajectories.finish();
+        self.continuations.finish();
+    }
+}
+
+impl Default for ProgressBars {
+    fn default() -> Self {
+        ProgressBars::new()
+    }
+}
+
+pub async fn status(study: &str, connection: &Connection, json: bool, watch: bool) -> anyhow::Result<()> {
+    let mut client = client::study_client(connection).await?;
+    let request = v1::ProgressRequest { study: study.to_string() };
+    if !watch {
+        let p = client.get_progress(request).await?.into_inner();
+        let mut out = std::io::stdout().lock();
+        if json {
+            writeln!(out, "{}", serde_json::to_string_pretty(&progress_json(&p))?)?;
+        } else {
+            write!(out, "{}", progress_text(&p))?;
+        }
+        return Ok(());
+    }
+    let mut stream = client.watch_progress(request).await?.into_inner();
+    let bars = (!json).then(ProgressBars::new);
+    let mut last = None;
+    while let Some(p) = stream.message().await? {
+        match &bars {
+            Some(b) => b.update(&p),
+            None => println!("{}", serde_json::to_string(&progress_json(&p))?),
+        }
+        last = Some(p);
+    }
+    if let (Some(b), Some(p)) = (&bars, &last) {
+        b.finish();
+        print!("{}", progress_text(p));
+    }
+    Ok(())
+}
+
+/// Write an export's files into `out`.
+pub fn write_files(out: &Path, files: impl IntoIterator<Item = (String, Vec<u8>)>) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut written = Vec::new();
+    for (name, contents) in files {
+        if name.contains('/') || name.contains("..") {
+            bail!("refusing to write an export file named {name:?}");
+        }
+        let path = out.join(&name);
+        std::fs::write(&path, contents).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow::Result<()> {
+    let mut client = client::study_client(connection).await?;
+    let files = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
+    for path in write_files(out, files.into_iter().map(|f| (f.name, f.contents)))? {
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+pub async fn cancel(study: &str, connection: &Connection) -> anyhow::Result<()> {
+    let mut client = client::study_client(connection).await?;
+    let state = client.cancel(v1::CancelRequest { study: study.to_string() }).await?.into_inner().state;
+    println!("study {study}: {state}");
+    Ok(())
+}
+
+pub async fn studies(connection: &Connection, json: bool) -> anyhow::Result<()> {
+    let mut client = client::study_client(connection).await?;
+    let studies = client.list_studies(v1::ListStudiesRequest {}).await?.into_inner().studies;
+    if json {
+        let all: Vec<_> = studies.iter().map(progress_json).collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+    } else {
+        for p in &studies {
+            println!("{}  {:<10} {:<20} {}/{} trajectories", p.study, p.state, p.name, p.trajectories_done, p.trajectories);
+        }
+    }
+    Ok(())
+}
+
+/// Keep `Arc` in scope for callers that build coordinators by hand.
+pub type SharedCoordinator = Arc<Coordinator<SqlStore>>;

@@ -1,0 +1,199 @@
+//! The coordinator's logic between the wire and the store: a thin layer, since every decision is
+//! either pure (`planner`, the method) or one store transaction. It keeps no state of its own
+//! beyond a clock and a wake-up signal for waiting workers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::error::CoordinatorError;
+use crate::model::{HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyState};
+use crate::spec::StudySpec;
+use crate::store::{LeasePolicy, Store};
+
+/// Milliseconds since the Unix epoch, advancing with tokio's clock (so tests can pause time).
+#[derive(Debug, Clone)]
+pub struct Clock {
+    epoch_ms_at_start: i64,
+    start: Instant,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        Clock { epoch_ms_at_start: epoch, start: Instant::now() }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.epoch_ms_at_start + self.start.elapsed().as_millis() as i64
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+/// Timing of the worker protocol.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub lease: LeasePolicy,
+    /// How often workers heartbeat; a third of the lease timeout by default, so two heartbeats
+    /// can be lost before a lease expires.
+    pub heartbeat_interval: Duration,
+    /// Longest a lease request may wait for work.
+    pub max_lease_wait: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            lease: LeasePolicy::default(),
+            heartbeat_interval: Duration::from_secs(10),
+            max_lease_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The coordinator. Share it as `Arc<Coordinator<S>>`.
+pub struct Coordinator<S> {
+    store: S,
+    clock: Clock,
+    timing: Timing,
+    /// Wakes lease requests waiting for work whenever work may have appeared.
+    work: Notify,
+}
+
+impl<S: Store> Coordinator<S> {
+    pub fn new(store: S, timing: Timing) -> Arc<Self> {
+        Arc::new(Coordinator { store, clock: Clock::new(), timing, work: Notify::new() })
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Register a worker; refuses another major protocol version.
+    pub async fn register(&self, name: &str, slots: u32, capabilities: &[String], protocol: &str) -> Result<String, CoordinatorError> {
+        let major = |v: &str| v.split('.').next().unwrap_or("").to_string();
+        if major(protocol) != major(vcurve_proto::PROTOCOL_VERSION) {
+            return Err(CoordinatorError::ProtocolMismatch {
+                worker: protocol.to_string(),
+                coordinator: vcurve_proto::PROTOCOL_VERSION.to_string(),
+            });
+        }
+        if slots == 0 || slots > 100_000 {
+            return Err(CoordinatorError::InvalidArgument(format!("slots = {slots}: a worker needs 1 to 100000 slots")));
+        }
+        let id = self.store.register_worker(name, slots, capabilities, self.now_ms()).await?;
+        tracing::info!(worker = %id, name, slots, ?capabilities, "worker registered");
+        // More slots may let new trajectories in.
+        self.work.notify_waiters();
+        Ok(id)
+    }
+
+    /// Lease up to `max` jobs, waiting up to `wait` for work to appear.
+    pub async fn lease(&self, worker: &str, max: u32, wait: Duration) -> Result<Vec<LeasedJob>, CoordinatorError> {
+        let deadline = Instant::now() + wait.min(self.timing.max_lease_wait);
+        loop {
+            let notified = self.work.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let jobs = self.store.lease(worker, max, self.now_ms(), self.timing.lease).await?;
+            if !jobs.is_empty() || Instant::now() >= deadline {
+                return Ok(jobs);
+            }
+            // Leases expire and trajectories get admitted with time too: look again now and then.
+            let recheck = Instant::now() + Duration::from_millis(500);
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(deadline.min(recheck)) => {}
+            }
+        }
+    }
+
+    pub async fn heartbeat(&self, worker: &str, held: &[HeldJob]) -> Result<HeartbeatVerdict, CoordinatorError> {
+        Ok(self.store.heartbeat(worker, held, self.now_ms(), self.timing.lease).await?)
+    }
+
+    pub async fn report(&self, worker: &str, job: &HeldJob, report: &RunReport) -> Result<ReportVerdict, CoordinatorError> {
+        let verdict = self.store.report(worker, job, report, self.now_ms()).await?;
+        match &verdict {
+            ReportVerdict::Accepted => self.work.notify_waiters(),
+            ReportVerdict::Ignored(why) => {
+                tracing::info!(worker, trajectory = %job.key.trajectory, t = job.key.t, seed = job.key.seed, attempt = job.attempt, why = %why, "report ignored");
+            }
+        }
+        Ok(verdict)
+    }
+
+    pub async fn release(&self, worker: &str, held: &[HeldJob]) -> Result<u32, CoordinatorError> {
+        let n = self.store.release(worker, held).await?;
+        self.work.notify_waiters();
+        Ok(n)
+    }
+
+    /// Validate and store a study; nothing is stored when the spec is invalid.
+    pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
+        let spec = StudySpec::parse(yaml, &|path| files.get(path).cloned())?;
+        let id = self.store.create_study(&spec, self.now_ms()).await?;
+        tracing::info!(study = %id, name = %spec.name, trajectories = spec.trajectories.len(), "study launched");
+        self.work.notify_waiters();
+        Ok(id)
+    }
+
+    pub async fn progress(&self, study: &str) -> Result<Progress, CoordinatorError> {
+        Ok(self.store.progress(study, self.now_ms(), self.timing.lease).await?)
+    }
+
+    pub async fn list(&self) -> Result<Vec<Progress>, CoordinatorError> {
+        let mut out = Vec::new();
+        for (id, _, _) in self.store.list_studies().await? {
+            out.push(self.progress(&id).await?);
+        }
+        Ok(out)
+    }
+
+    pub async fn export(&self, study: &str) -> Result<BTreeMap<&'static str, Vec<u8>>, CoordinatorError> {
+        let record = self.store.study(study).await?;
+        Ok(crate::export::files(&record)?)
+    }
+
+    pub async fn cancel(&self, study: &str) -> Result<StudyState, CoordinatorError> {
+        let state = self.store.cancel(study, self.now_ms()).await?;
+        tracing::info!(study, state = state.as_str(), "study cancelled");
+        Ok(state)
+    }
+
+    /// Re-issue expired leases now and then, so their keys do not wait for the next lease
+    /// request. Runs until the returned task is aborted.
+    pub fn spawn_sweeper(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let period = Duration::from_millis((this.timing.lease.timeout_ms / 4).clamp(50, 5_000) as u64);
+            loop {
+                tokio::time::sleep(period).await;
+                match this.store.expire_leases(this.now_ms()).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::warn!(expired = n, "leases expired without heartbeats; keys re-issued");
+                        this.work.notify_waiters();
+                    }
+                    Err(e) => tracing::warn!(error = %e, "lease sweep failed"),
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,212 @@
+//! `vcurve demo`: a whole study on one machine — coordinator, embedded store and in-process
+//! workers talking gRPC over loopback — on built-in synthetic trajectories whose true curves are
+//! known, ending with the exports and a summary.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use vcurve_method::synthetic::{Family, SyntheticCurve};
+use vcurve_proto::v1;
+
+use crate::client::{self, Connection};
+use crate::commands::{ProgressBars, write_files};
+use crate::core::{Coordinator, Timing};
+use crate::server::{self, ServeOptions};
+use crate::store::{LeasePolicy, SqlStore};
+
+/// The demo's options.
+#[derive(Debug, Clone)]
+pub struct DemoArgs {
+    pub out: PathBuf,
+    pub workers: u32,
+    pub slots: u32,
+    pub trajectories: u32,
+    /// Simulated work per continuation.
+    pub duration_ms: u64,
+    /// Show progress bars (off in tests and when stderr is not a terminal).
+    pub progress: bool,
+}
+
+/// One built-in trajectory: its spec entry, its curve file and its true decisive step.
+struct DemoTrajectory {
+    id: String,
+    curve: SyntheticCurve,
+    labels: Vec<(&'static str, Option<u32>)>,
+    base_successes: u32,
+}
+
+fn demo_trajectories(count: u32) -> Vec<DemoTrajectory> {
+    let families = [Family::PlateauCliff, Family::Cliff, Family::Erosion, Family::Cliff, Family::PlateauCliff, Family::Erosion];
+    (0..count)
+        .map(|i| {
+            let family = families[i as usize % families.len()];
+            let curve = SyntheticCurve::draw(family, 2026, u64::from(i));
+            let (t_star, _) = curve.true_t_star();
+            let length = curve.length();
+            // Two judges: one points at the cause, one at a later symptom or nothing.
+            let judge_a = Some(t_star.clamp(1, length));
+            let judge_b = (i % 3 != 2).then(|| (t_star + 7 + i % 5).clamp(1, length));
+            let base_successes = (curve.p0() * 8.0).round().clamp(2.0, 6.0) as u32;
+            DemoTrajectory {
+                id: format!("demo-{}-{}", family.as_str().replace('_', "-"), i + 1),
+                curve,
+                labels: vec![("judge-a", judge_a), ("judge-b", judge_b)],
+                base_successes,
+            }
+        })
+        .collect()
+}
+
+/// The demo study as a spec and its curve files.
+fn demo_spec(trajectories: &[DemoTrajectory], duration_ms: u64) -> (String, BTreeMap<String, String>) {
+    let mut yaml = String::new();
+    let _ = writeln!(yaml, "name: demo\nseed: 7\nbudget: 100\nschedule: paper");
+    let _ = writeln!(yaml, "runner: {{kind: synthetic, duration_ms: {duration_ms}, no_outcome_rate: 0.01}}");
+    let _ = writeln!(yaml, "controls: {{sanity: 2, retest: 2, budget_control: 2}}");
+    let _ = writeln!(yaml, "trajectories:");
+    let mut files = BTreeMap::new();
+    for tr in trajectories {
+        let path = format!("curves/{}.csv", tr.id);
+        let mut csv = String::from("t,v\n");
+        for (t, v) in tr.curve.values[..tr.curve.length() as usize].iter().enumerate() {
+            let _ = writeln!(csv, "{t},{v}");
+        }
+        files.insert(path.clone(), csv);
+        let labels: Vec<String> =
+            tr.labels.iter().map(|(s, m)| format!("{s}: {}", m.map_or("none".to_string(), |m| m.to_string()))).collect();
+        let base: Vec<String> = (0..8)
+            .map(|k| {
+                if k < tr.base_successes {
+                    format!("{{success: true, steps: {}}}", 20 + 9 * k)
+                } else {
+                    "{success: false, steps: 100}".to_string()
+                }
+            })
+            .collect();
+        let _ = writeln!(yaml, "  - id: {}\n    length: {}\n    curve: {path}", tr.id, tr.curve.length());
+        let _ = writeln!(yaml, "    labels: {{{}}}\n    base_runs: [{}]", labels.join(", "), base.join(", "));
+    }
+    (yaml, files)
+}
+
+/// Run the demo; returns the summary table it printed.
+pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
+    let db = args.out.join("demo.sqlite");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let store = SqlStore::connect(&format!("sqlite://{}", db.display())).await?;
+    let timing = Timing {
+        lease: LeasePolicy { timeout_ms: 30_000 },
+        heartbeat_interval: Duration::from_secs(2),
+        max_lease_wait: Duration::from_millis(500),
+    };
+    let coordinator = Coordinator::new(store, timing);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let stop = CancellationToken::new();
+    let stop_workers = CancellationToken::new();
+    let server = {
+        let stop = stop.clone();
+        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move { stop.cancelled().await }))
+    };
+
+    let trajectories = demo_trajectories(args.trajectories);
+    let (yaml, files) = demo_spec(&trajectories, args.duration_ms);
+    std::fs::write(args.out.join("demo-study.yaml"), &yaml)?;
+    write_files(&args.out.join("curves"), files.iter().map(|(k, v)| (k.trim_start_matches("curves/").to_string(), v.clone().into_bytes())))?;
+    let connection = Connection { url: url.clone(), ..Connection::default() };
+    let mut client = client::study_client(&connection).await?;
+    let study = client
+        .launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() })
+        .await?
+        .into_inner()
+        .study;
+
+    let workers: Vec<_> = (0..args.workers)
+        .map(|i| {
+            let mut config = vcurve_worker::WorkerConfig::new(url.clone());
+            config.slots = args.slots;
+            config.name = format!("demo-worker-{}", i + 1);
+            config.lease_wait = Duration::from_millis(500);
+            let stop = stop_workers.clone();
+            let runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
+            tokio::spawn(async move { vcurve_worker::run(config, runners, async move { stop.cancelled().await }).await })
+        })
+        .collect();
+
+    let bars = args.progress.then(ProgressBars::new);
+    let mut stream = client.watch_progress(v1::ProgressRequest { study: study.clone() }).await?.into_inner();
+    while let Some(p) = stream.message().await? {
+        if let Some(b) = &bars {
+            b.update(&p);
+        }
+        if p.state != "running" {
+            break;
+        }
+    }
+    if let Some(b) = &bars {
+        b.finish();
+    }
+
+    let exported = client.export(v1::ExportRequest { study: study.clone() }).await?.into_inner().files;
+    let written = write_files(&args.out, exported.into_iter().map(|f| (f.name, f.contents)))?;
+    // Workers first, so that none of them talks to a server that is gone.
+    stop_workers.cancel();
+    for w in workers {
+        w.await??;
+    }
+    stop.cancel();
+    server.await??;
+
+    let table = summary(&args.out, &trajectories)?;
+    let mut out = table.clone();
+    let _ = writeln!(out, "\nstudy {study} finished in {:.1} s; wrote:", started.elapsed().as_secs_f64());
+    for p in written {
+        let _ = writeln!(out, "  {}", p.display());
+    }
+    print!("{out}");
+    Ok(table)
+}
+
+/// A table of the exported trajectories beside their true decisive steps.
+fn summary(out: &Path, trajectories: &[DemoTrajectory]) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(out.join("trajectories.csv"))?;
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader.headers()?.clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).expect("export column");
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{:<26} {:>4} {:<8} {:>5} {:>4} {:>9} {:>6} {:>5} {:>5} {:>8} {:>6}",
+        "trajectory", "T", "shape", "C", "t*", "(a, b]", "onset", "pnr", "cert", "restart", "runs"
+    );
+    for (row, tr) in reader.records().zip(trajectories) {
+        let row = row?;
+        let get = |name: &str| row.get(col(name)).unwrap_or("").to_string();
+        let c = get("concentration").parse::<f64>().map_or(String::from("–"), |c| format!("{c:.2}"));
+        let _ = writeln!(
+            table,
+            "{:<26} {:>4} {:<8} {:>5} {:>4} {:>9} {:>6} {:>5} {:>5} {:>8} {:>6}   true t* {}",
+            get("trajectory"),
+            get("length"),
+            get("shape"),
+            c,
+            get("t_star"),
+            format!("({}, {}]", get("decisive_a"), get("decisive_b")),
+            get("onset"),
+            get("pnr"),
+            get("pnr_certified"),
+            get("restart_point"),
+            get("continuations"),
+            tr.curve.true_t_star().0,
+        );
+    }
+    Ok(table)
+}

@@ -1,0 +1,209 @@
+//! A study's results as files: `curves.csv`, `trajectories.csv` and `results.json`.
+//!
+//! Pure: a [`StudyRecord`] in, bytes out. The files hold nothing that depends on how the study
+//! ran (no ids, times or attempt counts), so the same outcomes always export to the same bytes —
+//! an interrupted study and an uninterrupted one compare byte for byte.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use vcurve_method::curve::CurveAnalysis;
+use vcurve_method::schedule::{Key, Series, Stage};
+use vcurve_method::{CurveError, Point, Shape, analyze};
+
+use crate::model::{StudyRecord, TrajectoryState};
+use crate::planner;
+
+/// One trajectory's row of `trajectories.csv`, and its entry in `results.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrajectoryResult {
+    pub trajectory: String,
+    pub task: String,
+    pub state: TrajectoryState,
+    pub stage: Stage,
+    pub length: u32,
+    /// `None` for a doomed trajectory (no curve is built).
+    pub shape: Option<Shape>,
+    pub v0_fit: Option<f64>,
+    pub concentration: Option<f64>,
+    pub t_star: Option<u32>,
+    pub decisive_a: Option<u32>,
+    pub decisive_b: Option<u32>,
+    pub onset: Option<u32>,
+    pub pnr: Option<u32>,
+    pub pnr_certified: Option<bool>,
+    pub restart_point: Option<u32>,
+    /// Continuations with an outcome or retired, all series.
+    pub continuations: u32,
+    pub retired: u32,
+    /// Continuations requested by each stage (the paper's Table 13).
+    pub continuations_by_stage: BTreeMap<Stage, u32>,
+    /// `source → step` (`None` = no mistake).
+    pub labels: Vec<(String, Option<u32>)>,
+    /// Every sampled point of every series, analyzed.
+    pub series: BTreeMap<Series, Vec<vcurve_method::FittedPoint>>,
+}
+
+/// Everything an export writes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Results {
+    pub name: String,
+    pub schedule: String,
+    pub budget: u32,
+    pub trajectories: Vec<TrajectoryResult>,
+}
+
+fn points_of(outcomes: &[(Series, u32, u32, vcurve_method::schedule::Outcome)], series: Series) -> Vec<Point> {
+    let mut by_t: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    for &(s, t, _, outcome) in outcomes {
+        if s != series {
+            continue;
+        }
+        let entry = by_t.entry(t).or_default();
+        match outcome {
+            vcurve_method::schedule::Outcome::Success => *entry = (entry.0 + 1, entry.1 + 1),
+            vcurve_method::schedule::Outcome::Failure => entry.0 += 1,
+            vcurve_method::schedule::Outcome::Retired => {}
+        }
+    }
+    by_t.into_iter().filter(|(_, (n, _))| *n > 0).map(|(t, (n, successes))| Point { t, n, successes }).collect()
+}
+
+/// Analyze every trajectory of a study.
+pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
+    let spec = &study.spec;
+    let variant = vcurve_method::schedule::variants::variant_by_name(&spec.schedule);
+    let params = variant.map_or_else(|| spec.thresholds.clone(), |v| v.params(&spec.thresholds));
+    let mut out = Vec::new();
+    for (record, tspec) in study.trajectories.iter().zip(&spec.trajectories) {
+        let mut series = BTreeMap::new();
+        let mut main: Option<CurveAnalysis> = None;
+        if record.state != TrajectoryState::Doomed {
+            for s in Series::ALL {
+                let points = points_of(&record.outcomes, s);
+                if points.is_empty() && s != Series::Main {
+                    continue;
+                }
+                let base = (s == Series::Main).then_some(&tspec.base_runs).filter(|b| !b.0.is_empty());
+                let analysis = analyze(record.plan.length, &points, base, spec.budget, &params)?;
+                series.insert(s, analysis.points.clone());
+                if s == Series::Main {
+                    main = Some(analysis);
+                }
+            }
+        }
+        let by_stage = match variant {
+            Some(v) if record.state != TrajectoryState::Doomed && record.state != TrajectoryState::Waiting => {
+                let outcomes = record.outcomes.iter().map(|&(series, t, seed, o)| (Key { series, t, seed }, o));
+                planner::rebuild(&record.plan, &spec.thresholds, v, outcomes).cost_by_stage().clone()
+            }
+            _ => BTreeMap::new(),
+        };
+        let retired = record.outcomes.iter().filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired).count() as u32;
+        out.push(TrajectoryResult {
+            trajectory: record.id.clone(),
+            task: tspec.task.clone(),
+            state: record.state,
+            stage: record.stage,
+            length: record.plan.length,
+            shape: main.as_ref().map(|a| a.shape),
+            v0_fit: main.as_ref().and_then(|a| a.v0_fit()),
+            concentration: main.as_ref().and_then(|a| a.concentration),
+            t_star: main.as_ref().and_then(|a| a.t_star),
+            decisive_a: main.as_ref().and_then(|a| a.decisive_interval.map(|i| i.a)),
+            decisive_b: main.as_ref().and_then(|a| a.decisive_interval.map(|i| i.b)),
+            onset: main.as_ref().and_then(|a| a.onset),
+            pnr: main.as_ref().map(|a| a.pnr),
+            pnr_certified: main.as_ref().map(|a| a.pnr_certified),
+            restart_point: main.as_ref().and_then(|a| a.restart_point),
+            continuations: record.outcomes.len() as u32,
+            retired,
+            continuations_by_stage: by_stage,
+            labels: tspec.labels.iter().map(|l| (l.source.clone(), l.step)).collect(),
+            series,
+        });
+    }
+    Ok(Results { name: spec.name.clone(), schedule: spec.schedule.clone(), budget: spec.budget, trajectories: out })
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(String::new, |v| v.to_string())
+}
+
+/// `curves.csv`: one row per sampled point of every series.
+pub fn curves_csv(results: &Results) -> String {
+    let mut out = String::from("trajectory,series,t,n,successes,v_hat,v_fit,wilson_lo,wilson_hi\n");
+    for tr in &results.trajectories {
+        for (series, points) in &tr.series {
+            for p in points {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{},{}",
+                    csv_field(&tr.trajectory),
+                    series.as_str(),
+                    p.t,
+                    p.n,
+                    p.successes,
+                    p.v_hat,
+                    p.v_fit,
+                    p.wilson_lo,
+                    p.wilson_hi
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `trajectories.csv`: one row per trajectory.
+pub fn trajectories_csv(results: &Results) -> String {
+    let mut out = String::from(
+        "trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations\n",
+    );
+    for tr in &results.trajectories {
+        let shape = match (tr.state, tr.shape) {
+            (TrajectoryState::Doomed, _) => "doomed",
+            (_, Some(s)) => s.as_str(),
+            (_, None) => "",
+        };
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            csv_field(&tr.trajectory),
+            tr.length,
+            shape,
+            opt(tr.concentration),
+            opt(tr.t_star),
+            opt(tr.decisive_a),
+            opt(tr.decisive_b),
+            opt(tr.onset),
+            opt(tr.pnr),
+            opt(tr.pnr_certified),
+            opt(tr.restart_point),
+            tr.continuations
+        );
+    }
+    out
+}
+
+/// Quote a CSV field when it needs it.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The export's files by name.
+pub fn files(study: &StudyRecord) -> Result<BTreeMap<&'static str, Vec<u8>>, CurveError> {
+    let results = results(study)?;
+    let mut files = BTreeMap::new();
+    files.insert("curves.csv", curves_csv(&results).into_bytes());
+    files.insert("trajectories.csv", trajectories_csv(&results).into_bytes());
+    let mut json = serde_json::to_vec_pretty(&results).expect("results serialize");
+    json.push(b'\n');
+    files.insert("results.json", json);
+    Ok(files)
+}

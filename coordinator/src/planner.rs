@@ -1,0 +1,127 @@
+//! Pure decisions the store takes inside its transactions: rebuilding a trajectory's schedule from
+//! its stored outcomes, ordering work, and admitting trajectories. No I/O here.
+
+use vcurve_method::Thresholds;
+use vcurve_method::schedule::{Controls, Key, Outcome, Stage, TrajectoryPlan, TrajectorySchedule, Variant};
+
+use crate::spec::{Admission, ControlCounts};
+
+/// What the schedule says after replaying a trajectory's outcomes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replan {
+    /// Requested keys without an outcome: they must exist as pending or leased continuations.
+    pub pending: Vec<Key>,
+    pub stage: Stage,
+    pub done: bool,
+}
+
+/// Rebuild a trajectory's schedule from every stored outcome. The schedule is order-free, so this
+/// gives the same requests whatever order outcomes arrived in, and after any restart.
+pub fn rebuild(
+    plan: &TrajectoryPlan,
+    params: &Thresholds,
+    variant: &'static dyn Variant,
+    outcomes: impl IntoIterator<Item = (Key, Outcome)>,
+) -> TrajectorySchedule {
+    let mut schedule = TrajectorySchedule::new(plan.clone(), params, variant);
+    // Keys beyond the trajectory cannot come from the store (they were requested by this same
+    // schedule), so an error here would be a corrupted store: skip such rows rather than stop.
+    let valid = outcomes.into_iter().filter(|(k, _)| k.t < plan.length);
+    schedule.record_all(valid).expect("filtered to prefixes");
+    schedule
+}
+
+/// Replay and summarize.
+pub fn replan(
+    plan: &TrajectoryPlan,
+    params: &Thresholds,
+    variant: &'static dyn Variant,
+    outcomes: impl IntoIterator<Item = (Key, Outcome)>,
+) -> Replan {
+    let schedule = rebuild(plan, params, variant, outcomes);
+    Replan { pending: schedule.pending(), stage: schedule.stage(), done: schedule.is_done() }
+}
+
+/// Claim order among runnable work: trajectories in later stages first, so that curves finish
+/// (and appear in exports) early instead of every trajectory advancing in lock step.
+pub fn stage_rank(stage: Stage) -> i64 {
+    Stage::ALL.iter().position(|s| *s == stage).unwrap_or(0) as i64
+}
+
+/// The controls the `rank`-th admitted trajectory (0-based) of a study carries: the first ones in
+/// processing order (SPEC.md §7).
+pub fn controls_for(rank: u32, counts: &ControlCounts) -> Controls {
+    Controls { sanity: rank < counts.sanity, retest: rank < counts.retest, budget_control: rank < counts.budget_control }
+}
+
+/// How many trajectories to admit now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmitDecision {
+    Nothing,
+    /// Admit one, then look again (demand-driven).
+    One,
+    /// Admit this many at once (the paper's batch rule).
+    Batch(u32),
+}
+
+/// The admission rule.
+///
+/// - `demand`: admit while free worker slots exceed the runnable continuations, so no worker
+///   idles while a study has work.
+/// - `batch`: the paper's rule — admit `batch_size` when fewer than `pipeline_threshold` are in
+///   flight.
+pub fn admission(policy: &Admission, in_flight: u32, runnable: u64, free_slots: u64) -> AdmitDecision {
+    match *policy {
+        Admission::Demand => {
+            if free_slots > runnable {
+                AdmitDecision::One
+            } else {
+                AdmitDecision::Nothing
+            }
+        }
+        Admission::Batch { batch_size, pipeline_threshold } => {
+            if in_flight < pipeline_threshold {
+                AdmitDecision::Batch(batch_size)
+            } else {
+                AdmitDecision::Nothing
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vcurve_method::schedule::{Series, variants::variant_by_name};
+
+    #[test]
+    fn replan_after_screening_moves_to_bisection() {
+        let plan = TrajectoryPlan { length: 40, labels: vec![], controls: Controls::default() };
+        let params = Thresholds::default();
+        let paper = variant_by_name("paper").unwrap();
+        let first = replan(&plan, &params, paper, []);
+        assert_eq!(first.stage, Stage::Screen);
+        assert_eq!(first.pending.len(), 72);
+        let outcomes = first.pending.iter().map(|k| (*k, if k.t < 23 { Outcome::Success } else { Outcome::Failure }));
+        let next = replan(&plan, &params, paper, outcomes);
+        assert_eq!(next.stage, Stage::Bisect);
+        assert!(next.pending.iter().all(|k| k.t == 22 && k.series == Series::Main));
+    }
+
+    #[test]
+    fn demand_admission_fills_free_slots() {
+        assert_eq!(admission(&Admission::Demand, 0, 0, 4), AdmitDecision::One);
+        assert_eq!(admission(&Admission::Demand, 3, 4, 4), AdmitDecision::Nothing);
+        let batch = Admission::Batch { batch_size: 10, pipeline_threshold: 3 };
+        assert_eq!(admission(&batch, 2, 0, 0), AdmitDecision::Batch(10));
+        assert_eq!(admission(&batch, 3, 0, 100), AdmitDecision::Nothing);
+    }
+
+    #[test]
+    fn controls_go_to_the_first_trajectories() {
+        let counts = ControlCounts { sanity: 1, retest: 2, budget_control: 0 };
+        assert_eq!(controls_for(0, &counts), Controls { sanity: true, retest: true, budget_control: false });
+        assert_eq!(controls_for(1, &counts), Controls { sanity: false, retest: true, budget_control: false });
+        assert_eq!(controls_for(2, &counts), Controls::default());
+    }
+}

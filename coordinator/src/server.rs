@@ -1,0 +1,224 @@
+//! The gRPC services over a [`Coordinator`], with bearer-token authentication and optional TLS.
+//!
+//! `serve` is the library entry point (mini-redis style): the caller binds the listener, so tests
+//! can bind `127.0.0.1:0`, and passes a shutdown future.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::{Request, Response, Status};
+use vcurve_proto::v1;
+use vcurve_proto::v1::study_service_server::{StudyService, StudyServiceServer};
+use vcurve_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
+
+use crate::core::Coordinator;
+use crate::model::{HeldJob, ReportVerdict, StudyState};
+use crate::store::Store;
+use crate::wire;
+
+/// Bearer tokens: one for workers, one for clients (launch, status, export, cancel).
+#[derive(Clone, Default)]
+pub struct Tokens {
+    pub worker: Option<String>,
+    pub client: Option<String>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens")
+            .field("worker", &self.worker.as_ref().map(|_| "<redacted>"))
+            .field("client", &self.client.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// Check `authorization: Bearer <token>` against `expected` in constant time.
+fn check_bearer(request: &Request<()>, expected: &Option<String>) -> Result<(), Status> {
+    let Some(expected) = expected else { return Ok(()) };
+    let presented = request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| Status::unauthenticated("missing bearer token"))?;
+    if presented.as_bytes().ct_eq(expected.as_bytes()).into() {
+        Ok(())
+    } else {
+        Err(Status::unauthenticated("invalid bearer token"))
+    }
+}
+
+/// Where and how to serve.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub tokens: Tokens,
+    /// PEM certificate chain and key: serve TLS.
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Why the server would not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("refusing to listen on {0} without worker and client tokens: set both, or listen on a loopback address")]
+    TokensRequired(SocketAddr),
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("cannot read the listener's address: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Serve the worker and study services on `listener` until `shutdown` resolves.
+pub async fn serve<S: Store>(
+    coordinator: Arc<Coordinator<S>>,
+    listener: TcpListener,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr()?;
+    if !addr.ip().is_loopback() && (options.tokens.worker.is_none() || options.tokens.client.is_none()) {
+        return Err(ServeError::TokensRequired(addr));
+    }
+    let sweeper = coordinator.spawn_sweeper();
+    let worker_token = options.tokens.worker.clone();
+    let client_token = options.tokens.client.clone();
+    let workers = InterceptedService::new(
+        WorkerServiceServer::new(WorkerApi { coordinator: coordinator.clone() }),
+        move |r: Request<()>| check_bearer(&r, &worker_token).map(|_| r),
+    );
+    let studies = InterceptedService::new(
+        StudyServiceServer::new(StudyApi { coordinator }),
+        move |r: Request<()>| check_bearer(&r, &client_token).map(|_| r),
+    );
+    let mut builder = Server::builder();
+    if let Some((cert, key)) = &options.tls {
+        builder = builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
+    }
+    tracing::info!(%addr, tls = options.tls.is_some(), "coordinator listening");
+    let result = builder
+        .add_service(workers)
+        .add_service(studies)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    sweeper.abort();
+    Ok(result?)
+}
+
+struct WorkerApi<S> {
+    coordinator: Arc<Coordinator<S>>,
+}
+
+#[tonic::async_trait]
+impl<S: Store> WorkerService for WorkerApi<S> {
+    async fn register(&self, request: Request<v1::RegisterRequest>) -> Result<Response<v1::RegisterResponse>, Status> {
+        let r = request.into_inner();
+        let id = self.coordinator.register(&r.name, r.slots, &r.capabilities, &r.protocol_version).await?;
+        let timing = self.coordinator.timing();
+        Ok(Response::new(v1::RegisterResponse {
+            worker_id: id,
+            heartbeat_interval_ms: timing.heartbeat_interval.as_millis() as u32,
+            lease_timeout_ms: timing.lease.timeout_ms as u32,
+        }))
+    }
+
+    async fn lease(&self, request: Request<v1::LeaseRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
+        let r = request.into_inner();
+        let jobs = self.coordinator.lease(&r.worker_id, r.max_jobs, Duration::from_millis(u64::from(r.wait_ms))).await?;
+        Ok(Response::new(v1::LeaseResponse { jobs: jobs.iter().map(wire::job_to_wire).collect() }))
+    }
+
+    async fn heartbeat(&self, request: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        let r = request.into_inner();
+        let held = wire::held_from_wire(r.jobs)?;
+        let verdict = self.coordinator.heartbeat(&r.worker_id, &held).await?;
+        Ok(Response::new(v1::HeartbeatResponse {
+            revoked: wire::held_to_wire(&verdict.revoked),
+            unknown_worker: verdict.unknown_worker,
+        }))
+    }
+
+    async fn report(&self, request: Request<v1::ReportRequest>) -> Result<Response<v1::ReportResponse>, Status> {
+        let r = request.into_inner();
+        let job = HeldJob { key: wire::key_from_wire(r.key)?, attempt: r.attempt };
+        let report = wire::report_from_wire(r.result)?;
+        let verdict = self.coordinator.report(&r.worker_id, &job, &report).await?;
+        Ok(Response::new(match verdict {
+            ReportVerdict::Accepted => v1::ReportResponse { accepted: true, detail: String::new() },
+            ReportVerdict::Ignored(detail) => v1::ReportResponse { accepted: false, detail },
+        }))
+    }
+
+    async fn release(&self, request: Request<v1::ReleaseRequest>) -> Result<Response<v1::ReleaseResponse>, Status> {
+        let r = request.into_inner();
+        let held = wire::held_from_wire(r.jobs)?;
+        let released = self.coordinator.release(&r.worker_id, &held).await?;
+        Ok(Response::new(v1::ReleaseResponse { released }))
+    }
+}
+
+struct StudyApi<S> {
+    coordinator: Arc<Coordinator<S>>,
+}
+
+type ProgressStream = Pin<Box<dyn Stream<Item = Result<v1::Progress, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<S: Store> StudyService for StudyApi<S> {
+    async fn launch(&self, request: Request<v1::LaunchRequest>) -> Result<Response<v1::LaunchResponse>, Status> {
+        let r = request.into_inner();
+        let files: BTreeMap<String, String> = r.files.into_iter().collect();
+        let study = self.coordinator.launch(&r.spec_yaml, &files).await?;
+        Ok(Response::new(v1::LaunchResponse { study }))
+    }
+
+    async fn get_progress(&self, request: Request<v1::ProgressRequest>) -> Result<Response<v1::Progress>, Status> {
+        let p = self.coordinator.progress(&request.into_inner().study).await?;
+        Ok(Response::new(wire::progress_to_wire(&p)))
+    }
+
+    type WatchProgressStream = ProgressStream;
+
+    async fn watch_progress(&self, request: Request<v1::ProgressRequest>) -> Result<Response<ProgressStream>, Status> {
+        let study = request.into_inner().study;
+        // Fail fast on an unknown study, before the stream starts.
+        self.coordinator.progress(&study).await?;
+        let coordinator = self.coordinator.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            loop {
+                let item = coordinator.progress(&study).await.map(|p| wire::progress_to_wire(&p)).map_err(Status::from);
+                let finished = matches!(&item, Ok(p) if p.state != StudyState::Running.as_str()) || item.is_err();
+                if tx.send(item).await.is_err() || finished {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    async fn export(&self, request: Request<v1::ExportRequest>) -> Result<Response<v1::ExportResponse>, Status> {
+        let files = self.coordinator.export(&request.into_inner().study).await?;
+        Ok(Response::new(v1::ExportResponse {
+            files: files.into_iter().map(|(name, contents)| v1::ExportFile { name: name.to_string(), contents }).collect(),
+        }))
+    }
+
+    async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {
+        let state = self.coordinator.cancel(&request.into_inner().study).await?;
+        Ok(Response::new(v1::CancelResponse { state: state.as_str().to_string() }))
+    }
+
+    async fn list_studies(&self, _: Request<v1::ListStudiesRequest>) -> Result<Response<v1::ListStudiesResponse>, Status> {
+        let studies = self.coordinator.list().await?;
+        Ok(Response::new(v1::ListStudiesResponse { studies: studies.iter().map(wire::progress_to_wire).collect() }))
+    }
+}

@@ -1,0 +1,639 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+/// A curve file for `length` steps with `v = f(t)`.
+fn curve_csv(length: u32, f: impl Fn(u32) -> f64) -> String {
+    let mut text = String::from("t,v\n");
+    for t in 0..length {
+        text.push_str(&format!("{t},{}\n", f(t)));
+    }
+    text
+}
+
+/// A valid spec: two trajectories, every optional field of the first given.
+const VALID: &str = r#"
+name: demo
+seed: 7
+runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}
+trajectories:
+  - id: alpha
+    task: django__django-11555
+    length: 10
+    curve: curves/alpha.csv
+    labels: {gpt-5.5: 6, o3: 4, sol: none}
+    base_runs: [{success: true, steps: 40}, {success: false, steps: 100}]
+  - id: beta
+    length: 5
+    curve: curves/beta.csv
+"#;
+
+fn valid_files() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("curves/alpha.csv".to_string(), curve_csv(10, |t| if t < 5 { 0.75 } else { 0.1 })),
+        ("curves/beta.csv".to_string(), curve_csv(5, |t| 0.5 - 0.1 * f64::from(t))),
+    ])
+}
+
+fn parse_with(yaml: &str, files: &BTreeMap<String, String>) -> Result<StudySpec, SpecError> {
+    StudySpec::parse(yaml, &|path| files.get(path).cloned())
+}
+
+/// `VALID` with `from` replaced by `to` (which must occur exactly once).
+fn edit(from: &str, to: &str) -> String {
+    assert_eq!(VALID.matches(from).count(), 1, "{from:?} must occur once in VALID");
+    VALID.replace(from, to)
+}
+
+/// The message of the error `yaml` is rejected with, given the valid curve files.
+fn rejected(yaml: &str) -> String {
+    rejected_with(yaml, &valid_files())
+}
+
+fn rejected_with(yaml: &str, files: &BTreeMap<String, String>) -> String {
+    match parse_with(yaml, files) {
+        Ok(spec) => panic!("accepted an invalid spec: {spec:?}\n{yaml}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The message when trajectory alpha's curve file reads `csv`.
+fn rejected_curve(csv: &str) -> String {
+    let mut files = valid_files();
+    files.insert("curves/alpha.csv".into(), csv.into());
+    rejected_with(VALID, &files)
+}
+
+#[track_caller]
+fn assert_mentions(message: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(message.contains(part), "{message:?} does not mention {part:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Valid specs
+
+#[test]
+fn a_valid_spec_parses_with_defaults() {
+    let spec = parse_with(VALID, &valid_files()).unwrap();
+    assert_eq!((spec.name.as_str(), spec.seed, spec.budget), ("demo", 7, 100));
+    assert_eq!(spec.schedule, "paper");
+    assert_eq!(spec.runner.kind, "synthetic");
+    assert_eq!(spec.runner.options, serde_json::json!({"duration_ms": 50, "no_outcome_rate": 0.02}));
+    assert_eq!(spec.controls, ControlCounts::default());
+    assert_eq!(spec.admission, Admission::Demand);
+    let expected = Thresholds {
+        sanity_trajectories: 0,
+        retest_trajectories: 0,
+        budget_control_trajectories: 0,
+        ..Thresholds::default()
+    };
+    assert_eq!(spec.thresholds, expected);
+
+    let [alpha, beta] = &spec.trajectories[..] else { panic!("two trajectories") };
+    assert_eq!((alpha.id.as_str(), alpha.task.as_str(), alpha.length), ("alpha", "django__django-11555", 10));
+    assert_eq!(alpha.curve.as_deref(), Some(&[0.75, 0.75, 0.75, 0.75, 0.75, 0.1, 0.1, 0.1, 0.1, 0.1][..]));
+    let labels: Vec<(&str, Option<u32>)> = alpha.labels.iter().map(|l| (l.source.as_str(), l.step)).collect();
+    assert_eq!(labels, [("gpt-5.5", Some(6)), ("o3", Some(4)), ("sol", None)], "labels keep the file's order");
+    assert_eq!(alpha.labeled_steps(), [6, 4]);
+    assert_eq!(
+        alpha.base_runs,
+        BaseRuns(vec![BaseRun { success: true, steps: 40 }, BaseRun { success: false, steps: 100 }])
+    );
+
+    assert_eq!(
+        (beta.task.as_str(), beta.labels.len(), beta.base_runs.0.len()),
+        ("beta", 0, 0),
+        "task defaults to the id"
+    );
+}
+
+#[test]
+fn a_full_spec_round_trips_through_json() {
+    let yaml = edit(
+        "runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}\n",
+        "budget: 120\n\
+         schedule: screen-k4\n\
+         runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}\n\
+         thresholds: {k_screen: 6, epsilon: 0.2, alpha: 0.01}\n\
+         controls: {sanity: 2, retest: 1, budget_control: 1}\n\
+         admission: {mode: batch, batch_size: 4, pipeline_threshold: 2}\n",
+    );
+    let mut files = valid_files();
+    // Values that need all 17 digits to round-trip.
+    let awkward = [
+        0.1 + 0.2,
+        1.0 / 3.0,
+        0.7071067811865475,
+        2.0 / 3.0,
+        5e-324,
+        0.9999999999999999,
+        0.0,
+        1.0,
+        0.123456789012345,
+        0.6,
+    ];
+    files.insert("curves/alpha.csv".into(), curve_csv(10, |t| awkward[t as usize]));
+    let spec = parse_with(&yaml, &files).unwrap();
+    assert_eq!(spec.budget, 120);
+    assert_eq!(spec.thresholds.budget, 120);
+    assert_eq!((spec.thresholds.k_screen, spec.thresholds.epsilon, spec.thresholds.alpha), (6, 0.2, 0.01));
+    assert_eq!(spec.controls, ControlCounts { sanity: 2, retest: 1, budget_control: 1 });
+    assert_eq!(
+        (
+            spec.thresholds.sanity_trajectories,
+            spec.thresholds.retest_trajectories,
+            spec.thresholds.budget_control_trajectories
+        ),
+        (2, 1, 1)
+    );
+    assert_eq!(spec.admission, Admission::Batch { batch_size: 4, pipeline_threshold: 2 });
+    assert_eq!((spec.thresholds.batch_size, spec.thresholds.pipeline_threshold), (4, 2));
+    assert_eq!(spec.trajectories[0].curve.as_deref(), Some(&awkward[..]));
+
+    let json = serde_json::to_string(&spec).unwrap();
+    let back: StudySpec = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, spec);
+    let admission = serde_json::to_value(spec.admission).unwrap();
+    assert_eq!(admission, serde_json::json!({"mode": "batch", "batch_size": 4, "pipeline_threshold": 2}));
+}
+
+#[test]
+fn parameters_may_come_from_thresholds_and_agree_with_their_twins() {
+    let yaml = edit(
+        "seed: 7\n",
+        "seed: 7\nbudget: 80\nthresholds: {budget: 80, sanity_trajectories: 1, batch_size: 5}\nadmission: {mode: batch}\n",
+    );
+    let spec = parse_with(&yaml, &valid_files()).unwrap();
+    assert_eq!((spec.budget, spec.controls.sanity), (80, 1));
+    assert_eq!(spec.admission, Admission::Batch { batch_size: 5, pipeline_threshold: 3 });
+}
+
+#[test]
+fn other_runners_need_no_curve_and_keep_their_options() {
+    let yaml = edit(
+        "runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}",
+        "runner: {kind: mini-swe-agent, model: {name: gpt-5.5, temperature: 0.7}, retries: [1, 2]}",
+    )
+    .replace("    curve: curves/beta.csv\n", "");
+    let spec = parse_with(&yaml, &valid_files()).unwrap();
+    assert_eq!(spec.runner.kind, "mini-swe-agent");
+    assert_eq!(
+        spec.runner.options,
+        serde_json::json!({"model": {"name": "gpt-5.5", "temperature": 0.7}, "retries": [1, 2]})
+    );
+    assert_eq!(spec.trajectories[1].curve, None);
+    assert!(spec.trajectories[0].curve.is_some(), "a curve given is still read");
+}
+
+#[test]
+fn a_trajectory_may_be_longer_than_the_budget() {
+    let yaml = edit("seed: 7\n", "seed: 7\nbudget: 4\n");
+    let spec = parse_with(&yaml, &valid_files()).unwrap();
+    assert_eq!((spec.budget, spec.trajectories[0].length), (4, 10));
+}
+
+#[test]
+fn yaml_merge_keys_share_fields_between_trajectories() {
+    let yaml = r#"
+name: merged
+seed: 1
+runner: {kind: synthetic}
+trajectories:
+  - &common {id: alpha, length: 10, curve: curves/alpha.csv, task: shared-task}
+  - {<<: *common, id: again}
+"#;
+    let spec = parse_with(yaml, &valid_files()).unwrap();
+    assert_eq!(spec.trajectories[1].id, "again");
+    assert_eq!(spec.trajectories[1].task, "shared-task");
+}
+
+#[test]
+fn load_resolves_curve_paths_against_the_spec_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = dir.path().join("study");
+    std::fs::create_dir_all(study.join("curves")).unwrap();
+    for (path, text) in valid_files() {
+        std::fs::write(study.join(path), text).unwrap();
+    }
+    let spec_path = study.join("spec.yaml");
+    std::fs::write(&spec_path, VALID).unwrap();
+
+    // The process's working directory is not the spec's: only the spec's directory can resolve.
+    assert!(!Path::new("curves/alpha.csv").exists());
+    let (yaml, files) = StudySpec::read_with_files(&spec_path).unwrap();
+    assert_eq!(yaml, VALID);
+    assert_eq!(files, valid_files(), "keys are the paths as written in the spec");
+    let spec = StudySpec::load(&spec_path).unwrap();
+    assert_eq!(spec, parse_with(VALID, &valid_files()).unwrap());
+
+    std::fs::remove_file(study.join("curves/beta.csv")).unwrap();
+    let err = StudySpec::load(&spec_path).unwrap_err().to_string();
+    assert_mentions(&err, &["trajectory \"beta\"", "curve curves/beta.csv", "cannot read", "study/curves/beta.csv"]);
+
+    let err = StudySpec::load(&study.join("nope.yaml")).unwrap_err().to_string();
+    assert_mentions(&err, &["cannot read the study spec", "nope.yaml"]);
+}
+
+#[test]
+fn the_shipped_example_loads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/study.yaml");
+    let spec = StudySpec::load(&path).unwrap();
+    assert_eq!(spec.trajectories.len(), 3);
+    assert_eq!(spec.runner.options, serde_json::json!({"duration_ms": 20, "no_outcome_rate": 0.01}));
+    let shapes: Vec<vcurve_method::Shape> = spec
+        .trajectories
+        .iter()
+        .map(|tr| {
+            // The true curve sampled densely: the estimator should see the shape it was drawn as.
+            let points: Vec<vcurve_method::Point> = tr
+                .curve
+                .as_ref()
+                .unwrap()
+                .iter()
+                .zip(0..)
+                .map(|(v, t)| vcurve_method::Point { t, n: 10_000, successes: (v * 10_000.0).round() as u32 })
+                .collect();
+            vcurve_method::analyze(tr.length, &points, Some(&tr.base_runs), spec.budget, &spec.thresholds)
+                .unwrap()
+                .shape
+        })
+        .collect();
+    use vcurve_method::Shape::{Cliff, Erosion};
+    assert_eq!(shapes, [Cliff, Erosion, Cliff]);
+    for tr in &spec.trajectories {
+        assert!((40..=100).contains(&tr.length), "{}", tr.id);
+        assert!(tr.labels.len() >= 2, "{}", tr.id);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The document and study-level fields
+
+#[test]
+fn not_yaml_is_rejected_with_the_position() {
+    let err = rejected("name: demo\ntrajectories: [\n");
+    assert_mentions(&err, &["not valid YAML", "line"]);
+}
+
+#[test]
+fn a_field_given_twice_is_rejected() {
+    let err = rejected(&edit("labels: {gpt-5.5: 6, o3: 4, sol: none}", "labels: {o3: 6, o3: 4}"));
+    assert_mentions(&err, &["not valid YAML", "duplicate", "o3", "line 10"]);
+}
+
+#[test]
+fn an_empty_or_non_mapping_document_is_rejected() {
+    assert_mentions(&rejected(""), &["study spec", "empty"]);
+    assert_mentions(&rejected("- a\n- b\n"), &["study spec", "must be a mapping", "found a list"]);
+}
+
+#[test]
+fn missing_study_fields_are_named() {
+    assert_mentions(&rejected(&edit("name: demo\n", "")), &["name is missing"]);
+    assert_mentions(&rejected(&edit("seed: 7\n", "")), &["seed is missing"]);
+    assert_mentions(
+        &rejected(&edit("runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}\n", "")),
+        &["runner is missing"],
+    );
+    assert_mentions(&rejected(&edit("kind: synthetic, ", "")), &["runner.kind is missing"]);
+    assert_mentions(&rejected("name: demo\nseed: 7\nrunner: {kind: synthetic}\n"), &["trajectories is missing"]);
+    assert_mentions(&rejected(&edit("name: demo\n", "name:\n")), &["name is missing"]);
+}
+
+#[test]
+fn an_unknown_study_field_is_rejected_with_the_valid_ones() {
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nshedule: paper\n"));
+    assert_mentions(&err, &["shedule", "is not a field of a study spec", "schedule", "trajectories"]);
+}
+
+#[test]
+fn study_fields_of_the_wrong_type_are_rejected() {
+    assert_mentions(&rejected(&edit("seed: 7\n", "seed: -7\n")), &["seed = -7 is negative"]);
+    assert_mentions(&rejected(&edit("seed: 7\n", "seed: seven\n")), &["seed must be a whole number", "\"seven\""]);
+    assert_mentions(&rejected(&edit("seed: 7\n", "seed: 7.5\n")), &["seed = 7.5 is not a whole number"]);
+    assert_mentions(&rejected(&edit("name: demo\n", "name: \"\"\n")), &["name is empty"]);
+    assert_mentions(&rejected(&edit("name: demo\n", "name: [a]\n")), &["name must be text"]);
+}
+
+#[test]
+fn an_empty_trajectory_list_is_rejected() {
+    let yaml = "name: demo\nseed: 7\nrunner: {kind: synthetic}\ntrajectories: []\n";
+    assert_mentions(&rejected(yaml), &["trajectories is empty"]);
+    let yaml = "name: demo\nseed: 7\nrunner: {kind: synthetic}\ntrajectories: {id: a}\n";
+    assert_mentions(&rejected(yaml), &["trajectories must be a list", "found a mapping"]);
+}
+
+#[test]
+fn an_unknown_schedule_is_rejected_with_the_valid_names() {
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nschedule: papr\n"));
+    assert_mentions(&err, &["schedule = \"papr\" is not a schedule"]);
+    for name in variant_names() {
+        assert_mentions(&err, &[name]);
+    }
+}
+
+#[test]
+fn the_budget_is_range_checked_and_has_one_value() {
+    assert_mentions(&rejected(&edit("seed: 7\n", "seed: 7\nbudget: 0\n")), &["budget = 0 is outside 1..=100000"]);
+    assert_mentions(&rejected(&edit("seed: 7\n", "seed: 7\nbudget: -5\n")), &["budget = -5 is negative"]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nbudget: 80\nthresholds: {budget: 100}\n"));
+    assert_mentions(&err, &["budget = 80 conflicts with thresholds.budget = 100"]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {budget: 0}\n"));
+    assert_mentions(&err, &["thresholds.budget = 0 is outside"]);
+}
+
+#[test]
+fn thresholds_out_of_range_name_the_field() {
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {epsilon: 1.5}\n"));
+    assert_mentions(&err, &["thresholds.epsilon = 1.5 is out of range", "(0, 1]"]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {k_confirm: 4}\n"));
+    assert_mentions(&err, &["thresholds.k_confirm = 4", "from 8"]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {k_screen: -1}\n"));
+    assert_mentions(&err, &["thresholds.k_screen = -1 is negative"]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {alpha: .nan}\n"));
+    assert_mentions(&err, &["thresholds.alpha", "not a finite number"]);
+}
+
+#[test]
+fn unknown_or_mistyped_thresholds_are_rejected() {
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {epsilonn: 0.1}\n"));
+    assert_mentions(&err, &["thresholds.epsilonn is not a threshold", "epsilon", "k_screen"]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {k_screen: many}\n"));
+    assert_mentions(&err, &["thresholds.k_screen must be a whole number", "\"many\""]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: {k_screen: 8.5}\n"));
+    assert_mentions(&err, &["thresholds.k_screen = 8.5 is not a whole number"]);
+    let err = rejected(&edit("seed: 7\n", "seed: 7\nthresholds: [k_screen]\n"));
+    assert_mentions(&err, &["thresholds must be a mapping"]);
+}
+
+#[test]
+fn a_runner_that_is_not_a_mapping_is_rejected() {
+    let err = rejected(&edit("runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}", "runner: synthetic"));
+    assert_mentions(&err, &["runner must be a mapping with `kind`", "\"synthetic\""]);
+    let err = rejected(&edit("kind: synthetic", "kind: 5"));
+    assert_mentions(&err, &["runner.kind must be text"]);
+}
+
+#[test]
+fn synthetic_runner_options_are_range_checked() {
+    let err = rejected(&edit("no_outcome_rate: 0.02", "no_outcome_rate: 1.5"));
+    assert_mentions(&err, &["runner.no_outcome_rate = 1.5 is outside [0, 1]"]);
+    let err = rejected(&edit("no_outcome_rate: 0.02", "no_outcome_rate: -0.1"));
+    assert_mentions(&err, &["runner.no_outcome_rate = -0.1 is outside [0, 1]"]);
+    let err = rejected(&edit("no_outcome_rate: 0.02", "no_outcome_rate: .nan"));
+    assert_mentions(&err, &["runner.no_outcome_rate = NaN"]);
+    let err = rejected(&edit("duration_ms: 50", "duration_ms: -5"));
+    assert_mentions(&err, &["runner.duration_ms = -5 is negative"]);
+    let err = rejected(&edit("duration_ms: 50", "duration_ms: fast"));
+    assert_mentions(&err, &["runner.duration_ms must be a whole number"]);
+    let err = rejected(&edit("duration_ms: 50", "duration: 50"));
+    assert_mentions(
+        &err,
+        &["runner.duration is not an option of the synthetic runner", "duration_ms, no_outcome_rate"],
+    );
+}
+
+#[test]
+fn control_counts_are_checked() {
+    let with = |controls: &str| rejected(&edit("seed: 7\n", &format!("seed: 7\n{controls}\n")));
+    assert_mentions(&with("controls: {sanity: -1}"), &["controls.sanity = -1 is negative"]);
+    assert_mentions(&with("controls: {retest: 3}"), &["controls.retest = 3 is more than the study's 2 trajectories"]);
+    assert_mentions(&with("controls: {budget: 1}"), &["controls.budget is not a field of controls", "budget_control"]);
+    assert_mentions(&with("controls: {sanity: two}"), &["controls.sanity must be a whole number"]);
+    assert_mentions(&with("controls: 5"), &["controls must be a mapping"]);
+    assert_mentions(
+        &with("controls: {sanity: 1}\nthresholds: {sanity_trajectories: 2}"),
+        &["controls.sanity = 1 conflicts with thresholds.sanity_trajectories = 2"],
+    );
+    assert_mentions(
+        &with("thresholds: {retest_trajectories: 10}"),
+        &["thresholds.retest_trajectories = 10 is more than the study's 2 trajectories"],
+    );
+}
+
+#[test]
+fn admission_is_checked() {
+    let with = |admission: &str| rejected(&edit("seed: 7\n", &format!("seed: 7\n{admission}\n")));
+    assert_mentions(
+        &with("admission: {mode: eager}"),
+        &["admission.mode = \"eager\" is not an admission mode", "demand, batch"],
+    );
+    assert_mentions(&with("admission: {batch_size: 10}"), &["admission.mode is missing"]);
+    assert_mentions(
+        &with("admission: {mode: demand, batch_size: 10}"),
+        &["admission.batch_size applies only to `mode: batch`"],
+    );
+    assert_mentions(&with("admission: {mode: batch, size: 10}"), &["admission.size is not a field of admission"]);
+    assert_mentions(&with("admission: {mode: batch, batch_size: 0}"), &["admission.batch_size = 0 is outside"]);
+    assert_mentions(
+        &with("admission: {mode: batch, pipeline_threshold: 0}"),
+        &["admission.pipeline_threshold = 0 is outside 1..=10"],
+    );
+    assert_mentions(
+        &with("admission: {mode: batch, batch_size: 4, pipeline_threshold: 5}"),
+        &["admission.pipeline_threshold = 5 is outside 1..=4"],
+    );
+    assert_mentions(
+        &with("admission: {mode: batch, batch_size: 4}\nthresholds: {batch_size: 8}"),
+        &["admission.batch_size = 4 conflicts with thresholds.batch_size = 8"],
+    );
+    assert_mentions(&with("admission: batch"), &["admission must be a mapping"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Trajectory fields
+
+#[test]
+fn a_trajectory_without_a_usable_id_is_named_by_position() {
+    let err = rejected(&edit("  - id: beta\n    length: 5\n", "  - length: 5\n"));
+    assert_eq!(err, "trajectories[1]: id is missing");
+    let err = rejected(&edit("  - id: beta\n", "  - id: \"\"\n"));
+    assert_eq!(err, "trajectories[1]: id is empty");
+    let err = rejected(&edit("  - id: beta\n", "  - id: \" beta\"\n"));
+    assert_mentions(&err, &["trajectories[1]: id = \" beta\" has surrounding blanks"]);
+    let err = rejected(&edit("  - id: beta\n", "  - id: 12\n"));
+    assert_mentions(&err, &["trajectories[1]: id must be text, found 12 (quote it)"]);
+    let err = rejected("name: d\nseed: 1\nrunner: {kind: synthetic}\ntrajectories: [alpha]\n");
+    assert_mentions(&err, &["trajectories[0]: entry must be a mapping"]);
+}
+
+#[test]
+fn duplicate_ids_are_rejected() {
+    let err = rejected(&edit("  - id: beta\n", "  - id: alpha\n"));
+    assert_eq!(err, "trajectory \"alpha\": id appears twice (trajectories[0] and trajectories[1]); ids must be unique");
+}
+
+#[test]
+fn an_unknown_trajectory_field_is_rejected() {
+    let err = rejected(&edit("    curve: curves/beta.csv\n", "    curve: curves/beta.csv\n    lables: {o3: 2}\n"));
+    assert_mentions(&err, &["trajectory \"beta\"", "lables is not a field of a trajectory", "labels"]);
+}
+
+#[test]
+fn length_is_required_and_range_checked() {
+    let err = rejected(&edit("    length: 5\n", ""));
+    assert_eq!(err, "trajectory \"beta\": length is missing");
+    assert_mentions(
+        &rejected(&edit("    length: 5\n", "    length: 0\n")),
+        &["trajectory \"beta\": length = 0 is outside 1..=100000"],
+    );
+    let err = rejected(&edit("    length: 5\n", "    length: 100001\n"));
+    assert_mentions(&err, &["trajectory \"beta\": length = 100001 is outside 1..=100000"]);
+    assert_mentions(
+        &rejected(&edit("    length: 5\n", "    length: five\n")),
+        &["trajectory \"beta\": length must be a whole number"],
+    );
+    assert_mentions(
+        &rejected(&edit("    length: 5\n", "    length: -5\n")),
+        &["trajectory \"beta\": length = -5 is negative"],
+    );
+}
+
+#[test]
+fn an_empty_task_is_rejected() {
+    assert_mentions(
+        &rejected(&edit("    task: django__django-11555\n", "    task: \"\"\n")),
+        &["trajectory \"alpha\": task is empty"],
+    );
+}
+
+#[test]
+fn the_synthetic_runner_needs_a_curve() {
+    let err = rejected(&edit("    curve: curves/beta.csv\n", ""));
+    assert_mentions(&err, &["trajectory \"beta\": curve is missing", "synthetic runner"]);
+    let err = rejected(&edit("    curve: curves/beta.csv\n", "    curve: [0.5, 0.4]\n"));
+    assert_mentions(&err, &["trajectory \"beta\": curve must be text"]);
+}
+
+#[test]
+fn a_missing_curve_file_is_named() {
+    let err = rejected(&edit("curves/beta.csv", "curves/gamma.csv"));
+    assert_mentions(&err, &["trajectory \"beta\": curve curves/gamma.csv: was not found", "relative to the spec"]);
+}
+
+#[test]
+fn a_curve_value_outside_the_unit_interval_names_file_and_line() {
+    let err = rejected_curve("t,v\n0,0.8\n1,0.8\n2,0.8\n3,1.3\n4,0.1\n5,0.1\n6,0.1\n7,0.1\n8,0.1\n9,0.1\n");
+    assert_eq!(err, "trajectory \"alpha\": curve curves/alpha.csv line 5: v = 1.3 is outside [0, 1]");
+    let err = rejected_curve(&curve_csv(10, |t| if t == 7 { -0.2 } else { 0.5 }));
+    assert_eq!(err, "trajectory \"alpha\": curve curves/alpha.csv line 9: v = -0.2 is outside [0, 1]");
+}
+
+#[test]
+fn a_curve_value_that_is_not_a_number_is_rejected() {
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("3,0.5", "3,high"));
+    assert_eq!(err, "trajectory \"alpha\": curve curves/alpha.csv line 5: v = \"high\" is not a number");
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("3,0.5", "3,NaN"));
+    assert_eq!(err, "trajectory \"alpha\": curve curves/alpha.csv line 5: v = NaN is not a number");
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("3,0.5", "3,"));
+    assert_mentions(&err, &["curve curves/alpha.csv line 5: v = \"\" is not a number"]);
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("3,0.5", "3.0,0.5"));
+    assert_mentions(&err, &["curve curves/alpha.csv line 5: t = \"3.0\" is not a step"]);
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("3,0.5", "3,0.5,extra"));
+    assert_mentions(
+        &err,
+        &["trajectory \"alpha\": curve curves/alpha.csv line 5: has 3 fields where the header has 2"],
+    );
+}
+
+#[test]
+fn a_curve_with_a_bad_header_is_rejected() {
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replacen("t,v", "t,value", 1));
+    assert_mentions(
+        &err,
+        &["trajectory \"alpha\": curve curves/alpha.csv line 1: the header has no column `v`", "t,value"],
+    );
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replacen("t,v", "0,0.5", 1));
+    assert_mentions(&err, &["curve curves/alpha.csv line 1: the header has no column `t`"]);
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replacen("t,v", "t,v,v", 1).replace(",0.5", ",0.5,0.5"));
+    assert_mentions(&err, &["curve curves/alpha.csv line 1: the header has the column `v` twice"]);
+    let err = rejected_curve("");
+    assert_mentions(&err, &["trajectory \"alpha\": curve curves/alpha.csv: is empty", "t = 0..=9"]);
+    // A byte-order mark, CRLF line ends, extra columns and surrounding blanks are fine.
+    let mut files = valid_files();
+    files.insert("curves/alpha.csv".into(), format!("\u{feff}{}", curve_csv(10, |_| 0.5).replace('\n', "\r\n")));
+    assert_eq!(parse_with(VALID, &files).unwrap().trajectories[0].curve, Some(vec![0.5; 10]));
+    let mut files = valid_files();
+    files.insert(
+        "curves/alpha.csv".into(),
+        curve_csv(10, |_| 0.5).replace(",0.5", " , 0.5,x").replacen("t,v", "t , v , note", 1),
+    );
+    assert_eq!(parse_with(VALID, &files).unwrap().trajectories[0].curve, Some(vec![0.5; 10]));
+}
+
+#[test]
+fn curve_rows_must_match_the_length() {
+    // A missing t.
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("4,0.5\n", ""));
+    assert_eq!(
+        err,
+        "trajectory \"alpha\": curve curves/alpha.csv: has no row for t = 4; expected one row for each t = 0..=9 (the trajectory's length is 10)"
+    );
+    // Rows for a shorter trajectory.
+    let err = rejected_curve(&curve_csv(3, |_| 0.5));
+    assert_mentions(&err, &["has no row for t = 3, 4, 5, 6, 7 and 2 more"]);
+    // An extra t, at or beyond the length.
+    let err = rejected_curve(&curve_csv(11, |_| 0.5));
+    assert_mentions(&err, &["trajectory \"alpha\": curve curves/alpha.csv line 12: t = 10 is outside 0..=9"]);
+    // A duplicate t.
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("6,0.5\n", "6,0.5\n2,0.4\n"));
+    assert_eq!(err, "trajectory \"alpha\": curve curves/alpha.csv line 9: t = 2 appears twice (first on line 4)");
+    // A negative t.
+    let err = rejected_curve(&curve_csv(10, |_| 0.5).replace("0,0.5", "-1,0.5"));
+    assert_mentions(&err, &["line 2: t = \"-1\" is not a step"]);
+    // A header and nothing else.
+    let err = rejected_curve("t,v\n");
+    assert_mentions(&err, &["trajectory \"alpha\": curve curves/alpha.csv: has no rows"]);
+    // Rows in any order are fine.
+    let mut files = valid_files();
+    let shuffled: String = std::iter::once("t,v\n".to_string())
+        .chain((0..10).rev().map(|t| format!("{t},{}\n", f64::from(t) / 10.0)))
+        .collect();
+    files.insert("curves/alpha.csv".into(), shuffled);
+    let curve = parse_with(VALID, &files).unwrap().trajectories[0].curve.clone().unwrap();
+    assert_eq!(curve, (0..10).map(|t| f64::from(t) / 10.0).collect::<Vec<_>>());
+}
+
+#[test]
+fn labels_must_be_steps_of_the_trajectory_or_none() {
+    let label = |value: &str| rejected(&edit("o3: 4", &format!("o3: {value}")));
+    assert_eq!(
+        label("11"),
+        "trajectory \"alpha\": labels.o3 = 11 is outside 1..=10; expected a step from 1 to 10 (the trajectory's length), or `none` for no mistake"
+    );
+    assert_mentions(&label("0"), &["trajectory \"alpha\": labels.o3 = 0 is outside 1..=10"]);
+    assert_mentions(&label("-3"), &["trajectory \"alpha\": labels.o3 = -3 is not a whole step"]);
+    assert_mentions(&label("4.5"), &["trajectory \"alpha\": labels.o3 = 4.5 is not a whole step"]);
+    assert_mentions(&label("nothing"), &["trajectory \"alpha\": labels.o3 = \"nothing\"", "`none`"]);
+    assert_mentions(&label("null"), &["trajectory \"alpha\": labels.o3 = nothing", "`none`"]);
+    assert_mentions(&label("[4]"), &["trajectory \"alpha\": labels.o3 = a list"]);
+    let err = rejected(&edit("labels: {gpt-5.5: 6, o3: 4, sol: none}", "labels: [6, 4]"));
+    assert_mentions(&err, &["trajectory \"alpha\": labels must be a mapping from source to step"]);
+    let err = rejected(&edit("labels: {gpt-5.5: 6, o3: 4, sol: none}", "labels: {3: 6}"));
+    assert_mentions(&err, &["trajectory \"alpha\": labels has a source that is not a name: 3"]);
+    // The last step is a legal label.
+    assert!(parse_with(&edit("o3: 4", "o3: 10"), &valid_files()).is_ok());
+}
+
+#[test]
+fn base_runs_are_checked() {
+    let runs = |value: &str| rejected(&edit("[{success: true, steps: 40}, {success: false, steps: 100}]", value));
+    assert_mentions(
+        &runs("[{success: true, steps: 40}, {success: false, steps: -1}]"),
+        &["trajectory \"alpha\": base_runs[1].steps = -1 is negative"],
+    );
+    assert_mentions(
+        &runs("[{success: 1, steps: 40}]"),
+        &["trajectory \"alpha\": base_runs[0].success must be true or false, found 1"],
+    );
+    assert_mentions(&runs("[{success: true}]"), &["trajectory \"alpha\": base_runs[0].steps is missing"]);
+    assert_mentions(&runs("[{steps: 4}]"), &["trajectory \"alpha\": base_runs[0].success is missing"]);
+    assert_mentions(
+        &runs("[{success: true, steps: 4, seed: 1}]"),
+        &["trajectory \"alpha\": base_runs[0].seed is not a field of a base run"],
+    );
+    assert_mentions(&runs("[true]"), &["trajectory \"alpha\": base_runs[0] must be a mapping"]);
+    assert_mentions(&runs("{success: true}"), &["trajectory \"alpha\": base_runs must be a list"]);
+}

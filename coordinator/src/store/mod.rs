@@ -1,0 +1,121 @@
+//! The coordinator's durable state.
+//!
+//! Every method is one transaction: a coordinator killed between any two calls, or inside one,
+//! restarts and carries on from what the store holds. The schedule is not stored as such: a
+//! trajectory's schedule is rebuilt from its outcomes (the schedule is order-free, see
+//! `vcurve_method::schedule`), so outcomes and the continuations they imply are the whole state.
+//!
+//! [`SqlStore`] implements [`Store`] for both backends with sqlx: PostgreSQL (production, several
+//! hosts; claims use `FOR UPDATE SKIP LOCKED`) and SQLite (embedded, single machine). The
+//! conformance tests in `tests/store_conformance.rs` run against both.
+
+mod sql;
+
+use std::future::Future;
+
+pub use sql::{Backend, SqlStore};
+
+use crate::model::{
+    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord,
+    StudyState,
+};
+use crate::spec::StudySpec;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be reached or failed the statement. Retryable: the operation was
+    /// rolled back as a whole.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying the schema failed. Fatal.
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// No such study. Fatal for the request.
+    #[error("no study {0:?}")]
+    UnknownStudy(String),
+    /// The store holds something this version cannot read (a corrupted row or a newer schema).
+    /// Fatal.
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+    /// The URL names no supported backend. Fatal.
+    #[error("unsupported store URL {0:?}: use postgres://… or sqlite://PATH (or sqlite::memory:)")]
+    UnsupportedUrl(String),
+}
+
+/// Timing parameters of leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePolicy {
+    /// A lease not extended by a heartbeat for this long expires and its key is re-issued.
+    pub timeout_ms: i64,
+}
+
+impl Default for LeasePolicy {
+    fn default() -> Self {
+        LeasePolicy { timeout_ms: 30_000 }
+    }
+}
+
+/// The coordinator's state. Times are milliseconds since the Unix epoch, passed in by the caller.
+pub trait Store: Send + Sync + 'static {
+    /// Store a validated study; its trajectories wait for admission. Returns the study id.
+    fn create_study(&self, spec: &StudySpec, now: i64) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Register a worker; returns its id.
+    fn register_worker(
+        &self,
+        name: &str,
+        slots: u32,
+        capabilities: &[String],
+        now: i64,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Expire stale leases, admit trajectories as the admission rule asks, and lease up to `max`
+    /// runnable continuations to `worker` (an unknown worker gets none).
+    fn lease(
+        &self,
+        worker: &str,
+        max: u32,
+        now: i64,
+        policy: LeasePolicy,
+    ) -> impl Future<Output = Result<Vec<LeasedJob>, StoreError>> + Send;
+
+    /// Extend the leases of the jobs a worker holds; say which are no longer its own.
+    fn heartbeat(
+        &self,
+        worker: &str,
+        held: &[HeldJob],
+        now: i64,
+        policy: LeasePolicy,
+    ) -> impl Future<Output = Result<HeartbeatVerdict, StoreError>> + Send;
+
+    /// Record a worker's report. A key accepts exactly one outcome; a report for an old attempt,
+    /// a finished key or an unknown key changes nothing.
+    fn report(
+        &self,
+        worker: &str,
+        job: &HeldJob,
+        report: &RunReport,
+        now: i64,
+    ) -> impl Future<Output = Result<ReportVerdict, StoreError>> + Send;
+
+    /// Give jobs back unrun: they are re-issued, and it does not count as a no-outcome.
+    fn release(&self, worker: &str, held: &[HeldJob]) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
+    /// Re-issue every lease not extended in time; returns how many.
+    fn expire_leases(&self, now: i64) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
+    fn progress(&self, study: &str, now: i64, policy: LeasePolicy) -> impl Future<Output = Result<Progress, StoreError>> + Send;
+
+    /// Every study, newest first.
+    fn list_studies(&self) -> impl Future<Output = Result<Vec<(String, String, StudyState)>, StoreError>> + Send;
+
+    /// A study's spec, trajectories and outcomes.
+    fn study(&self, study: &str) -> impl Future<Output = Result<StudyRecord, StoreError>> + Send;
+
+    /// Stop handing out a study's work; returns its state afterwards.
+    fn cancel(&self, study: &str, now: i64) -> impl Future<Output = Result<StudyState, StoreError>> + Send;
+
+    /// Continuation keys currently leased, with their worker (for tests and diagnostics).
+    fn leased(&self) -> impl Future<Output = Result<Vec<(ContinuationKey, u32, String)>, StoreError>> + Send;
+}

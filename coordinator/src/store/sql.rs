@@ -1,0 +1,810 @@
+//! [`Store`] over sqlx, for PostgreSQL and SQLite.
+//!
+//! Both backends run the same statements through sqlx's `Any` driver (numbered `$N` parameters
+//! work on both); where they differ — claiming work with `FOR UPDATE SKIP LOCKED`, connection
+//! settings, migrations — [`Backend`] says which. SQLite runs on a single connection, so its
+//! transactions are serialized; PostgreSQL serializes the transactions that touch one trajectory
+//! by locking its row first.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Row, Transaction};
+use vcurve_method::Thresholds;
+use vcurve_method::schedule::variants::variant_by_name;
+use vcurve_method::schedule::{Key, Outcome, Series, Stage, TrajectoryPlan, Variant};
+
+use super::{LeasePolicy, Store, StoreError};
+use crate::model::{
+    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord,
+    StudyState, TrajectoryRecord, TrajectoryState, WorkerInfo,
+};
+use crate::planner::{self, AdmitDecision};
+use crate::spec::{Admission, ControlCounts, StudySpec};
+
+/// Which database a [`SqlStore`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// What scheduling needs of a study, stored beside the spec so that a report does not parse every
+/// trajectory's curve.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StudyConfig {
+    params: Thresholds,
+    schedule: String,
+    budget: u32,
+    seed: u64,
+    runner_kind: String,
+    runner_options: serde_json::Value,
+    controls: ControlCounts,
+    admission: Admission,
+}
+
+impl StudyConfig {
+    fn variant(&self) -> Result<&'static dyn Variant, StoreError> {
+        variant_by_name(&self.schedule).ok_or_else(|| StoreError::Corrupt(format!("unknown schedule {:?}", self.schedule)))
+    }
+}
+
+/// The store. Cheap to clone.
+#[derive(Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+    /// Study configurations are immutable once stored; cached to keep reports cheap.
+    configs: Arc<Mutex<HashMap<String, Arc<StudyConfig>>>>,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore").field("backend", &self.backend).finish_non_exhaustive()
+    }
+}
+
+fn corrupt(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(what.to_string())
+}
+
+fn get_u32(row: &AnyRow, column: &str) -> Result<u32, StoreError> {
+    let v: i64 = row.try_get(column)?;
+    u32::try_from(v).map_err(|_| corrupt(format!("{column} = {v} out of range")))
+}
+
+fn series_of(s: &str) -> Result<Series, StoreError> {
+    Series::parse(s).ok_or_else(|| corrupt(format!("unknown series {s:?}")))
+}
+
+fn stage_of(s: &str) -> Result<Stage, StoreError> {
+    Stage::parse(s).ok_or_else(|| corrupt(format!("unknown stage {s:?}")))
+}
+
+/// The outcome a finished continuation row holds.
+fn outcome_of(row: &AnyRow) -> Result<Outcome, StoreError> {
+    let state: String = row.try_get("state")?;
+    Ok(match state.as_str() {
+        "retired" => Outcome::Retired,
+        _ => match row.try_get::<Option<i64>, _>("success")? {
+            Some(1) => Outcome::Success,
+            Some(_) => Outcome::Failure,
+            None => return Err(corrupt("a done continuation without an outcome")),
+        },
+    })
+}
+
+impl SqlStore {
+    /// Connect to `url` (`postgres://…`, `sqlite://PATH` or `sqlite::memory:`) and bring its
+    /// schema up to date.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        };
+        let pool = match backend {
+            Backend::Postgres => AnyPoolOptions::new().max_connections(16).connect(url).await?,
+            Backend::Sqlite => {
+                let url = if url.contains("memory") || url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
+                // One connection, kept forever: SQLite serializes writers anyway, and an in-memory
+                // database lives only as long as its connection.
+                AnyPoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            use sqlx::Executor;
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+        };
+        match backend {
+            Backend::Postgres => sqlx::migrate!("../migrations").run(&pool).await?,
+            Backend::Sqlite => sqlx::migrate!("./migrations-sqlite").run(&pool).await?,
+        }
+        Ok(SqlStore { pool, backend, configs: Arc::default() })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// ` FOR UPDATE` where the backend has row locks.
+    fn for_update(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => " FOR UPDATE",
+            Backend::Sqlite => "",
+        }
+    }
+
+    async fn config(&self, tx: &mut Transaction<'_, Any>, study: &str) -> Result<Arc<StudyConfig>, StoreError> {
+        if let Some(c) = self.configs.lock().expect("config cache poisoned").get(study) {
+            return Ok(c.clone());
+        }
+        let row = sqlx::query("SELECT config_json FROM studies WHERE id = $1")
+            .bind(study)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        let json: String = row.try_get("config_json")?;
+        let config: Arc<StudyConfig> = Arc::new(serde_json::from_str(&json).map_err(corrupt)?);
+        self.configs.lock().expect("config cache poisoned").insert(study.to_string(), config.clone());
+        Ok(config)
+    }
+
+    /// Rebuild a trajectory's schedule from its stored continuations, create the continuations it
+    /// now asks for, and record its stage — and the study's end when this was its last trajectory.
+    /// Returns how many continuations were created.
+    async fn replan(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        config: &StudyConfig,
+        study: &str,
+        trajectory: &str,
+        plan: &TrajectoryPlan,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let rows = sqlx::query("SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2")
+            .bind(study)
+            .bind(trajectory)
+            .fetch_all(&mut **tx)
+            .await?;
+        let mut existing = BTreeSet::new();
+        let mut outcomes = Vec::new();
+        for row in &rows {
+            let key = Key { series: series_of(&row.try_get::<String, _>("series")?)?, t: get_u32(row, "t")?, seed: get_u32(row, "seed")? };
+            existing.insert(key);
+            let state: String = row.try_get("state")?;
+            if state == "done" || state == "retired" {
+                outcomes.push((key, outcome_of(row)?));
+            }
+        }
+        let replan = planner::replan(plan, &config.params, config.variant()?, outcomes);
+        let new: Vec<&Key> = replan.pending.iter().filter(|k| !existing.contains(k)).collect();
+        // One multi-row insert per 100 keys (5 parameters a row stays far below every limit).
+        for chunk in new.chunks(100) {
+            let mut sql = String::from(
+                "INSERT INTO continuations (study, trajectory, series, t, seed, state, attempt, no_outcomes, created_ms) VALUES ",
+            );
+            for i in 0..chunk.len() {
+                let b = i * 3 + 4;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("($1, $2, ${b}, ${}, ${}, 'pending', 0, 0, $3)", b + 1, b + 2));
+            }
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).bind(now);
+            for k in chunk {
+                q = q.bind(k.series.as_str()).bind(i64::from(k.t)).bind(i64::from(k.seed));
+            }
+            q.execute(&mut **tx).await?;
+        }
+        let state = if replan.done { TrajectoryState::Done } else { TrajectoryState::Running };
+        sqlx::query("UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3 WHERE study = $4 AND id = $5")
+            .bind(replan.stage.as_str())
+            .bind(planner::stage_rank(replan.stage))
+            .bind(state.as_str())
+            .bind(study)
+            .bind(trajectory)
+            .execute(&mut **tx)
+            .await?;
+        if replan.done {
+            let open: i64 = sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('waiting', 'running')")
+                .bind(study)
+                .fetch_one(&mut **tx)
+                .await?
+                .try_get("n")?;
+            if open == 0 {
+                sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2 AND state = 'running'")
+                    .bind(now)
+                    .bind(study)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+        Ok(new.len() as u64)
+    }
+
+    async fn count(&self, tx: &mut Transaction<'_, Any>, sql: &'static str, binds: &[i64]) -> Result<i64, StoreError> {
+        let mut q = sqlx::query(sql);
+        for b in binds {
+            q = q.bind(*b);
+        }
+        Ok(q.fetch_one(&mut **tx).await?.try_get("n")?)
+    }
+
+    /// Admit trajectories as each running study's admission rule asks (see
+    /// [`planner::admission`]).
+    async fn admit(&self, tx: &mut Transaction<'_, Any>, now: i64, policy: LeasePolicy) -> Result<(), StoreError> {
+        let studies: Vec<String> = sqlx::query("SELECT id FROM studies WHERE state = 'running' ORDER BY created_ms, id")
+            .fetch_all(&mut **tx)
+            .await?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, _>>()?;
+        if studies.is_empty() {
+            return Ok(());
+        }
+        let live_since = now - policy.timeout_ms;
+        let slots = self
+            .count(tx, "SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) AS n FROM workers WHERE last_seen_ms >= $1", &[live_since])
+            .await?;
+        let leased = self.count(tx, "SELECT COUNT(*) AS n FROM continuations WHERE state = 'leased'", &[]).await?;
+        let free = (slots - leased).max(0) as u64;
+        let mut runnable = self
+            .count(
+                tx,
+                "SELECT COUNT(*) AS n FROM continuations c JOIN studies s ON s.id = c.study \
+                 WHERE c.state = 'pending' AND s.state = 'running'",
+                &[],
+            )
+            .await? as u64;
+        for study in studies {
+            let config = self.config(tx, &study).await?;
+            loop {
+                let in_flight: i64 = sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state = 'running'")
+                    .bind(&study)
+                    .fetch_one(&mut **tx)
+                    .await?
+                    .try_get("n")?;
+                let take = match planner::admission(&config.admission, in_flight as u32, runnable, free) {
+                    AdmitDecision::Nothing => break,
+                    AdmitDecision::One => 1,
+                    AdmitDecision::Batch(n) => n,
+                };
+                let sql = format!(
+                    "SELECT id, plan_json FROM trajectories WHERE study = $1 AND state = 'waiting' ORDER BY ord LIMIT $2{}",
+                    if self.backend == Backend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" }
+                );
+                let waiting = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).bind(i64::from(take)).fetch_all(&mut **tx).await?;
+                if waiting.is_empty() {
+                    break;
+                }
+                for row in waiting {
+                    let id: String = row.try_get("id")?;
+                    let mut plan: TrajectoryPlan = serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
+                    let rank: i64 = sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND admit_order IS NOT NULL")
+                        .bind(&study)
+                        .fetch_one(&mut **tx)
+                        .await?
+                        .try_get("n")?;
+                    plan.controls = planner::controls_for(rank as u32, &config.controls);
+                    sqlx::query("UPDATE trajectories SET state = 'running', admit_order = $1, plan_json = $2 WHERE study = $3 AND id = $4")
+                        .bind(rank)
+                        .bind(serde_json::to_string(&plan).map_err(corrupt)?)
+                        .bind(&study)
+                        .bind(&id)
+                        .execute(&mut **tx)
+                        .await?;
+                    runnable += self.replan(tx, &config, &study, &id, &plan, now).await?;
+                }
+                if take > 1 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn worker_known(&self, tx: &mut Transaction<'_, Any>, worker: &str, now: i64) -> Result<Option<Vec<String>>, StoreError> {
+        let row = sqlx::query("SELECT capabilities FROM workers WHERE id = $1").bind(worker).fetch_optional(&mut **tx).await?;
+        let Some(row) = row else { return Ok(None) };
+        sqlx::query("UPDATE workers SET last_seen_ms = $1 WHERE id = $2").bind(now).bind(worker).execute(&mut **tx).await?;
+        let caps: String = row.try_get("capabilities")?;
+        Ok(Some(caps.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()))
+    }
+
+    async fn expire_in(&self, tx: &mut Transaction<'_, Any>, now: i64) -> Result<u32, StoreError> {
+        let done = sqlx::query(
+            "UPDATE continuations SET state = 'pending', worker = NULL, lease_expires_ms = NULL \
+             WHERE state = 'leased' AND lease_expires_ms < $1",
+        )
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        Ok(done.rows_affected() as u32)
+    }
+}
+
+fn key_params(key: &ContinuationKey) -> (String, String, &'static str, i64, i64) {
+    (key.study.clone(), key.trajectory.clone(), key.series.as_str(), i64::from(key.t), i64::from(key.seed))
+}
+
+impl Store for SqlStore {
+    async fn create_study(&self, spec: &StudySpec, now: i64) -> Result<String, StoreError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let config = StudyConfig {
+            params: spec.thresholds.clone(),
+            schedule: spec.schedule.clone(),
+            budget: spec.budget,
+            seed: spec.seed,
+            runner_kind: spec.runner.kind.clone(),
+            runner_options: spec.runner.options.clone(),
+            controls: spec.controls.clone(),
+            admission: spec.admission.clone(),
+        };
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO studies (id, name, spec_json, config_json, runner_kind, state, created_ms) \
+             VALUES ($1, $2, $3, $4, $5, 'running', $6)",
+        )
+        .bind(&id)
+        .bind(&spec.name)
+        .bind(serde_json::to_string(spec).map_err(corrupt)?)
+        .bind(serde_json::to_string(&config).map_err(corrupt)?)
+        .bind(&spec.runner.kind)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        for (ord, trajectory) in spec.trajectories.iter().enumerate() {
+            let plan = TrajectoryPlan {
+                length: trajectory.length,
+                labels: trajectory.labels.iter().filter_map(|l| l.step).collect(),
+                controls: Default::default(),
+            };
+            let doomed = trajectory
+                .base_runs
+                .pass_rate()
+                .is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold));
+            let state = if doomed { TrajectoryState::Doomed } else { TrajectoryState::Waiting };
+            let payload = serde_json::json!({ "length": trajectory.length, "curve": trajectory.curve, "task": trajectory.task });
+            sqlx::query(
+                "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, plan_json, payload_json) \
+                 VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6)",
+            )
+            .bind(&id)
+            .bind(&trajectory.id)
+            .bind(ord as i64)
+            .bind(state.as_str())
+            .bind(serde_json::to_string(&plan).map_err(corrupt)?)
+            .bind(payload.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
+        if spec.trajectories.iter().all(|t| t.base_runs.pass_rate().is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold))) {
+            sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2").bind(now).bind(&id).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    async fn register_worker(&self, name: &str, slots: u32, capabilities: &[String], now: i64) -> Result<String, StoreError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        sqlx::query(
+            "INSERT INTO workers (id, name, slots, capabilities, registered_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $5)",
+        )
+        .bind(&id)
+        .bind(name)
+        .bind(i64::from(slots))
+        .bind(capabilities.join(","))
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(id)
+    }
+
+    async fn lease(&self, worker: &str, max: u32, now: i64, policy: LeasePolicy) -> Result<Vec<LeasedJob>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let Some(capabilities) = self.worker_known(&mut tx, worker, now).await? else {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        };
+        self.expire_in(&mut tx, now).await?;
+        self.admit(&mut tx, now, policy).await?;
+        if max == 0 || capabilities.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let kinds: Vec<String> = capabilities;
+        let placeholders: Vec<String> = (0..kinds.len()).map(|i| format!("${}", i + 2)).collect();
+        let sql = format!(
+            "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_json \
+             FROM continuations c \
+             JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
+             JOIN studies s ON s.id = c.study \
+             WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind IN ({}) \
+             ORDER BY tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
+             LIMIT $1{}",
+            placeholders.join(", "),
+            if self.backend == Backend::Postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
+        for k in &kinds {
+            q = q.bind(k.as_str());
+        }
+        let rows = q.fetch_all(&mut *tx).await?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let key = ContinuationKey {
+                study: row.try_get("study")?,
+                trajectory: row.try_get("trajectory")?,
+                series: series_of(&row.try_get::<String, _>("series")?)?,
+                t: get_u32(&row, "t")?,
+                seed: get_u32(&row, "seed")?,
+            };
+            let attempt = get_u32(&row, "attempt")? + 1;
+            let (study, trajectory, series, t, seed) = key_params(&key);
+            sqlx::query(
+                "UPDATE continuations SET state = 'leased', attempt = $1, worker = $2, lease_expires_ms = $3 \
+                 WHERE study = $4 AND trajectory = $5 AND series = $6 AND t = $7 AND seed = $8",
+            )
+            .bind(i64::from(attempt))
+            .bind(worker)
+            .bind(now + policy.timeout_ms)
+            .bind(study)
+            .bind(trajectory)
+            .bind(series)
+            .bind(t)
+            .bind(seed)
+            .execute(&mut *tx)
+            .await?;
+            let config = self.config(&mut tx, &key.study).await?;
+            jobs.push(LeasedJob {
+                budget: key.series.budget(config.budget, key.t),
+                runner_kind: config.runner_kind.clone(),
+                runner_options: config.runner_options.to_string(),
+                study_seed: config.seed,
+                payload: row.try_get("payload_json")?,
+                attempt,
+                key,
+            });
+        }
+        tx.commit().await?;
+        Ok(jobs)
+    }
+
+    async fn heartbeat(&self, worker: &str, held: &[HeldJob], now: i64, policy: LeasePolicy) -> Result<HeartbeatVerdict, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if self.worker_known(&mut tx, worker, now).await?.is_none() {
+            tx.commit().await?;
+            return Ok(HeartbeatVerdict { revoked: held.to_vec(), unknown_worker: true });
+        }
+        let mut revoked = Vec::new();
+        for job in held {
+            let (study, trajectory, series, t, seed) = key_params(&job.key);
+            let done = sqlx::query(
+                "UPDATE continuations SET lease_expires_ms = $1 \
+                 WHERE study = $2 AND trajectory = $3 AND series = $4 AND t = $5 AND seed = $6 \
+                 AND state = 'leased' AND attempt = $7 AND worker = $8 \
+                 AND study IN (SELECT id FROM studies WHERE state = 'running')",
+            )
+            .bind(now + policy.timeout_ms)
+            .bind(study)
+            .bind(trajectory)
+            .bind(series)
+            .bind(t)
+            .bind(seed)
+            .bind(i64::from(job.attempt))
+            .bind(worker)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                revoked.push(job.clone());
+            }
+        }
+        tx.commit().await?;
+        Ok(HeartbeatVerdict { revoked, unknown_worker: false })
+    }
+
+    async fn report(&self, worker: &str, job: &HeldJob, report: &RunReport, now: i64) -> Result<ReportVerdict, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let (study, trajectory, series, t, seed) = key_params(&job.key);
+        // Lock the trajectory first: reports of one trajectory replan one after the other.
+        let sql = format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{}", self.for_update());
+        let Some(tr) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).bind(&trajectory).fetch_optional(&mut *tx).await? else {
+            return Ok(ReportVerdict::Ignored("unknown key".into()));
+        };
+        let sql = format!(
+            "SELECT state, attempt, no_outcomes FROM continuations \
+             WHERE study = $1 AND trajectory = $2 AND series = $3 AND t = $4 AND seed = $5{}",
+            self.for_update()
+        );
+        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).bind(&trajectory).bind(series).bind(t).bind(seed).fetch_optional(&mut *tx).await? else {
+            return Ok(ReportVerdict::Ignored("unknown key".into()));
+        };
+        let state: String = row.try_get("state")?;
+        let attempt = get_u32(&row, "attempt")?;
+        if state == "done" || state == "retired" {
+            return Ok(ReportVerdict::Ignored("the key already has an outcome".into()));
+        }
+        if state != "leased" || attempt != job.attempt {
+            return Ok(ReportVerdict::Ignored(format!("attempt {} is stale (current attempt {attempt}, {state})", job.attempt)));
+        }
+        let config = self.config(&mut tx, &study).await?;
+        let replan = match report {
+            RunReport::Outcome { success, steps, end_type, patch_sha256 } => {
+                sqlx::query(
+                    "UPDATE continuations SET state = 'done', success = $1, steps = $2, end_type = $3, patch_sha256 = $4, \
+                     done_ms = $5, worker = NULL, lease_expires_ms = NULL \
+                     WHERE study = $6 AND trajectory = $7 AND series = $8 AND t = $9 AND seed = $10",
+                )
+                .bind(i64::from(*success))
+                .bind(i64::from(*steps))
+                .bind(end_type.as_str())
+                .bind(patch_sha256.as_str())
+                .bind(now)
+                .bind(&study)
+                .bind(&trajectory)
+                .bind(series)
+                .bind(t)
+                .bind(seed)
+                .execute(&mut *tx)
+                .await?;
+                true
+            }
+            RunReport::NoOutcome { reason } => {
+                let no_outcomes = get_u32(&row, "no_outcomes")? + 1;
+                let retired = no_outcomes >= config.params.retries_before_retired;
+                sqlx::query(
+                    "UPDATE continuations SET state = $1, no_outcomes = $2, last_reason = $3, worker = NULL, \
+                     lease_expires_ms = NULL, done_ms = $4 \
+                     WHERE study = $5 AND trajectory = $6 AND series = $7 AND t = $8 AND seed = $9",
+                )
+                .bind(if retired { "retired" } else { "pending" })
+                .bind(i64::from(no_outcomes))
+                .bind(reason.as_str())
+                .bind(if retired { Some(now) } else { None })
+                .bind(&study)
+                .bind(&trajectory)
+                .bind(series)
+                .bind(t)
+                .bind(seed)
+                .execute(&mut *tx)
+                .await?;
+                retired
+            }
+        };
+        if replan {
+            let plan: TrajectoryPlan = serde_json::from_str(&tr.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
+            self.replan(&mut tx, &config, &study, &trajectory, &plan, now).await?;
+        }
+        tracing::debug!(worker, study = %study, trajectory = %trajectory, t, seed, "report recorded");
+        tx.commit().await?;
+        Ok(ReportVerdict::Accepted)
+    }
+
+    async fn release(&self, worker: &str, held: &[HeldJob]) -> Result<u32, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut released = 0;
+        for job in held {
+            let (study, trajectory, series, t, seed) = key_params(&job.key);
+            let done = sqlx::query(
+                "UPDATE continuations SET state = 'pending', worker = NULL, lease_expires_ms = NULL \
+                 WHERE study = $1 AND trajectory = $2 AND series = $3 AND t = $4 AND seed = $5 \
+                 AND state = 'leased' AND attempt = $6 AND worker = $7",
+            )
+            .bind(study)
+            .bind(trajectory)
+            .bind(series)
+            .bind(t)
+            .bind(seed)
+            .bind(i64::from(job.attempt))
+            .bind(worker)
+            .execute(&mut *tx)
+            .await?;
+            released += done.rows_affected() as u32;
+        }
+        tx.commit().await?;
+        Ok(released)
+    }
+
+    async fn expire_leases(&self, now: i64) -> Result<u32, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let n = self.expire_in(&mut tx, now).await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    async fn progress(&self, study: &str, now: i64, policy: LeasePolicy) -> Result<Progress, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query("SELECT name, state FROM studies WHERE id = $1")
+            .bind(study)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        let name: String = row.try_get("name")?;
+        let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+        let mut counts: HashMap<String, u64> = HashMap::new();
+        for r in sqlx::query("SELECT state, COUNT(*) AS n FROM continuations WHERE study = $1 GROUP BY state")
+            .bind(study)
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            counts.insert(r.try_get("state")?, r.try_get::<i64, _>("n")? as u64);
+        }
+        let mut by_state: HashMap<String, u32> = HashMap::new();
+        let mut stages: std::collections::BTreeMap<Stage, u32> = Default::default();
+        let mut admitted = 0;
+        for r in sqlx::query("SELECT state, stage, admit_order FROM trajectories WHERE study = $1").bind(study).fetch_all(&mut *tx).await? {
+            let s: String = r.try_get("state")?;
+            if r.try_get::<Option<i64>, _>("admit_order")?.is_some() {
+                admitted += 1;
+            }
+            if s == "running" {
+                *stages.entry(stage_of(&r.try_get::<String, _>("stage")?)?).or_default() += 1;
+            }
+            *by_state.entry(s).or_default() += 1;
+        }
+        let trajectories: u32 = by_state.values().sum();
+        let recent: i64 = sqlx::query("SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND done_ms >= $2")
+            .bind(study)
+            .bind(now - 300_000)
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("n")?;
+        let workers = sqlx::query(
+            "SELECT w.id, w.name, w.slots, w.last_seen_ms, \
+             (SELECT COUNT(*) FROM continuations c WHERE c.worker = w.id AND c.state = 'leased') AS running \
+             FROM workers w WHERE w.last_seen_ms >= $1 ORDER BY w.name, w.id",
+        )
+        .bind(now - policy.timeout_ms)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(WorkerInfo {
+                id: r.try_get("id")?,
+                name: r.try_get("name")?,
+                slots: get_u32(r, "slots")?,
+                running: get_u32(r, "running")?,
+                last_seen_ms_ago: (now - r.try_get::<i64, _>("last_seen_ms")?).max(0) as u64,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+        tx.commit().await?;
+        let get = |k: &str| counts.get(k).copied().unwrap_or(0);
+        let (done, running, pending, retired) = (get("done"), get("leased"), get("pending"), get("retired"));
+        let throughput_per_min = recent as f64 / 5.0;
+        let waiting = by_state.get("waiting").copied().unwrap_or(0);
+        let per_trajectory = if admitted > 0 { (done + running + pending + retired) as f64 / f64::from(admitted) } else { 300.0 };
+        let remaining = (pending + running) as f64 + f64::from(waiting) * per_trajectory;
+        let eta_seconds = match state {
+            StudyState::Running if throughput_per_min > 0.0 => Some(remaining / (throughput_per_min / 60.0)),
+            StudyState::Running => None,
+            _ => Some(0.0),
+        };
+        Ok(Progress {
+            study: study.to_string(),
+            name,
+            state,
+            done,
+            running,
+            pending,
+            retired,
+            trajectories,
+            trajectories_admitted: admitted,
+            trajectories_done: by_state.get("done").copied().unwrap_or(0),
+            trajectories_doomed: by_state.get("doomed").copied().unwrap_or(0),
+            stages: stages.into_iter().collect(),
+            workers,
+            throughput_per_min,
+            eta_seconds,
+        })
+    }
+
+    async fn list_studies(&self) -> Result<Vec<(String, String, StudyState)>, StoreError> {
+        sqlx::query("SELECT id, name, state FROM studies ORDER BY created_ms DESC, id")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                let state = StudyState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+                Ok((r.try_get("id")?, r.try_get("name")?, state))
+            })
+            .collect()
+    }
+
+    async fn study(&self, study: &str) -> Result<StudyRecord, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query("SELECT state, spec_json FROM studies WHERE id = $1")
+            .bind(study)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+        let spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
+        let mut outcomes: HashMap<String, Vec<(Series, u32, u32, Outcome)>> = HashMap::new();
+        for r in sqlx::query(
+            "SELECT trajectory, series, t, seed, state, success FROM continuations \
+             WHERE study = $1 AND state IN ('done', 'retired') ORDER BY trajectory, series, t, seed",
+        )
+        .bind(study)
+        .fetch_all(&mut *tx)
+        .await?
+        {
+            outcomes.entry(r.try_get("trajectory")?).or_default().push((
+                series_of(&r.try_get::<String, _>("series")?)?,
+                get_u32(&r, "t")?,
+                get_u32(&r, "seed")?,
+                outcome_of(&r)?,
+            ));
+        }
+        let mut trajectories = Vec::new();
+        for r in sqlx::query("SELECT id, state, stage, plan_json FROM trajectories WHERE study = $1 ORDER BY ord").bind(study).fetch_all(&mut *tx).await? {
+            let id: String = r.try_get("id")?;
+            trajectories.push(TrajectoryRecord {
+                state: TrajectoryState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("trajectory state"))?,
+                stage: stage_of(&r.try_get::<String, _>("stage")?)?,
+                plan: serde_json::from_str(&r.try_get::<String, _>("plan_json")?).map_err(corrupt)?,
+                outcomes: outcomes.remove(&id).unwrap_or_default(),
+                id,
+            });
+        }
+        tx.commit().await?;
+        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories })
+    }
+
+    async fn cancel(&self, study: &str, now: i64) -> Result<StudyState, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("UPDATE studies SET state = 'cancelled', finished_ms = $1 WHERE id = $2 AND state = 'running'")
+            .bind(now)
+            .bind(study)
+            .execute(&mut *tx)
+            .await?;
+        let row = sqlx::query("SELECT state FROM studies WHERE id = $1")
+            .bind(study)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        tx.commit().await?;
+        StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))
+    }
+
+    async fn leased(&self) -> Result<Vec<(ContinuationKey, u32, String)>, StoreError> {
+        sqlx::query(
+            "SELECT study, trajectory, series, t, seed, attempt, worker FROM continuations WHERE state = 'leased' \
+             ORDER BY study, trajectory, series, t, seed",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok((
+                ContinuationKey {
+                    study: r.try_get("study")?,
+                    trajectory: r.try_get("trajectory")?,
+                    series: series_of(&r.try_get::<String, _>("series")?)?,
+                    t: get_u32(r, "t")?,
+                    seed: get_u32(r, "seed")?,
+                },
+                get_u32(r, "attempt")?,
+                r.try_get("worker")?,
+            ))
+        })
+        .collect()
+    }
+}

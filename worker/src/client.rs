@@ -1,0 +1,213 @@
+//! The connection to the coordinator: channel and TLS setup, the bearer-token interceptor, one
+//! deadline per RPC, status classification, and the backoff used between retries.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::future::Future;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use vcurve_proto::v1;
+use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
+
+use crate::config::WorkerConfig;
+use crate::error::WorkerError;
+
+/// The deadline of every RPC but `Lease`, whose deadline adds the long-poll wait.
+const RPC_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 pings notice a coordinator host that vanished without closing its sockets.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Adds `authorization: Bearer <token>` to every request when a token is configured.
+#[derive(Clone)]
+pub(crate) struct BearerAuth(Option<MetadataValue<Ascii>>);
+
+impl BearerAuth {
+    fn new(token: Option<&str>) -> Result<Self, WorkerError> {
+        let value = token
+            .map(|t| {
+                let mut v: MetadataValue<Ascii> = format!("Bearer {t}").parse().map_err(|_| {
+                    WorkerError::Config("token is not a valid header value".to_owned())
+                })?;
+                v.set_sensitive(true);
+                Ok::<_, WorkerError>(v)
+            })
+            .transpose()?;
+        Ok(Self(value))
+    }
+}
+
+impl fmt::Debug for BearerAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "BearerAuth(<redacted>)" } else { "BearerAuth(none)" })
+    }
+}
+
+impl Interceptor for BearerAuth {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Client = WorkerServiceClient<InterceptedService<Channel, BearerAuth>>;
+
+/// The coordinator's worker service, as the worker calls it: every call has a deadline and
+/// returns a classified [`WorkerError`].
+#[derive(Clone, Debug)]
+pub(crate) struct Coordinator {
+    client: Client,
+}
+
+impl Coordinator {
+    /// Set up the channel. It connects lazily (and reconnects by itself), so an unreachable
+    /// coordinator is not an error here: the first RPCs fail and are retried.
+    pub(crate) async fn connect(config: &WorkerConfig) -> Result<Self, WorkerError> {
+        let mut endpoint = Endpoint::from_shared(config.coordinator.clone())
+            .map_err(|e| WorkerError::Config(format!("coordinator URL: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
+        if config.coordinator.starts_with("https://") {
+            // `with_enabled_roots` adds the system or webpki roots when tonic is built with them;
+            // vcurve's default build has neither, so an https coordinator needs `tls_ca`.
+            let mut tls = ClientTlsConfig::new().with_enabled_roots();
+            match &config.tls_ca {
+                Some(path) => {
+                    let pem = tokio::fs::read(path).await.map_err(|e| {
+                        WorkerError::Tls(format!("cannot read CA file {}: {e}", path.display()))
+                    })?;
+                    tls = tls.ca_certificate(Certificate::from_pem(pem));
+                }
+                None => tracing::warn!(
+                    "https coordinator without a CA file: only the TLS roots built into tonic are trusted"
+                ),
+            }
+            endpoint = endpoint.tls_config(tls).map_err(|e| WorkerError::Tls(e.to_string()))?;
+        }
+        let auth = BearerAuth::new(config.token.as_deref())?;
+        Ok(Self { client: WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), auth) })
+    }
+
+    pub(crate) async fn register(
+        &self,
+        request: v1::RegisterRequest,
+    ) -> Result<v1::RegisterResponse, WorkerError> {
+        let mut client = self.client.clone();
+        call("Register", RPC_TIMEOUT, client.register(request)).await
+    }
+
+    pub(crate) async fn lease(
+        &self,
+        request: v1::LeaseRequest,
+        wait: Duration,
+    ) -> Result<v1::LeaseResponse, WorkerError> {
+        let mut client = self.client.clone();
+        call("Lease", RPC_TIMEOUT + wait, client.lease(request)).await
+    }
+
+    pub(crate) async fn heartbeat(
+        &self,
+        request: v1::HeartbeatRequest,
+    ) -> Result<v1::HeartbeatResponse, WorkerError> {
+        let mut client = self.client.clone();
+        call("Heartbeat", RPC_TIMEOUT, client.heartbeat(request)).await
+    }
+
+    pub(crate) async fn report(
+        &self,
+        request: v1::ReportRequest,
+    ) -> Result<v1::ReportResponse, WorkerError> {
+        let mut client = self.client.clone();
+        call("Report", RPC_TIMEOUT, client.report(request)).await
+    }
+
+    pub(crate) async fn release(
+        &self,
+        request: v1::ReleaseRequest,
+    ) -> Result<v1::ReleaseResponse, WorkerError> {
+        let mut client = self.client.clone();
+        call("Release", RPC_TIMEOUT, client.release(request)).await
+    }
+}
+
+async fn call<T>(
+    rpc: &'static str,
+    deadline: Duration,
+    response: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, WorkerError> {
+    match tokio::time::timeout(deadline, response).await {
+        Err(_) => Err(WorkerError::Timeout { rpc, after: deadline }),
+        Ok(Err(status)) => Err(WorkerError::from_status(rpc, &status)),
+        Ok(Ok(response)) => Ok(response.into_inner()),
+    }
+}
+
+/// Capped exponential backoff with jitter, for retrying RPCs while the coordinator is away.
+///
+/// The jitter (each delay drawn from the upper half of its step) keeps the workers of a fleet from
+/// hammering a restarting coordinator in lockstep.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) const MIN: Duration = Duration::from_millis(50);
+    pub(crate) const MAX: Duration = Duration::from_secs(5);
+
+    pub(crate) fn new() -> Self {
+        Self { next: Self::MIN }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+
+    /// The delay before the next retry; doubles the one after, up to [`Backoff::MAX`].
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let step = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        step.mul_f64(0.5 + 0.5 * jitter())
+    }
+}
+
+/// A number in `[0, 1)`, different on every call; not for anything but spreading retries.
+fn jitter() -> f64 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let h = RandomState::new().hash_one(CALLS.fetch_add(1, Ordering::Relaxed));
+    (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let mut b = Backoff::new();
+        let delays: Vec<Duration> = (0..12).map(|_| b.next_delay()).collect();
+        assert!(delays[0] >= Backoff::MIN / 2 && delays[0] <= Backoff::MIN);
+        assert!(delays.iter().all(|d| *d <= Backoff::MAX));
+        assert!(delays[11] >= Backoff::MAX / 2);
+        b.reset();
+        assert!(b.next_delay() <= Backoff::MIN);
+    }
+
+    #[test]
+    fn auth_debug_hides_the_token() {
+        let auth = BearerAuth::new(Some("s3cret")).unwrap();
+        assert!(!format!("{auth:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,701 @@
+//! The worker's life: register, lease, run, heartbeat, report, shut down.
+//!
+//! # Tasks
+//!
+//! [`run`] spawns three kinds of tasks around one shared state ([`Shared`]):
+//!
+//! - the **lease loop** waits for a free slot (a semaphore permit), asks for as many jobs as there
+//!   are free slots, and spawns a job task per job, moving a permit into it;
+//! - the **heartbeat loop** lists every held job at the coordinator's interval, cancels the ones it
+//!   answers as revoked, and registers again when the coordinator has forgotten the worker;
+//! - a **job task** per job runs it through its runner, then reports the result, retrying until
+//!   the report goes through. It keeps its slot until then, so the coordinator's count of the
+//!   worker's leases never exceeds its slots, and its job stays in the heartbeat until then, so a
+//!   finished outcome waiting for a restarting coordinator keeps its lease.
+//!
+//! The held-job table (`Shared::held`) is the single record of what the worker owns; each entry's
+//! [`Fate`] says what happens to the job when its task ends: reported (`Running`), dropped
+//! (`Revoked`: the coordinator took it back), or given back with `Release` (`Released`: shutdown
+//! cancelled it). Locks on it are never held across an `await`.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt as _;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
+use vcurve_proto::v1;
+
+use crate::client::{Backoff, Coordinator};
+use crate::config::WorkerConfig;
+use crate::error::WorkerError;
+use crate::runner::{HeldJob, JobSpec, RunResult, Runners};
+use crate::wire;
+
+/// How long a cancelled runner may take to return before its future is dropped.
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+/// Heartbeat interval when the coordinator states none.
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// The pause after an empty lease that came back early, so the lease loop never spins.
+const EMPTY_POLL_PAUSE: Duration = Duration::from_millis(50);
+/// How often `Release` is tried at shutdown before the leases are left to expire.
+const RELEASE_ATTEMPTS: u32 = 3;
+
+/// What a worker did, returned by [`run`] after a graceful shutdown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerSummary {
+    /// The worker id of the last registration (`None` if shut down before registering).
+    pub worker_id: Option<String>,
+    /// Registrations, counting the first: more than one means the coordinator forgot the worker.
+    pub registrations: u32,
+    /// Jobs leased.
+    pub leased: u64,
+    /// Reports the coordinator answered, accepted or not.
+    pub reported: u64,
+    /// Of those, the ones it accepted (`accepted = false` is a late or duplicate report: it
+    /// changed nothing and is not an error).
+    pub accepted: u64,
+    /// Of the reported, how many were no-outcomes.
+    pub no_outcomes: u64,
+    /// Jobs the coordinator revoked, cancelled and not reported.
+    pub revoked: u64,
+    /// Jobs given back unrun (or unfinished) with `Release` at shutdown.
+    pub released: u64,
+    /// Jobs neither reported nor released (the coordinator refused the report, or could not be
+    /// reached at shutdown): their leases expire and the coordinator issues them again.
+    pub abandoned: u64,
+}
+
+/// Run a worker until `shutdown` resolves or a fatal error occurs.
+///
+/// Registers (retrying while the coordinator is unreachable), then leases, runs and reports jobs
+/// with `config.slots` at once. When `shutdown` resolves: stops leasing, lets running jobs finish
+/// and be reported for up to `config.shutdown_grace`, cancels the rest and releases them.
+///
+/// Returns an error only for the fatal [`WorkerError`]s (bad configuration, rejected token,
+/// refused registration); transport errors are retried for as long as it takes.
+pub async fn run(
+    config: WorkerConfig,
+    runners: Runners,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<WorkerSummary, WorkerError> {
+    config.validate()?;
+    if runners.is_empty() {
+        return Err(WorkerError::Config("no agent runners: at least one kind is needed".into()));
+    }
+    let coordinator = Coordinator::connect(&config).await?;
+    let shared = Arc::new(Shared::new(config, runners, coordinator));
+    let mut shutdown = std::pin::pin!(shutdown);
+
+    // First registration. The coordinator may be restarting: keep trying until shutdown.
+    let never = CancellationToken::new();
+    tokio::select! {
+        registered = shared.register(0, &never) => registered?,
+        () = &mut shutdown => {
+            tracing::info!("shutdown before the coordinator answered; nothing to release");
+            return Ok(shared.summary());
+        }
+    }
+
+    let stop_leasing = CancellationToken::new();
+    let stop_heartbeats = CancellationToken::new();
+    let lease_loop = tokio::spawn(lease_loop(shared.clone(), stop_leasing.clone()));
+    let heartbeat_loop = tokio::spawn(heartbeat_loop(shared.clone(), stop_heartbeats.clone()));
+
+    tokio::select! {
+        () = &mut shutdown => tracing::info!("shutdown requested: no more leases"),
+        () = shared.fatal.cancelled() => {}
+    }
+    stop_leasing.cancel();
+    // The loop ends once its in-flight lease (at most `lease_wait` plus a deadline) returns; jobs
+    // that arrive after the stop are released at once.
+    let _ = lease_loop.await;
+    shared.tracker.close();
+
+    if let Some(error) = shared.fatal_error() {
+        shared.cancel_all(Fate::Abandoned);
+        shared.tracker.wait().await;
+        stop_heartbeats.cancel();
+        let _ = heartbeat_loop.await;
+        tracing::error!(worker = %shared.worker_id(), %error, "worker stopped");
+        return Err(error);
+    }
+
+    let grace = shared.config.shutdown_grace;
+    let finished = tokio::select! {
+        () = shared.tracker.wait() => true,
+        () = tokio::time::sleep(grace) => false,
+        () = shared.fatal.cancelled() => false,
+    };
+    if !finished {
+        let cancelled = shared.cancel_all(Fate::Released);
+        tracing::info!(jobs = cancelled, ?grace, "shutdown grace over: cancelling unfinished jobs");
+        shared.tracker.wait().await;
+    }
+    let to_release = shared.take(Fate::Released);
+    if !to_release.is_empty() {
+        shared.release(to_release).await;
+    }
+    stop_heartbeats.cancel();
+    let _ = heartbeat_loop.await;
+
+    // Jobs whose report was refused or whose task ended on a fatal error leave nothing held.
+    let leftover = shared.take(Fate::Abandoned).len() as u64;
+    shared.counters.abandoned.fetch_add(leftover, Ordering::Relaxed);
+    if let Some(error) = shared.fatal_error() {
+        return Err(error);
+    }
+    let summary = shared.summary();
+    tracing::info!(
+        worker = %shared.worker_id(),
+        reported = summary.reported,
+        released = summary.released,
+        abandoned = summary.abandoned,
+        "worker stopped"
+    );
+    Ok(summary)
+}
+
+/// What becomes of a held job when its task ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Run it and report its result.
+    Running,
+    /// The coordinator took it back: drop it silently.
+    Revoked,
+    /// Shutdown cancelled it: give it back with `Release`.
+    Released,
+    /// A fatal error stopped the worker: leave it to expire.
+    Abandoned,
+}
+
+#[derive(Debug)]
+struct Entry {
+    cancel: CancellationToken,
+    fate: Fate,
+}
+
+#[derive(Debug)]
+struct Session {
+    /// Bumped by every registration, so concurrent discoverers of an unknown worker register once.
+    generation: u64,
+    worker_id: String,
+    heartbeat_interval: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    registrations: AtomicU64,
+    leased: AtomicU64,
+    reported: AtomicU64,
+    accepted: AtomicU64,
+    no_outcomes: AtomicU64,
+    revoked: AtomicU64,
+    released: AtomicU64,
+    abandoned: AtomicU64,
+}
+
+/// State shared by the lease loop, the heartbeat loop and the job tasks.
+struct Shared {
+    config: WorkerConfig,
+    runners: Runners,
+    coordinator: Coordinator,
+    session: Mutex<Session>,
+    /// Serializes registrations (held across the Register RPC, hence tokio's mutex).
+    registering: tokio::sync::Mutex<()>,
+    held: Mutex<HashMap<HeldJob, Entry>>,
+    tracker: TaskTracker,
+    counters: Counters,
+    fatal: CancellationToken,
+    fatal_error: Mutex<Option<WorkerError>>,
+}
+
+/// Lock a std mutex, ignoring poison: every critical section here leaves the data consistent.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    fn new(config: WorkerConfig, runners: Runners, coordinator: Coordinator) -> Self {
+        Self {
+            config,
+            runners,
+            coordinator,
+            session: Mutex::new(Session {
+                generation: 0,
+                worker_id: String::new(),
+                heartbeat_interval: DEFAULT_HEARTBEAT,
+            }),
+            registering: tokio::sync::Mutex::new(()),
+            held: Mutex::new(HashMap::new()),
+            tracker: TaskTracker::new(),
+            counters: Counters::default(),
+            fatal: CancellationToken::new(),
+            fatal_error: Mutex::new(None),
+        }
+    }
+
+    fn worker_id(&self) -> String {
+        lock(&self.session).worker_id.clone()
+    }
+
+    fn session(&self) -> (u64, String) {
+        let s = lock(&self.session);
+        (s.generation, s.worker_id.clone())
+    }
+
+    fn set_fatal(&self, error: WorkerError) {
+        let mut slot = lock(&self.fatal_error);
+        if slot.is_none() {
+            *slot = Some(error);
+        }
+        self.fatal.cancel();
+    }
+
+    fn fatal_error(&self) -> Option<WorkerError> {
+        lock(&self.fatal_error).take()
+    }
+
+    fn summary(&self) -> WorkerSummary {
+        let c = &self.counters;
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let (generation, worker_id) = self.session();
+        WorkerSummary {
+            worker_id: (generation > 0).then_some(worker_id),
+            registrations: u32::try_from(get(&c.registrations)).unwrap_or(u32::MAX),
+            leased: get(&c.leased),
+            reported: get(&c.reported),
+            accepted: get(&c.accepted),
+            no_outcomes: get(&c.no_outcomes),
+            revoked: get(&c.revoked),
+            released: get(&c.released),
+            abandoned: get(&c.abandoned),
+        }
+    }
+
+    /// Register unless someone registered since `seen_generation`; retries transport errors with
+    /// backoff until `stop`. Fatal errors are returned (and not recorded: the caller decides).
+    async fn register(&self, seen_generation: u64, stop: &CancellationToken) -> Result<(), WorkerError> {
+        // Not a plain `lock().await`: a registration retrying against an absent coordinator
+        // must not keep a stopping caller waiting.
+        let _one_at_a_time = tokio::select! {
+            guard = self.registering.lock() => guard,
+            () = stop.cancelled() => return Ok(()),
+        };
+        if lock(&self.session).generation != seen_generation {
+            return Ok(());
+        }
+        let request = v1::RegisterRequest {
+            name: self.config.name.clone(),
+            slots: self.config.slots,
+            capabilities: self.runners.kinds().into_iter().map(str::to_owned).collect(),
+            protocol_version: vcurve_proto::PROTOCOL_VERSION.to_owned(),
+        };
+        let mut backoff = Backoff::new();
+        let mut failures = 0u32;
+        loop {
+            match self.coordinator.register(request.clone()).await {
+                Ok(response) => {
+                    let interval = match response.heartbeat_interval_ms {
+                        0 => DEFAULT_HEARTBEAT,
+                        ms => Duration::from_millis(u64::from(ms).max(10)),
+                    };
+                    let mut session = lock(&self.session);
+                    session.generation += 1;
+                    session.worker_id = response.worker_id;
+                    session.heartbeat_interval = interval;
+                    self.counters.registrations.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        worker = %session.worker_id,
+                        name = %self.config.name,
+                        slots = self.config.slots,
+                        capabilities = ?request.capabilities,
+                        heartbeat_ms = interval.as_millis() as u64,
+                        lease_timeout_ms = response.lease_timeout_ms,
+                        "registered"
+                    );
+                    return Ok(());
+                }
+                Err(error) if error.is_retryable() => {
+                    failures += 1;
+                    let delay = backoff.next_delay();
+                    tracing::warn!(
+                        coordinator = %self.config.coordinator,
+                        %error,
+                        failures,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "cannot register yet"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = stop.cancelled() => return Ok(()),
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Register again after the coordinator said it does not know this worker.
+    async fn reregister(&self, seen_generation: u64, stop: &CancellationToken) {
+        tracing::warn!(worker = %self.worker_id(), "the coordinator does not know this worker: registering again");
+        if let Err(error) = self.register(seen_generation, stop).await {
+            self.set_fatal(error);
+        }
+    }
+
+    /// Record a leased job and spawn its task, which owns `permit` (its slot) until it ends.
+    fn start(self: &Arc<Self>, job: v1::Job, permit: OwnedSemaphorePermit) {
+        let (held, job) = match wire::job_from_wire(job) {
+            Ok(spec) => (spec.held(), Ok(spec)),
+            Err(wire::BadJob { held: Some(held), reason }) => (held, Err(reason)),
+            Err(wire::BadJob { held: None, reason }) => {
+                tracing::error!(%reason, "malformed job from the coordinator; its lease will expire");
+                return;
+            }
+        };
+        let cancel = CancellationToken::new();
+        {
+            let mut table = lock(&self.held);
+            if table.contains_key(&held) {
+                tracing::warn!(key = %held.key, attempt = held.attempt, "job leased twice; running it once");
+                return;
+            }
+            table.insert(held.clone(), Entry { cancel: cancel.clone(), fate: Fate::Running });
+        }
+        self.counters.leased.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!("job", key = %held.key, attempt = held.attempt);
+        let shared = self.clone();
+        self.tracker.spawn(
+            async move {
+                let _slot = permit;
+                shared.job_task(held, job, cancel).await;
+            }
+            .instrument(span),
+        );
+    }
+
+    async fn job_task(&self, held: HeldJob, job: Result<JobSpec, String>, cancel: CancellationToken) {
+        let started = Instant::now();
+        tracing::debug!("started");
+        let result = match job {
+            Ok(spec) => self.run_job(spec, &cancel).await,
+            Err(reason) => Some(RunResult::NoOutcome { reason }),
+        };
+        match result {
+            Some(result) => self.report(&held, &result, started.elapsed(), &cancel).await,
+            None => self.settle_cancelled(&held),
+        }
+    }
+
+    /// Run a job through its runner; `None` when it was cancelled (its result is then moot).
+    async fn run_job(&self, spec: JobSpec, cancel: &CancellationToken) -> Option<RunResult> {
+        let Some(runner) = self.runners.get(&spec.runner_kind).cloned() else {
+            let reason = format!("unsupported runner {}", spec.runner_kind);
+            tracing::warn!(%reason, "cannot run job");
+            return Some(RunResult::NoOutcome { reason });
+        };
+        let kind = runner.kind();
+        // A panicking runner must not take its job's lease with it: it becomes a no-outcome.
+        let panicked = |_| RunResult::no_outcome(format!("runner {kind} panicked"));
+        let run = match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
+            Ok(run) => run,
+            Err(panic) => return Some(panicked(panic)),
+        };
+        let mut run = AssertUnwindSafe(run).catch_unwind();
+        let result = tokio::select! {
+            result = &mut run => result.unwrap_or_else(panicked),
+            () = cancel.cancelled() => {
+                // Give the runner a moment to clean up; what it returns is discarded.
+                if tokio::time::timeout(CANCEL_GRACE, run).await.is_err() {
+                    tracing::warn!(runner = kind, "runner ignored cancellation; dropped");
+                }
+                return None;
+            }
+        };
+        (!cancel.is_cancelled()).then_some(result)
+    }
+
+    /// Report a result, retrying transport errors until it goes through or the job is cancelled
+    /// (revoked, or shutdown's grace ran out).
+    async fn report(&self, held: &HeldJob, result: &RunResult, took: Duration, cancel: &CancellationToken) {
+        let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        let mut backoff = Backoff::new();
+        let mut failures = 0u32;
+        loop {
+            let request = wire::report_to_wire(&self.worker_id(), held, result, duration_ms);
+            let answer = tokio::select! {
+                answer = self.coordinator.report(request) => answer,
+                () = cancel.cancelled() => return self.settle_cancelled(held),
+            };
+            match answer {
+                Ok(response) => {
+                    let c = &self.counters;
+                    c.reported.fetch_add(1, Ordering::Relaxed);
+                    if matches!(result, RunResult::NoOutcome { .. }) {
+                        c.no_outcomes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if response.accepted {
+                        c.accepted.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(?result, duration_ms, "reported");
+                    } else {
+                        tracing::info!(detail = %response.detail, "report not accepted (changed nothing)");
+                    }
+                    lock(&self.held).remove(held);
+                    return;
+                }
+                Err(error) if error.is_retryable() => {
+                    failures += 1;
+                    let delay = backoff.next_delay();
+                    if failures == 1 {
+                        tracing::warn!(%error, "report failed; retrying until the coordinator takes it");
+                    } else {
+                        tracing::debug!(%error, failures, "report failed again");
+                    }
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = cancel.cancelled() => return self.settle_cancelled(held),
+                    }
+                }
+                Err(error) => {
+                    if matches!(error, WorkerError::Unauthenticated { .. }) {
+                        self.set_fatal(error);
+                        // Left held as abandoned: the worker stops and cannot release it.
+                        if let Some(entry) = lock(&self.held).get_mut(held) {
+                            entry.fate = Fate::Abandoned;
+                        }
+                        return;
+                    }
+                    tracing::error!(%error, ?result, "the coordinator refused the report; result dropped");
+                    self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
+                    lock(&self.held).remove(held);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A cancelled job's task is ending: a revoked job is forgotten, a released or abandoned one
+    /// stays in the table for `run` to settle.
+    fn settle_cancelled(&self, held: &HeldJob) {
+        let mut table = lock(&self.held);
+        if table.get(held).is_some_and(|e| e.fate == Fate::Revoked) {
+            table.remove(held);
+            self.counters.revoked.fetch_add(1, Ordering::Relaxed);
+            tracing::info!("revoked by the coordinator; cancelled");
+        }
+    }
+
+    /// The jobs a heartbeat extends: all held but the revoked.
+    fn held_jobs(&self) -> Vec<HeldJob> {
+        lock(&self.held)
+            .iter()
+            .filter(|(_, e)| e.fate == Fate::Running)
+            .map(|(h, _)| h.clone())
+            .collect()
+    }
+
+    fn revoke(&self, held: &HeldJob) {
+        if let Some(entry) = lock(&self.held).get_mut(held)
+            && entry.fate == Fate::Running
+        {
+            entry.fate = Fate::Revoked;
+            entry.cancel.cancel();
+        }
+    }
+
+    /// Cancel every running job, marking it with `fate`; returns how many.
+    fn cancel_all(&self, fate: Fate) -> usize {
+        let mut table = lock(&self.held);
+        let mut n = 0;
+        for entry in table.values_mut().filter(|e| e.fate == Fate::Running) {
+            entry.fate = fate;
+            entry.cancel.cancel();
+            n += 1;
+        }
+        n
+    }
+
+    /// Remove and return the held jobs with `fate`.
+    fn take(&self, fate: Fate) -> Vec<HeldJob> {
+        let mut table = lock(&self.held);
+        let jobs: Vec<HeldJob> =
+            table.iter().filter(|(_, e)| e.fate == fate).map(|(h, _)| h.clone()).collect();
+        for held in &jobs {
+            table.remove(held);
+        }
+        jobs
+    }
+
+    /// Give jobs back unrun. Best effort: if the coordinator cannot be reached, their leases
+    /// expire and it issues them again.
+    async fn release(&self, jobs: Vec<HeldJob>) {
+        let n = jobs.len() as u64;
+        let request = v1::ReleaseRequest {
+            worker_id: self.worker_id(),
+            jobs: jobs.iter().map(wire::held_to_wire).collect(),
+        };
+        let mut backoff = Backoff::new();
+        for attempt in 1..=RELEASE_ATTEMPTS {
+            match self.coordinator.release(request.clone()).await {
+                Ok(response) => {
+                    self.counters.released.fetch_add(n, Ordering::Relaxed);
+                    tracing::info!(jobs = n, acknowledged = response.released, "released unfinished jobs");
+                    return;
+                }
+                Err(error) if error.is_retryable() && attempt < RELEASE_ATTEMPTS => {
+                    tracing::warn!(%error, attempt, "release failed; retrying");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, jobs = n, "could not release jobs; their leases will expire");
+                    break;
+                }
+            }
+        }
+        self.counters.abandoned.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(shared.config.slots as usize));
+    let wait = shared.config.lease_wait;
+    let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+    let mut backoff = Backoff::new();
+    let mut failures = 0u32;
+    let mut unknown_in_a_row = 0u32;
+    loop {
+        let first = tokio::select! {
+            permit = slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
+            () = stop.cancelled() => return,
+        };
+        let mut permits = vec![first];
+        while let Ok(permit) = slots.clone().try_acquire_owned() {
+            permits.push(permit);
+        }
+        let (generation, worker_id) = shared.session();
+        let request = v1::LeaseRequest {
+            worker_id,
+            max_jobs: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+            wait_ms,
+        };
+        let asked = Instant::now();
+        // Not raced against `stop`: dropping the call could lose jobs the coordinator has already
+        // leased to us; they would sit unheld until their leases expire.
+        match shared.coordinator.lease(request, wait).await {
+            Ok(response) => {
+                unknown_in_a_row = 0;
+                if failures > 0 {
+                    tracing::info!(failures, "coordinator reachable again");
+                    failures = 0;
+                }
+                backoff.reset();
+                let empty = response.jobs.is_empty();
+                let mut give_back = Vec::new();
+                for job in response.jobs {
+                    match permits.pop() {
+                        Some(permit) if !stop.is_cancelled() => shared.start(job, permit),
+                        _ => give_back.extend(
+                            wire::job_from_wire(job).map_or_else(|bad| bad.held, |spec| Some(spec.held())),
+                        ),
+                    }
+                }
+                if !give_back.is_empty() {
+                    tracing::info!(jobs = give_back.len(), "giving back jobs leased during shutdown or beyond the free slots");
+                    shared.release(give_back).await;
+                }
+                // A coordinator that answers an empty lease before the wait is over (or a zero
+                // wait) would make this loop spin; pace it.
+                let pause = if wait.is_zero() {
+                    EMPTY_POLL_PAUSE
+                } else {
+                    wait.saturating_sub(asked.elapsed()).min(4 * EMPTY_POLL_PAUSE)
+                };
+                if empty && !pause.is_zero() {
+                    tokio::select! {
+                        () = tokio::time::sleep(pause) => {}
+                        () = stop.cancelled() => return,
+                    }
+                }
+            }
+            Err(WorkerError::UnknownWorker { .. }) => {
+                drop(permits);
+                // Forgotten again right after registering: something is off at the coordinator;
+                // do not churn registrations.
+                unknown_in_a_row += 1;
+                if unknown_in_a_row > 1 {
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff.next_delay()) => {}
+                        () = stop.cancelled() => return,
+                    }
+                }
+                shared.reregister(generation, &stop).await;
+            }
+            Err(error) if error.is_retryable() => {
+                drop(permits);
+                failures += 1;
+                let delay = backoff.next_delay();
+                if failures == 1 {
+                    tracing::warn!(%error, "lease failed; retrying with backoff");
+                } else {
+                    tracing::debug!(%error, failures, "lease failed again");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+            Err(error) => {
+                shared.set_fatal(error);
+                return;
+            }
+        }
+    }
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut failures = 0u32;
+    loop {
+        let interval = lock(&shared.session).heartbeat_interval;
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = stop.cancelled() => return,
+        }
+        let (generation, worker_id) = shared.session();
+        let jobs = shared.held_jobs();
+        let request =
+            v1::HeartbeatRequest { worker_id, jobs: jobs.iter().map(wire::held_to_wire).collect() };
+        match shared.coordinator.heartbeat(request).await {
+            Ok(response) => {
+                if failures > 0 {
+                    tracing::info!(failures, held = jobs.len(), "heartbeats go through again");
+                    failures = 0;
+                }
+                for revoked in response.revoked.into_iter().filter_map(wire::held_from_wire) {
+                    shared.revoke(&revoked);
+                }
+                if response.unknown_worker {
+                    shared.reregister(generation, &stop).await;
+                }
+            }
+            Err(WorkerError::UnknownWorker { .. }) => shared.reregister(generation, &stop).await,
+            Err(error @ WorkerError::Unauthenticated { .. }) => {
+                shared.set_fatal(error);
+                return;
+            }
+            Err(error) => {
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(%error, held = jobs.len(), "heartbeat failed; the leases hold until the lease timeout");
+                } else {
+                    tracing::debug!(%error, failures, "heartbeat failed again");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,708 @@
+//! The worker against a fake coordinator: a `WorkerService` implemented here, served by tonic on
+//! `127.0.0.1:0`, handing out a fixed set of jobs and recording every call.
+//!
+//! Real time with small durations: the whole file runs in a few seconds.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use vcurve_proto::v1;
+use vcurve_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
+use vcurve_worker::synthetic::synthetic_result;
+use vcurve_worker::{
+    AgentRunner, JobSpec, RunResult, Runners, SyntheticRunner, WorkerConfig, WorkerError,
+    WorkerSummary,
+};
+
+const TOKEN: &str = "worker-token";
+const WORKER_ID: &str = "w-1";
+
+// ------------------------------------------------------------------------------------------------
+// The fake coordinator
+// ------------------------------------------------------------------------------------------------
+
+/// `(trajectory/series/t/seed, attempt)`: enough to tell the jobs of one test apart.
+type Held = (String, u32);
+
+fn held_of(key: Option<&v1::ContinuationKey>, attempt: u32) -> Held {
+    let k = key.expect("every message names its key");
+    (format!("{}/{}/{}/{}", k.trajectory, k.series, k.t, k.seed), attempt)
+}
+
+#[derive(Default)]
+struct Ledger {
+    queue: VecDeque<v1::Job>,
+    leased: Vec<Held>,
+    /// Leased and not yet reported, released or revoked.
+    outstanding: BTreeSet<Held>,
+    max_outstanding: usize,
+    registrations: Vec<v1::RegisterRequest>,
+    reports: Vec<v1::ReportRequest>,
+    heartbeats: Vec<Vec<Held>>,
+    released: Vec<Held>,
+    /// Revoke these the first time a heartbeat lists them.
+    to_revoke: BTreeSet<Held>,
+    revoked: Vec<Held>,
+    /// Answer this many heartbeats with `unknown_worker` (after the first registration).
+    forget_worker: u32,
+}
+
+#[derive(Default)]
+struct Fake {
+    ledger: Mutex<Ledger>,
+    /// Fail this many Report calls with `UNAVAILABLE` before accepting any.
+    fail_reports: AtomicU32,
+    report_calls: AtomicU32,
+    refuse_register: bool,
+    heartbeat_ms: u32,
+}
+
+impl Fake {
+    fn new(jobs: Vec<v1::Job>) -> Self {
+        let ledger = Ledger { queue: jobs.into(), ..Ledger::default() };
+        Self { ledger: Mutex::new(ledger), heartbeat_ms: 20, ..Self::default() }
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap()
+    }
+
+    fn check_token<T>(request: &Request<T>) -> Result<(), Status> {
+        let expected = format!("Bearer {TOKEN}");
+        match request.metadata().get("authorization").map(|v| v.to_str()) {
+            Some(Ok(value)) if value == expected => Ok(()),
+            _ => Err(Status::unauthenticated("missing or wrong worker token")),
+        }
+    }
+}
+
+/// The service is implemented on a handle so the same ledger survives a server restart.
+#[derive(Clone)]
+struct FakeService(Arc<Fake>);
+
+#[tonic::async_trait]
+impl WorkerService for FakeService {
+    async fn register(
+        &self,
+        request: Request<v1::RegisterRequest>,
+    ) -> Result<Response<v1::RegisterResponse>, Status> {
+        Fake::check_token(&request)?;
+        if self.0.refuse_register {
+            return Err(Status::failed_precondition("protocol version 1.0 is not supported"));
+        }
+        let mut ledger = self.0.ledger();
+        ledger.registrations.push(request.into_inner());
+        let worker_id = format!("w-{}", ledger.registrations.len());
+        Ok(Response::new(v1::RegisterResponse {
+            worker_id,
+            heartbeat_interval_ms: self.0.heartbeat_ms,
+            lease_timeout_ms: 10_000,
+        }))
+    }
+
+    async fn lease(
+        &self,
+        request: Request<v1::LeaseRequest>,
+    ) -> Result<Response<v1::LeaseResponse>, Status> {
+        Fake::check_token(&request)?;
+        let request = request.into_inner();
+        let deadline = Instant::now() + Duration::from_millis(u64::from(request.wait_ms));
+        loop {
+            {
+                let mut ledger = self.0.ledger();
+                if !ledger.queue.is_empty() {
+                    let n = (request.max_jobs as usize).min(ledger.queue.len());
+                    let jobs: Vec<v1::Job> = ledger.queue.drain(..n).collect();
+                    for job in &jobs {
+                        let held = held_of(job.key.as_ref(), job.attempt);
+                        ledger.leased.push(held.clone());
+                        ledger.outstanding.insert(held);
+                    }
+                    ledger.max_outstanding = ledger.max_outstanding.max(ledger.outstanding.len());
+                    return Ok(Response::new(v1::LeaseResponse { jobs }));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Ok(Response::new(v1::LeaseResponse { jobs: vec![] }));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<v1::HeartbeatRequest>,
+    ) -> Result<Response<v1::HeartbeatResponse>, Status> {
+        Fake::check_token(&request)?;
+        let request = request.into_inner();
+        let mut ledger = self.0.ledger();
+        if ledger.forget_worker > 0 {
+            ledger.forget_worker -= 1;
+            return Ok(Response::new(v1::HeartbeatResponse { revoked: vec![], unknown_worker: true }));
+        }
+        let listed: Vec<Held> = request.jobs.iter().map(|j| held_of(j.key.as_ref(), j.attempt)).collect();
+        let mut revoked = Vec::new();
+        for (wire, held) in request.jobs.iter().zip(&listed) {
+            if ledger.to_revoke.remove(held) {
+                ledger.outstanding.remove(held);
+                ledger.revoked.push(held.clone());
+                revoked.push(wire.clone());
+            }
+        }
+        ledger.heartbeats.push(listed);
+        Ok(Response::new(v1::HeartbeatResponse { revoked, unknown_worker: false }))
+    }
+
+    async fn report(
+        &self,
+        request: Request<v1::ReportRequest>,
+    ) -> Result<Response<v1::ReportResponse>, Status> {
+        Fake::check_token(&request)?;
+        self.0.report_calls.fetch_add(1, Ordering::SeqCst);
+        let fail = self.0.fail_reports.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if fail.is_ok() {
+            return Err(Status::unavailable("the store is restarting"));
+        }
+        let request = request.into_inner();
+        let mut ledger = self.0.ledger();
+        let accepted = ledger.outstanding.remove(&held_of(request.key.as_ref(), request.attempt));
+        ledger.reports.push(request);
+        Ok(Response::new(v1::ReportResponse { accepted, detail: String::new() }))
+    }
+
+    async fn release(
+        &self,
+        request: Request<v1::ReleaseRequest>,
+    ) -> Result<Response<v1::ReleaseResponse>, Status> {
+        Fake::check_token(&request)?;
+        let mut ledger = self.0.ledger();
+        let mut released = 0;
+        for job in request.into_inner().jobs {
+            let held = held_of(job.key.as_ref(), job.attempt);
+            if ledger.outstanding.remove(&held) {
+                released += 1;
+            }
+            ledger.released.push(held);
+        }
+        Ok(Response::new(v1::ReleaseResponse { released }))
+    }
+}
+
+/// A running fake server; dropping the handle's sender stops it gracefully.
+struct Server {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(fake: &Arc<Fake>, listener: TcpListener) -> Self {
+        Self::start_with(fake, listener, None).await
+    }
+
+    async fn start_with(
+        fake: &Arc<Fake>,
+        listener: TcpListener,
+        tls: Option<tonic::transport::ServerTlsConfig>,
+    ) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let service = WorkerServiceServer::new(FakeService(fake.clone()));
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls).expect("server TLS config");
+        }
+        let task = tokio::spawn(async move {
+            builder
+                .add_service(service)
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("fake coordinator serves");
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.task).await;
+    }
+}
+
+async fn start_fake(fake: Fake) -> (Arc<Fake>, SocketAddr, Server) {
+    let fake = Arc::new(fake);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Server::start(&fake, listener).await;
+    (fake, addr, server)
+}
+
+// ------------------------------------------------------------------------------------------------
+// Jobs, a probing runner, helpers
+// ------------------------------------------------------------------------------------------------
+
+const CURVE: &str = r#"{"curve": [0.9, 0.7, 0.5, 0.1]}"#;
+
+fn job(trajectory: &str, seed: u32, attempt: u32, kind: &str, options: &str) -> v1::Job {
+    v1::Job {
+        key: Some(v1::ContinuationKey {
+            study: "study-1".into(),
+            trajectory: trajectory.into(),
+            series: "main".into(),
+            t: 2,
+            seed,
+        }),
+        attempt,
+        budget: 98,
+        runner: Some(v1::RunnerSpec {
+            kind: kind.into(),
+            options_json: options.into(),
+            study_seed: 7,
+        }),
+        trajectory_spec_json: CURVE.into(),
+    }
+}
+
+fn probe_job(seed: u32, duration_ms: u64) -> v1::Job {
+    job("probe", seed, 1, "probe", &format!(r#"{{"duration_ms": {duration_ms}}}"#))
+}
+
+fn held(trajectory: &str, seed: u32, attempt: u32) -> Held {
+    (format!("{trajectory}/main/2/{seed}"), attempt)
+}
+
+/// Counts concurrent runs and records which runs were cancelled.
+#[derive(Default)]
+struct Probe {
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+    cancelled: Mutex<Vec<Held>>,
+}
+
+struct ProbeRunner(Arc<Probe>);
+
+impl AgentRunner for ProbeRunner {
+    fn kind(&self) -> &'static str {
+        "probe"
+    }
+
+    fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, RunResult> {
+        let probe = self.0.clone();
+        Box::pin(async move {
+            let now = probe.running.fetch_add(1, Ordering::SeqCst) + 1;
+            probe.max_running.fetch_max(now, Ordering::SeqCst);
+            let ms = job.options["duration_ms"].as_u64().unwrap_or(20);
+            let cancelled = tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(ms)) => false,
+                () = cancel.cancelled() => true,
+            };
+            probe.running.fetch_sub(1, Ordering::SeqCst);
+            if cancelled {
+                probe.cancelled.lock().unwrap().push(held("probe", job.key.seed, job.attempt));
+                return RunResult::no_outcome("cancelled");
+            }
+            RunResult::Outcome {
+                success: true,
+                steps: 1,
+                end_type: "submitted".into(),
+                patch_sha256: "probe".into(),
+            }
+        })
+    }
+}
+
+fn runners(probe: &Arc<Probe>) -> Runners {
+    Runners::new().with(SyntheticRunner).with(ProbeRunner(probe.clone()))
+}
+
+fn config(addr: SocketAddr, slots: u32) -> WorkerConfig {
+    let mut config = WorkerConfig::new(format!("http://{addr}"));
+    config.slots = slots;
+    config.name = "test-worker".into();
+    config.token = Some(TOKEN.into());
+    config.lease_wait = Duration::from_millis(100);
+    config.shutdown_grace = Duration::from_millis(300);
+    config
+}
+
+/// Poll `condition` until it holds; panics after `within`.
+async fn eventually(what: &str, within: Duration, condition: impl Fn() -> bool) {
+    let deadline = Instant::now() + within;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Start a worker whose shutdown is the returned token.
+fn spawn_worker(
+    config: WorkerConfig,
+    runners: Runners,
+) -> (CancellationToken, tokio::task::JoinHandle<Result<WorkerSummary, WorkerError>>) {
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    let worker = tokio::spawn(vcurve_worker::run(config, runners, async move {
+        signal.cancelled().await;
+    }));
+    (shutdown, worker)
+}
+
+async fn finish(
+    worker: tokio::task::JoinHandle<Result<WorkerSummary, WorkerError>>,
+) -> Result<WorkerSummary, WorkerError> {
+    tokio::time::timeout(Duration::from_secs(5), worker).await.expect("worker stops").unwrap()
+}
+
+/// Reports per `(key, attempt)`.
+fn report_counts(reports: &[v1::ReportRequest]) -> BTreeMap<Held, usize> {
+    let mut counts = BTreeMap::new();
+    for r in reports {
+        *counts.entry(held_of(r.key.as_ref(), r.attempt)).or_default() += 1;
+    }
+    counts
+}
+
+// ------------------------------------------------------------------------------------------------
+// Tests
+// ------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
+    let mut jobs = Vec::new();
+    for seed in 0..8 {
+        jobs.push(job("traj-a", seed, 1 + seed % 3, "synthetic", r#"{"duration_ms": 15}"#));
+        jobs.push(probe_job(seed, 30));
+    }
+    jobs.push(job("traj-x", 0, 2, "nope", "{}"));
+    let specs: Vec<v1::Job> = jobs.clone();
+    let total = jobs.len();
+    let (fake, addr, server) = start_fake(Fake::new(jobs)).await;
+    let probe = Arc::new(Probe::default());
+
+    let (shutdown, worker) = spawn_worker(config(addr, 3), runners(&probe));
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= total).await;
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    server.stop().await;
+
+    // Exactly once per key, with the attempt it was leased under.
+    let counts = report_counts(&fake.ledger().reports);
+    assert_eq!(counts.len(), total, "{counts:?}");
+    for job in &specs {
+        assert_eq!(counts.get(&held_of(job.key.as_ref(), job.attempt)), Some(&1));
+    }
+
+    let ledger = fake.ledger();
+    // Slots: never more than 3 leases outstanding, never more than 3 runs at once; and the
+    // worker did use its slots.
+    assert!(ledger.max_outstanding <= 3, "outstanding {}", ledger.max_outstanding);
+    assert!(ledger.max_outstanding >= 2, "outstanding {}", ledger.max_outstanding);
+    assert!(probe.max_running.load(Ordering::SeqCst) <= 3);
+
+    // Registration: name, slots, capabilities, protocol version; reports carry the worker id.
+    assert_eq!(ledger.registrations.len(), 1);
+    let registration = &ledger.registrations[0];
+    assert_eq!((registration.name.as_str(), registration.slots), ("test-worker", 3));
+    assert_eq!(registration.capabilities, vec!["probe".to_owned(), "synthetic".to_owned()]);
+    assert_eq!(registration.protocol_version, vcurve_worker::PROTOCOL_VERSION);
+    assert!(ledger.reports.iter().all(|r| r.worker_id == WORKER_ID));
+
+    // Heartbeats list held jobs, and only jobs that were leased.
+    assert!(ledger.heartbeats.iter().any(|listed| !listed.is_empty()), "{:?}", ledger.heartbeats);
+    for listed in &ledger.heartbeats {
+        assert!(listed.len() <= 3);
+        assert!(listed.iter().all(|h| ledger.leased.contains(h)));
+    }
+
+    // Results: the synthetic ones are the runner's pure function of the key; the unknown kind is
+    // a no-outcome naming it.
+    for report in &ledger.reports {
+        let key = report.key.as_ref().unwrap();
+        match key.trajectory.as_str() {
+            "traj-a" => {
+                let spec = JobSpec {
+                    key: vcurve_worker::ContinuationKey {
+                        study: key.study.clone(),
+                        trajectory: key.trajectory.clone(),
+                        series: key.series.clone(),
+                        t: key.t,
+                        seed: key.seed,
+                    },
+                    attempt: report.attempt,
+                    budget: 98,
+                    runner_kind: "synthetic".into(),
+                    options: serde_json::json!({}),
+                    study_seed: 7,
+                    trajectory: serde_json::from_str(CURVE).unwrap(),
+                };
+                let Some(v1::report_request::Result::Outcome(o)) = &report.result else {
+                    panic!("{report:?}")
+                };
+                let expected = RunResult::Outcome {
+                    success: o.success,
+                    steps: o.steps,
+                    end_type: o.end_type.clone(),
+                    patch_sha256: o.patch_sha256.clone(),
+                };
+                assert_eq!(synthetic_result(&spec), expected);
+                assert!(report.duration_ms >= 15);
+            }
+            "traj-x" => assert_eq!(
+                report.result,
+                Some(v1::report_request::Result::NoOutcome(v1::NoOutcome {
+                    reason: "unsupported runner nope".into()
+                }))
+            ),
+            _ => {}
+        }
+    }
+    drop(ledger);
+
+    assert_eq!(summary.reported, total as u64);
+    assert_eq!(summary.accepted, total as u64);
+    assert_eq!(summary.no_outcomes, 1);
+    assert_eq!((summary.released, summary.revoked, summary.abandoned), (0, 0, 0));
+    assert_eq!(summary.worker_id.as_deref(), Some(WORKER_ID));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_reports_are_retried_until_they_go_through() {
+    let jobs: Vec<v1::Job> = (0..5).map(|seed| probe_job(seed, 5)).collect();
+    let fake = Fake { fail_reports: AtomicU32::new(6), ..Fake::new(jobs) };
+    let (fake, addr, server) = start_fake(fake).await;
+    let probe = Arc::new(Probe::default());
+
+    let (shutdown, worker) = spawn_worker(config(addr, 2), runners(&probe));
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 5).await;
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    server.stop().await;
+
+    let counts = report_counts(&fake.ledger().reports);
+    assert_eq!(counts.len(), 5);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+    assert_eq!(fake.report_calls.load(Ordering::SeqCst), 11, "6 refused, then 5 accepted");
+    assert_eq!((summary.reported, summary.accepted), (5, 5));
+    assert!(fake.ledger().max_outstanding <= 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_job_is_cancelled_and_not_reported() {
+    let jobs = vec![probe_job(0, 60_000), probe_job(1, 100)];
+    let fake = Fake::new(jobs);
+    fake.ledger().to_revoke.insert(held("probe", 0, 1));
+    let (fake, addr, server) = start_fake(fake).await;
+    let probe = Arc::new(Probe::default());
+
+    let (shutdown, worker) = spawn_worker(config(addr, 2), runners(&probe));
+    eventually("the long job is cancelled", Duration::from_secs(5), || {
+        probe.cancelled.lock().unwrap().contains(&held("probe", 0, 1))
+    })
+    .await;
+    eventually("the short job is reported", Duration::from_secs(5), || {
+        fake.ledger().reports.len() == 1
+    })
+    .await;
+    // A few more heartbeats: the revoked job must no longer be listed.
+    let seen = fake.ledger().heartbeats.len();
+    eventually("two more heartbeats", Duration::from_secs(2), || fake.ledger().heartbeats.len() >= seen + 2).await;
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    server.stop().await;
+
+    let ledger = fake.ledger();
+    assert_eq!(ledger.revoked, vec![held("probe", 0, 1)]);
+    assert_eq!(held_of(ledger.reports[0].key.as_ref(), 1), held("probe", 1, 1));
+    assert!(ledger.heartbeats[seen..].iter().all(|listed| !listed.contains(&held("probe", 0, 1))));
+    assert!(ledger.released.is_empty());
+    assert_eq!((summary.revoked, summary.reported, summary.released), (1, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_short_jobs_and_releases_the_rest() {
+    // Three slots: a short job and two long ones; when the short one is done a fourth (long)
+    // job takes its slot. Shutdown then: grace 300 ms, the long ones are released.
+    let jobs = vec![probe_job(0, 30), probe_job(1, 60_000), probe_job(2, 60_000), probe_job(3, 60_000)];
+    let (fake, addr, server) = start_fake(Fake::new(jobs)).await;
+    let probe = Arc::new(Probe::default());
+
+    let (shutdown, worker) = spawn_worker(config(addr, 3), runners(&probe));
+    eventually("four leased, three running", Duration::from_secs(5), || {
+        fake.ledger().leased.len() == 4 && probe.running.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    // Work that appears now is not leased: leasing stops at shutdown.
+    fake.ledger().queue.push_back(probe_job(9, 10));
+    let started = Instant::now();
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    let took = started.elapsed();
+    server.stop().await;
+
+    let ledger = fake.ledger();
+    let released: BTreeSet<Held> = ledger.released.iter().cloned().collect();
+    let expected: BTreeSet<Held> = (1..=3).map(|seed| held("probe", seed, 1)).collect();
+    assert_eq!(released, expected);
+    assert_eq!(ledger.reports.len(), 1, "only the short job is reported");
+    assert!(ledger.queue.len() == 1, "no lease after shutdown");
+    assert!(ledger.outstanding.is_empty());
+    let cancelled: BTreeSet<Held> = probe.cancelled.lock().unwrap().iter().cloned().collect();
+    assert_eq!(cancelled, expected);
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    assert_eq!((summary.leased, summary.reported, summary.released), (4, 1, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_finishing_within_the_grace_are_reported_not_released() {
+    let jobs = vec![probe_job(0, 100), probe_job(1, 150)];
+    let (fake, addr, server) = start_fake(Fake::new(jobs)).await;
+    let probe = Arc::new(Probe::default());
+
+    let mut config = config(addr, 2);
+    config.shutdown_grace = Duration::from_secs(3);
+    let (shutdown, worker) = spawn_worker(config, runners(&probe));
+    eventually("both running", Duration::from_secs(5), || probe.running.load(Ordering::SeqCst) == 2)
+        .await;
+    // A slot frees up during the grace period, but leasing has stopped.
+    fake.ledger().queue.push_back(probe_job(9, 10));
+    let started = Instant::now();
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "it did not wait out the grace");
+    server.stop().await;
+    assert_eq!((summary.leased, summary.reported, summary.released), (2, 2, 0));
+    assert!(fake.ledger().released.is_empty());
+    assert_eq!(fake.ledger().queue.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_worker_registers_again_and_carries_on() {
+    let jobs: Vec<v1::Job> = (0..4).map(|seed| probe_job(seed, 40)).collect();
+    let fake = Fake::new(jobs);
+    fake.ledger().forget_worker = 1;
+    let (fake, addr, server) = start_fake(fake).await;
+    let probe = Arc::new(Probe::default());
+
+    let (shutdown, worker) = spawn_worker(config(addr, 1), runners(&probe));
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 4).await;
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    server.stop().await;
+
+    let ledger = fake.ledger();
+    assert_eq!(ledger.registrations.len(), 2);
+    assert_eq!(summary.registrations, 2);
+    assert_eq!(summary.worker_id.as_deref(), Some("w-2"));
+    assert!(ledger.reports.iter().any(|r| r.worker_id == "w-2"));
+    assert_eq!(report_counts(&ledger.reports).len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_token_or_refused_registration_is_fatal() {
+    let (_fake, addr, server) = start_fake(Fake::new(vec![])).await;
+    let probe = Arc::new(Probe::default());
+
+    let mut wrong = config(addr, 1);
+    wrong.token = Some("not-the-token".into());
+    let (_shutdown, worker) = spawn_worker(wrong, runners(&probe));
+    let error = finish(worker).await.unwrap_err();
+    assert!(matches!(error, WorkerError::Unauthenticated { rpc: "Register", .. }), "{error}");
+    assert!(!error.is_retryable());
+    assert!(!error.to_string().contains("not-the-token"));
+
+    let mut none = config(addr, 1);
+    none.token = None;
+    let (_shutdown, worker) = spawn_worker(none, runners(&probe));
+    assert!(matches!(finish(worker).await, Err(WorkerError::Unauthenticated { .. })));
+    server.stop().await;
+
+    let refusing = Fake { refuse_register: true, ..Fake::new(vec![]) };
+    let (_fake, addr, server) = start_fake(refusing).await;
+    let (_shutdown, worker) = spawn_worker(config(addr, 1), runners(&probe));
+    let error = finish(worker).await.unwrap_err();
+    assert!(
+        matches!(error, WorkerError::Refused { code: tonic::Code::FailedPrecondition, .. }),
+        "{error}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_waits_for_the_coordinator_and_survives_its_restart() {
+    // Reserve a port, then start the worker before anything listens on it.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let jobs: Vec<v1::Job> = (0..8).map(|seed| probe_job(seed, 40)).collect();
+    let fake = Arc::new(Fake::new(jobs));
+    let probe = Arc::new(Probe::default());
+    let (shutdown, worker) = spawn_worker(config(addr, 2), runners(&probe));
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fake.ledger().registrations.is_empty());
+    let server = Server::start(&fake, TcpListener::bind(addr).await.unwrap()).await;
+    eventually("three reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 3).await;
+
+    // The coordinator goes away for a while: leases, heartbeats and reports fail meanwhile.
+    server.stop().await;
+    let reported_before = fake.ledger().reports.len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let server = Server::start(&fake, TcpListener::bind(addr).await.unwrap()).await;
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 8).await;
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    server.stop().await;
+
+    assert!(reported_before < 8, "the restart happened mid-study");
+    let counts = report_counts(&fake.ledger().reports);
+    assert_eq!(counts.len(), 8);
+    assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+    assert_eq!(fake.ledger().registrations.len(), 1, "the restarted coordinator still knows it");
+    assert_eq!((summary.reported, summary.released, summary.abandoned), (8, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_coordinator_is_trusted_through_the_configured_ca() -> anyhow::Result<()> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use tonic::transport::{Identity, ServerTlsConfig};
+
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    let server_key = KeyPair::generate()?;
+    let server_cert = CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&server_key, &ca)?;
+    let dir = tempfile::tempdir()?;
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem())?;
+
+    let fake = Arc::new(Fake::new((0..3).map(|seed| probe_job(seed, 5)).collect()));
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let tls = ServerTlsConfig::new().identity(Identity::from_pem(server_cert.pem(), server_key.serialize_pem()));
+    let server = Server::start_with(&fake, listener, Some(tls)).await;
+
+    let probe = Arc::new(Probe::default());
+    let mut config = config(([127, 0, 0, 1], port).into(), 2);
+    config.coordinator = format!("https://localhost:{port}");
+    config.tls_ca = Some(ca_file);
+    let (shutdown, worker) = spawn_worker(config, runners(&probe));
+    eventually("all reported over TLS", Duration::from_secs(5), || fake.ledger().reports.len() >= 3).await;
+    shutdown.cancel();
+    let summary = finish(worker).await?;
+    server.stop().await;
+    assert_eq!(summary.reported, 3);
+
+    // A CA file that does not exist is a fatal TLS error, before any connection.
+    let mut missing = WorkerConfig::new(format!("https://localhost:{port}"));
+    missing.tls_ca = Some(dir.path().join("absent.pem"));
+    let error = vcurve_worker::run(missing, Runners::builtin(), std::future::pending()).await.unwrap_err();
+    assert!(matches!(error, WorkerError::Tls(_)), "{error}");
+    Ok(())
+}
