@@ -14,27 +14,38 @@ use crate::model::{HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict
 use crate::spec::StudySpec;
 use crate::store::{LeasePolicy, Store};
 
-/// Milliseconds since the Unix epoch, advancing with tokio's clock (so tests can pause time).
+/// Milliseconds since the Unix epoch: the system's, or a manual one that tests move by hand.
 #[derive(Debug, Clone)]
-pub struct Clock {
-    epoch_ms_at_start: i64,
-    start: Instant,
+pub enum Clock {
+    /// Wall-clock time at start, advanced by a monotonic clock.
+    System { epoch_ms_at_start: i64, start: Instant },
+    /// A clock that only moves when told to.
+    Manual(Arc<std::sync::atomic::AtomicI64>),
 }
 
 impl Clock {
-    pub fn new() -> Self {
+    pub fn system() -> Self {
         let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        Clock { epoch_ms_at_start: epoch, start: Instant::now() }
+        Clock::System { epoch_ms_at_start: epoch, start: Instant::now() }
+    }
+
+    /// A manual clock starting at `start_ms`.
+    pub fn manual(start_ms: i64) -> Self {
+        Clock::Manual(Arc::new(std::sync::atomic::AtomicI64::new(start_ms)))
+    }
+
+    /// Move a manual clock forward (no effect on the system clock).
+    pub fn advance(&self, by: Duration) {
+        if let Clock::Manual(ms) = self {
+            ms.fetch_add(by.as_millis() as i64, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     pub fn now_ms(&self) -> i64 {
-        self.epoch_ms_at_start + self.start.elapsed().as_millis() as i64
-    }
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Clock::new()
+        match self {
+            Clock::System { epoch_ms_at_start, start } => epoch_ms_at_start + start.elapsed().as_millis() as i64,
+            Clock::Manual(ms) => ms.load(std::sync::atomic::Ordering::SeqCst),
+        }
     }
 }
 
@@ -70,7 +81,12 @@ pub struct Coordinator<S> {
 
 impl<S: Store> Coordinator<S> {
     pub fn new(store: S, timing: Timing) -> Arc<Self> {
-        Arc::new(Coordinator { store, clock: Clock::new(), timing, work: Notify::new() })
+        Self::with_clock(store, timing, Clock::system())
+    }
+
+    /// A coordinator on a given clock (tests use [`Clock::manual`]).
+    pub fn with_clock(store: S, timing: Timing, clock: Clock) -> Arc<Self> {
+        Arc::new(Coordinator { store, clock, timing, work: Notify::new() })
     }
 
     pub fn store(&self) -> &S {

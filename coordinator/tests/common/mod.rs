@@ -1,0 +1,84 @@
+//! Shared pieces of the coordinator's tests: stores on both backends and small study specs.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use sqlx::Connection;
+use vcurve_coordinator::store::SqlStore;
+
+/// A store on a fresh database: SQLite in memory, or a new PostgreSQL database.
+pub struct TestStore {
+    pub name: &'static str,
+    pub store: SqlStore,
+    cleanup: Option<(String, String)>,
+}
+
+impl TestStore {
+    pub async fn sqlite() -> TestStore {
+        TestStore { name: "sqlite", store: SqlStore::connect("sqlite::memory:").await.unwrap(), cleanup: None }
+    }
+
+    /// A fresh database on the server `VCURVE_TEST_POSTGRES` names (`scripts/test` starts one).
+    pub async fn postgres() -> TestStore {
+        let admin = std::env::var("VCURVE_TEST_POSTGRES")
+            .expect("set VCURVE_TEST_POSTGRES to a PostgreSQL URL (scripts/test starts a server and sets it)");
+        sqlx::any::install_default_drivers();
+        let db = format!("vcurve_test_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::AnyConnection::connect(&admin).await.expect("connect to VCURVE_TEST_POSTGRES");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}"))).execute(&mut conn).await.unwrap();
+        let base = admin.rsplit_once('/').expect("URL with a database").0;
+        let url = format!("{base}/{db}");
+        TestStore { name: "postgres", store: SqlStore::connect(&url).await.unwrap(), cleanup: Some((admin, db)) }
+    }
+
+    /// Both backends, each on a fresh database.
+    pub async fn both() -> Vec<TestStore> {
+        vec![TestStore::sqlite().await, TestStore::postgres().await]
+    }
+
+    /// Drop the PostgreSQL database (call at the end of a passing test).
+    pub async fn finish(self) {
+        let TestStore { store, cleanup, .. } = self;
+        drop(store);
+        if let Some((admin, db)) = cleanup {
+            if let Ok(mut conn) = sqlx::AnyConnection::connect(&admin).await {
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))).execute(&mut conn).await;
+            }
+        }
+    }
+}
+
+/// A trajectory of a test study: id, length, cliff (`V = p` before it, 0 from it), labels.
+pub struct Tr {
+    pub id: &'static str,
+    pub length: u32,
+    pub cliff: u32,
+    pub p: f64,
+    pub labels: &'static str,
+}
+
+/// A study spec over `trajectories` with synthetic curves, and its curve files.
+pub fn spec(name: &str, extra: &str, trajectories: &[Tr]) -> (String, BTreeMap<String, String>) {
+    let mut yaml = format!("name: {name}\nseed: 7\nrunner: {{kind: synthetic, duration_ms: 0}}\n{extra}trajectories:\n");
+    let mut files = BTreeMap::new();
+    for tr in trajectories {
+        let path = format!("curves/{}.csv", tr.id);
+        let mut csv = String::from("t,v\n");
+        for t in 0..tr.length {
+            let _ = writeln!(csv, "{t},{}", if t < tr.cliff { tr.p } else { 0.0 });
+        }
+        files.insert(path.clone(), csv);
+        let _ = writeln!(yaml, "  - id: {}\n    length: {}\n    curve: {path}", tr.id, tr.length);
+        if !tr.labels.is_empty() {
+            let _ = writeln!(yaml, "    labels: {{{}}}", tr.labels);
+        }
+    }
+    (yaml, files)
+}
+
+/// The success of a key under a step curve: deterministic, so any two runs agree.
+pub fn step_outcome(cliff: u32, t: u32, seed: u32) -> bool {
+    t < cliff && seed % 4 != 3
+}

@@ -1,0 +1,180 @@
+//! The coordinator over real gRPC on loopback: authentication, TLS, and a small cluster of
+//! in-process workers running a study to the end.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{TestStore, Tr, spec};
+use tokio_util::sync::CancellationToken;
+use vcurve_coordinator::client::{self, Connection};
+use vcurve_coordinator::core::{Coordinator, Timing};
+use vcurve_coordinator::server::{self, ServeError, ServeOptions, Tokens};
+use vcurve_coordinator::store::{LeasePolicy, SqlStore};
+use vcurve_proto::v1;
+use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
+
+struct Running {
+    url: String,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+async fn start(store: SqlStore, options: ServeOptions) -> Running {
+    let timing = Timing {
+        lease: LeasePolicy { timeout_ms: 5_000 },
+        heartbeat_interval: Duration::from_millis(500),
+        max_lease_wait: Duration::from_millis(200),
+    };
+    let coordinator = Coordinator::new(store, timing);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let scheme = if options.tls.is_some() { "https://localhost" } else { "http://127.0.0.1" };
+    let url = format!("{scheme}:{}", listener.local_addr().unwrap().port());
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let task = tokio::spawn(server::serve(coordinator, listener, options, async move { s.cancelled().await }));
+    Running { url, stop, task }
+}
+
+fn tokens() -> Tokens {
+    Tokens { worker: Some("worker-secret".into()), client: Some("client-secret".into()) }
+}
+
+async fn list(url: &str, token: Option<&str>, tls_ca: Option<std::path::PathBuf>) -> Result<usize, tonic::Status> {
+    let connection = Connection { url: url.into(), token: token.map(str::to_string), tls_ca };
+    let mut c = client::study_client(&connection).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    Ok(c.list_studies(v1::ListStudiesRequest {}).await?.into_inner().studies.len())
+}
+
+#[tokio::test]
+async fn clients_and_workers_need_their_own_tokens() {
+    let ts = TestStore::sqlite().await;
+    let server = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls: None }).await;
+    assert_eq!(list(&server.url, Some("client-secret"), None).await.unwrap(), 0);
+    for token in [None, Some("wrong"), Some("worker-secret"), Some("client-secre")] {
+        let err = list(&server.url, token, None).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unauthenticated, "{token:?}");
+    }
+    // The worker service takes the worker token only.
+    let channel = client::channel(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
+    let register = v1::RegisterRequest { name: "w".into(), slots: 1, capabilities: vec!["synthetic".into()], protocol_version: "1.0".into() };
+    for (token, ok) in [(Some("worker-secret"), true), (Some("client-secret"), false), (None, false)] {
+        let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(token).unwrap());
+        let r = w.register(register.clone()).await;
+        assert_eq!(r.is_ok(), ok, "{token:?}: {r:?}");
+        if !ok {
+            assert_eq!(r.unwrap_err().code(), tonic::Code::Unauthenticated);
+        }
+    }
+    // A worker of another protocol major version is refused.
+    let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(Some("worker-secret")).unwrap());
+    let err = w.register(v1::RegisterRequest { protocol_version: "2.0".into(), ..register.clone() }).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    // A report for an unknown key is answered, and changes nothing.
+    let id = w.register(register).await.unwrap().into_inner().worker_id;
+    let report = v1::ReportRequest {
+        worker_id: id,
+        key: Some(v1::ContinuationKey { study: "nope".into(), trajectory: "x".into(), series: "main".into(), t: 0, seed: 0 }),
+        attempt: 1,
+        result: Some(v1::report_request::Result::Outcome(v1::Outcome { success: true, steps: 3, end_type: "submitted".into(), patch_sha256: String::new() })),
+        duration_ms: 1,
+    };
+    let r = w.report(report.clone()).await.unwrap().into_inner();
+    assert!(!r.accepted && r.detail.contains("unknown key"), "{r:?}");
+    let mut bad = report;
+    bad.key.as_mut().unwrap().series = "sideways".into();
+    assert_eq!(w.report(bad).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_public_listener_needs_tokens() {
+    let ts = TestStore::sqlite().await;
+    let coordinator = Coordinator::new(ts.store.clone(), Timing::default());
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let err = server::serve(coordinator, listener, ServeOptions::default(), async {}).await.unwrap_err();
+    assert!(matches!(err, ServeError::TokensRequired(_)), "{err}");
+}
+
+#[tokio::test]
+async fn tls_serves_clients_that_trust_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, cert.cert.pem()).unwrap();
+    let tls = Some((cert.cert.pem().into_bytes(), cert.signing_key.serialize_pem().into_bytes()));
+    let ts = TestStore::sqlite().await;
+    let server = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls }).await;
+    assert_eq!(list(&server.url, Some("client-secret"), Some(ca)).await.unwrap(), 0);
+    // Without the CA the handshake fails; plain HTTP/2 against a TLS port fails too.
+    assert!(list(&server.url, Some("client-secret"), None).await.is_err());
+    let plain = server.url.replace("https://localhost", "http://127.0.0.1");
+    assert!(list(&plain, Some("client-secret"), None).await.is_err());
+    server.stop().await;
+}
+
+/// Run a study with `workers` in-process workers of `slots` slots; return its export.
+async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
+    let ts = TestStore::sqlite().await;
+    let server = start(ts.store.clone(), ServeOptions::default()).await;
+    let trs = [
+        Tr { id: "alpha", length: 45, cliff: 17, p: 0.8, labels: "j: 17" },
+        Tr { id: "beta", length: 60, cliff: 44, p: 0.6, labels: "j: 50, k: none" },
+        Tr { id: "gamma", length: 30, cliff: 29, p: 1.0, labels: "" },
+    ];
+    let (yaml, files) = spec("cluster", "", &trs);
+    let yaml = yaml.replace("duration_ms: 0", "duration_ms: 3, no_outcome_rate: 0.05");
+    let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
+    let study = c.launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() }).await.unwrap().into_inner().study;
+    let stop = CancellationToken::new();
+    let handles: Vec<_> = (0..workers)
+        .map(|i| {
+            let mut config = vcurve_worker::WorkerConfig::new(server.url.clone());
+            config.slots = slots;
+            config.name = format!("w{i}");
+            config.lease_wait = Duration::from_millis(200);
+            let stop = stop.clone();
+            tokio::spawn(vcurve_worker::run(config, vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner), async move {
+                stop.cancelled().await
+            }))
+        })
+        .collect();
+    let mut max_running = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let p = c.get_progress(v1::ProgressRequest { study: study.clone() }).await.unwrap().into_inner();
+        max_running = max_running.max(p.running);
+        assert!(p.running <= u64::from(workers * slots), "more jobs running than slots: {p:?}");
+        if p.state == "done" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "study did not finish: {p:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(max_running > 0);
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    // No key is held by anyone once the study is done.
+    assert!(vcurve_coordinator::store::Store::leased(&ts.store).await.unwrap().is_empty());
+    let files = c.export(v1::ExportRequest { study }).await.unwrap().into_inner().files;
+    server.stop().await;
+    files.into_iter().map(|f| (f.name, f.contents)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_cluster_shape_ends_with_the_same_curves() {
+    let one = run_cluster(1, 3).await;
+    let three = run_cluster(3, 4).await;
+    assert_eq!(one.keys().collect::<Vec<_>>(), vec!["curves.csv", "results.json", "trajectories.csv"]);
+    assert_eq!(one, three, "exports differ between cluster shapes");
+}
