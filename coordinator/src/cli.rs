@@ -189,6 +189,25 @@ pub struct StudiesArgs {
 pub enum BenchCommand {
     /// Run a schedule on synthetic curves with known truth and report its accuracy and cost.
     Schedule(BenchScheduleArgs),
+    /// Measure lease-and-report throughput and latency through real gRPC and a real store.
+    Dispatch(BenchDispatchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchDispatchArgs {
+    /// Virtual workers of one slot each (several runs: --workers 1,16,256).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 16, 256])]
+    pub workers: Vec<u32>,
+    /// Continuations to lease and report in each run.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub continuations: u64,
+    /// The store: postgres://… (a database the bench may fill) or sqlite://PATH; a fresh
+    /// temporary SQLite file by default.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -324,7 +343,23 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
         Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,
         Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,
-        Command::Analyze(_) | Command::Bench(_) => unreachable!("synchronous commands"),
+        Command::Bench(BenchCommand::Dispatch(a)) => {
+            println!("{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}", "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms");
+            for &workers in &a.workers {
+                let dir = tempfile::tempdir()?;
+                let url = a.store.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.sqlite").display()));
+                let r = crate::bench_dispatch::run(&url, workers, a.continuations).await?;
+                if a.json {
+                    println!("{}", serde_json::to_string(&r)?);
+                } else {
+                    println!(
+                        "{:<9} {:>7} {:>13} {:>8.2} {:>10.1} {:>9.2} {:>9.2}",
+                        r.store, r.workers, r.continuations, r.seconds, r.per_second, r.latency_p50_ms, r.latency_p99_ms
+                    );
+                }
+            }
+        }
+        Command::Analyze(_) | Command::Bench(BenchCommand::Schedule(_)) => unreachable!("synchronous commands"),
     }
     Ok(())
 }

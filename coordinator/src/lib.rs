@@ -12,6 +12,7 @@
 //! I/O; this crate owns every file, socket and database the method's results pass through.
 
 pub mod analyze;
+pub mod bench_dispatch;
 pub mod bench_schedule;
 pub mod cli;
 pub mod client;

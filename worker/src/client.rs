@@ -46,14 +46,23 @@ impl BearerAuth {
 
 impl fmt::Debug for BearerAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() { "BearerAuth(<redacted>)" } else { "BearerAuth(none)" })
+        f.write_str(if self.0.is_some() {
+            "BearerAuth(<redacted>)"
+        } else {
+            "BearerAuth(none)"
+        })
     }
 }
 
 impl Interceptor for BearerAuth {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(value) = &self.0 {
-            request.metadata_mut().insert("authorization", value.clone());
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
         }
         Ok(request)
     }
@@ -94,10 +103,14 @@ impl Coordinator {
                     "https coordinator without a CA file: only the TLS roots built into tonic are trusted"
                 ),
             }
-            endpoint = endpoint.tls_config(tls).map_err(|e| WorkerError::Tls(e.to_string()))?;
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| WorkerError::Tls(e.to_string()))?;
         }
         let auth = BearerAuth::new(config.token.as_deref())?;
-        Ok(Self { client: WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), auth) })
+        Ok(Self {
+            client: WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), auth),
+        })
     }
 
     pub(crate) async fn register(
@@ -148,7 +161,10 @@ async fn call<T>(
     response: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, WorkerError> {
     match tokio::time::timeout(deadline, response).await {
-        Err(_) => Err(WorkerError::Timeout { rpc, after: deadline }),
+        Err(_) => Err(WorkerError::Timeout {
+            rpc,
+            after: deadline,
+        }),
         Ok(Err(status)) => Err(WorkerError::from_status(rpc, &status)),
         Ok(Ok(response)) => Ok(response.into_inner()),
     }

@@ -119,7 +119,10 @@ mod tests {
                 },
                 "tls_ca",
             ),
-            (|c| c.lease_wait = Duration::from_secs(10_000_000), "lease_wait"),
+            (
+                |c| c.lease_wait = Duration::from_secs(10_000_000),
+                "lease_wait",
+            ),
         ];
         for (change, field) in cases {
             let mut config = ok.clone();

@@ -7,7 +7,9 @@
 //! - the **lease loop** waits for a free slot (a semaphore permit), asks for as many jobs as there
 //!   are free slots, and spawns a job task per job, moving a permit into it;
 //! - the **heartbeat loop** lists every held job at the coordinator's interval, cancels the ones it
-//!   answers as revoked, and registers again when the coordinator has forgotten the worker;
+//!   answers as revoked (a job whose result is already being reported only stops retrying: the
+//!   report in flight may be what finished the key), and registers again when the coordinator
+//!   has forgotten the worker;
 //! - a **job task** per job runs it through its runner, then reports the result, retrying until
 //!   the report goes through. It keeps its slot until then, so the coordinator's count of the
 //!   worker's leases never exceeds its slots, and its job stays in the heartbeat until then, so a
@@ -17,6 +19,9 @@
 //! [`Fate`] says what happens to the job when its task ends: reported (`Running`), dropped
 //! (`Revoked`: the coordinator took it back), or given back with `Release` (`Released`: shutdown
 //! cancelled it). Locks on it are never held across an `await`.
+//!
+//! Every stop and cancel token is a child of one root token that is cancelled when `run` returns
+//! or its future is dropped, so no task outlives the worker.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -79,6 +84,9 @@ pub struct WorkerSummary {
 ///
 /// Returns an error only for the fatal [`WorkerError`]s (bad configuration, rejected token,
 /// refused registration); transport errors are retried for as long as it takes.
+///
+/// Must run inside a tokio runtime. Dropping the future instead of resolving `shutdown` cancels
+/// every job at once and releases nothing (their leases expire).
 pub async fn run(
     config: WorkerConfig,
     runners: Runners,
@@ -86,24 +94,29 @@ pub async fn run(
 ) -> Result<WorkerSummary, WorkerError> {
     config.validate()?;
     if runners.is_empty() {
-        return Err(WorkerError::Config("no agent runners: at least one kind is needed".into()));
+        return Err(WorkerError::Config(
+            "no agent runners: at least one kind is needed".into(),
+        ));
     }
     let coordinator = Coordinator::connect(&config).await?;
     let shared = Arc::new(Shared::new(config, runners, coordinator));
     let mut shutdown = std::pin::pin!(shutdown);
 
+    // If this future is dropped midway (an aborted task, a timeout around it), the guard cancels
+    // the root token: the loops stop and every job is cancelled instead of running on detached.
+    let _stop_everything_on_drop = shared.root.clone().drop_guard();
+
     // First registration. The coordinator may be restarting: keep trying until shutdown.
-    let never = CancellationToken::new();
     tokio::select! {
-        registered = shared.register(0, &never) => registered?,
+        registered = shared.register(0, &shared.root) => registered?,
         () = &mut shutdown => {
             tracing::info!("shutdown before the coordinator answered; nothing to release");
             return Ok(shared.summary());
         }
     }
 
-    let stop_leasing = CancellationToken::new();
-    let stop_heartbeats = CancellationToken::new();
+    let stop_leasing = shared.root.child_token();
+    let stop_heartbeats = shared.root.child_token();
     let lease_loop = tokio::spawn(lease_loop(shared.clone(), stop_leasing.clone()));
     let heartbeat_loop = tokio::spawn(heartbeat_loop(shared.clone(), stop_heartbeats.clone()));
 
@@ -111,6 +124,8 @@ pub async fn run(
         () = &mut shutdown => tracing::info!("shutdown requested: no more leases"),
         () = shared.fatal.cancelled() => {}
     }
+    let grace = shared.config.shutdown_grace;
+    let grace_over = tokio::time::Instant::now() + grace;
     stop_leasing.cancel();
     // The loop ends once its in-flight lease (at most `lease_wait` plus a deadline) returns; jobs
     // that arrive after the stop are released at once.
@@ -126,15 +141,19 @@ pub async fn run(
         return Err(error);
     }
 
-    let grace = shared.config.shutdown_grace;
     let finished = tokio::select! {
+        biased;
         () = shared.tracker.wait() => true,
-        () = tokio::time::sleep(grace) => false,
+        () = tokio::time::sleep_until(grace_over) => false,
         () = shared.fatal.cancelled() => false,
     };
     if !finished {
         let cancelled = shared.cancel_all(Fate::Released);
-        tracing::info!(jobs = cancelled, ?grace, "shutdown grace over: cancelling unfinished jobs");
+        tracing::info!(
+            jobs = cancelled,
+            ?grace,
+            "shutdown grace over: cancelling unfinished jobs"
+        );
         shared.tracker.wait().await;
     }
     let to_release = shared.take(Fate::Released);
@@ -146,7 +165,10 @@ pub async fn run(
 
     // Jobs whose report was refused or whose task ended on a fatal error leave nothing held.
     let leftover = shared.take(Fate::Abandoned).len() as u64;
-    shared.counters.abandoned.fetch_add(leftover, Ordering::Relaxed);
+    shared
+        .counters
+        .abandoned
+        .fetch_add(leftover, Ordering::Relaxed);
     if let Some(error) = shared.fatal_error() {
         return Err(error);
     }
@@ -178,6 +200,9 @@ enum Fate {
 struct Entry {
     cancel: CancellationToken,
     fate: Fate,
+    /// The run is over and its result is being reported. A revocation then only stops the
+    /// retries: the report in flight may well be what finished the key, and its answer counts.
+    reporting: bool,
 }
 
 #[derive(Debug)]
@@ -213,11 +238,15 @@ struct Shared {
     counters: Counters,
     fatal: CancellationToken,
     fatal_error: Mutex<Option<WorkerError>>,
+    /// The parent of every stop and job-cancel token; cancelled when `run` returns or is dropped.
+    root: CancellationToken,
 }
 
 /// Lock a std mutex, ignoring poison: every critical section here leaves the data consistent.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Shared {
@@ -237,6 +266,7 @@ impl Shared {
             counters: Counters::default(),
             fatal: CancellationToken::new(),
             fatal_error: Mutex::new(None),
+            root: CancellationToken::new(),
         }
     }
 
@@ -280,7 +310,11 @@ impl Shared {
 
     /// Register unless someone registered since `seen_generation`; retries transport errors with
     /// backoff until `stop`. Fatal errors are returned (and not recorded: the caller decides).
-    async fn register(&self, seen_generation: u64, stop: &CancellationToken) -> Result<(), WorkerError> {
+    async fn register(
+        &self,
+        seen_generation: u64,
+        stop: &CancellationToken,
+    ) -> Result<(), WorkerError> {
         // Not a plain `lock().await`: a registration retrying against an absent coordinator
         // must not keep a stopping caller waiting.
         let _one_at_a_time = tokio::select! {
@@ -293,7 +327,12 @@ impl Shared {
         let request = v1::RegisterRequest {
             name: self.config.name.clone(),
             slots: self.config.slots,
-            capabilities: self.runners.kinds().into_iter().map(str::to_owned).collect(),
+            capabilities: self
+                .runners
+                .kinds()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
             protocol_version: vcurve_proto::PROTOCOL_VERSION.to_owned(),
         };
         let mut backoff = Backoff::new();
@@ -353,20 +392,30 @@ impl Shared {
     fn start(self: &Arc<Self>, job: v1::Job, permit: OwnedSemaphorePermit) {
         let (held, job) = match wire::job_from_wire(job) {
             Ok(spec) => (spec.held(), Ok(spec)),
-            Err(wire::BadJob { held: Some(held), reason }) => (held, Err(reason)),
+            Err(wire::BadJob {
+                held: Some(held),
+                reason,
+            }) => (held, Err(reason)),
             Err(wire::BadJob { held: None, reason }) => {
                 tracing::error!(%reason, "malformed job from the coordinator; its lease will expire");
                 return;
             }
         };
-        let cancel = CancellationToken::new();
+        let cancel = self.root.child_token();
         {
             let mut table = lock(&self.held);
             if table.contains_key(&held) {
                 tracing::warn!(key = %held.key, attempt = held.attempt, "job leased twice; running it once");
                 return;
             }
-            table.insert(held.clone(), Entry { cancel: cancel.clone(), fate: Fate::Running });
+            table.insert(
+                held.clone(),
+                Entry {
+                    cancel: cancel.clone(),
+                    fate: Fate::Running,
+                    reporting: false,
+                },
+            );
         }
         self.counters.leased.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("job", key = %held.key, attempt = held.attempt);
@@ -380,7 +429,12 @@ impl Shared {
         );
     }
 
-    async fn job_task(&self, held: HeldJob, job: Result<JobSpec, String>, cancel: CancellationToken) {
+    async fn job_task(
+        &self,
+        held: HeldJob,
+        job: Result<JobSpec, String>,
+        cancel: CancellationToken,
+    ) {
         let started = Instant::now();
         tracing::debug!("started");
         let result = match job {
@@ -388,7 +442,10 @@ impl Shared {
             Err(reason) => Some(RunResult::NoOutcome { reason }),
         };
         match result {
-            Some(result) => self.report(&held, &result, started.elapsed(), &cancel).await,
+            Some(result) => {
+                self.report(&held, &result, started.elapsed(), &cancel)
+                    .await
+            }
             None => self.settle_cancelled(&held),
         }
     }
@@ -403,10 +460,11 @@ impl Shared {
         let kind = runner.kind();
         // A panicking runner must not take its job's lease with it: it becomes a no-outcome.
         let panicked = |_| RunResult::no_outcome(format!("runner {kind} panicked"));
-        let run = match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
-            Ok(run) => run,
-            Err(panic) => return Some(panicked(panic)),
-        };
+        let run =
+            match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
+                Ok(run) => run,
+                Err(panic) => return Some(panicked(panic)),
+            };
         let mut run = AssertUnwindSafe(run).catch_unwind();
         let result = tokio::select! {
             result = &mut run => result.unwrap_or_else(panicked),
@@ -423,13 +481,24 @@ impl Shared {
 
     /// Report a result, retrying transport errors until it goes through or the job is cancelled
     /// (revoked, or shutdown's grace ran out).
-    async fn report(&self, held: &HeldJob, result: &RunResult, took: Duration, cancel: &CancellationToken) {
+    async fn report(
+        &self,
+        held: &HeldJob,
+        result: &RunResult,
+        took: Duration,
+        cancel: &CancellationToken,
+    ) {
         let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        if let Some(entry) = lock(&self.held).get_mut(held) {
+            entry.reporting = true;
+        }
         let mut backoff = Backoff::new();
         let mut failures = 0u32;
         loop {
             let request = wire::report_to_wire(&self.worker_id(), held, result, duration_ms);
+            // `biased`: an answer that is in counts, even if the job was cancelled meanwhile.
             let answer = tokio::select! {
+                biased;
                 answer = self.coordinator.report(request) => answer,
                 () = cancel.cancelled() => return self.settle_cancelled(held),
             };
@@ -460,6 +529,12 @@ impl Shared {
                     tokio::select! {
                         () = tokio::time::sleep(delay) => {}
                         () = cancel.cancelled() => return self.settle_cancelled(held),
+                    }
+                    if lock(&self.held)
+                        .get(held)
+                        .is_some_and(|e| e.fate == Fate::Revoked)
+                    {
+                        return self.settle_cancelled(held);
                     }
                 }
                 Err(error) => {
@@ -505,7 +580,9 @@ impl Shared {
             && entry.fate == Fate::Running
         {
             entry.fate = Fate::Revoked;
-            entry.cancel.cancel();
+            if !entry.reporting {
+                entry.cancel.cancel();
+            }
         }
     }
 
@@ -524,8 +601,11 @@ impl Shared {
     /// Remove and return the held jobs with `fate`.
     fn take(&self, fate: Fate) -> Vec<HeldJob> {
         let mut table = lock(&self.held);
-        let jobs: Vec<HeldJob> =
-            table.iter().filter(|(_, e)| e.fate == fate).map(|(h, _)| h.clone()).collect();
+        let jobs: Vec<HeldJob> = table
+            .iter()
+            .filter(|(_, e)| e.fate == fate)
+            .map(|(h, _)| h.clone())
+            .collect();
         for held in &jobs {
             table.remove(held);
         }
@@ -545,7 +625,11 @@ impl Shared {
             match self.coordinator.release(request.clone()).await {
                 Ok(response) => {
                     self.counters.released.fetch_add(n, Ordering::Relaxed);
-                    tracing::info!(jobs = n, acknowledged = response.released, "released unfinished jobs");
+                    tracing::info!(
+                        jobs = n,
+                        acknowledged = response.released,
+                        "released unfinished jobs"
+                    );
                     return;
                 }
                 Err(error) if error.is_retryable() && attempt < RELEASE_ATTEMPTS => {
@@ -570,9 +654,11 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
     let mut failures = 0u32;
     let mut unknown_in_a_row = 0u32;
     loop {
+        // `biased`: once stopped, a free slot must not win the race against the stop.
         let first = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
+            biased;
             () = stop.cancelled() => return,
+            permit = slots.clone().acquire_owned() => permit.expect("the slot semaphore is never closed"),
         };
         let mut permits = vec![first];
         while let Ok(permit) = slots.clone().try_acquire_owned() {
@@ -601,12 +687,16 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
                     match permits.pop() {
                         Some(permit) if !stop.is_cancelled() => shared.start(job, permit),
                         _ => give_back.extend(
-                            wire::job_from_wire(job).map_or_else(|bad| bad.held, |spec| Some(spec.held())),
+                            wire::job_from_wire(job)
+                                .map_or_else(|bad| bad.held, |spec| Some(spec.held())),
                         ),
                     }
                 }
                 if !give_back.is_empty() {
-                    tracing::info!(jobs = give_back.len(), "giving back jobs leased during shutdown or beyond the free slots");
+                    tracing::info!(
+                        jobs = give_back.len(),
+                        "giving back jobs leased during shutdown or beyond the free slots"
+                    );
                     shared.release(give_back).await;
                 }
                 // A coordinator that answers an empty lease before the wait is over (or a zero
@@ -614,7 +704,8 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 let pause = if wait.is_zero() {
                     EMPTY_POLL_PAUSE
                 } else {
-                    wait.saturating_sub(asked.elapsed()).min(4 * EMPTY_POLL_PAUSE)
+                    wait.saturating_sub(asked.elapsed())
+                        .min(4 * EMPTY_POLL_PAUSE)
                 };
                 if empty && !pause.is_zero() {
                     tokio::select! {
@@ -663,20 +754,27 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
     loop {
         let interval = lock(&shared.session).heartbeat_interval;
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            biased;
             () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
         }
         let (generation, worker_id) = shared.session();
         let jobs = shared.held_jobs();
-        let request =
-            v1::HeartbeatRequest { worker_id, jobs: jobs.iter().map(wire::held_to_wire).collect() };
+        let request = v1::HeartbeatRequest {
+            worker_id,
+            jobs: jobs.iter().map(wire::held_to_wire).collect(),
+        };
         match shared.coordinator.heartbeat(request).await {
             Ok(response) => {
                 if failures > 0 {
                     tracing::info!(failures, held = jobs.len(), "heartbeats go through again");
                     failures = 0;
                 }
-                for revoked in response.revoked.into_iter().filter_map(wire::held_from_wire) {
+                for revoked in response
+                    .revoked
+                    .into_iter()
+                    .filter_map(wire::held_from_wire)
+                {
                     shared.revoke(&revoked);
                 }
                 if response.unknown_worker {

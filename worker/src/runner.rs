@@ -31,7 +31,11 @@ pub struct ContinuationKey {
 
 impl fmt::Display for ContinuationKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}/{}/{}", self.study, self.trajectory, self.series, self.t, self.seed)
+        write!(
+            f,
+            "{}/{}/{}/{}/{}",
+            self.study, self.trajectory, self.series, self.t, self.seed
+        )
     }
 }
 
@@ -68,7 +72,10 @@ pub struct JobSpec {
 impl JobSpec {
     /// The `(key, attempt)` pair heartbeats and reports refer to.
     pub fn held(&self) -> HeldJob {
-        HeldJob { key: self.key.clone(), attempt: self.attempt }
+        HeldJob {
+            key: self.key.clone(),
+            attempt: self.attempt,
+        }
     }
 }
 
@@ -97,7 +104,9 @@ pub enum RunResult {
 impl RunResult {
     /// A [`RunResult::NoOutcome`] with the given reason.
     pub fn no_outcome(reason: impl Into<String>) -> Self {
-        Self::NoOutcome { reason: reason.into() }
+        Self::NoOutcome {
+            reason: reason.into(),
+        }
     }
 }
 
@@ -162,6 +171,8 @@ impl Runners {
 
 impl fmt::Debug for Runners {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Runners").field("kinds", &self.kinds()).finish()
+        f.debug_struct("Runners")
+            .field("kinds", &self.kinds())
+            .finish()
     }
 }

@@ -1,0 +1,129 @@
+//! `vcurve bench dispatch`: how fast the coordinator hands out and takes back continuations,
+//! through real gRPC and the real store, with workers that do no work at all.
+//!
+//! Each virtual worker holds one slot: it leases one job, reports it at once, and leases again.
+//! The time a lease call takes after a report is the latency "from a free slot to its next job".
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use vcurve_proto::v1;
+use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
+
+use crate::client::{self, Connection};
+use crate::core::{Coordinator, Timing};
+use crate::server::{self, ServeOptions};
+use crate::store::{LeasePolicy, SqlStore};
+
+/// What one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct DispatchReport {
+    pub store: String,
+    pub workers: u32,
+    pub continuations: u64,
+    pub seconds: f64,
+    pub per_second: f64,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+}
+
+/// A study big enough for `continuations`: trajectories of length 100 with a cliff at 50.
+fn study_for(continuations: u64) -> (String, BTreeMap<String, String>) {
+    let trajectories = continuations.div_ceil(150).max(1);
+    let mut yaml = String::from("name: dispatch-bench\nseed: 1\nrunner: {kind: synthetic}\ntrajectories:\n");
+    let mut files = BTreeMap::new();
+    let curve: String = std::iter::once("t,v".to_string()).chain((0..100).map(|t| format!("{t},{}", if t < 50 { 0.6 } else { 0.0 }))).collect::<Vec<_>>().join("\n");
+    files.insert("curve.csv".to_string(), curve);
+    for i in 0..trajectories {
+        let _ = writeln!(yaml, "  - {{id: t{i:05}, length: 100, curve: curve.csv}}");
+    }
+    (yaml, files)
+}
+
+fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// Run the benchmark against a fresh store at `store_url`.
+pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::Result<DispatchReport> {
+    let store = SqlStore::connect(store_url).await.with_context(|| format!("cannot open {}", crate::commands::redact_url(store_url)))?;
+    let timing = Timing { lease: LeasePolicy { timeout_ms: 60_000 }, heartbeat_interval: Duration::from_secs(20), max_lease_wait: Duration::from_millis(200) };
+    let coordinator = Coordinator::new(store, timing);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let stop = CancellationToken::new();
+    let server = {
+        let stop = stop.clone();
+        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move { stop.cancelled().await }))
+    };
+    let (yaml, files) = study_for(continuations);
+    coordinator.launch(&yaml, &files).await?;
+
+    let reported = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..workers {
+        let channel = client::channel(&Connection { url: url.clone(), ..Default::default() }).await?;
+        let reported = reported.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut w = WorkerServiceClient::new(channel);
+            let id = w
+                .register(v1::RegisterRequest {
+                    name: format!("bench-{i}"),
+                    slots: 1,
+                    capabilities: vec!["synthetic".into()],
+                    protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+                })
+                .await?
+                .into_inner()
+                .worker_id;
+            let mut latencies = Vec::new();
+            while reported.load(Ordering::Relaxed) < continuations {
+                let asked = Instant::now();
+                let jobs = w.lease(v1::LeaseRequest { worker_id: id.clone(), max_jobs: 1, wait_ms: 200 }).await?.into_inner().jobs;
+                let Some(job) = jobs.into_iter().next() else { continue };
+                latencies.push(asked.elapsed());
+                let key = job.key.clone().unwrap_or_default();
+                let success = key.t < 50 && key.seed % 2 == 0;
+                w.report(v1::ReportRequest {
+                    worker_id: id.clone(),
+                    key: job.key,
+                    attempt: job.attempt,
+                    result: Some(v1::report_request::Result::Outcome(v1::Outcome { success, steps: 1, end_type: "submitted".into(), patch_sha256: String::new() })),
+                    duration_ms: 0,
+                })
+                .await?;
+                reported.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await??);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    stop.cancel();
+    server.await??;
+    latencies.sort();
+    let done = reported.load(Ordering::Relaxed);
+    Ok(DispatchReport {
+        store: if store_url.starts_with("sqlite") { "sqlite".into() } else { "postgres".into() },
+        workers,
+        continuations: done,
+        seconds,
+        per_second: done as f64 / seconds,
+        latency_p50_ms: quantile_ms(&latencies, 0.5),
+        latency_p99_ms: quantile_ms(&latencies, 0.99),
+    })
+}
