@@ -1,4 +1,5 @@
--- vcurve coordinator store (PostgreSQL). Times are milliseconds since the Unix epoch.
+-- vcurve coordinator store. Portable SQL: the same schema serves PostgreSQL and the embedded
+-- SQLite store. Times are milliseconds since the Unix epoch.
 
 CREATE TABLE studies (
     id           TEXT PRIMARY KEY,

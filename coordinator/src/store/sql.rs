@@ -132,10 +132,8 @@ impl SqlStore {
                     .await?
             }
         };
-        match backend {
-            Backend::Postgres => sqlx::migrate!("../migrations").run(&pool).await?,
-            Backend::Sqlite => sqlx::migrate!("./migrations-sqlite").run(&pool).await?,
-        }
+        // One portable schema serves both backends (SQLite accepts PostgreSQL's type names).
+        sqlx::migrate!("../migrations").run(&pool).await?;
         Ok(SqlStore { pool, backend, configs: Arc::default() })
     }
 
@@ -340,8 +338,23 @@ impl SqlStore {
     }
 }
 
-fn key_params(key: &ContinuationKey) -> (String, String, &'static str, i64, i64) {
-    (key.study.clone(), key.trajectory.clone(), key.series.as_str(), i64::from(key.t), i64::from(key.seed))
+/// The condition that selects one continuation by its key, bound as `$1 … $5` by [`bind_key`].
+macro_rules! key_is {
+    () => {
+        "study = $1 AND trajectory = $2 AND series = $3 AND t = $4 AND seed = $5"
+    };
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
+
+/// Bind a continuation key as `$1 … $5` (see [`key_is!`]).
+fn bind_key<'q>(query: AnyQuery<'q>, key: &ContinuationKey) -> AnyQuery<'q> {
+    query
+        .bind(key.study.clone())
+        .bind(key.trajectory.clone())
+        .bind(key.series.as_str())
+        .bind(i64::from(key.t))
+        .bind(i64::from(key.seed))
 }
 
 impl Store for SqlStore {
@@ -354,8 +367,8 @@ impl Store for SqlStore {
             seed: spec.seed,
             runner_kind: spec.runner.kind.clone(),
             runner_options: spec.runner.options.clone(),
-            controls: spec.controls.clone(),
-            admission: spec.admission.clone(),
+            controls: spec.controls,
+            admission: spec.admission,
         };
         let mut tx = self.pool.begin().await?;
         sqlx::query(
@@ -457,19 +470,16 @@ impl Store for SqlStore {
                 seed: get_u32(&row, "seed")?,
             };
             let attempt = get_u32(&row, "attempt")? + 1;
-            let (study, trajectory, series, t, seed) = key_params(&key);
-            sqlx::query(
-                "UPDATE continuations SET state = 'leased', attempt = $1, worker = $2, lease_expires_ms = $3 \
-                 WHERE study = $4 AND trajectory = $5 AND series = $6 AND t = $7 AND seed = $8",
+            bind_key(
+                sqlx::query(concat!(
+                    "UPDATE continuations SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE ",
+                    key_is!()
+                )),
+                &key,
             )
             .bind(i64::from(attempt))
             .bind(worker)
             .bind(now + policy.timeout_ms)
-            .bind(study)
-            .bind(trajectory)
-            .bind(series)
-            .bind(t)
-            .bind(seed)
             .execute(&mut *tx)
             .await?;
             let config = self.config(&mut tx, &key.study).await?;
@@ -495,19 +505,16 @@ impl Store for SqlStore {
         }
         let mut revoked = Vec::new();
         for job in held {
-            let (study, trajectory, series, t, seed) = key_params(&job.key);
-            let done = sqlx::query(
-                "UPDATE continuations SET lease_expires_ms = $1 \
-                 WHERE study = $2 AND trajectory = $3 AND series = $4 AND t = $5 AND seed = $6 \
-                 AND state = 'leased' AND attempt = $7 AND worker = $8 \
-                 AND study IN (SELECT id FROM studies WHERE state = 'running')",
+            let done = bind_key(
+                sqlx::query(concat!(
+                    "UPDATE continuations SET lease_expires_ms = $6 WHERE ",
+                    key_is!(),
+                    " AND state = 'leased' AND attempt = $7 AND worker = $8 \
+                     AND study IN (SELECT id FROM studies WHERE state = 'running')"
+                )),
+                &job.key,
             )
             .bind(now + policy.timeout_ms)
-            .bind(study)
-            .bind(trajectory)
-            .bind(series)
-            .bind(t)
-            .bind(seed)
             .bind(i64::from(job.attempt))
             .bind(worker)
             .execute(&mut *tx)
@@ -522,18 +529,14 @@ impl Store for SqlStore {
 
     async fn report(&self, worker: &str, job: &HeldJob, report: &RunReport, now: i64) -> Result<ReportVerdict, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let (study, trajectory, series, t, seed) = key_params(&job.key);
+        let (study, trajectory) = (&job.key.study, &job.key.trajectory);
         // Lock the trajectory first: reports of one trajectory replan one after the other.
         let sql = format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{}", self.for_update());
-        let Some(tr) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).bind(&trajectory).fetch_optional(&mut *tx).await? else {
+        let Some(tr) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut *tx).await? else {
             return Ok(ReportVerdict::Ignored("unknown key".into()));
         };
-        let sql = format!(
-            "SELECT state, attempt, no_outcomes FROM continuations \
-             WHERE study = $1 AND trajectory = $2 AND series = $3 AND t = $4 AND seed = $5{}",
-            self.for_update()
-        );
-        let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).bind(&trajectory).bind(series).bind(t).bind(seed).fetch_optional(&mut *tx).await? else {
+        let sql = format!(concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"), self.for_update());
+        let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), &job.key).fetch_optional(&mut *tx).await? else {
             return Ok(ReportVerdict::Ignored("unknown key".into()));
         };
         let state: String = row.try_get("state")?;
@@ -544,24 +547,22 @@ impl Store for SqlStore {
         if state != "leased" || attempt != job.attempt {
             return Ok(ReportVerdict::Ignored(format!("attempt {} is stale (current attempt {attempt}, {state})", job.attempt)));
         }
-        let config = self.config(&mut tx, &study).await?;
+        let config = self.config(&mut tx, study).await?;
         let replan = match report {
             RunReport::Outcome { success, steps, end_type, patch_sha256 } => {
-                sqlx::query(
-                    "UPDATE continuations SET state = 'done', success = $1, steps = $2, end_type = $3, patch_sha256 = $4, \
-                     done_ms = $5, worker = NULL, lease_expires_ms = NULL \
-                     WHERE study = $6 AND trajectory = $7 AND series = $8 AND t = $9 AND seed = $10",
+                bind_key(
+                    sqlx::query(concat!(
+                        "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, patch_sha256 = $9, \
+                         done_ms = $10, worker = NULL, lease_expires_ms = NULL WHERE ",
+                        key_is!()
+                    )),
+                    &job.key,
                 )
                 .bind(i64::from(*success))
                 .bind(i64::from(*steps))
                 .bind(end_type.as_str())
                 .bind(patch_sha256.as_str())
                 .bind(now)
-                .bind(&study)
-                .bind(&trajectory)
-                .bind(series)
-                .bind(t)
-                .bind(seed)
                 .execute(&mut *tx)
                 .await?;
                 true
@@ -569,20 +570,18 @@ impl Store for SqlStore {
             RunReport::NoOutcome { reason } => {
                 let no_outcomes = get_u32(&row, "no_outcomes")? + 1;
                 let retired = no_outcomes >= config.params.retries_before_retired;
-                sqlx::query(
-                    "UPDATE continuations SET state = $1, no_outcomes = $2, last_reason = $3, worker = NULL, \
-                     lease_expires_ms = NULL, done_ms = $4 \
-                     WHERE study = $5 AND trajectory = $6 AND series = $7 AND t = $8 AND seed = $9",
+                bind_key(
+                    sqlx::query(concat!(
+                        "UPDATE continuations SET state = $6, no_outcomes = $7, last_reason = $8, worker = NULL, \
+                         lease_expires_ms = NULL, done_ms = $9 WHERE ",
+                        key_is!()
+                    )),
+                    &job.key,
                 )
                 .bind(if retired { "retired" } else { "pending" })
                 .bind(i64::from(no_outcomes))
                 .bind(reason.as_str())
                 .bind(if retired { Some(now) } else { None })
-                .bind(&study)
-                .bind(&trajectory)
-                .bind(series)
-                .bind(t)
-                .bind(seed)
                 .execute(&mut *tx)
                 .await?;
                 retired
@@ -590,9 +589,9 @@ impl Store for SqlStore {
         };
         if replan {
             let plan: TrajectoryPlan = serde_json::from_str(&tr.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
-            self.replan(&mut tx, &config, &study, &trajectory, &plan, now).await?;
+            self.replan(&mut tx, &config, study, trajectory, &plan, now).await?;
         }
-        tracing::debug!(worker, study = %study, trajectory = %trajectory, t, seed, "report recorded");
+        tracing::debug!(worker, study = %study, trajectory = %trajectory, t = job.key.t, seed = job.key.seed, "report recorded");
         tx.commit().await?;
         Ok(ReportVerdict::Accepted)
     }
@@ -601,17 +600,14 @@ impl Store for SqlStore {
         let mut tx = self.pool.begin().await?;
         let mut released = 0;
         for job in held {
-            let (study, trajectory, series, t, seed) = key_params(&job.key);
-            let done = sqlx::query(
-                "UPDATE continuations SET state = 'pending', worker = NULL, lease_expires_ms = NULL \
-                 WHERE study = $1 AND trajectory = $2 AND series = $3 AND t = $4 AND seed = $5 \
-                 AND state = 'leased' AND attempt = $6 AND worker = $7",
+            let done = bind_key(
+                sqlx::query(concat!(
+                    "UPDATE continuations SET state = 'pending', worker = NULL, lease_expires_ms = NULL WHERE ",
+                    key_is!(),
+                    " AND state = 'leased' AND attempt = $6 AND worker = $7"
+                )),
+                &job.key,
             )
-            .bind(study)
-            .bind(trajectory)
-            .bind(series)
-            .bind(t)
-            .bind(seed)
             .bind(i64::from(job.attempt))
             .bind(worker)
             .execute(&mut *tx)

@@ -42,10 +42,10 @@ impl TestStore {
     pub async fn finish(self) {
         let TestStore { store, cleanup, .. } = self;
         drop(store);
-        if let Some((admin, db)) = cleanup {
-            if let Ok(mut conn) = sqlx::AnyConnection::connect(&admin).await {
-                let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))).execute(&mut conn).await;
-            }
+        if let Some((admin, db)) = cleanup
+            && let Ok(mut conn) = sqlx::AnyConnection::connect(&admin).await
+        {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))).execute(&mut conn).await;
         }
     }
 }
