@@ -111,6 +111,9 @@ pub struct CoordinatorArgs {
     /// How often workers heartbeat.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(50..=3_600_000))]
     pub heartbeat_ms: u64,
+    /// Also serve the live dashboard (a read-only web page; client token required) here.
+    #[arg(long, env = "VCURVE_DASHBOARD", value_name = "ADDR")]
+    pub dashboard: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -326,6 +329,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                 tls_key: a.tls_key,
                 lease_timeout: std::time::Duration::from_millis(a.lease_timeout_ms),
                 heartbeat_interval: std::time::Duration::from_millis(a.heartbeat_ms),
+                dashboard: a.dashboard,
             })
             .await?;
         }
@@ -381,7 +385,12 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("vcurve: error: {e:#}");
+            // A gRPC status reads better as its message than as tonic's full Debug-like form.
+            let message = match e.downcast_ref::<tonic::Status>() {
+                Some(status) => format!("{} ({:?})", status.message(), status.code()),
+                None => format!("{e:#}"),
+            };
+            eprintln!("vcurve: error: {message}");
             ExitCode::FAILURE
         }
     }

@@ -3,13 +3,15 @@
 
 use tracing_subscriber::EnvFilter;
 
-/// Install the global subscriber; `default` is the filter when no variable sets one.
+/// Install the global subscriber; `default` is the filter when no variable sets one (sqlx's own
+/// statement logs stay at warnings).
 pub fn init(default: &str) {
     let filter = std::env::var("VCURVE_LOG")
         .or_else(|_| std::env::var("RUST_LOG"))
         .map(EnvFilter::new)
-        .unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        .unwrap_or_else(|_| EnvFilter::new(format!("{default},sqlx=warn")));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = if std::env::var("VCURVE_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().try_init()
     } else {
