@@ -42,6 +42,8 @@ pub struct CoordinatorArgs {
     pub tls_key: Option<PathBuf>,
     pub lease_timeout: Duration,
     pub heartbeat_interval: Duration,
+    /// Where to serve the live dashboard, if anywhere.
+    pub dashboard: Option<String>,
 }
 
 pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
@@ -69,7 +71,35 @@ pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     let coordinator = Coordinator::new(store, timing);
     let listener = tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
     eprintln!("vcurve coordinator listening on {} (store {})", listener.local_addr()?, redact_url(&args.store));
-    server::serve(coordinator, listener, ServeOptions { tokens: args.tokens, tls }, shutdown_signal()).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let dashboard = match &args.dashboard {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot serve the dashboard on {addr}"))?;
+            let local = listener.local_addr()?;
+            if !local.ip().is_loopback() && args.tokens.client.is_none() {
+                bail!("refusing to serve the dashboard on {local} without a client token");
+            }
+            eprintln!("vcurve dashboard on http://{local}/{}", if args.tokens.client.is_some() { "?token=…" } else { "" });
+            let stop = stop.clone();
+            Some(tokio::spawn(crate::dashboard::serve(coordinator.clone(), listener, args.tokens.client.clone(), async move {
+                stop.cancelled().await
+            })))
+        }
+        None => None,
+    };
+    let signal = {
+        let stop = stop.clone();
+        async move {
+            shutdown_signal().await;
+            stop.cancel();
+        }
+    };
+    let served = server::serve(coordinator, listener, ServeOptions { tokens: args.tokens, tls }, signal).await;
+    stop.cancel();
+    if let Some(d) = dashboard {
+        d.await??;
+    }
+    served?;
     Ok(())
 }
 

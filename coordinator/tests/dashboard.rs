@@ -1,0 +1,125 @@
+//! The live dashboard against a running coordinator: its API and pages over HTTP, and the page
+//! itself in a real headless browser (Debian's chromium; `scripts/test` installs it).
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{TestStore, Tr, spec};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use vcurve_coordinator::core::{Coordinator, Timing};
+use vcurve_coordinator::server::{self, ServeOptions, Tokens};
+use vcurve_coordinator::store::LeasePolicy;
+
+/// `GET path` over a plain HTTP/1.1 connection: (status, body).
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_string());
+    (status, body)
+}
+
+fn chromium() -> &'static str {
+    for candidate in ["chromium", "chromium-browser", "google-chrome"] {
+        if Command::new(candidate).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return candidate;
+        }
+    }
+    panic!("no headless browser found: install Debian's chromium (scripts/test does)");
+}
+
+/// The page's DOM after its scripts ran for `budget_ms` of (virtual) time.
+fn dump_dom(url: &str, budget_ms: u32) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            &format!("--user-data-dir={}", profile.path().display()),
+            &format!("--virtual-time-budget={budget_ms}"),
+            "--dump-dom",
+            url,
+        ])
+        .output()
+        .expect("run chromium");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
+    let ts = TestStore::sqlite().await;
+    let timing = Timing { lease: LeasePolicy { timeout_ms: 10_000 }, heartbeat_interval: Duration::from_secs(1), max_lease_wait: Duration::from_millis(200) };
+    let coordinator = Coordinator::new(ts.store.clone(), timing);
+    let stop = CancellationToken::new();
+    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let grpc_url = format!("http://{}", grpc.local_addr().unwrap());
+    let web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let web_addr = web.local_addr().unwrap().to_string();
+    let tokens = Tokens { worker: Some("w-token".into()), client: Some("c-token".into()) };
+    let s = stop.clone();
+    let grpc_task = tokio::spawn(server::serve(coordinator.clone(), grpc, ServeOptions { tokens, tls: None }, async move { s.cancelled().await }));
+    let s = stop.clone();
+    let web_task = tokio::spawn(vcurve_coordinator::dashboard::serve(coordinator.clone(), web, Some("c-token".into()), async move {
+        s.cancelled().await
+    }));
+
+    let trs = [Tr { id: "alpha", length: 40, cliff: 17, p: 0.9, labels: "j: 17" }, Tr { id: "beta", length: 50, cliff: 30, p: 0.7, labels: "" }];
+    let (yaml, files) = spec("dash-study", "", &trs);
+    let yaml = yaml.replace("duration_ms: 0", "duration_ms: 40");
+    let study = coordinator.launch(&yaml, &files).await.unwrap();
+    let worker_stop = CancellationToken::new();
+    let mut config = vcurve_worker::WorkerConfig::new(grpc_url);
+    config.slots = 2;
+    config.token = Some("w-token".into());
+    let ws = worker_stop.clone();
+    let worker = tokio::spawn(vcurve_worker::run(config, vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner), async move {
+        ws.cancelled().await
+    }));
+    // Let some points arrive.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Every route needs the client token.
+    assert_eq!(get(&web_addr, "/").await.0, 401);
+    assert_eq!(get(&web_addr, "/api/studies?token=wrong").await.0, 401);
+    assert_eq!(get(&web_addr, "/api/studies?token=w-token").await.0, 401);
+    let (status, body) = get(&web_addr, "/api/studies?token=c-token").await;
+    assert_eq!(status, 200, "{body}");
+    let studies: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(studies[0]["name"], "dash-study");
+    assert!(studies[0]["done"].as_u64().unwrap() > 0, "{body}");
+    let (status, svg) = get(&web_addr, &format!("/api/studies/{study}/figures/alpha.svg?token=c-token")).await;
+    assert_eq!(status, 200, "{svg}");
+    assert!(svg.contains("<svg") && svg.contains("alpha"), "{svg}");
+    assert_eq!(get(&web_addr, &format!("/api/studies/{study}/figures/nope.svg?token=c-token")).await.0, 404);
+    assert_eq!(get(&web_addr, "/api/studies/no-such-study/trajectories?token=c-token").await.0, 404);
+
+    // The page in a real browser: it loads, shows the study and a curve, and refreshes.
+    let url = format!("http://{web_addr}/?token=c-token");
+    let dom = tokio::task::spawn_blocking(move || dump_dom(&url, 7_000)).await.unwrap();
+    assert!(dom.contains("dash-study"), "study missing from the page:\n{dom}");
+    assert!(dom.contains(&study), "study id missing");
+    assert!(dom.contains("class=\"state\""), "progress missing:\n{dom}");
+    assert!(dom.contains("V-curve of alpha"), "curve figure missing:\n{dom}");
+    let refreshes: u32 = dom
+        .split("data-refreshes=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .and_then(|s| s.parse().ok())
+        .expect("refresh counter");
+    assert!(refreshes >= 3, "the page refreshed only {refreshes} times");
+
+    worker_stop.cancel();
+    worker.await.unwrap().unwrap();
+    stop.cancel();
+    grpc_task.await.unwrap().unwrap();
+    web_task.await.unwrap().unwrap();
+}
