@@ -19,7 +19,7 @@
 //! leaves the face to its viewer. (plotters' own bitmap backend places glyphs unevenly, which is
 //! why it is not used for the PNG.)
 //!
-//! The size, 640 × 400 px with text of at least 12 px, is meant for a paper's column width
+//! The size, 640 × 400 px with text of at least 11 px, is meant for a paper's column width
 //! (about 3.3 in): the figure scales down by about half there and its text stays readable.
 
 use std::sync::{Arc, OnceLock};
@@ -194,7 +194,8 @@ impl CurveFigure {
         self.pnr.filter(|&t| self.pnr_certified && t <= self.length)
     }
 
-    /// The label sources in name order, each once, with its colour and its row above the axis.
+    /// The label sources in name order, each once: a source's index here is its colour and its row
+    /// above the axis.
     fn sources(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.labels.iter().map(|(s, _)| s.as_str()).collect();
         names.sort_unstable();
