@@ -17,6 +17,7 @@
 //! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
 //! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (SPEC.md §3).
 
+pub mod analyses;
 pub mod bench;
 pub mod bootstrap;
 pub mod curve;

@@ -1,0 +1,607 @@
+//! The checks before any claim (the paper's Table 4, SPEC.md §7) and the controls behind them
+//! (Tables 18–20).
+//!
+//! - **`t = 0` sanity** (Table 18): the continuations from the empty history against the task's base
+//!   runs, two-sided Fisher exact test; a trajectory passes when `p ≥ α`.
+//! - **Test–retest** (Table 19): the screening estimate at an anchor from the main schedule and from
+//!   fresh seeds; the gap `|V̂₁ − V̂₂|`, its median and maximum, how many anchors agree exactly and how
+//!   many differ by more than `δ_screen` (0.25).
+//! - **Budget control** (Table 20): the decisive step and shape from screening with budget `B − t`
+//!   and with the full budget `B`; agreement within three steps, shape agreement, and in which
+//!   direction `t*` moves (later, earlier, to the last step).
+//! - **Checks** (Table 4): replay `≥ 70%` of selected trajectories; harness flake rate `≤ 3%`; every
+//!   sanity trajectory passes; retest median gap `≤ 0.2`; continuations that exhaust their budget
+//!   `< 35%` (through [`meets_below`], so with the `1e-9` tolerance in favour of meeting it, as
+//!   every threshold: exactly 35% meets); a confirmed drop or a certified point of no return on `≥ 60%` of trajectories; every
+//!   evaluation through the cache. A check with nothing measured (replay on a synthetic study, no
+//!   sanity trajectories yet) is `not_measured`, not a failure; the verdict is `pass` only when
+//!   every check passes, `fail` when any fails, `incomplete` otherwise.
+
+use serde::{Deserialize, Serialize};
+
+use super::{CurveRecord, Ratio};
+use crate::curve::{CurveAnalysis, Point, Shape};
+use crate::stats::TwoByTwo;
+use crate::{BaseRuns, Thresholds, meets_at_least, meets_at_most, meets_below};
+
+/// Continuations from `h_0` of one trajectory against its task's base runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SanityInput {
+    pub trajectory: String,
+    /// Successes of the continuations from the empty history.
+    pub at_h0: Ratio,
+    /// Successes of the task's base runs.
+    pub base: Ratio,
+}
+
+impl SanityInput {
+    /// From the main series' point at `t = 0` and the task's base runs.
+    pub fn new(trajectory: impl Into<String>, h0: Point, runs: &BaseRuns) -> SanityInput {
+        let successes = runs.0.iter().filter(|r| r.success).count() as u32;
+        SanityInput {
+            trajectory: trajectory.into(),
+            at_h0: Ratio { hits: h0.successes, total: h0.n },
+            base: Ratio { hits: successes, total: runs.0.len() as u32 },
+        }
+    }
+}
+
+/// A row of Table 18.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SanityRow {
+    pub trajectory: String,
+    pub at_h0: Ratio,
+    pub base: Ratio,
+    /// `p(x)` from the base runs.
+    pub pass_rate: Option<f64>,
+    /// Two-sided Fisher exact `p`.
+    pub p_value: f64,
+    /// `p ≥ α`.
+    pub passes: bool,
+}
+
+/// Table 18.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SanityReport {
+    pub rows: Vec<SanityRow>,
+    /// Trajectories that pass, of all.
+    pub passed: Ratio,
+}
+
+/// The `t = 0` sanity control.
+pub fn sanity_control(inputs: &[SanityInput], params: &Thresholds) -> SanityReport {
+    let mut passed = Ratio::default();
+    let rows = inputs
+        .iter()
+        .map(|input| {
+            let p_value = TwoByTwo::new(input.at_h0.hits, input.at_h0.total, input.base.hits, input.base.total)
+                .fisher_two_sided();
+            let passes = meets_at_least(p_value, params.alpha);
+            passed.count(passes);
+            SanityRow {
+                trajectory: input.trajectory.clone(),
+                at_h0: input.at_h0,
+                base: input.base,
+                pass_rate: input.base.share(),
+                p_value,
+                passes,
+            }
+        })
+        .collect();
+    SanityReport { rows, passed }
+}
+
+/// One re-screened anchor: the main schedule's point and the fresh-seed point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetestInput {
+    pub trajectory: String,
+    pub t: u32,
+    pub first: Ratio,
+    pub second: Ratio,
+}
+
+/// A row of Table 19.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetestRow {
+    pub trajectory: String,
+    pub t: u32,
+    pub v1: f64,
+    pub v2: f64,
+    pub gap: f64,
+}
+
+/// Table 19.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetestReport {
+    pub rows: Vec<RetestRow>,
+    pub anchors: u32,
+    pub median_gap: Option<f64>,
+    pub max_gap: Option<f64>,
+    /// Anchors whose two estimates agree exactly.
+    pub identical: u32,
+    /// Anchors whose gap exceeds `δ_screen`.
+    pub beyond_delta: u32,
+}
+
+/// The test–retest control. Anchors with no continuations on either side are left out.
+pub fn retest_control(inputs: &[RetestInput], params: &Thresholds) -> RetestReport {
+    let rows: Vec<RetestRow> = inputs
+        .iter()
+        .filter_map(|input| {
+            let (v1, v2) = (input.first.share()?, input.second.share()?);
+            Some(RetestRow { trajectory: input.trajectory.clone(), t: input.t, v1, v2, gap: (v1 - v2).abs() })
+        })
+        .collect();
+    let mut gaps: Vec<f64> = rows.iter().map(|r| r.gap).collect();
+    gaps.sort_by(f64::total_cmp);
+    let median_gap = (!gaps.is_empty()).then(|| {
+        let mid = gaps.len() / 2;
+        if gaps.len() % 2 == 1 { gaps[mid] } else { (gaps[mid - 1] + gaps[mid]) / 2.0 }
+    });
+    RetestReport {
+        anchors: rows.len() as u32,
+        median_gap,
+        max_gap: gaps.last().copied(),
+        identical: gaps.iter().filter(|&&g| meets_at_most(g, 0.0)).count() as u32,
+        beyond_delta: gaps.iter().filter(|&&g| !meets_at_most(g, params.delta_screen)).count() as u32,
+        rows,
+    }
+}
+
+/// The decisive step and shape of one screening.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Screening {
+    pub t_star: Option<u32>,
+    pub shape: Shape,
+}
+
+impl From<&CurveAnalysis> for Screening {
+    fn from(analysis: &CurveAnalysis) -> Screening {
+        Screening { t_star: analysis.t_star, shape: analysis.shape }
+    }
+}
+
+/// One trajectory of the budget control.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetControlInput {
+    pub trajectory: String,
+    pub length: u32,
+    /// Screening with the remaining budget `B − t` (the main series' screening points).
+    pub remaining: Screening,
+    /// Screening with the full budget `B`.
+    pub full: Screening,
+    /// The study's final `t*`.
+    pub final_t_star: Option<u32>,
+}
+
+/// A row of Table 20.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetControlRow {
+    #[serde(flatten)]
+    pub input: BudgetControlInput,
+    /// `|t*_B − t*_{B−t}| ≤ 3` (or neither screening finds a drop).
+    pub within_three: bool,
+    pub shape_agrees: bool,
+    /// `t*_B − t*_{B−t}`, when both exist.
+    pub shift: Option<i64>,
+    /// `t*_B = T`.
+    pub full_at_last_step: bool,
+}
+
+/// Table 20.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetControlReport {
+    pub rows: Vec<BudgetControlRow>,
+    pub within_three: Ratio,
+    pub shape_agrees: Ratio,
+    /// Trajectories whose `t*` moves later (earlier) with the full budget.
+    pub later: u32,
+    pub earlier: u32,
+    /// Of the later ones, those moved to the last step.
+    pub to_last_step: u32,
+}
+
+/// The budget control.
+pub fn budget_control(inputs: &[BudgetControlInput]) -> BudgetControlReport {
+    let (mut within_three, mut shape_agrees) = (Ratio::default(), Ratio::default());
+    let (mut later, mut earlier, mut to_last_step) = (0, 0, 0);
+    let rows = inputs
+        .iter()
+        .map(|input| {
+            let shift = input.full.t_star.zip(input.remaining.t_star).map(|(b, r)| i64::from(b) - i64::from(r));
+            let within = match shift {
+                Some(s) => s.abs() <= 3,
+                None => input.full.t_star.is_none() && input.remaining.t_star.is_none(),
+            };
+            let full_at_last_step = input.full.t_star == Some(input.length);
+            within_three.count(within);
+            shape_agrees.count(input.full.shape == input.remaining.shape);
+            if shift.is_some_and(|s| s > 0) {
+                later += 1;
+                to_last_step += u32::from(full_at_last_step);
+            }
+            earlier += u32::from(shift.is_some_and(|s| s < 0));
+            BudgetControlRow {
+                input: input.clone(),
+                within_three: within,
+                shape_agrees: input.full.shape == input.remaining.shape,
+                shift,
+                full_at_last_step,
+            }
+        })
+        .collect();
+    BudgetControlReport { rows, within_three, shape_agrees, later, earlier, to_last_step }
+}
+
+/// The thresholds of Table 4 that SPEC.md §8 does not list (the paper's values by default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CheckCriteria {
+    /// Replay reconstructs at least this share of the selected trajectories.
+    pub replay_min: f64,
+    /// Harness flake rate at most this (above it, every patch is evaluated twice).
+    pub flake_max: f64,
+    /// Test–retest median gap at most this.
+    pub retest_median_gap_max: f64,
+    /// Continuations that exhaust their budget: strictly below this share.
+    pub cap_hits_below: f64,
+    /// Trajectories with a confirmed drop or a certified point of no return: at least this share.
+    pub resolved_min: f64,
+}
+
+impl Default for CheckCriteria {
+    fn default() -> Self {
+        CheckCriteria {
+            replay_min: 0.70,
+            flake_max: 0.03,
+            retest_median_gap_max: 0.2,
+            cap_hits_below: 0.35,
+            resolved_min: 0.60,
+        }
+    }
+}
+
+/// Evaluations and how many went through the patch cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheUse {
+    pub evaluations: u32,
+    pub through_cache: u32,
+    pub unique_patches: u32,
+}
+
+/// What Table 4 is computed from. `None` (or an empty report) = not measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckInputs {
+    /// Trajectories replayed exactly, of those selected (`None` for a synthetic study).
+    pub replay: Option<Ratio>,
+    /// Harness disagreements, of the re-evaluated patches.
+    pub flake: Option<Ratio>,
+    pub sanity: SanityReport,
+    pub retest: RetestReport,
+    /// Continuations that exhausted their budget, of all continuations with an outcome.
+    pub cap_hits: Option<Ratio>,
+    /// Trajectories with a confirmed drop or a certified point of no return (see [`resolved`]).
+    pub resolved: Ratio,
+    pub cache: Option<CacheUse>,
+}
+
+/// Whether a check is met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Pass,
+    Fail,
+    NotMeasured,
+}
+
+/// The study's verdict over every check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every check passes: claims may be made.
+    Pass,
+    /// At least one check fails.
+    Fail,
+    /// None fails, but some are not measured.
+    Incomplete,
+}
+
+/// A row of Table 4.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub id: String,
+    pub check: String,
+    pub criterion: String,
+    /// The measured value as the paper prints it.
+    pub value: String,
+    pub status: Status,
+}
+
+/// Table 4.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChecksReport {
+    pub checks: Vec<Check>,
+    pub verdict: Verdict,
+}
+
+/// Trajectories with a confirmed drop (both ends at `K ≥ K_confirm`) or a certified point of no
+/// return, of all.
+pub fn resolved(trajectories: &[CurveRecord]) -> Ratio {
+    let mut ratio = Ratio::default();
+    for r in trajectories {
+        ratio.count(r.confirmed_drop || r.pnr_certified());
+    }
+    ratio
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.0}%", 100.0 * x)
+}
+
+/// Table 4 with pass/fail per criterion.
+pub fn checks(inputs: &CheckInputs, criteria: &CheckCriteria, params: &Thresholds) -> ChecksReport {
+    let status = |measured: bool, met: bool| match (measured, met) {
+        (false, _) => Status::NotMeasured,
+        (true, true) => Status::Pass,
+        (true, false) => Status::Fail,
+    };
+    let ratio_check = |id: &str, check: &str, criterion: String, ratio: Option<Ratio>, met: &dyn Fn(f64) -> bool| {
+        let share = ratio.and_then(|r| r.share());
+        Check {
+            id: id.into(),
+            check: check.into(),
+            criterion,
+            value: match (ratio, share) {
+                (Some(r), Some(s)) => format!("{}/{} ({})", r.hits, r.total, percent(s)),
+                _ => "not measured".into(),
+            },
+            status: status(share.is_some(), share.is_some_and(met)),
+        }
+    };
+
+    let mut list = vec![
+        ratio_check(
+            "replay",
+            "Replay match",
+            format!("≥ {} of selected", percent(criteria.replay_min)),
+            inputs.replay,
+            &|s| meets_at_least(s, criteria.replay_min),
+        ),
+        ratio_check(
+            "flake",
+            "Harness flake rate",
+            format!("≤ {} (double evaluation above)", percent(criteria.flake_max)),
+            inputs.flake,
+            &|s| meets_at_most(s, criteria.flake_max),
+        ),
+    ];
+
+    let sanity = &inputs.sanity;
+    list.push(Check {
+        id: "t0_sanity".into(),
+        check: format!("t = 0 sanity, {} traj.", sanity.rows.len()),
+        criterion: format!("two-sided Fisher exact, p ≥ {}", params.alpha),
+        value: if sanity.rows.is_empty() {
+            "not measured".into()
+        } else {
+            format!("{}/{}", sanity.passed.hits, sanity.passed.total)
+        },
+        status: status(!sanity.rows.is_empty(), sanity.passed.hits == sanity.passed.total),
+    });
+
+    let retest = &inputs.retest;
+    list.push(Check {
+        id: "test_retest".into(),
+        check: "Test–retest".into(),
+        criterion: format!("median gap ≤ {}", criteria.retest_median_gap_max),
+        value: match (retest.median_gap, retest.max_gap) {
+            (Some(median), Some(max)) => format!("{median:.2} ({} anchors; max {max:.2})", retest.anchors),
+            _ => "not measured".into(),
+        },
+        status: status(
+            retest.median_gap.is_some(),
+            retest.median_gap.is_some_and(|g| meets_at_most(g, criteria.retest_median_gap_max)),
+        ),
+    });
+
+    list.push(ratio_check(
+        "cap_hits",
+        "Cap hits, continuations",
+        format!("< {}", percent(criteria.cap_hits_below)),
+        inputs.cap_hits,
+        &|s| meets_below(s, criteria.cap_hits_below),
+    ));
+    list.push(ratio_check(
+        "resolved",
+        "Confirmed drop or certified t_pnr",
+        format!("≥ {} of trajectories", percent(criteria.resolved_min)),
+        Some(inputs.resolved),
+        &|s| meets_at_least(s, criteria.resolved_min),
+    ));
+    list.push(Check {
+        id: "cache".into(),
+        check: "Evaluations via cache".into(),
+        criterion: "all".into(),
+        value: match inputs.cache {
+            Some(c) if c.evaluations > 0 => {
+                format!("{}/{} ({} unique patches)", c.through_cache, c.evaluations, c.unique_patches)
+            }
+            _ => "not measured".into(),
+        },
+        status: match inputs.cache {
+            Some(c) if c.evaluations > 0 => status(true, c.through_cache == c.evaluations),
+            _ => Status::NotMeasured,
+        },
+    });
+
+    let verdict = if list.iter().any(|c| c.status == Status::Fail) {
+        Verdict::Fail
+    } else if list.iter().all(|c| c.status == Status::Pass) {
+        Verdict::Pass
+    } else {
+        Verdict::Incomplete
+    };
+    ChecksReport { checks: list, verdict }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::BaseRun;
+
+    fn ratio(hits: u32, total: u32) -> Ratio {
+        Ratio { hits, total }
+    }
+
+    #[test]
+    fn sanity_uses_the_two_sided_fisher_test() {
+        let runs = BaseRuns(
+            (0..8).map(|i| BaseRun { success: i < 2, steps: 30 }).collect(), // 2 of 8
+        );
+        let inputs = vec![
+            SanityInput::new("same", Point { t: 0, n: 8, successes: 2 }, &runs),
+            SanityInput { trajectory: "far".into(), at_h0: ratio(8, 8), base: ratio(0, 8) },
+            SanityInput { trajectory: "tea".into(), at_h0: ratio(3, 4), base: ratio(1, 4) },
+        ];
+        let report = sanity_control(&inputs, &Thresholds::default());
+        assert!(close(report.rows[0].p_value, 1.0) && report.rows[0].passes);
+        assert_eq!(report.rows[0].pass_rate, Some(0.25));
+        // 8/8 vs 0/8: two tables as extreme, 2 / C(16, 8).
+        assert!(close(report.rows[1].p_value, 2.0 / 12_870.0) && !report.rows[1].passes);
+        assert!(close(report.rows[2].p_value, 34.0 / 70.0) && report.rows[2].passes);
+        assert_eq!(report.passed, ratio(2, 3));
+    }
+
+    #[test]
+    fn retest_median_and_counts() {
+        let row = |t, a, b| RetestInput { trajectory: "r".into(), t, first: ratio(a, 8), second: ratio(b, 8) };
+        let report =
+            retest_control(&[row(0, 4, 4), row(5, 2, 4), row(10, 0, 3), row(15, 1, 1)], &Thresholds::default());
+        assert_eq!(report.anchors, 4);
+        // Gaps 0, 0.25, 0.375, 0 → sorted 0, 0, 0.25, 0.375 → median 0.125.
+        assert!(close(report.median_gap.unwrap(), 0.125));
+        assert!(close(report.max_gap.unwrap(), 0.375));
+        assert_eq!((report.identical, report.beyond_delta), (2, 1), "a gap of exactly 0.25 is not beyond δ");
+        let empty = retest_control(
+            &[RetestInput { trajectory: "r".into(), t: 0, first: ratio(0, 0), second: ratio(1, 8) }],
+            &Thresholds::default(),
+        );
+        assert_eq!((empty.anchors, empty.median_gap), (0, None));
+    }
+
+    #[test]
+    fn budget_control_directions() {
+        let s = |t_star, shape| Screening { t_star, shape };
+        let input = |id: &str, length, r, f| BudgetControlInput {
+            trajectory: id.into(),
+            length,
+            remaining: r,
+            full: f,
+            final_t_star: None,
+        };
+        let report = budget_control(&[
+            input("same", 60, s(Some(6), Shape::Cliff), s(Some(6), Shape::Cliff)),
+            input("near", 60, s(Some(6), Shape::Cliff), s(Some(9), Shape::Erosion)),
+            input("later", 100, s(Some(46), Shape::Erosion), s(Some(100), Shape::Cliff)),
+            input("earlier", 60, s(Some(20), Shape::Cliff), s(Some(10), Shape::Cliff)),
+            input("flat", 60, s(None, Shape::Flat), s(None, Shape::Flat)),
+        ]);
+        assert_eq!(report.within_three, ratio(3, 5));
+        assert_eq!(report.shape_agrees, ratio(3, 5));
+        assert_eq!((report.later, report.earlier, report.to_last_step), (2, 1, 1));
+        assert_eq!(report.rows[2].shift, Some(54));
+        assert!(report.rows[2].full_at_last_step);
+    }
+
+    fn passing_inputs() -> CheckInputs {
+        let params = Thresholds::default();
+        CheckInputs {
+            replay: Some(ratio(47, 64)),
+            flake: Some(ratio(0, 46)),
+            sanity: sanity_control(
+                &[SanityInput { trajectory: "a".into(), at_h0: ratio(4, 8), base: ratio(4, 8) }],
+                &params,
+            ),
+            retest: retest_control(
+                &[RetestInput { trajectory: "a".into(), t: 0, first: ratio(4, 8), second: ratio(4, 8) }],
+                &params,
+            ),
+            cap_hits: Some(ratio(4_828, 15_576)),
+            resolved: ratio(47, 47),
+            cache: Some(CacheUse { evaluations: 1_200, through_cache: 1_200, unique_patches: 805 }),
+        }
+    }
+
+    #[test]
+    fn checks_pass_fail_and_not_measured() {
+        let params = Thresholds::default();
+        let criteria = CheckCriteria::default();
+        let report = checks(&passing_inputs(), &criteria, &params);
+        assert_eq!(report.verdict, Verdict::Pass, "{report:#?}");
+        assert_eq!(report.checks.len(), 7);
+        assert_eq!(report.checks[0].value, "47/64 (73%)");
+
+        // Replay exactly at 70% passes; below fails.
+        let mut inputs = passing_inputs();
+        inputs.replay = Some(ratio(7, 10));
+        assert_eq!(checks(&inputs, &criteria, &params).checks[0].status, Status::Pass);
+        inputs.replay = Some(ratio(69, 100));
+        assert_eq!(checks(&inputs, &criteria, &params).verdict, Verdict::Fail);
+
+        // Flake: 3% passes, above fails.
+        let mut inputs = passing_inputs();
+        inputs.flake = Some(ratio(3, 100));
+        assert_eq!(checks(&inputs, &criteria, &params).checks[1].status, Status::Pass);
+        inputs.flake = Some(ratio(4, 100));
+        assert_eq!(checks(&inputs, &criteria, &params).checks[1].status, Status::Fail);
+
+        // Cap hits: below 35%, with the tolerance in favour of meeting it (as `p < α`): exactly
+        // 35% meets, 36% does not.
+        let mut inputs = passing_inputs();
+        inputs.cap_hits = Some(ratio(35, 100));
+        assert_eq!(checks(&inputs, &criteria, &params).checks[4].status, Status::Pass);
+        inputs.cap_hits = Some(ratio(36, 100));
+        assert_eq!(checks(&inputs, &criteria, &params).checks[4].status, Status::Fail);
+        inputs.cap_hits = Some(ratio(58, 100));
+        assert_eq!(checks(&inputs, &criteria, &params).verdict, Verdict::Fail);
+
+        // Resolved: 60% passes.
+        let mut inputs = passing_inputs();
+        inputs.resolved = ratio(3, 5);
+        assert_eq!(checks(&inputs, &criteria, &params).checks[5].status, Status::Pass);
+        inputs.resolved = ratio(2, 5);
+        assert_eq!(checks(&inputs, &criteria, &params).checks[5].status, Status::Fail);
+
+        // A sanity trajectory rejected, a retest gap too large, an evaluation around the cache.
+        let mut inputs = passing_inputs();
+        inputs.sanity =
+            sanity_control(&[SanityInput { trajectory: "a".into(), at_h0: ratio(8, 8), base: ratio(0, 8) }], &params);
+        inputs.retest = retest_control(
+            &[RetestInput { trajectory: "a".into(), t: 0, first: ratio(8, 8), second: ratio(2, 8) }],
+            &params,
+        );
+        inputs.cache = Some(CacheUse { evaluations: 10, through_cache: 9, unique_patches: 9 });
+        let report = checks(&inputs, &criteria, &params);
+        let failed: Vec<&str> =
+            report.checks.iter().filter(|c| c.status == Status::Fail).map(|c| c.id.as_str()).collect();
+        assert_eq!(failed, ["t0_sanity", "test_retest", "cache"]);
+
+        // A synthetic study: replay not measured, nothing else wrong → incomplete.
+        let mut inputs = passing_inputs();
+        inputs.replay = None;
+        let report = checks(&inputs, &criteria, &params);
+        assert_eq!(report.checks[0].status, Status::NotMeasured);
+        assert_eq!(report.checks[0].value, "not measured");
+        assert_eq!(report.verdict, Verdict::Incomplete);
+    }
+
+    #[test]
+    fn resolved_counts_confirmed_or_certified() {
+        let certified = record("a", "x", 30, 10, 11, 20);
+        let mut confirmed = record("b", "x", 30, 10, 11, 30);
+        confirmed.confirmed_drop = true;
+        let neither = record("c", "x", 30, 10, 11, 30);
+        assert_eq!(resolved(&[certified, confirmed, neither]), ratio(2, 3));
+    }
+}
