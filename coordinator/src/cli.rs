@@ -36,6 +36,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Write a study's curves and results into a folder.
     Export(ExportArgs),
+    /// Write a study's report: one self-contained HTML file with every table and figure, and the
+    /// tables as CSV beside it.
+    Report(ReportArgs),
     /// Stop handing out a study's work.
     Cancel(StudyArgs),
     /// List the coordinator's studies.
@@ -175,6 +178,21 @@ pub struct ExportArgs {
     #[command(flatten)]
     pub remote: Remote,
     /// Folder to write curves.csv, trajectories.csv and results.json into.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The study id `vcurve launch` printed (its export is fetched from the coordinator).
+    #[arg(required_unless_present = "from")]
+    pub study: Option<String>,
+    /// Build the report from an export folder (`vcurve export --out DIR`) instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "study")]
+    pub from: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Folder to write report.html, the tables as CSV and figures/ into.
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -346,6 +364,10 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,
         Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
         Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,
+        Command::Report(a) => {
+            let path = commands::report(a.study.as_deref(), a.from.as_deref(), &a.remote.connection()?, &a.out).await?;
+            println!("{}", path.display());
+        }
         Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,
         Command::Bench(BenchCommand::Dispatch(a)) => {
             println!("{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}", "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms");

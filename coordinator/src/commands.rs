@@ -262,10 +262,14 @@ pub fn write_files(out: &Path, files: impl IntoIterator<Item = (String, Vec<u8>)
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut written = Vec::new();
     for (name, contents) in files {
-        if name.contains('/') || name.contains("..") {
-            bail!("refusing to write an export file named {name:?}");
+        let relative = Path::new(&name);
+        if name.is_empty() || relative.is_absolute() || relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+            bail!("refusing to write a file named {name:?} outside {}", out.display());
         }
-        let path = out.join(&name);
+        let path = out.join(relative);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
         std::fs::write(&path, contents).with_context(|| format!("cannot write {}", path.display()))?;
         written.push(path);
     }
@@ -279,6 +283,35 @@ pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow:
         println!("{}", path.display());
     }
     Ok(())
+}
+
+/// `vcurve report`: from a coordinator's export of `study`, or from an export folder.
+pub async fn report(study: Option<&str>, from: Option<&Path>, connection: &Connection, out: &Path) -> anyhow::Result<PathBuf> {
+    let (results, analyses) = match (study, from) {
+        (_, Some(dir)) => {
+            let read = |name: &str| {
+                let path = dir.join(name);
+                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+            };
+            let results: crate::export::Results =
+                serde_json::from_slice(&read("results.json")?).with_context(|| format!("{}/results.json is not a vcurve export", dir.display()))?;
+            let analyses = match read("analyses.json") {
+                Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| format!("{}/analyses.json is not a vcurve export", dir.display()))?,
+                Err(_) => crate::study_analyses::analyses(&results)?,
+            };
+            (results, analyses)
+        }
+        (Some(study), None) => {
+            let mut client = client::study_client(connection).await?;
+            let files = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
+            let get = |name: &str| files.iter().find(|f| f.name == name).map(|f| f.contents.clone()).with_context(|| format!("the export has no {name}"));
+            (serde_json::from_slice(&get("results.json")?)?, serde_json::from_slice(&get("analyses.json")?)?)
+        }
+        (None, None) => bail!("name a STUDY (with --coordinator) or an export folder with --from"),
+    };
+    let report = crate::report::build(&results, &analyses)?;
+    write_files(out, report.files)?;
+    Ok(out.join("report.html"))
 }
 
 pub async fn cancel(study: &str, connection: &Connection) -> anyhow::Result<()> {

@@ -20,6 +20,9 @@ pub enum CoordinatorError {
     /// Stored outcomes could not be analyzed (a corrupted store); fatal for the request.
     #[error("cannot analyze the study: {0}")]
     Analysis(#[from] vcurve_method::CurveError),
+    /// The study's analyses failed on its labels or base runs; fatal for the request.
+    #[error("cannot compute the study's analyses: {0}")]
+    Analyses(#[from] crate::study_analyses::AnalysesError),
 }
 
 impl From<CoordinatorError> for tonic::Status {
@@ -28,7 +31,7 @@ impl From<CoordinatorError> for tonic::Status {
         match e {
             CoordinatorError::Store(StoreError::UnknownStudy(_)) => tonic::Status::not_found(message),
             CoordinatorError::Store(StoreError::Database(_)) => tonic::Status::unavailable(message),
-            CoordinatorError::Store(_) | CoordinatorError::Analysis(_) => tonic::Status::internal(message),
+            CoordinatorError::Store(_) | CoordinatorError::Analysis(_) | CoordinatorError::Analyses(_) => tonic::Status::internal(message),
             CoordinatorError::Spec(_) | CoordinatorError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
             CoordinatorError::ProtocolMismatch { .. } => tonic::Status::failed_precondition(message),
         }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use vcurve_method::curve::CurveAnalysis;
 use vcurve_method::schedule::{Key, Series, Stage};
 use vcurve_method::{CurveError, Point, Shape, analyze};
@@ -16,7 +16,7 @@ use crate::model::{StudyRecord, TrajectoryState};
 use crate::planner;
 
 /// One trajectory's row of `trajectories.csv`, and its entry in `results.json`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrajectoryResult {
     pub trajectory: String,
     pub task: String,
@@ -43,14 +43,24 @@ pub struct TrajectoryResult {
     pub labels: Vec<(String, Option<u32>)>,
     /// Every sampled point of every series, analyzed.
     pub series: BTreeMap<Series, Vec<vcurve_method::FittedPoint>>,
+    /// The task's base runs (for restart values and the `t = 0` sanity control).
+    pub base_runs: vcurve_method::BaseRuns,
+    /// The controls this trajectory carried (SPEC.md §7).
+    pub controls: vcurve_method::schedule::Controls,
+    /// The first step after which the working tree differs (known once replayed in a container).
+    pub first_edit: Option<u32>,
+    /// The first step after the first edit whose observation shows a failure signal.
+    pub first_symptom: Option<u32>,
 }
 
 /// Everything an export writes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Results {
     pub name: String,
     pub schedule: String,
     pub budget: u32,
+    /// The parameters the schedule ran under (the study's, as its variant adjusted them).
+    pub thresholds: vcurve_method::Thresholds,
     pub trajectories: Vec<TrajectoryResult>,
 }
 
@@ -122,9 +132,13 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             continuations_by_stage: by_stage,
             labels: tspec.labels.iter().map(|l| (l.source.clone(), l.step)).collect(),
             series,
+            base_runs: tspec.base_runs.clone(),
+            controls: record.plan.controls,
+            first_edit: None,
+            first_symptom: None,
         });
     }
-    Ok(Results { name: spec.name.clone(), schedule: spec.schedule.clone(), budget: spec.budget, trajectories: out })
+    Ok(Results { name: spec.name.clone(), schedule: spec.schedule.clone(), budget: spec.budget, thresholds: params, trajectories: out })
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -197,7 +211,7 @@ fn csv_field(s: &str) -> String {
 }
 
 /// The export's files by name.
-pub fn files(study: &StudyRecord) -> Result<BTreeMap<&'static str, Vec<u8>>, CurveError> {
+pub fn files(study: &StudyRecord) -> Result<BTreeMap<&'static str, Vec<u8>>, crate::study_analyses::AnalysesError> {
     let results = results(study)?;
     let mut files = BTreeMap::new();
     files.insert("curves.csv", curves_csv(&results).into_bytes());
@@ -205,5 +219,9 @@ pub fn files(study: &StudyRecord) -> Result<BTreeMap<&'static str, Vec<u8>>, Cur
     let mut json = serde_json::to_vec_pretty(&results).expect("results serialize");
     json.push(b'\n');
     files.insert("results.json", json);
+    let analyses = crate::study_analyses::analyses(&results)?;
+    let mut json = serde_json::to_vec_pretty(&analyses).expect("analyses serialize");
+    json.push(b'\n');
+    files.insert("analyses.json", json);
     Ok(files)
 }

@@ -1,0 +1,366 @@
+//! `vcurve report`: one self-contained HTML file with a study's summary, every table of the
+//! paper's analyses and the gallery of V-curve figures, plus the same tables as CSV beside it.
+//!
+//! Pure: the export's [`Results`] and [`StudyAnalyses`] in, files out. Each table is built once
+//! and written both as HTML and as CSV, so the two never disagree.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use vcurve_method::analyses::labels::{PlacementSummary, Share};
+use vcurve_method::analyses::restart::PolicyRow;
+
+use crate::export::{Results, TrajectoryResult};
+use crate::figures::{CurveFigure, FigureError};
+use crate::model::TrajectoryState;
+use crate::study_analyses::StudyAnalyses;
+
+/// A table: a title, a caption saying what it reproduces, and rows of text cells.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// File name stem of the CSV (`labels` → `labels.csv`).
+    pub name: &'static str,
+    pub title: String,
+    pub caption: String,
+    pub headers: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
+}
+
+impl Table {
+    fn new(name: &'static str, title: &str, caption: &str, headers: &[&str]) -> Self {
+        Table {
+            name,
+            title: title.into(),
+            caption: caption.into(),
+            headers: headers.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.headers.len());
+        self.rows.push(cells);
+    }
+
+    pub fn csv(&self) -> String {
+        let mut out = String::new();
+        for line in std::iter::once(&self.headers).chain(&self.rows) {
+            out.push_str(&line.iter().map(|c| csv_cell(c)).collect::<Vec<_>>().join(","));
+            out.push('\n');
+        }
+        out
+    }
+
+    pub fn html(&self) -> String {
+        let mut out = format!("<h2 id=\"{}\">{}</h2>\n<p class=\"caption\">{}</p>\n<table>\n<tr>", self.name, esc(&self.title), esc(&self.caption));
+        for h in &self.headers {
+            let _ = write!(out, "<th>{}</th>", esc(h));
+        }
+        out.push_str("</tr>\n");
+        if self.rows.is_empty() {
+            let _ = writeln!(out, "<tr><td colspan=\"{}\" class=\"muted\">nothing to show</td></tr>", self.headers.len());
+        }
+        for row in &self.rows {
+            out.push_str("<tr>");
+            for c in row {
+                let _ = write!(out, "<td>{}</td>", esc(c));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</table>\n");
+        out
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "–".to_string(), |v| v.to_string())
+}
+
+fn f2(v: Option<f64>) -> String {
+    v.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"))
+}
+
+fn share(s: &Share) -> String {
+    match (s.share, s.wilson_lo, s.wilson_hi) {
+        (Some(p), Some(lo), Some(hi)) => {
+            let boot = match (s.bootstrap_lo, s.bootstrap_hi) {
+                (Some(a), Some(b)) => format!("; bootstrap [{a:.2}, {b:.2}]"),
+                _ => String::new(),
+            };
+            format!("{}/{} = {p:.2} (Wilson [{lo:.2}, {hi:.2}]{boot})", s.hits, s.total)
+        }
+        _ => format!("{}/{}", s.hits, s.total),
+    }
+}
+
+fn trajectories_table(results: &Results) -> Table {
+    let mut t = Table::new(
+        "trajectories",
+        "Every trajectory",
+        "Curve quantities per trajectory (the paper's Table 9): shape, concentration C, decisive step t* and interval (a, b], onset, point of no return, restart point, continuations used.",
+        &["trajectory", "task", "state", "T", "V(h0)", "shape", "C", "t*", "(a, b]", "onset", "t_pnr", "certified", "t_r", "continuations"],
+    );
+    for tr in &results.trajectories {
+        let interval = match (tr.decisive_a, tr.decisive_b) {
+            (Some(a), Some(b)) => format!("({a}, {b}]"),
+            _ => "–".into(),
+        };
+        let shape = if tr.state == TrajectoryState::Doomed { "doomed".to_string() } else { opt(tr.shape.map(|s| s.as_str())) };
+        t.row(vec![
+            tr.trajectory.clone(),
+            tr.task.clone(),
+            tr.state.as_str().into(),
+            tr.length.to_string(),
+            f2(tr.v0_fit),
+            shape,
+            f2(tr.concentration),
+            opt(tr.t_star),
+            interval,
+            opt(tr.onset),
+            opt(tr.pnr),
+            opt(tr.pnr_certified),
+            opt(tr.restart_point),
+            tr.continuations.to_string(),
+        ]);
+    }
+    t
+}
+
+fn placement_row(name: &str, s: &PlacementSummary) -> Vec<String> {
+    vec![
+        name.to_string(),
+        s.trajectories.to_string(),
+        s.labels.to_string(),
+        s.before.to_string(),
+        s.inside.to_string(),
+        s.after.to_string(),
+        s.after_pnr.to_string(),
+        s.no_mistake.to_string(),
+        s.at_t_star.to_string(),
+        opt(s.zero_drop),
+        opt(s.large_drop),
+        opt(s.significant),
+        s.post_cause_or_zero_drop.as_ref().map_or_else(|| share(&s.post_cause), share),
+        format!("{}/{}", s.near_t_star.hits, s.near_t_star.total),
+    ]
+}
+
+fn labels_table(a: &StudyAnalyses) -> Table {
+    let mut t = Table::new(
+        "labels",
+        "Labels against the curves",
+        "Where each source's first-mistake labels fall against the decisive interval (a, b] and the point of no return (the paper's Tables 2 and 21): before (m ≤ a), inside (a < m ≤ b), after (b < m ≤ t_pnr), after the PNR (m > t_pnr), no mistake; the probed drop at the label; and the share of labels that are post-cause or sit on no drop.",
+        &["source", "trajectories", "labels", "before", "inside", "after", "after PNR", "no mistake", "at t*", "zero drop", "drop ≥ 0.2", "significant", "post-cause or zero-drop", "within 1 of t*"],
+    );
+    for (source, s) in &a.labels.sources {
+        t.row(placement_row(source, s));
+    }
+    t.row(placement_row("pooled", &a.labels.pooled));
+    t
+}
+
+fn policy_row(p: &PolicyRow) -> Vec<String> {
+    vec![
+        p.name.clone(),
+        format!("{}/{}", p.restarts, p.trajectories),
+        p.mean_restart_step.map_or_else(|| "–".into(), |s| format!("{s:.0}")),
+        format!("{:.2}", p.failed),
+        format!("{:.2}", p.random),
+        format!("{:+.2}", p.gain),
+    ]
+}
+
+fn restart_table(a: &StudyAnalyses) -> Table {
+    let mut t = Table::new(
+        "restart_policies",
+        "Restart policies, offline",
+        "What each restart policy would obtain (the paper's Table 23): a restart of a failed run after h_t obtains R̂(x, B − t); value-based policies never restart a successful run. Expected success on failed runs, on a random run of the task, and the gain over never restarting.",
+        &["policy", "restarts", "mean step", "failed runs", "random run", "gain"],
+    );
+    if let Some(r) = &a.restart {
+        for p in &r.policies {
+            t.row(policy_row(p));
+        }
+    }
+    t
+}
+
+fn localizers_table(a: &StudyAnalyses) -> Table {
+    let mut t = Table::new(
+        "localizers",
+        "Localizers by value captured",
+        "The share of the curve's value V(h_0) − V(h_T) captured within k steps of the proposed step (the paper's Table 32), ranked.",
+        &["localizer", "n", "VC_0", "VC_1", "VC_3"],
+    );
+    for r in &a.localizers.rows {
+        t.row(vec![r.name.clone(), r.n.to_string(), format!("{:.2}", r.vc0), format!("{:.2}", r.vc1), format!("{:.2}", r.vc3)]);
+    }
+    t
+}
+
+fn checks_table(a: &StudyAnalyses) -> Table {
+    let mut t = Table::new(
+        "checks",
+        "Checks before any claim",
+        "The criteria the method must meet before any claim is made (the paper's Table 4).",
+        &["check", "criterion", "value", "status"],
+    );
+    for c in &a.checks.checks {
+        let status = serde_json::to_value(c.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        t.row(vec![c.check.clone(), c.criterion.clone(), c.value.clone(), status]);
+    }
+    t
+}
+
+fn controls_tables(a: &StudyAnalyses) -> Vec<Table> {
+    let mut sanity = Table::new(
+        "sanity",
+        "Control: t = 0 sanity",
+        "Continuations from the empty history against the task's base runs, two-sided Fisher exact test (the paper's Table 18).",
+        &["trajectory", "from h_0", "base runs", "p", "passes"],
+    );
+    for r in &a.sanity.rows {
+        sanity.row(vec![
+            r.trajectory.clone(),
+            format!("{}/{}", r.at_h0.hits, r.at_h0.total),
+            format!("{}/{}", r.base.hits, r.base.total),
+            format!("{:.3}", r.p_value),
+            r.passes.to_string(),
+        ]);
+    }
+    let mut retest = Table::new(
+        "retest",
+        "Control: test–retest",
+        "Screening estimates from the main schedule (V̂1) and from fresh seeds (V̂2) at three anchors (the paper's Table 19).",
+        &["trajectory", "t", "V̂1", "V̂2", "gap"],
+    );
+    for r in &a.retest.rows {
+        retest.row(vec![r.trajectory.clone(), r.t.to_string(), format!("{:.2}", r.v1), format!("{:.2}", r.v2), format!("{:.2}", r.gap)]);
+    }
+    let mut budget = Table::new(
+        "budget_control",
+        "Control: full budget",
+        "The anchors screened with the remaining budget B − t and with the full budget B (the paper's Table 20).",
+        &["trajectory", "T", "t* (B − t)", "shape (B − t)", "t* (B)", "shape (B)", "final t*", "within 3", "same shape"],
+    );
+    for r in &a.budget_control.rows {
+        let i = &r.input;
+        budget.row(vec![
+            i.trajectory.clone(),
+            i.length.to_string(),
+            opt(i.remaining.t_star),
+            i.remaining.shape.as_str().into(),
+            opt(i.full.t_star),
+            i.full.shape.as_str().into(),
+            opt(i.final_t_star),
+            r.within_three.to_string(),
+            r.shape_agrees.to_string(),
+        ]);
+    }
+    vec![sanity, retest, budget]
+}
+
+fn stages_table(a: &StudyAnalyses) -> Table {
+    let mut t = Table::new(
+        "stages",
+        "Continuations by schedule stage",
+        "Where the schedule spent its continuations (the paper's Table 13).",
+        &["stage", "continuations", "share", "per trajectory"],
+    );
+    for r in a.stages.rows.iter().chain(std::iter::once(&a.stages.all)) {
+        t.row(vec![r.stage.clone(), r.continuations.to_string(), format!("{:.2}", r.share), format!("{:.1}", r.per_trajectory)]);
+    }
+    t
+}
+
+/// Every table of the report, in order.
+pub fn tables(results: &Results, analyses: &StudyAnalyses) -> Vec<Table> {
+    let mut tables = vec![
+        trajectories_table(results),
+        labels_table(analyses),
+        restart_table(analyses),
+        localizers_table(analyses),
+        checks_table(analyses),
+    ];
+    tables.extend(controls_tables(analyses));
+    tables.push(stages_table(analyses));
+    tables
+}
+
+/// The report's files by name: `report.html`, one CSV per table, and `figures/*.svg|png`.
+pub struct Report {
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+fn summary(results: &Results, analyses: &StudyAnalyses) -> String {
+    let trs = &results.trajectories;
+    let count = |f: &dyn Fn(&TrajectoryResult) -> bool| trs.iter().filter(|t| f(t)).count();
+    let done = count(&|t| t.state == TrajectoryState::Done);
+    let doomed = count(&|t| t.state == TrajectoryState::Doomed);
+    let cliffs = count(&|t| t.shape == Some(vcurve_method::Shape::Cliff));
+    let erosions = count(&|t| t.shape == Some(vcurve_method::Shape::Erosion));
+    let certified = count(&|t| t.pnr_certified == Some(true));
+    let continuations: u32 = trs.iter().map(|t| t.continuations).sum();
+    let verdict = serde_json::to_value(analyses.checks.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    format!(
+        "<ul class=\"summary\"><li>schedule <b>{}</b>, step budget B = {}</li>\
+         <li>{} trajectories: {} done, {} doomed; {} cliffs, {} erosions; {} with a certified point of no return</li>\
+         <li>{} continuations ({:.0} per trajectory)</li>\
+         <li>checks before any claim: <b>{}</b></li></ul>",
+        esc(&results.schedule),
+        results.budget,
+        trs.len(),
+        done,
+        doomed,
+        cliffs,
+        erosions,
+        certified,
+        continuations,
+        f64::from(continuations) / trs.len().max(1) as f64,
+        esc(&verdict)
+    )
+}
+
+const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}\
+h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}\
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}\
+th{background:#f4f4f4}.caption{color:#555;max-width:900px}.muted{color:#888}\
+.gallery{display:flex;flex-wrap:wrap;gap:12px}.gallery figure{margin:0}.gallery svg{width:480px;height:auto;border:1px solid #ddd}";
+
+/// Build the report of a study.
+pub fn build(results: &Results, analyses: &StudyAnalyses) -> Result<Report, FigureError> {
+    let tables = tables(results, analyses);
+    let mut files = BTreeMap::new();
+    let mut html = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>vcurve report: {name}</title><style>{STYLE}</style></head><body>\n<h1>vcurve report: {name}</h1>\n{}\n<p>Contents: {}, <a href=\"#figures\">V-curves</a>.</p>\n",
+        summary(results, analyses),
+        tables.iter().map(|t| format!("<a href=\"#{}\">{}</a>", t.name, esc(&t.title))).collect::<Vec<_>>().join(", "),
+        name = esc(&results.name),
+    );
+    for t in &tables {
+        html.push_str(&t.html());
+        files.insert(format!("{}.csv", t.name), t.csv().into_bytes());
+    }
+    html.push_str("<h2 id=\"figures\">V-curves</h2>\n<p class=\"caption\">Raw estimates with Wilson 95% bars, the isotonic fit, the decisive interval shaded, the certified point of no return dotted, and each source's label as a triangle between h_{m−1} and h_m.</p>\n<div class=\"gallery\">\n");
+    for tr in &results.trajectories {
+        let Some(fig) = CurveFigure::from_result(tr) else { continue };
+        let svg = fig.svg();
+        // Inline without the XML declaration, so the page stays one self-contained document.
+        let inline = svg.trim_start().strip_prefix("<?xml").and_then(|s| s.split_once("?>")).map_or(svg.as_str(), |(_, rest)| rest);
+        let _ = writeln!(html, "<figure id=\"fig-{}\">{}</figure>", esc(&tr.trajectory), inline);
+        let stem = tr.trajectory.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_', "_");
+        files.insert(format!("figures/{stem}.png"), fig.png()?);
+        files.insert(format!("figures/{stem}.svg"), svg.into_bytes());
+    }
+    html.push_str("</div>\n</body></html>\n");
+    files.insert("report.html".into(), html.into_bytes());
+    Ok(Report { files })
+}

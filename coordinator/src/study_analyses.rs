@@ -1,0 +1,185 @@
+//! The paper's analyses (SPEC.md §9) of one study, from its exported [`Results`]: the glue between
+//! the export and the pure analyses of `vcurve_method::analyses`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use vcurve_method::analyses::checks::{
+    self, BudgetControlInput, BudgetControlReport, CheckCriteria, CheckInputs, ChecksReport, RetestInput, RetestReport,
+    SanityInput, SanityReport, Screening,
+};
+use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, place_labels};
+use vcurve_method::analyses::localizers::{LocalizerReport, rank_localizers};
+use vcurve_method::analyses::restart::{FIXED_STEPS, RestartReport, RestartStudy, restart_policies};
+use vcurve_method::analyses::stages::{StageCounts, StageTable, stage_table};
+use vcurve_method::analyses::{AnalysisError, BOOTSTRAP_SEED, CurveRecord, Label, Ratio};
+use vcurve_method::schedule::Series;
+use vcurve_method::{BaseRuns, CurveAnalysis, CurveError, Point, analyze};
+
+use crate::export::{Results, TrajectoryResult};
+
+/// Why a study's analyses could not be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysesError {
+    #[error(transparent)]
+    Curve(#[from] CurveError),
+    #[error(transparent)]
+    Analysis(#[from] AnalysisError),
+}
+
+/// Every analysis of one study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StudyAnalyses {
+    /// Labels against curves (Tables 2 and 21).
+    pub labels: PlacementReport,
+    /// Restart policies offline (Tables 23–24); `None` when a labeled task has no base runs.
+    pub restart: Option<RestartReport>,
+    /// Value captured per localizer (Table 32).
+    pub localizers: LocalizerReport,
+    /// Checks before any claim (Table 4).
+    pub checks: ChecksReport,
+    /// `t = 0` sanity (Table 18).
+    pub sanity: SanityReport,
+    /// Test–retest (Table 19).
+    pub retest: RetestReport,
+    /// Budget control (Table 20).
+    pub budget_control: BudgetControlReport,
+    /// Continuations by schedule stage (Table 13).
+    pub stages: StageTable,
+}
+
+fn points(tr: &TrajectoryResult, series: Series) -> Vec<Point> {
+    tr.series
+        .get(&series)
+        .map(|ps| ps.iter().map(|p| Point { t: p.t, n: p.n, successes: p.successes }).collect())
+        .unwrap_or_default()
+}
+
+/// The analyzed main curve of every trajectory that has one.
+fn curves(results: &Results) -> Result<Vec<(&TrajectoryResult, CurveAnalysis)>, CurveError> {
+    results
+        .trajectories
+        .iter()
+        .filter(|tr| tr.series.contains_key(&Series::Main))
+        .map(|tr| {
+            let base = (!tr.base_runs.0.is_empty()).then_some(&tr.base_runs);
+            Ok((tr, analyze(tr.length, &points(tr, Series::Main), base, results.budget, &results.thresholds)?))
+        })
+        .collect()
+}
+
+/// Compute every analysis of a study.
+pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
+    let params = &results.thresholds;
+    let curves = curves(results)?;
+    let records: Vec<CurveRecord> = curves
+        .iter()
+        .map(|(tr, a)| {
+            let mut r = CurveRecord::from_analysis(&tr.trajectory, &tr.task, a, params);
+            r.first_edit = tr.first_edit;
+            r.first_symptom = tr.first_symptom;
+            r
+        })
+        .collect();
+    let labels: Vec<Label> = curves
+        .iter()
+        .flat_map(|(tr, _)| {
+            tr.labels.iter().map(|(source, step)| Label { trajectory: tr.trajectory.clone(), source: source.clone(), step: *step })
+        })
+        .collect();
+    let mut base_runs: BTreeMap<String, BaseRuns> = BTreeMap::new();
+    for tr in &results.trajectories {
+        if !tr.base_runs.0.is_empty() {
+            base_runs.entry(tr.task.clone()).or_insert_with(|| tr.base_runs.clone());
+        }
+    }
+
+    let placement = place_labels(&records, &labels, &PlacementOptions::default(), params)?;
+    let restart = if records.iter().all(|r| base_runs.contains_key(&r.task)) {
+        let study = RestartStudy {
+            trajectories: &records,
+            labels: &labels,
+            decoys: &[],
+            base_runs: &base_runs,
+            judges: None,
+            fixed_steps: &FIXED_STEPS,
+        };
+        Some(restart_policies(&study, params)?)
+    } else {
+        None
+    };
+    let localizers = rank_localizers(&records, &labels, None, BOOTSTRAP_SEED)?;
+
+    let sanity_inputs: Vec<SanityInput> = curves
+        .iter()
+        .filter(|(tr, _)| tr.controls.sanity && !tr.base_runs.0.is_empty())
+        .filter_map(|(tr, a)| {
+            let h0 = a.points.iter().find(|p| p.t == 0)?;
+            Some(SanityInput::new(&tr.trajectory, Point { t: 0, n: h0.n, successes: h0.successes }, &tr.base_runs))
+        })
+        .collect();
+    let sanity = checks::sanity_control(&sanity_inputs, params);
+
+    // Test–retest: the main series' estimate at each re-screened anchor against the fresh seeds.
+    let retest_inputs: Vec<RetestInput> = results
+        .trajectories
+        .iter()
+        .flat_map(|tr| {
+            let main = points(tr, Series::Main);
+            points(tr, Series::Retest).into_iter().filter_map(move |again| {
+                let first = main.iter().find(|p| p.t == again.t)?;
+                Some(RetestInput {
+                    trajectory: tr.trajectory.clone(),
+                    t: again.t,
+                    first: Ratio { hits: first.successes, total: first.n },
+                    second: Ratio { hits: again.successes, total: again.n },
+                })
+            })
+        })
+        .collect();
+    let retest = checks::retest_control(&retest_inputs, params);
+
+    // Budget control: screening of the anchors with budget B − t against budget B.
+    let mut budget_inputs = Vec::new();
+    for (tr, a) in &curves {
+        let full = points(tr, Series::FullBudget);
+        if full.is_empty() {
+            continue;
+        }
+        let anchors: Vec<u32> = full.iter().map(|p| p.t).collect();
+        let remaining: Vec<Point> = points(tr, Series::Main).into_iter().filter(|p| anchors.contains(&p.t)).collect();
+        let remaining = analyze(tr.length, &remaining, None, results.budget, params)?;
+        let full = analyze(tr.length, &full, None, results.budget, params)?;
+        budget_inputs.push(BudgetControlInput {
+            trajectory: tr.trajectory.clone(),
+            length: tr.length,
+            remaining: Screening::from(&remaining),
+            full: Screening::from(&full),
+            final_t_star: a.t_star,
+        });
+    }
+    let budget_control = checks::budget_control(&budget_inputs);
+
+    let inputs = CheckInputs {
+        replay: None,
+        flake: None,
+        sanity: sanity.clone(),
+        retest: retest.clone(),
+        cap_hits: None,
+        resolved: checks::resolved(&records),
+        cache: None,
+    };
+    let checks = checks::checks(&inputs, &CheckCriteria::default(), params);
+    let stages = stage_table(
+        &results
+            .trajectories
+            .iter()
+            .filter(|tr| !tr.continuations_by_stage.is_empty())
+            .map(|tr| StageCounts {
+                trajectory: tr.trajectory.clone(),
+                counts: tr.continuations_by_stage.iter().map(|(s, n)| (*s, u64::from(*n))).collect(),
+            })
+            .collect::<Vec<_>>(),
+    );
+    Ok(StudyAnalyses { labels: placement, restart, localizers, checks, sanity, retest, budget_control, stages })
+}
