@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 use vcurve_method::curve::Interval;
-use vcurve_method::{BaseRuns, CurveAnalysis, FittedPoint, Point, Shape, Thresholds};
+use vcurve_method::{CurveAnalysis, FittedPoint, Shape};
 
 /// The JSON document `vcurve analyze` prints. Field names are part of the CLI's contract.
 #[derive(Debug, Serialize)]
@@ -46,15 +46,4 @@ impl From<CurveAnalysis> for AnalyzeReport {
             points: a.points,
         }
     }
-}
-
-/// Analyze `points` of a trajectory of length `length`; `budget` is `B` for the restart point.
-pub fn analyze(
-    length: u32,
-    points: &[Point],
-    base_runs: Option<&BaseRuns>,
-    budget: u32,
-    params: &Thresholds,
-) -> Result<AnalyzeReport, vcurve_method::CurveError> {
-    vcurve_method::analyze(length, points, base_runs, budget, params).map(AnalyzeReport::from)
 }

@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Analyze one V-curve from points you already have and print it as JSON.
     Analyze(AnalyzeArgs),
+    /// Place first-mistake labels on curves measured earlier (the paper's Table 2), from files.
+    Labels(LabelsArgs),
     /// Benchmarks: measure a part of vcurve on this machine.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -251,6 +253,29 @@ pub struct BenchScheduleArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct LabelsArgs {
+    /// `vcurve export`'s trajectories.csv (an optional `task` column names each trajectory's task).
+    #[arg(long, value_name = "TRAJECTORIES.csv")]
+    pub trajectories: PathBuf,
+    /// CSV with header `trajectory,source,step`: each source's first-mistake label, a 1-based
+    /// step or `none`.
+    #[arg(long, value_name = "LABELS.csv")]
+    pub labels: PathBuf,
+    /// `vcurve export`'s curves.csv: adds the probed drop at each label.
+    #[arg(long, value_name = "CURVES.csv")]
+    pub curves: Option<PathBuf>,
+    /// A source pooled into the pooled row; repeat for several [default: every source].
+    #[arg(long, value_name = "SOURCE")]
+    pub pool: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// YAML file overriding the parameters of SPEC.md §8.
+    #[arg(long, value_name = "FILE")]
+    pub thresholds: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct AnalyzeArgs {
     /// CSV with header `t,n,successes`: continuations and successes from each prefix h_t.
     #[arg(long, value_name = "POINTS.csv")]
@@ -308,7 +333,8 @@ fn run_analyze(args: &AnalyzeArgs) -> anyhow::Result<()> {
     let points = input::read_points(&args.points, args.length)?;
     let base_runs = args.base_runs.as_deref().map(input::read_base_runs).transpose()?;
     let budget = args.budget.unwrap_or(params.budget);
-    let report = crate::analyze::analyze(args.length, &points, base_runs.as_ref(), budget, &params)
+    let report = vcurve_method::analyze(args.length, &points, base_runs.as_ref(), budget, &params)
+        .map(crate::analyze::AnalyzeReport::from)
         .with_context(|| format!("{}", args.points.display()))?;
     let mut out = std::io::stdout().lock();
     serde_json::to_writer_pretty(&mut out, &report)?;
@@ -385,7 +411,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Analyze(_) | Command::Bench(BenchCommand::Schedule(_)) => unreachable!("synchronous commands"),
+        Command::Analyze(_) | Command::Labels(_) | Command::Bench(BenchCommand::Schedule(_)) => unreachable!("synchronous commands"),
     }
     Ok(())
 }
@@ -395,6 +421,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => run_analyze(&args),
+        Command::Labels(args) => crate::labels_cmd::run(&args)
+            .map_err(anyhow::Error::from)
+            .and_then(|text| Ok(std::io::stdout().lock().write_all(text.as_bytes())?)),
         Command::Bench(BenchCommand::Schedule(args)) => run_bench_schedule(&args),
         command => {
             let server = matches!(command, Command::Coordinator(_) | Command::Worker(_));

@@ -23,11 +23,18 @@ pub enum InputError {
 struct Table {
     path: PathBuf,
     reader: csv::Reader<std::fs::File>,
-    columns: Vec<usize>,
+    /// The required columns' positions, then the optional ones' (`None`: not in the header).
+    columns: Vec<Option<usize>>,
 }
 
 impl Table {
     fn open(path: &Path, required: &[&str]) -> Result<Self, InputError> {
+        Self::open_with_optional(path, required, &[])
+    }
+
+    /// Like [`Table::open`], with optional columns too: each row's fields are the required ones,
+    /// then the optional ones, an absent optional column reading as empty.
+    fn open_with_optional(path: &Path, required: &[&str], optional: &[&str]) -> Result<Self, InputError> {
         let file = std::fs::File::open(path).map_err(|source| InputError::Read { path: path.into(), source })?;
         let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(file);
         let expected = required.join(",");
@@ -47,6 +54,11 @@ impl Table {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let columns = columns
+            .into_iter()
+            .map(Some)
+            .chain(optional.iter().map(|name| headers.iter().position(|h| h == *name)))
+            .collect();
         Ok(Table { path: path.into(), reader, columns })
     }
 
@@ -66,7 +78,7 @@ impl Table {
                 InputError::Line { path: path.clone(), line, message }
             })?;
             let line = record.position().map_or(0, |p| p.line());
-            let fields = columns.iter().map(|&i| record.get(i).unwrap_or("").to_string()).collect();
+            let fields = columns.iter().map(|&i| i.and_then(|i| record.get(i)).unwrap_or("").to_string()).collect();
             Ok((line, fields))
         })
     }
@@ -146,4 +158,299 @@ pub fn read_thresholds(path: Option<&Path>) -> Result<Thresholds, InputError> {
     let Some(path) = path else { return Ok(Thresholds::default()) };
     let text = std::fs::read_to_string(path).map_err(|source| InputError::Read { path: path.into(), source })?;
     Thresholds::from_yaml(&text).map_err(|e| InputError::File { path: path.into(), message: e.to_string() })
+}
+
+// ---------------------------------------------------------------------------------------------
+// A study's exported files and labels to place on them (`vcurve labels`)
+
+/// Parse an optional count: empty (or `none`, for steps that may not exist) is `None`.
+fn optional_count(column: &str, raw: &str) -> Result<Option<u32>, String> {
+    if raw.is_empty() || raw.eq_ignore_ascii_case("none") { Ok(None) } else { count(column, raw).map(Some) }
+}
+
+/// Parse a probability-like real in `[0, 1]`.
+fn unit_real(column: &str, raw: &str) -> Result<f64, String> {
+    if raw.is_empty() {
+        return Err(format!("`{column}` is empty"));
+    }
+    match raw.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        Ok(v) => Err(format!("`{column}` = {v} is outside [0, 1]")),
+        Err(_) => Err(format!("`{column}` is not a number: {raw:?}")),
+    }
+}
+
+fn non_empty(column: &str, raw: &str) -> Result<String, String> {
+    if raw.is_empty() { Err(format!("`{column}` is empty")) } else { Ok(raw.to_string()) }
+}
+
+/// One row of a trajectories file, as the analyses see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrajectoryRow {
+    /// The row's line in the file (the header is line 1).
+    pub line: u64,
+    /// The trajectory's curve. Its `task` is the row's `task` column, or the trajectory id when
+    /// the file names none. A doomed trajectory (no curve was built) is a flat record without a
+    /// decisive interval, `t_pnr = T` unless the row gives one: its step labels stay unplaced.
+    pub record: vcurve_method::analyses::CurveRecord,
+    /// The row named its task (a non-empty `task` cell).
+    pub task_given: bool,
+}
+
+/// Read a trajectories file: `vcurve export`'s `trajectories.csv` (header
+/// `trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations`),
+/// of which `trajectory,length,shape,t_star,decisive_a,decisive_b,pnr` are required. Optional
+/// columns `task`, `stratum`, `first_edit` and `first_symptom` (empty or `none`: never) feed the
+/// analyses; `concentration`, `onset`, `pnr_certified`, `restart_point` and `continuations` are
+/// checked when present. Ids must be unique and every curve quantity consistent with `T`.
+pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> {
+    use vcurve_method::Shape;
+    use vcurve_method::analyses::CurveRecord;
+    use vcurve_method::curve::Interval;
+
+    const REQUIRED: [&str; 7] = ["trajectory", "length", "shape", "t_star", "decisive_a", "decisive_b", "pnr"];
+    const OPTIONAL: [&str; 9] = [
+        "task",
+        "stratum",
+        "first_edit",
+        "first_symptom",
+        "concentration",
+        "onset",
+        "pnr_certified",
+        "restart_point",
+        "continuations",
+    ];
+    let mut table = Table::open_with_optional(path, &REQUIRED, &OPTIONAL)?;
+    let mut out = Vec::new();
+    let mut seen: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let rows: Vec<_> = table.rows().collect();
+    for row in rows {
+        let (line, f) = row?;
+        let field = |name: &str| {
+            let i = REQUIRED.iter().chain(&OPTIONAL).position(|c| *c == name).expect("a known column");
+            f[i].as_str()
+        };
+        let parsed = (|| {
+            let trajectory = non_empty("trajectory", field("trajectory"))?;
+            if let Some(first) = seen.get(&trajectory) {
+                return Err(format!("trajectory `{trajectory}` appears twice (first on line {first})"));
+            }
+            let length = count("length", field("length"))?;
+            if length == 0 {
+                return Err("`length` is 0; a trajectory has at least one step".into());
+            }
+            let shape = match field("shape").to_ascii_lowercase().as_str() {
+                "cliff" => Some(Shape::Cliff),
+                "erosion" => Some(Shape::Erosion),
+                "flat" => Some(Shape::Flat),
+                "doomed" | "" => None,
+                other => return Err(format!("`shape` must be cliff, erosion, flat or doomed, not {other:?}")),
+            };
+            let shape_name = shape.map_or("doomed", |s| s.as_str());
+            let a = optional_count("decisive_a", field("decisive_a"))?;
+            let b = optional_count("decisive_b", field("decisive_b"))?;
+            let decisive_interval = match (a, b) {
+                (Some(a), Some(b)) if a < b && b <= length => Some(Interval { a, b }),
+                (Some(a), Some(b)) => {
+                    return Err(format!(
+                        "decisive interval ({a}, {b}] is not inside [0, T = {length}]; need decisive_a < decisive_b ≤ length"
+                    ));
+                }
+                (None, None) => None,
+                _ => return Err("`decisive_a` and `decisive_b` must both be given or both be empty".into()),
+            };
+            match (shape, decisive_interval) {
+                (Some(Shape::Cliff | Shape::Erosion), None) => {
+                    return Err(format!("the curve is {shape_name} but has no decisive interval (`decisive_a`, `decisive_b`)"));
+                }
+                (Some(Shape::Flat) | None, Some(_)) => {
+                    return Err(format!("a {shape_name} trajectory has no decisive interval; leave `decisive_a` and `decisive_b` empty"));
+                }
+                _ => {}
+            }
+            let t_star = match (optional_count("t_star", field("t_star"))?, decisive_interval) {
+                (Some(t), Some(i)) if t != i.a + 1 => {
+                    return Err(format!("`t_star` = {t}, but t* = decisive_a + 1 = {}", i.a + 1));
+                }
+                (Some(_), None) => return Err("`t_star` is given without a decisive interval".into()),
+                (_, i) => i.map(|i| i.a + 1),
+            };
+            let pnr = match optional_count("pnr", field("pnr"))? {
+                Some(pnr) if pnr > length => return Err(format!("`pnr` = {pnr} is beyond the length T = {length}")),
+                Some(pnr) => pnr,
+                None if shape.is_none() => length,
+                None => {
+                    return Err(format!(
+                        "`pnr` is empty; a {shape_name} curve has a point of no return (T when nothing earlier is certified)"
+                    ));
+                }
+            };
+            let step = |name: &str| -> Result<Option<u32>, String> {
+                match optional_count(name, field(name))? {
+                    Some(t) if t > length => Err(format!("`{name}` = {t} is beyond the length T = {length}")),
+                    t => Ok(t),
+                }
+            };
+            let (restart_point, first_edit, first_symptom) = (step("restart_point")?, step("first_edit")?, step("first_symptom")?);
+            step("onset")?;
+            optional_count("continuations", field("continuations"))?;
+            if !field("concentration").is_empty() {
+                unit_real("concentration", field("concentration"))?;
+            }
+            match field("pnr_certified").to_ascii_lowercase().as_str() {
+                "" => {}
+                raw @ ("true" | "false") if (raw == "true") != (pnr < length) => {
+                    return Err(format!("`pnr_certified` is {raw}, but `pnr` = {pnr} with T = {length} says otherwise"));
+                }
+                "true" | "false" => {}
+                raw => return Err(format!("`pnr_certified` must be true or false, not {raw:?}")),
+            }
+            let task = field("task");
+            let stratum = field("stratum");
+            Ok(TrajectoryRow {
+                line,
+                task_given: !task.is_empty(),
+                record: CurveRecord {
+                    task: if task.is_empty() { trajectory.clone() } else { task.to_string() },
+                    trajectory,
+                    length,
+                    stratum: (!stratum.is_empty()).then(|| stratum.to_string()),
+                    shape: shape.unwrap_or(Shape::Flat),
+                    decisive_interval,
+                    t_star,
+                    pnr,
+                    confirmed_drop: false,
+                    restart_point,
+                    first_edit,
+                    first_symptom,
+                    fit: Vec::new(),
+                    points: Vec::new(),
+                },
+            })
+        })();
+        let row = parsed.map_err(|message| table.line_error(line, message))?;
+        seen.insert(row.record.trajectory.clone(), line);
+        out.push(row);
+    }
+    if out.is_empty() {
+        return Err(table.empty_error("trajectories"));
+    }
+    Ok(out)
+}
+
+/// One row of a labels file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelRow {
+    /// The row's line in the file (the header is line 1).
+    pub line: u64,
+    pub label: vcurve_method::analyses::Label,
+    /// The trajectory's task, when the file has a `task` column with a value on this row.
+    pub task: Option<String>,
+}
+
+/// Parse a label's step: a 1-based step (`m = i + 1` for a judge's 0-based index `i`) or `none`.
+fn label_step(raw: &str) -> Result<Option<u32>, String> {
+    const EXPECTED: &str = "a 1-based step or `none` (no mistake)";
+    if raw.is_empty() {
+        return Err(format!("`step` is empty; write {EXPECTED}"));
+    }
+    if raw.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    match raw.parse::<i64>() {
+        Ok(0) => Err("`step` is 0; steps are 1-based (m = i + 1 for a 0-based index i), or write `none`".into()),
+        Ok(v) if v < 0 => Err(format!("`step` is negative ({v}); write {EXPECTED}")),
+        Ok(v) => u32::try_from(v).map(Some).map_err(|_| format!("`step` = {v} is too large")),
+        Err(_) => Err(format!("`step` must be {EXPECTED}, not {raw:?}")),
+    }
+}
+
+/// Read a labels file (`trajectory,source,step`, and optionally `task`): every source's
+/// first-mistake answer, one per source and trajectory. Whether each trajectory exists and the step
+/// is within its length is for the caller to check against the trajectories ([`LabelRow::line`]
+/// names the row).
+pub fn read_labels(path: &Path) -> Result<Vec<LabelRow>, InputError> {
+    let mut table = Table::open_with_optional(path, &["trajectory", "source", "step"], &["task"])?;
+    let mut out = Vec::new();
+    let mut seen: std::collections::HashMap<(String, String), u64> = std::collections::HashMap::new();
+    let rows: Vec<_> = table.rows().collect();
+    for row in rows {
+        let (line, f) = row?;
+        let parsed = (|| {
+            let trajectory = non_empty("trajectory", &f[0])?;
+            let source = non_empty("source", &f[1])?;
+            let step = label_step(&f[2])?;
+            if let Some(first) = seen.get(&(trajectory.clone(), source.clone())) {
+                return Err(format!("`{source}` labels `{trajectory}` twice (first on line {first}); one answer per source and trajectory"));
+            }
+            Ok(LabelRow {
+                line,
+                label: vcurve_method::analyses::Label { trajectory, source, step },
+                task: (!f[3].is_empty()).then(|| f[3].clone()),
+            })
+        })();
+        let row = parsed.map_err(|message| table.line_error(line, message))?;
+        seen.insert((row.label.trajectory.clone(), row.label.source.clone()), line);
+        out.push(row);
+    }
+    if out.is_empty() {
+        return Err(table.empty_error("labels"));
+    }
+    Ok(out)
+}
+
+/// One row of a curves file: a sampled point of one series with its fitted value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CurvePointRow {
+    /// The row's line in the file (the header is line 1).
+    pub line: u64,
+    pub trajectory: String,
+    pub series: vcurve_method::schedule::Series,
+    pub point: Point,
+    pub v_fit: f64,
+}
+
+/// Read a curves file: `vcurve export`'s `curves.csv`, of which
+/// `trajectory,series,t,n,successes,v_fit` are required. Each point has `n ≥ 1`, at most `n`
+/// successes and `v_fit` in `[0, 1]`, once per trajectory, series and step; whether `t` is before
+/// its trajectory's end is for the caller to check.
+pub fn read_curves(path: &Path) -> Result<Vec<CurvePointRow>, InputError> {
+    use vcurve_method::schedule::Series;
+    let mut table = Table::open(path, &["trajectory", "series", "t", "n", "successes", "v_fit"])?;
+    let mut out = Vec::new();
+    let mut seen: std::collections::HashMap<(String, Series, u32), u64> = std::collections::HashMap::new();
+    let rows: Vec<_> = table.rows().collect();
+    for row in rows {
+        let (line, f) = row?;
+        let parsed = (|| {
+            let trajectory = non_empty("trajectory", &f[0])?;
+            let series = Series::parse(&f[1]).ok_or_else(|| {
+                let names: Vec<&str> = Series::ALL.iter().map(|s| s.as_str()).collect();
+                format!("`series` must be one of {}, not {:?}", names.join(", "), f[1])
+            })?;
+            let point = Point { t: count("t", &f[2])?, n: count("n", &f[3])?, successes: count("successes", &f[4])? };
+            if point.n == 0 {
+                return Err(format!("t = {} has n = 0 continuations; a sampled point needs n ≥ 1", point.t));
+            }
+            if point.successes > point.n {
+                return Err(format!("t = {} has {} successes of n = {}", point.t, point.successes, point.n));
+            }
+            let v_fit = unit_real("v_fit", &f[5])?;
+            if let Some(first) = seen.get(&(trajectory.clone(), series, point.t)) {
+                return Err(format!(
+                    "t = {} of `{trajectory}` ({} series) appears twice (first on line {first})",
+                    point.t,
+                    series.as_str()
+                ));
+            }
+            Ok(CurvePointRow { line, trajectory, series, point, v_fit })
+        })();
+        let row = parsed.map_err(|message| table.line_error(line, message))?;
+        seen.insert((row.trajectory.clone(), row.series, row.point.t), line);
+        out.push(row);
+    }
+    if out.is_empty() {
+        return Err(table.empty_error("points"));
+    }
+    Ok(out)
 }

@@ -24,6 +24,7 @@ pub mod error;
 pub mod export;
 pub mod figures;
 pub mod input;
+pub mod labels_cmd;
 pub mod model;
 pub mod planner;
 pub mod report;

@@ -406,6 +406,10 @@ fn result(state: TrajectoryState, main: Vec<vcurve_method::FittedPoint>) -> Traj
         continuations_by_stage: BTreeMap::new(),
         labels: f.labels.clone(),
         series: if main.is_empty() { BTreeMap::new() } else { BTreeMap::from([(Series::Main, main)]) },
+        base_runs: Default::default(),
+        controls: Default::default(),
+        first_edit: None,
+        first_symptom: None,
     }
 }
 
