@@ -41,6 +41,9 @@ pub enum Command {
     /// Write a study's report: one self-contained HTML file with every table and figure, and the
     /// tables as CSV beside it.
     Report(ReportArgs),
+    /// Print every table of a study's analyses (labels, restart policies, localizers, checks,
+    /// controls, stage costs).
+    Analyses(AnalysesArgs),
     /// Stop handing out a study's work.
     Cancel(StudyArgs),
     /// List the coordinator's studies.
@@ -197,6 +200,21 @@ pub struct ReportArgs {
     /// Folder to write report.html, the tables as CSV and figures/ into.
     #[arg(long)]
     pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AnalysesArgs {
+    /// The study id `vcurve launch` printed (its export is fetched from the coordinator).
+    #[arg(required_unless_present = "from")]
+    pub study: Option<String>,
+    /// Read an export folder (`vcurve export --out DIR`) instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "study")]
+    pub from: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Print the analyses as JSON (as analyses.json).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -390,6 +408,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,
         Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
         Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,
+        Command::Analyses(a) => commands::print_analyses(a.study.as_deref(), a.from.as_deref(), &a.remote.connection()?, a.json).await?,
         Command::Report(a) => {
             let path = commands::report(a.study.as_deref(), a.from.as_deref(), &a.remote.connection()?, &a.out).await?;
             println!("{}", path.display());
@@ -435,6 +454,10 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Output piped into a command that stopped reading (`vcurve analyses … | head`).
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             // A gRPC status reads better as its message than as tonic's full Debug-like form.
             let message = match e.downcast_ref::<tonic::Status>() {

@@ -285,9 +285,14 @@ pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow:
     Ok(())
 }
 
-/// `vcurve report`: from a coordinator's export of `study`, or from an export folder.
-pub async fn report(study: Option<&str>, from: Option<&Path>, connection: &Connection, out: &Path) -> anyhow::Result<PathBuf> {
-    let (results, analyses) = match (study, from) {
+/// A study's results and analyses: from a coordinator's export of `study`, or from an export
+/// folder.
+async fn results_and_analyses(
+    study: Option<&str>,
+    from: Option<&Path>,
+    connection: &Connection,
+) -> anyhow::Result<(crate::export::Results, crate::study_analyses::StudyAnalyses)> {
+    Ok(match (study, from) {
         (_, Some(dir)) => {
             let read = |name: &str| {
                 let path = dir.join(name);
@@ -308,10 +313,29 @@ pub async fn report(study: Option<&str>, from: Option<&Path>, connection: &Conne
             (serde_json::from_slice(&get("results.json")?)?, serde_json::from_slice(&get("analyses.json")?)?)
         }
         (None, None) => bail!("name a STUDY (with --coordinator) or an export folder with --from"),
-    };
+    })
+}
+
+/// `vcurve report`: write the report of a study.
+pub async fn report(study: Option<&str>, from: Option<&Path>, connection: &Connection, out: &Path) -> anyhow::Result<PathBuf> {
+    let (results, analyses) = results_and_analyses(study, from, connection).await?;
     let report = crate::report::build(&results, &analyses)?;
     write_files(out, report.files)?;
     Ok(out.join("report.html"))
+}
+
+/// `vcurve analyses`: print every table of a study's analyses (or their JSON).
+pub async fn print_analyses(study: Option<&str>, from: Option<&Path>, connection: &Connection, json: bool) -> anyhow::Result<()> {
+    let (results, analyses) = results_and_analyses(study, from, connection).await?;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&analyses)?)?;
+    } else {
+        for table in crate::report::tables(&results, &analyses) {
+            writeln!(out, "{}", table.text())?;
+        }
+    }
+    Ok(())
 }
 
 pub async fn cancel(study: &str, connection: &Connection) -> anyhow::Result<()> {

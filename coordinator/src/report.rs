@@ -59,6 +59,27 @@ impl Table {
         out
     }
 
+    /// The table as aligned text, for a terminal.
+    pub fn text(&self) -> String {
+        let width = |i: usize| {
+            std::iter::once(&self.headers).chain(&self.rows).map(|r| r[i].chars().count()).max().unwrap_or(0)
+        };
+        let widths: Vec<usize> = (0..self.headers.len()).map(width).collect();
+        let line = |cells: &[String]| {
+            let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            padded.join("  ").trim_end().to_string() + "\n"
+        };
+        let mut out = format!("{}\n{}\n", self.title, "=".repeat(self.title.chars().count()));
+        out.push_str(&line(&self.headers));
+        for row in &self.rows {
+            out.push_str(&line(row));
+        }
+        if self.rows.is_empty() {
+            out.push_str("(nothing to show)\n");
+        }
+        out
+    }
+
     pub fn html(&self) -> String {
         let mut out = format!("<h2 id=\"{}\">{}</h2>\n<p class=\"caption\">{}</p>\n<table>\n<tr>", self.name, esc(&self.title), esc(&self.caption));
         for h in &self.headers {
@@ -158,7 +179,7 @@ fn labels_table(a: &StudyAnalyses) -> Table {
         "labels",
         "Labels against the curves",
         "Where each source's first-mistake labels fall against the decisive interval (a, b] and the point of no return (the paper's Tables 2 and 21): before (m ≤ a), inside (a < m ≤ b), after (b < m ≤ t_pnr), after the PNR (m > t_pnr), no mistake; the probed drop at the label; and the share of labels that are post-cause or sit on no drop.",
-        &["source", "trajectories", "labels", "before", "inside", "after", "after PNR", "no mistake", "at t*", "zero drop", "drop ≥ 0.2", "significant", "post-cause or zero-drop", "within 1 of t*"],
+        &["source", "trajectories", "labels", "before", "inside", "after", "after PNR", "no mistake", "at t*", "zero drop", "drop ≥ 0.2", "significant", "post-cause or zero-drop", "within 1 of t* (runs with a symptom)"],
     );
     for (source, s) in &a.labels.sources {
         t.row(placement_row(source, s));
