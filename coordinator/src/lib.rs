@@ -1,15 +1,21 @@
 //! # vcurve-coordinator
 //!
-//! The coordinator library and the `vcurve` command line.
+//! The coordinator library and the `vcurve` command line. The method itself (statistics, curve
+//! analysis, schedule, analyses) lives in `vcurve-method` and does no I/O; this crate owns every
+//! file, socket and database the method's results pass through.
 //!
-//! - [`input`]: reading users' files (points, base runs, thresholds) into the method's types,
-//!   with errors that name the file, the line and the problem.
-//! - [`analyze`]: `vcurve analyze`, the estimator of SPEC.md §3 on points a user already has.
-//! - [`bench_schedule`]: `vcurve bench schedule`, the schedule on synthetic curves.
-//! - [`cli`]: argument parsing and dispatch; the binary's `main` only calls [`cli::main`].
+//! How a continuation flows: a study spec ([`spec`]) is launched through the study service
+//! ([`server`], wire types converted in [`wire`] only) into the [`store`]; on every lease the
+//! store admits trajectories and hands out continuation keys, and on every report it rebuilds
+//! the trajectory's schedule from its outcomes ([`planner`]) and creates what the schedule asks
+//! for next — one transaction each, so a coordinator can be killed at any moment. [`core`] is the
+//! thin layer between the services and the store (clock, long-poll wake-ups, lease sweeping).
+//! Results leave through [`export`] (curves, trajectories, results, [`study_analyses`]), and are
+//! shown by [`report`], [`figures`] and the live [`dashboard`].
 //!
-//! The method itself (statistics, curve analysis, schedule) lives in `vcurve-method` and does no
-//! I/O; this crate owns every file, socket and database the method's results pass through.
+//! The command line: [`cli`] parses and dispatches ([`commands`] for the networked commands,
+//! [`client`] to reach a coordinator, [`demo`], [`labels_cmd`], [`analyze`] with [`input`] for
+//! users' files, [`bench_schedule`] and [`bench_dispatch`]); [`telemetry`] sets up logging.
 
 pub mod analyze;
 pub mod bench_dispatch;

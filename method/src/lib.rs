@@ -13,6 +13,11 @@
 //!   points, decisive interval and `t*`, concentration and shape, onset, point of no return,
 //!   restart point and value captured (SPEC.md §2–3).
 //! - [`bootstrap`]: the task-level cluster bootstrap used for shares over labels.
+//! - [`schedule`]: the adaptive schedule of SPEC.md §4 as an order-free state machine per
+//!   trajectory, and its variants.
+//! - [`analyses`]: the paper's analyses of a study (SPEC.md §9): labels against curves, restart
+//!   policies, localizers, checks and controls, stage costs.
+//! - [`synthetic`] and [`bench`]: curves with known truth, and the schedule benchmark on them.
 //!
 //! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
 //! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (SPEC.md §3).
