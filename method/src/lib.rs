@@ -17,7 +17,7 @@
 //!   trajectory, and its variants.
 //! - [`analyses`]: the paper's analyses of a study (SPEC.md §9): labels against curves, restart
 //!   policies, localizers, checks and controls, stage costs.
-//! - [`synthetic`] and [`bench`]: curves with known truth, and the schedule benchmark on them.
+//! - [`synthetic`] and [`bench`](mod@bench): curves with known truth, and the schedule benchmark on them.
 //!
 //! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
 //! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (SPEC.md §3).
