@@ -65,7 +65,7 @@ pub struct Remote {
 }
 
 impl Remote {
-    fn connection(&self) -> anyhow::Result<crate::client::Connection> {
+    pub fn connection(&self) -> anyhow::Result<crate::client::Connection> {
         Ok(crate::client::Connection {
             url: self.coordinator.clone(),
             token: crate::client::read_token(self.token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
@@ -187,23 +187,9 @@ pub struct ExportArgs {
     pub out: PathBuf,
 }
 
+/// Where a study's results come from: a coordinator's export, or an export folder.
 #[derive(Debug, clap::Args)]
-pub struct ReportArgs {
-    /// The study id `vcurve launch` printed (its export is fetched from the coordinator).
-    #[arg(required_unless_present = "from")]
-    pub study: Option<String>,
-    /// Build the report from an export folder (`vcurve export --out DIR`) instead.
-    #[arg(long, value_name = "DIR", conflicts_with = "study")]
-    pub from: Option<PathBuf>,
-    #[command(flatten)]
-    pub remote: Remote,
-    /// Folder to write report.html, the tables as CSV and figures/ into.
-    #[arg(long)]
-    pub out: PathBuf,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct AnalysesArgs {
+pub struct StudySource {
     /// The study id `vcurve launch` printed (its export is fetched from the coordinator).
     #[arg(required_unless_present = "from")]
     pub study: Option<String>,
@@ -212,6 +198,21 @@ pub struct AnalysesArgs {
     pub from: Option<PathBuf>,
     #[command(flatten)]
     pub remote: Remote,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub source: StudySource,
+    /// Folder to write report.html, the tables as CSV and figures/ into.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AnalysesArgs {
+    #[command(flatten)]
+    pub source: StudySource,
     /// Print the analyses as JSON (as analyses.json).
     #[arg(long)]
     pub json: bool,
@@ -408,9 +409,9 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,
         Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
         Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,
-        Command::Analyses(a) => commands::print_analyses(a.study.as_deref(), a.from.as_deref(), &a.remote.connection()?, a.json).await?,
+        Command::Analyses(a) => commands::print_analyses(&a.source, a.json).await?,
         Command::Report(a) => {
-            let path = commands::report(a.study.as_deref(), a.from.as_deref(), &a.remote.connection()?, &a.out).await?;
+            let path = commands::report(&a.source, &a.out).await?;
             println!("{}", path.display());
         }
         Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,

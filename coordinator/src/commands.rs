@@ -288,11 +288,9 @@ pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow:
 /// A study's results and analyses: from a coordinator's export of `study`, or from an export
 /// folder.
 async fn results_and_analyses(
-    study: Option<&str>,
-    from: Option<&Path>,
-    connection: &Connection,
+    source: &crate::cli::StudySource,
 ) -> anyhow::Result<(crate::export::Results, crate::study_analyses::StudyAnalyses)> {
-    Ok(match (study, from) {
+    Ok(match (source.study.as_deref(), source.from.as_deref()) {
         (_, Some(dir)) => {
             let read = |name: &str| {
                 let path = dir.join(name);
@@ -307,7 +305,7 @@ async fn results_and_analyses(
             (results, analyses)
         }
         (Some(study), None) => {
-            let mut client = client::study_client(connection).await?;
+            let mut client = client::study_client(&source.remote.connection()?).await?;
             let files = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
             let get = |name: &str| files.iter().find(|f| f.name == name).map(|f| f.contents.clone()).with_context(|| format!("the export has no {name}"));
             (serde_json::from_slice(&get("results.json")?)?, serde_json::from_slice(&get("analyses.json")?)?)
@@ -317,16 +315,16 @@ async fn results_and_analyses(
 }
 
 /// `vcurve report`: write the report of a study.
-pub async fn report(study: Option<&str>, from: Option<&Path>, connection: &Connection, out: &Path) -> anyhow::Result<PathBuf> {
-    let (results, analyses) = results_and_analyses(study, from, connection).await?;
+pub async fn report(source: &crate::cli::StudySource, out: &Path) -> anyhow::Result<PathBuf> {
+    let (results, analyses) = results_and_analyses(source).await?;
     let report = crate::report::build(&results, &analyses)?;
     write_files(out, report.files)?;
     Ok(out.join("report.html"))
 }
 
 /// `vcurve analyses`: print every table of a study's analyses (or their JSON).
-pub async fn print_analyses(study: Option<&str>, from: Option<&Path>, connection: &Connection, json: bool) -> anyhow::Result<()> {
-    let (results, analyses) = results_and_analyses(study, from, connection).await?;
+pub async fn print_analyses(source: &crate::cli::StudySource, json: bool) -> anyhow::Result<()> {
+    let (results, analyses) = results_and_analyses(source).await?;
     let mut out = std::io::stdout().lock();
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&analyses)?)?;
