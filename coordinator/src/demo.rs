@@ -90,6 +90,12 @@ fn demo_spec(trajectories: &[DemoTrajectory], duration_ms: u64) -> (String, BTre
         let _ = writeln!(yaml, "  - id: {}\n    length: {}\n    curve: {path}", tr.id, tr.curve.length());
         let _ = writeln!(yaml, "    labels: {{{}}}\n    base_runs: [{}]", labels.join(", "), base.join(", "));
     }
+    // Successful runs the judges labelled too: a judge that restarts one forfeits a success.
+    let _ = writeln!(yaml, "decoys:");
+    for (i, tr) in trajectories.iter().take(3).enumerate() {
+        let (a, b) = if i % 2 == 0 { ("12", "none") } else { ("none", "20") };
+        let _ = writeln!(yaml, "  - {{id: {}-success, task: {}, length: 35, labels: {{judge-a: {a}, judge-b: {b}}}}}", tr.id, tr.id);
+    }
     (yaml, files)
 }
 

@@ -61,6 +61,9 @@ pub struct Results {
     pub budget: u32,
     /// The parameters the schedule ran under (the study's, as its variant adjusted them).
     pub thresholds: vcurve_method::Thresholds,
+    /// Labelled successful runs (scored by the restart policies, never continued).
+    #[serde(default)]
+    pub decoys: Vec<crate::spec::DecoySpec>,
     pub trajectories: Vec<TrajectoryResult>,
 }
 
@@ -138,7 +141,7 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             first_symptom: None,
         });
     }
-    Ok(Results { name: spec.name.clone(), schedule: spec.schedule.clone(), budget: spec.budget, thresholds: params, trajectories: out })
+    Ok(Results { name: spec.name.clone(), schedule: spec.schedule.clone(), budget: spec.budget, thresholds: params, decoys: spec.decoys.clone(), trajectories: out })
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {

@@ -214,6 +214,19 @@ fn restart_table(a: &StudyAnalyses) -> Table {
     t
 }
 
+fn decoys_table(a: &StudyAnalyses) -> Table {
+    let mut t = Table::new(
+        "decoys",
+        "Judges on successful runs",
+        "Decoys are successful runs the judges labelled (the paper's Table 24): a judge's restart policy restarts a decoy at its label and loses 1 − R̂(x, B − m) in expectation.",
+        &["source", "decoys", "restarted", "expected loss"],
+    );
+    for d in a.restart.iter().flat_map(|r| &r.decoys) {
+        t.row(vec![d.source.clone(), d.decoys.to_string(), d.restarted.to_string(), f2(d.loss)]);
+    }
+    t
+}
+
 fn localizers_table(a: &StudyAnalyses) -> Table {
     let mut t = Table::new(
         "localizers",
@@ -308,6 +321,7 @@ pub fn tables(results: &Results, analyses: &StudyAnalyses) -> Vec<Table> {
         trajectories_table(results),
         labels_table(analyses),
         restart_table(analyses),
+        decoys_table(analyses),
         localizers_table(analyses),
         checks_table(analyses),
     ];

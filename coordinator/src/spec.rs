@@ -84,6 +84,22 @@ pub struct StudySpec {
     pub admission: Admission,
     /// In processing order (the file's order); ids are unique.
     pub trajectories: Vec<TrajectorySpec>,
+    /// Successful runs that judges labelled (SPEC.md §7): never continued, only scored — a judge's
+    /// restart policy that restarts a decoy forfeits a success.
+    #[serde(default)]
+    pub decoys: Vec<DecoySpec>,
+}
+
+/// A successful run of a study's task that judges labelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecoySpec {
+    pub id: String,
+    /// The task it is a run of: one of the study's trajectories' tasks.
+    pub task: String,
+    /// Its number of steps.
+    pub length: u32,
+    /// In the file's order; a step means the judge would restart it there.
+    pub labels: Vec<Label>,
 }
 
 /// Which agent runner the workers use, and its options.
@@ -234,8 +250,9 @@ impl StudySpec {
 // The study
 
 const TOP_FIELDS: &[&str] =
-    &["name", "seed", "budget", "schedule", "runner", "thresholds", "controls", "admission", "trajectories"];
+    &["name", "seed", "budget", "schedule", "runner", "thresholds", "controls", "admission", "trajectories", "decoys"];
 const TRAJECTORY_FIELDS: &[&str] = &["id", "task", "length", "curve", "labels", "base_runs"];
+const DECOY_FIELDS: &[&str] = &["id", "task", "length", "labels"];
 const CONTROL_FIELDS: &[&str] = &["sanity", "retest", "budget_control"];
 const ADMISSION_FIELDS: &[&str] = &["mode", "batch_size", "pipeline_threshold"];
 const ADMISSION_MODES: &[&str] = &["demand", "batch"];
@@ -296,7 +313,50 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<S
         trajectories.push(trajectory);
     }
 
-    Ok(StudySpec { name, seed, budget, schedule, runner, thresholds, controls, admission, trajectories })
+    let decoys = match get(top, "decoys") {
+        None => Vec::new(),
+        Some(Value::Sequence(entries)) => {
+            let tasks: std::collections::HashSet<&str> = trajectories.iter().map(|t| t.task.as_str()).collect();
+            let mut decoys = Vec::with_capacity(entries.len());
+            let mut seen: HashMap<String, usize> = HashMap::new();
+            for (index, entry) in entries.iter().enumerate() {
+                let decoy = parse_decoy(index, entry)?;
+                let at = |field: &str, message: String| SpecError::Field { field: format!("decoys[{index}].{field}"), message };
+                if !tasks.contains(decoy.task.as_str()) {
+                    return Err(at(
+                        "task",
+                        format!("= {:?} is not the task of any trajectory; a decoy is scored against its task's base runs", decoy.task),
+                    ));
+                }
+                if let Some(first) = seen.insert(decoy.id.clone(), index) {
+                    return Err(at("id", format!("= {:?} appears twice (decoys[{first}] and decoys[{index}])", decoy.id)));
+                }
+                decoys.push(decoy);
+            }
+            decoys
+        }
+        Some(other) => return Err(top_error(problem("decoys", format!("must be a list of decoys, found {}", show(other))))),
+    };
+
+    Ok(StudySpec { name, seed, budget, schedule, runner, thresholds, controls, admission, trajectories, decoys })
+}
+
+fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
+    let at = |p: Problem| SpecError::Field { field: format!("decoys[{index}].{}", p.field), message: p.message };
+    let Value::Mapping(map) = entry else {
+        return Err(at(problem("entry", format!("must be a mapping with id, task, length, labels; found {}", show(entry)))));
+    };
+    check_keys(map, DECOY_FIELDS, "", "a decoy").map_err(at)?;
+    let id = text(get(map, "id").ok_or_else(|| at(missing("id")))?, "id").map_err(at)?;
+    let task = text(get(map, "task").ok_or_else(|| at(missing("task")))?, "task").map_err(at)?;
+    let length = uint(get(map, "length").ok_or_else(|| at(missing("length")))?, "length", 1, u64::from(MAX_LENGTH))
+        .map_err(at)? as u32;
+    let labels = match get(map, "labels") {
+        None => Vec::new(),
+        Some(Value::Mapping(labels)) => parse_labels(labels, length).map_err(at)?,
+        Some(other) => return Err(at(problem("labels", format!("must be a mapping from source to step; found {}", show(other))))),
+    };
+    Ok(DecoySpec { id, task, length, labels })
 }
 
 fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {

@@ -12,7 +12,7 @@ use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, place_l
 use vcurve_method::analyses::localizers::{LocalizerReport, rank_localizers};
 use vcurve_method::analyses::restart::{FIXED_STEPS, RestartReport, RestartStudy, restart_policies};
 use vcurve_method::analyses::stages::{StageCounts, StageTable, stage_table};
-use vcurve_method::analyses::{AnalysisError, BOOTSTRAP_SEED, CurveRecord, Label, Ratio};
+use vcurve_method::analyses::{AnalysisError, BOOTSTRAP_SEED, CurveRecord, DecoyLabel, Label, Ratio};
 use vcurve_method::schedule::Series;
 use vcurve_method::{BaseRuns, CurveAnalysis, CurveError, Point, analyze};
 
@@ -94,12 +94,27 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         }
     }
 
+    let decoys: Vec<DecoyLabel> = results
+        .decoys
+        .iter()
+        .flat_map(|d| {
+            d.labels.iter().map(|l| DecoyLabel {
+                decoy: d.id.clone(),
+                task: d.task.clone(),
+                source: l.source.clone(),
+                step: l.step,
+                length: Some(d.length),
+            })
+        })
+        .collect();
+
     let placement = place_labels(&records, &labels, &PlacementOptions::default(), params)?;
-    let restart = if records.iter().all(|r| base_runs.contains_key(&r.task)) {
+    let tasks_with_runs = records.iter().map(|r| &r.task).chain(decoys.iter().map(|d| &d.task)).all(|t| base_runs.contains_key(t));
+    let restart = if tasks_with_runs {
         let study = RestartStudy {
             trajectories: &records,
             labels: &labels,
-            decoys: &[],
+            decoys: &decoys,
             base_runs: &base_runs,
             judges: None,
             fixed_steps: &FIXED_STEPS,

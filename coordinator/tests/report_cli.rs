@@ -20,7 +20,7 @@ fn report_from_an_export_has_every_table_and_figure() {
     assert!(printed.trim().ends_with("report.html"), "{printed}");
 
     let html = std::fs::read_to_string(report.join("report.html")).unwrap();
-    for id in ["trajectories", "labels", "restart_policies", "localizers", "checks", "sanity", "retest", "budget_control", "stages", "figures"] {
+    for id in ["trajectories", "labels", "restart_policies", "decoys", "localizers", "checks", "sanity", "retest", "budget_control", "stages", "figures"] {
         assert!(html.contains(&format!("id=\"{id}\"")), "section {id} missing");
         if id != "figures" {
             let csv = std::fs::read_to_string(report.join(format!("{id}.csv"))).unwrap();

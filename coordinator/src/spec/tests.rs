@@ -637,3 +637,32 @@ fn base_runs_are_checked() {
     assert_mentions(&runs("[true]"), &["trajectory \"alpha\": base_runs[0] must be a mapping"]);
     assert_mentions(&runs("{success: true}"), &["trajectory \"alpha\": base_runs must be a list"]);
 }
+
+#[test]
+fn decoys_are_parsed_and_checked() {
+    let with = |decoys: &str| format!("{VALID}decoys:\n{decoys}\n");
+    let spec = parse_with(
+        &with("  - {id: ok-1, task: django__django-11555, length: 30, labels: {gpt-5.5: 12, o3: none}}\n  - {id: ok-2, task: beta, length: 8}"),
+        &valid_files(),
+    )
+    .unwrap();
+    assert_eq!(spec.decoys.len(), 2);
+    assert_eq!(spec.decoys[0].labels, vec![
+        Label { source: "gpt-5.5".into(), step: Some(12) },
+        Label { source: "o3".into(), step: None }
+    ]);
+    assert!(spec.decoys[1].labels.is_empty());
+    // Without decoys the list is empty, and a stored spec without the field still reads.
+    assert!(parse_with(VALID, &valid_files()).unwrap().decoys.is_empty());
+    let mut json = serde_json::to_value(&spec).unwrap();
+    json.as_object_mut().unwrap().remove("decoys");
+    assert!(serde_json::from_value::<StudySpec>(json).unwrap().decoys.is_empty());
+
+    let bad = |decoys: &str| rejected_with(&with(decoys), &valid_files());
+    assert_mentions(&bad("  - {id: x, task: nowhere, length: 5}"), &["decoys[0].task", "\"nowhere\"", "not the task of any trajectory"]);
+    assert_mentions(&bad("  - {id: x, task: beta, length: 5}\n  - {id: x, task: beta, length: 6}"), &["decoys[1].id", "appears twice"]);
+    assert_mentions(&bad("  - {id: x, task: beta, length: 5, labels: {o3: 6}}"), &["decoys[0].labels.o3", "outside 1..=5"]);
+    assert_mentions(&bad("  - {id: x, task: beta}"), &["decoys[0].length is missing"]);
+    assert_mentions(&bad("  - {id: x, task: beta, length: 5, steps: 3}"), &["decoys[0].steps"]);
+    assert_mentions(&rejected(&format!("{VALID}decoys: 3\n")), &["decoys must be a list"]);
+}
