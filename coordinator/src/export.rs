@@ -37,6 +37,9 @@ pub struct TrajectoryResult {
     /// Continuations with an outcome or retired, all series.
     pub continuations: u32,
     pub retired: u32,
+    /// Continuations whose run ended at the step cap (exhausted its budget).
+    #[serde(default)]
+    pub cap_hits: u32,
     /// Continuations requested by each stage (the paper's Table 13).
     pub continuations_by_stage: BTreeMap<Stage, u32>,
     /// `source → step` (`None` = no mistake).
@@ -132,6 +135,7 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             restart_point: main.as_ref().and_then(|a| a.restart_point),
             continuations: record.outcomes.len() as u32,
             retired,
+            cap_hits: record.cap_hits,
             continuations_by_stage: by_stage,
             labels: tspec.labels.iter().map(|l| (l.source.clone(), l.step)).collect(),
             series,

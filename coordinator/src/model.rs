@@ -160,6 +160,8 @@ pub struct TrajectoryRecord {
     pub plan: vcurve_method::schedule::TrajectoryPlan,
     /// Every continuation with an outcome: `(series, t, seed, outcome)`.
     pub outcomes: Vec<(Series, u32, u32, vcurve_method::schedule::Outcome)>,
+    /// Continuations with an outcome whose run ended at the step cap (exhausted its budget).
+    pub cap_hits: u32,
 }
 
 /// A study with everything needed to export it.

@@ -180,7 +180,11 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         flake: None,
         sanity: sanity.clone(),
         retest: retest.clone(),
-        cap_hits: None,
+        // Runs that ended at the step cap among every continuation with an outcome.
+        cap_hits: {
+            let total: u32 = results.trajectories.iter().map(|t| t.continuations - t.retired).sum();
+            (total > 0).then(|| Ratio { hits: results.trajectories.iter().map(|t| t.cap_hits).sum(), total })
+        },
         resolved: checks::resolved(&records),
         cache: None,
     };

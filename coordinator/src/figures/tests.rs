@@ -403,6 +403,7 @@ fn result(state: TrajectoryState, main: Vec<vcurve_method::FittedPoint>) -> Traj
         restart_point: None,
         continuations: 0,
         retired: 0,
+        cap_hits: 0,
         continuations_by_stage: BTreeMap::new(),
         labels: f.labels.clone(),
         series: if main.is_empty() { BTreeMap::new() } else { BTreeMap::from([(Series::Main, main)]) },

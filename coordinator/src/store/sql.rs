@@ -734,14 +734,18 @@ impl Store for SqlStore {
         let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
         let spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
         let mut outcomes: HashMap<String, Vec<(Series, u32, u32, Outcome)>> = HashMap::new();
+        let mut cap_hits: HashMap<String, u32> = HashMap::new();
         for r in sqlx::query(
-            "SELECT trajectory, series, t, seed, state, success FROM continuations \
+            "SELECT trajectory, series, t, seed, state, success, end_type FROM continuations \
              WHERE study = $1 AND state IN ('done', 'retired') ORDER BY trajectory, series, t, seed",
         )
         .bind(study)
         .fetch_all(&mut *tx)
         .await?
         {
+            if r.try_get::<Option<String>, _>("end_type")?.as_deref() == Some("step_cap") {
+                *cap_hits.entry(r.try_get("trajectory")?).or_default() += 1;
+            }
             outcomes.entry(r.try_get("trajectory")?).or_default().push((
                 series_of(&r.try_get::<String, _>("series")?)?,
                 get_u32(&r, "t")?,
@@ -757,6 +761,7 @@ impl Store for SqlStore {
                 stage: stage_of(&r.try_get::<String, _>("stage")?)?,
                 plan: serde_json::from_str(&r.try_get::<String, _>("plan_json")?).map_err(corrupt)?,
                 outcomes: outcomes.remove(&id).unwrap_or_default(),
+                cap_hits: cap_hits.remove(&id).unwrap_or(0),
                 id,
             });
         }
