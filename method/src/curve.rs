@@ -349,15 +349,22 @@ impl CurveAnalysis {
     /// `VC_k(m) = max(0, V(h_{m−1−k}) − V(h_{m+k})) / (V(h_0) − V(h_T))`. "No mistake"
     /// (`m = None`) scores 0. `None` when the curve has no value to capture.
     pub fn value_captured(&self, m: Option<u32>, k: u32) -> Option<f64> {
-        let total = self.fit_at(0)? - 0.0;
-        if total <= NO_DROP {
-            return None;
-        }
-        let Some(m) = m else { return Some(0.0) };
-        let (m, k) = (i64::from(m), i64::from(k));
-        let captured = self.fit_at(m - 1 - k)? - self.fit_at(m + k)?;
-        Some(captured.max(0.0) / total)
+        value_captured(|t| self.fit_at(t), m, k)
     }
+}
+
+/// `VC_k(m)` (SPEC.md §3) off a fit given as `fit_at(t)`: the fitted value at step `t` (clamped
+/// to `[0, T]`, `V(h_T) = 0`), `None` where unknown. Shared by [`CurveAnalysis`] and the analyses'
+/// records, which carry only an exported fit.
+pub fn value_captured(fit_at: impl Fn(i64) -> Option<f64>, m: Option<u32>, k: u32) -> Option<f64> {
+    let total = fit_at(0)?;
+    if total <= NO_DROP {
+        return None;
+    }
+    let Some(m) = m else { return Some(0.0) };
+    let (m, k) = (i64::from(m), i64::from(k));
+    let captured = fit_at(m - 1 - k)? - fit_at(m + k)?;
+    Some(captured.max(0.0) / total)
 }
 
 #[cfg(test)]

@@ -139,8 +139,6 @@ pub struct CurveRecord {
     pub points: Vec<Point>,
 }
 
-/// Below this the curve has no value to capture (as [`CurveAnalysis::value_captured`]).
-const NO_VALUE: f64 = 1e-12;
 
 impl CurveRecord {
     /// The record of an analyzed curve. First edit, first symptom and stratum are not part of the
@@ -190,14 +188,7 @@ impl CurveRecord {
     /// [`CurveAnalysis::value_captured`]: `m = None` ("no mistake") scores 0; `None` when the
     /// fit is unknown or has no value to capture.
     pub fn value_captured(&self, m: Option<u32>, k: u32) -> Option<f64> {
-        let total = self.fit_at(0)?;
-        if total <= NO_VALUE {
-            return None;
-        }
-        let Some(m) = m else { return Some(0.0) };
-        let (m, k) = (i64::from(m), i64::from(k));
-        let captured = self.fit_at(m - 1 - k)? - self.fit_at(m + k)?;
-        Some(captured.max(0.0) / total)
+        crate::curve::value_captured(|t| self.fit_at(t), m, k)
     }
 
     /// The raw point at `t`, if sampled.
