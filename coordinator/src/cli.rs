@@ -436,6 +436,22 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An error and its causes on one line, leaving out a cause whose text the message already holds
+/// (many errors print their source in their own message too).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&text);
+        }
+    }
+    message
+}
+
 /// Parse the command line, run it, and turn any error into a message on stderr and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -463,7 +479,7 @@ pub fn main() -> ExitCode {
             // A gRPC status reads better as its message than as tonic's full Debug-like form.
             let message = match e.downcast_ref::<tonic::Status>() {
                 Some(status) => format!("{} ({:?})", status.message(), status.code()),
-                None => format!("{e:#}"),
+                None => error_chain(&e),
             };
             eprintln!("vcurve: error: {message}");
             ExitCode::FAILURE

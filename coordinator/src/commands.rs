@@ -70,6 +70,7 @@ pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     };
     let coordinator = Coordinator::new(store, timing);
     let listener = tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    server::check_exposure(listener.local_addr()?, &args.tokens)?;
     eprintln!("vcurve coordinator listening on {} (store {})", listener.local_addr()?, redact_url(&args.store));
     let stop = tokio_util::sync::CancellationToken::new();
     let dashboard = match &args.dashboard {

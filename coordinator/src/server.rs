@@ -76,6 +76,14 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// Refuse a listener on a non-loopback address without both tokens.
+pub fn check_exposure(addr: SocketAddr, tokens: &Tokens) -> Result<(), ServeError> {
+    if !addr.ip().is_loopback() && (tokens.worker.is_none() || tokens.client.is_none()) {
+        return Err(ServeError::TokensRequired(addr));
+    }
+    Ok(())
+}
+
 /// Serve the worker and study services on `listener` until `shutdown` resolves.
 pub async fn serve<S: Store>(
     coordinator: Arc<Coordinator<S>>,
@@ -84,9 +92,7 @@ pub async fn serve<S: Store>(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr()?;
-    if !addr.ip().is_loopback() && (options.tokens.worker.is_none() || options.tokens.client.is_none()) {
-        return Err(ServeError::TokensRequired(addr));
-    }
+    check_exposure(addr, &options.tokens)?;
     let sweeper = coordinator.spawn_sweeper();
     let worker_token = options.tokens.worker.clone();
     let client_token = options.tokens.client.clone();
