@@ -237,40 +237,37 @@ impl SqlStore {
         Ok(new.len() as u64)
     }
 
-    async fn count(&self, tx: &mut Transaction<'_, Any>, sql: &'static str, binds: &[i64]) -> Result<i64, StoreError> {
-        let mut q = sqlx::query(sql);
-        for b in binds {
-            q = q.bind(*b);
-        }
-        Ok(q.fetch_one(&mut **tx).await?.try_get("n")?)
-    }
-
     /// Admit trajectories as each running study's admission rule asks (see
     /// [`planner::admission`]).
     async fn admit(&self, tx: &mut Transaction<'_, Any>, now: i64, policy: LeasePolicy) -> Result<(), StoreError> {
-        let studies: Vec<String> = sqlx::query("SELECT id FROM studies WHERE state = 'running' ORDER BY created_ms, id")
-            .fetch_all(&mut **tx)
-            .await?
-            .iter()
-            .map(|r| r.try_get("id"))
-            .collect::<Result<_, _>>()?;
+        // Only studies that still have trajectories to admit; once every trajectory is in, a
+        // lease costs this one query here.
+        let studies: Vec<String> = sqlx::query(
+            "SELECT id FROM studies s WHERE state = 'running' \
+             AND EXISTS (SELECT 1 FROM trajectories t WHERE t.study = s.id AND t.state = 'waiting') \
+             ORDER BY created_ms, id",
+        )
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|r| r.try_get("id"))
+        .collect::<Result<_, _>>()?;
         if studies.is_empty() {
             return Ok(());
         }
-        let live_since = now - policy.timeout_ms;
-        let slots = self
-            .count(tx, "SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) AS n FROM workers WHERE last_seen_ms >= $1", &[live_since])
-            .await?;
-        let leased = self.count(tx, "SELECT COUNT(*) AS n FROM continuations WHERE state = 'leased'", &[]).await?;
+        let counts = sqlx::query(
+            "SELECT \
+               (SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM workers WHERE last_seen_ms >= $1) AS slots, \
+               (SELECT COUNT(*) FROM continuations WHERE state = 'leased') AS leased, \
+               (SELECT COUNT(*) FROM continuations c JOIN studies s ON s.id = c.study \
+                 WHERE c.state = 'pending' AND s.state = 'running') AS runnable",
+        )
+        .bind(now - policy.timeout_ms)
+        .fetch_one(&mut **tx)
+        .await?;
+        let (slots, leased): (i64, i64) = (counts.try_get("slots")?, counts.try_get("leased")?);
         let free = (slots - leased).max(0) as u64;
-        let mut runnable = self
-            .count(
-                tx,
-                "SELECT COUNT(*) AS n FROM continuations c JOIN studies s ON s.id = c.study \
-                 WHERE c.state = 'pending' AND s.state = 'running'",
-                &[],
-            )
-            .await? as u64;
+        let mut runnable = counts.try_get::<i64, _>("runnable")? as u64;
         for study in studies {
             let config = self.config(tx, &study).await?;
             loop {
