@@ -255,7 +255,7 @@ pub struct BenchDispatchArgs {
 #[derive(Debug, clap::Args)]
 pub struct BenchScheduleArgs {
     /// The schedule variant, or `all` for every variant side by side.
-    #[arg(long, default_value = "all", value_name = "NAME")]
+    #[arg(long, default_value = "paper", value_name = "NAME")]
     pub schedule: String,
     /// Curves per family (plateau_cliff, cliff, erosion, flat).
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
