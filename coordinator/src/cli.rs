@@ -472,7 +472,12 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Output piped into a command that stopped reading (`vcurve analyses … | head`).
-        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+        Err(e) if e.chain().any(|c| {
+            let pipe = std::io::ErrorKind::BrokenPipe;
+            c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == pipe)
+                || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(pipe))
+        }) =>
+        {
             ExitCode::SUCCESS
         }
         Err(e) => {
