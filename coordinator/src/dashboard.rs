@@ -136,19 +136,23 @@ async fn figure<S: Store>(
         return unauthorized();
     }
     let trajectory = trajectory.trim_end_matches(".svg").to_string();
-    let record = match d.coordinator.store().study(&study).await {
-        Ok(r) => r,
+    // Only this trajectory: a page of many figures must not load the whole study per figure.
+    let record = match d.coordinator.store().trajectory(&study, &trajectory).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return (StatusCode::NOT_FOUND, format!("no trajectory {trajectory:?} in study {study}\n")).into_response(),
         Err(e) => return error_response(e.into()),
     };
     let results = match crate::export::results(&record) {
         Ok(r) => r,
         Err(e) => return error_response(e.into()),
     };
-    let Some(result) = results.trajectories.iter().find(|t| t.trajectory == trajectory) else {
+    let Some(result) = results.trajectories.first() else {
         return (StatusCode::NOT_FOUND, format!("no trajectory {trajectory:?} in study {study}\n")).into_response();
     };
     match crate::figures::CurveFigure::from_result(result) {
-        Some(fig) => ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "no-store")], fig.svg()).into_response(),
+        // The page names a figure by its trajectory's continuation count, so a URL's figure
+        // never changes and the browser may keep it.
+        Some(fig) => ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "private, max-age=3600")], fig.svg()).into_response(),
         None => (StatusCode::NOT_FOUND, "no curve yet\n").into_response(),
     }
 }
@@ -196,7 +200,7 @@ async function refresh() {
       try {
         const trs = await api("/api/studies/" + encodeURIComponent(p.study) + "/trajectories");
         gallery = trs.filter(t => t.state !== "waiting" && t.state !== "doomed").map(t =>
-          "<figure><img alt=\"V-curve of " + esc(t.trajectory) + "\" data-trajectory=\"" + esc(t.trajectory) + "\" src=\"/api/studies/" + encodeURIComponent(p.study) + "/figures/" + encodeURIComponent(t.trajectory) + ".svg" + q + (q ? "&" : "?") + "r=" + refreshes + "\"><figcaption>" + esc(t.trajectory) + ": " + esc(t.stage) + "</figcaption></figure>").join("");
+          "<figure><img alt=\"V-curve of " + esc(t.trajectory) + "\" data-trajectory=\"" + esc(t.trajectory) + "\" src=\"/api/studies/" + encodeURIComponent(p.study) + "/figures/" + encodeURIComponent(t.trajectory) + ".svg" + q + (q ? "&" : "?") + "n=" + t.continuations + "\"><figcaption>" + esc(t.trajectory) + ": " + esc(t.stage) + "</figcaption></figure>").join("");
       } catch (e) { gallery = "<p class=muted>curves unavailable: " + esc(e.message) + "</p>"; }
       parts.push("<div class=\"study\" data-study=\"" + esc(p.study) + "\"><h2>" + esc(p.name) + " <span class=muted>" + esc(p.study) + "</span></h2>" +
         "<p>state <b class=\"state\">" + esc(p.state) + "</b> · trajectories <span class=\"trajectories-done\">" + p.trajectories_done + "</span>/" + p.trajectories + " done (" + p.trajectories_admitted + " admitted) · in progress by stage: " + stages + "</p>" +

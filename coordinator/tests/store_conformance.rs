@@ -241,3 +241,26 @@ async fn a_study_runs_to_the_end_and_both_backends_export_the_same_bytes() {
     }
     assert_eq!(exports[0], exports[1], "SQLite and PostgreSQL exports differ");
 }
+
+#[tokio::test]
+async fn one_trajectory_reads_as_its_own_study_record() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let trs = [
+            Tr { id: "first", length: 40, cliff: 20, p: 1.0, labels: "" },
+            Tr { id: "second", length: 30, cliff: 10, p: 1.0, labels: "j: 10" },
+        ];
+        let (yaml, files) = spec("two", "", &trs);
+        let study = c.launch(&yaml, &files).await.unwrap();
+        run_to_end(&c, &study, &[("first", 20), ("second", 10)]).await;
+        let whole = c.store().study(&study).await.unwrap();
+        let one = c.store().trajectory(&study, "second").await.unwrap().expect("a known trajectory");
+        assert_eq!(one.trajectories.len(), 1, "{}", ts.name);
+        assert_eq!(one.spec.trajectories.len(), 1);
+        assert_eq!(one.spec.trajectories[0].id, "second");
+        assert_eq!(one.trajectories[0], whole.trajectories[1], "{}", ts.name);
+        assert!(c.store().trajectory(&study, "third").await.unwrap().is_none());
+        assert!(c.store().trajectory("no-such-study", "second").await.is_err());
+        ts.finish().await;
+    }
+}

@@ -113,6 +113,13 @@ pub trait Store: Send + Sync + 'static {
     /// A study's spec, trajectories and outcomes.
     fn study(&self, study: &str) -> impl Future<Output = Result<StudyRecord, StoreError>> + Send;
 
+    /// One trajectory of a study as a study record of its own (`None`: no such trajectory).
+    fn trajectory(
+        &self,
+        study: &str,
+        trajectory: &str,
+    ) -> impl Future<Output = Result<Option<StudyRecord>, StoreError>> + Send;
+
     /// Stop handing out a study's work; returns its state afterwards.
     fn cancel(&self, study: &str, now: i64) -> impl Future<Output = Result<StudyState, StoreError>> + Send;
 

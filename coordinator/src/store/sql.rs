@@ -315,6 +315,66 @@ impl SqlStore {
         Ok(())
     }
 
+    /// A study's spec, trajectories and outcomes — all of them, or only trajectory `only` (then
+    /// the spec lists only that trajectory too).
+    async fn load_study(&self, study: &str, only: Option<&str>) -> Result<StudyRecord, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query("SELECT state, spec_json FROM studies WHERE id = $1")
+            .bind(study)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+        let mut spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
+        if let Some(only) = only {
+            spec.trajectories.retain(|t| t.id == only);
+        }
+        let mut outcomes: HashMap<String, Vec<(Series, u32, u32, Outcome)>> = HashMap::new();
+        let mut cap_hits: HashMap<String, u32> = HashMap::new();
+        for r in sqlx::query(
+            "SELECT trajectory, series, t, seed, state, success, end_type FROM continuations \
+             WHERE study = $1 AND state IN ('done', 'retired') AND (CAST($2 AS TEXT) IS NULL OR trajectory = $2) \
+             ORDER BY trajectory, series, t, seed",
+        )
+        .bind(study)
+        .bind(only)
+        .fetch_all(&mut *tx)
+        .await?
+        {
+            if r.try_get::<Option<String>, _>("end_type")?.as_deref() == Some("step_cap") {
+                *cap_hits.entry(r.try_get("trajectory")?).or_default() += 1;
+            }
+            outcomes.entry(r.try_get("trajectory")?).or_default().push((
+                series_of(&r.try_get::<String, _>("series")?)?,
+                get_u32(&r, "t")?,
+                get_u32(&r, "seed")?,
+                outcome_of(&r)?,
+            ));
+        }
+        let mut trajectories = Vec::new();
+        for r in sqlx::query(
+            "SELECT id, state, stage, plan_json FROM trajectories \
+             WHERE study = $1 AND (CAST($2 AS TEXT) IS NULL OR id = $2) ORDER BY ord",
+        )
+        .bind(study)
+        .bind(only)
+        .fetch_all(&mut *tx)
+        .await?
+        {
+            let id: String = r.try_get("id")?;
+            trajectories.push(TrajectoryRecord {
+                state: TrajectoryState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("trajectory state"))?,
+                stage: stage_of(&r.try_get::<String, _>("stage")?)?,
+                plan: serde_json::from_str(&r.try_get::<String, _>("plan_json")?).map_err(corrupt)?,
+                outcomes: outcomes.remove(&id).unwrap_or_default(),
+                cap_hits: cap_hits.remove(&id).unwrap_or(0),
+                id,
+            });
+        }
+        tx.commit().await?;
+        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories })
+    }
+
     async fn worker_known(&self, tx: &mut Transaction<'_, Any>, worker: &str, now: i64) -> Result<Option<Vec<String>>, StoreError> {
         let row = sqlx::query("SELECT capabilities FROM workers WHERE id = $1").bind(worker).fetch_optional(&mut **tx).await?;
         let Some(row) = row else { return Ok(None) };
@@ -722,48 +782,12 @@ impl Store for SqlStore {
     }
 
     async fn study(&self, study: &str) -> Result<StudyRecord, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT state, spec_json FROM studies WHERE id = $1")
-            .bind(study)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
-        let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
-        let spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
-        let mut outcomes: HashMap<String, Vec<(Series, u32, u32, Outcome)>> = HashMap::new();
-        let mut cap_hits: HashMap<String, u32> = HashMap::new();
-        for r in sqlx::query(
-            "SELECT trajectory, series, t, seed, state, success, end_type FROM continuations \
-             WHERE study = $1 AND state IN ('done', 'retired') ORDER BY trajectory, series, t, seed",
-        )
-        .bind(study)
-        .fetch_all(&mut *tx)
-        .await?
-        {
-            if r.try_get::<Option<String>, _>("end_type")?.as_deref() == Some("step_cap") {
-                *cap_hits.entry(r.try_get("trajectory")?).or_default() += 1;
-            }
-            outcomes.entry(r.try_get("trajectory")?).or_default().push((
-                series_of(&r.try_get::<String, _>("series")?)?,
-                get_u32(&r, "t")?,
-                get_u32(&r, "seed")?,
-                outcome_of(&r)?,
-            ));
-        }
-        let mut trajectories = Vec::new();
-        for r in sqlx::query("SELECT id, state, stage, plan_json FROM trajectories WHERE study = $1 ORDER BY ord").bind(study).fetch_all(&mut *tx).await? {
-            let id: String = r.try_get("id")?;
-            trajectories.push(TrajectoryRecord {
-                state: TrajectoryState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("trajectory state"))?,
-                stage: stage_of(&r.try_get::<String, _>("stage")?)?,
-                plan: serde_json::from_str(&r.try_get::<String, _>("plan_json")?).map_err(corrupt)?,
-                outcomes: outcomes.remove(&id).unwrap_or_default(),
-                cap_hits: cap_hits.remove(&id).unwrap_or(0),
-                id,
-            });
-        }
-        tx.commit().await?;
-        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories })
+        self.load_study(study, None).await
+    }
+
+    async fn trajectory(&self, study: &str, trajectory: &str) -> Result<Option<StudyRecord>, StoreError> {
+        let record = self.load_study(study, Some(trajectory)).await?;
+        Ok((!record.trajectories.is_empty()).then_some(record))
     }
 
     async fn cancel(&self, study: &str, now: i64) -> Result<StudyState, StoreError> {
