@@ -1,19 +1,11 @@
 //! `vcurve analyze` as a user runs it: the binary, files on disk, JSON on stdout, errors on stderr.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+
+use common::{vcurve, write};
 use serde_json::Value;
-
-fn vcurve(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vcurve")).args(args).output().expect("run vcurve")
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 /// Run `analyze` on a points file with the given text; return (success, stdout, stderr).
 fn analyze_text(points: &str, length: &str) -> (bool, String, String) {

@@ -1,20 +1,13 @@
 //! `vcurve labels` as a user runs it: the binary, a study's exported files and a labels file on
 //! disk, JSON or a table on stdout, errors on stderr naming the file, the line and the problem.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use common::{vcurve, write};
 use serde_json::{Value, json};
-
-fn vcurve(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vcurve")).args(args).output().expect("run vcurve")
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 // ---------------------------------------------------------------------------------------------
 // A hand-made study

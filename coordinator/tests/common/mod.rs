@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use sqlx::Connection;
 use vcurve_coordinator::store::SqlStore;
@@ -81,4 +83,16 @@ pub fn spec(name: &str, extra: &str, trajectories: &[Tr]) -> (String, BTreeMap<S
 /// The success of a key under a step curve: deterministic, so any two runs agree.
 pub fn step_outcome(cliff: u32, t: u32, seed: u32) -> bool {
     t < cliff && seed % 4 != 3
+}
+
+/// Run the `vcurve` binary as a user would.
+pub fn vcurve(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vcurve")).args(args).output().expect("run vcurve")
+}
+
+/// Write `text` to `dir/name`; returns the path.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
 }
