@@ -38,7 +38,10 @@ fn study_for(continuations: u64) -> (String, BTreeMap<String, String>) {
     let trajectories = continuations.div_ceil(150).max(1);
     let mut yaml = String::from("name: dispatch-bench\nseed: 1\nrunner: {kind: synthetic}\ntrajectories:\n");
     let mut files = BTreeMap::new();
-    let curve: String = std::iter::once("t,v".to_string()).chain((0..100).map(|t| format!("{t},{}", if t < 50 { 0.6 } else { 0.0 }))).collect::<Vec<_>>().join("\n");
+    let curve: String = std::iter::once("t,v".to_string())
+        .chain((0..100).map(|t| format!("{t},{}", if t < 50 { 0.6 } else { 0.0 })))
+        .collect::<Vec<_>>()
+        .join("\n");
     files.insert("curve.csv".to_string(), curve);
     for i in 0..trajectories {
         let _ = writeln!(yaml, "  - {{id: t{i:05}, length: 100, curve: curve.csv}}");
@@ -56,15 +59,23 @@ fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
 
 /// Run the benchmark against a fresh store at `store_url`.
 pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::Result<DispatchReport> {
-    let store = SqlStore::connect(store_url).await.with_context(|| format!("cannot open {}", crate::commands::redact_url(store_url)))?;
-    let timing = Timing { lease: LeasePolicy { timeout_ms: 60_000 }, heartbeat_interval: Duration::from_secs(20), max_lease_wait: Duration::from_millis(200) };
+    let store = SqlStore::connect(store_url)
+        .await
+        .with_context(|| format!("cannot open {}", crate::commands::redact_url(store_url)))?;
+    let timing = Timing {
+        lease: LeasePolicy { timeout_ms: 60_000 },
+        heartbeat_interval: Duration::from_secs(20),
+        max_lease_wait: Duration::from_millis(200),
+    };
     let coordinator = Coordinator::new(store, timing);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let stop = CancellationToken::new();
     let server = {
         let stop = stop.clone();
-        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move { stop.cancelled().await }))
+        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move {
+            stop.cancelled().await
+        }))
     };
     let (yaml, files) = study_for(continuations);
     coordinator.launch(&yaml, &files).await?;
@@ -90,7 +101,11 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
             let mut latencies = Vec::new();
             while reported.load(Ordering::Relaxed) < continuations {
                 let asked = Instant::now();
-                let jobs = w.lease(v1::LeaseRequest { worker_id: id.clone(), max_jobs: 1, wait_ms: 200 }).await?.into_inner().jobs;
+                let jobs = w
+                    .lease(v1::LeaseRequest { worker_id: id.clone(), max_jobs: 1, wait_ms: 200 })
+                    .await?
+                    .into_inner()
+                    .jobs;
                 let Some(job) = jobs.into_iter().next() else { continue };
                 latencies.push(asked.elapsed());
                 let key = job.key.clone().unwrap_or_default();
@@ -99,7 +114,12 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
                     worker_id: id.clone(),
                     key: job.key,
                     attempt: job.attempt,
-                    result: Some(v1::report_request::Result::Outcome(v1::Outcome { success, steps: 1, end_type: "submitted".into(), patch_sha256: String::new() })),
+                    result: Some(v1::report_request::Result::Outcome(v1::Outcome {
+                        success,
+                        steps: 1,
+                        end_type: "submitted".into(),
+                        patch_sha256: String::new(),
+                    })),
                     duration_ms: 0,
                 })
                 .await?;

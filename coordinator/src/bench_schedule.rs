@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
+use vcurve_method::Thresholds;
 use vcurve_method::bench::{CurveResult, ScheduleReport, schedule_report, simulate};
 use vcurve_method::schedule::Variant;
 use vcurve_method::synthetic::Family;
-use vcurve_method::Thresholds;
 
 /// Run `variant` on `per_family` curves of every family, spread over the available cores.
 pub fn run(variant: &'static dyn Variant, params: &Thresholds, per_family: u64, seed: u64) -> ScheduleReport {
@@ -15,7 +15,10 @@ pub fn run(variant: &'static dyn Variant, params: &Thresholds, per_family: u64, 
     let results: Vec<CurveResult> = std::thread::scope(|scope| {
         let handles: Vec<_> = jobs
             .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(|&(f, i)| simulate(variant, params, f, seed, i)).collect::<Vec<_>>()))
+            .map(|part| {
+                scope
+                    .spawn(move || part.iter().map(|&(f, i)| simulate(variant, params, f, seed, i)).collect::<Vec<_>>())
+            })
             .collect();
         handles.into_iter().flat_map(|h| h.join().expect("bench thread panicked")).collect()
     });
@@ -32,7 +35,20 @@ pub fn table(reports: &[ScheduleReport]) -> String {
     let _ = writeln!(
         out,
         "{:<15} {:<14} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>5} {:>6} {:>6}",
-        "schedule", "family", "curves", "shape", "cliff", "drop", "onset", "pnr", "cont", "median", "p90", "big", "bigerr", "big±1"
+        "schedule",
+        "family",
+        "curves",
+        "shape",
+        "cliff",
+        "drop",
+        "onset",
+        "pnr",
+        "cont",
+        "median",
+        "p90",
+        "big",
+        "bigerr",
+        "big±1"
     );
     for report in reports {
         for (family, f) in &report.families {

@@ -362,7 +362,11 @@ fn run_analyze(args: &AnalyzeArgs) -> anyhow::Result<()> {
 }
 
 fn host_name() -> String {
-    std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_string()).ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "worker".into())
+    std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "worker".into())
 }
 
 async fn run_async(command: Command) -> anyhow::Result<()> {
@@ -416,22 +420,36 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         }
         Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,
         Command::Bench(BenchCommand::Dispatch(a)) => {
-            println!("{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}", "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms");
+            println!(
+                "{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}",
+                "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms"
+            );
             for &workers in &a.workers {
                 let dir = tempfile::tempdir()?;
-                let url = a.store.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.sqlite").display()));
+                let url = a
+                    .store
+                    .clone()
+                    .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.sqlite").display()));
                 let r = crate::bench_dispatch::run(&url, workers, a.continuations).await?;
                 if a.json {
                     println!("{}", serde_json::to_string(&r)?);
                 } else {
                     println!(
                         "{:<9} {:>7} {:>13} {:>8.2} {:>10.1} {:>9.2} {:>9.2}",
-                        r.store, r.workers, r.continuations, r.seconds, r.per_second, r.latency_p50_ms, r.latency_p99_ms
+                        r.store,
+                        r.workers,
+                        r.continuations,
+                        r.seconds,
+                        r.per_second,
+                        r.latency_p50_ms,
+                        r.latency_p99_ms
                     );
                 }
             }
         }
-        Command::Analyze(_) | Command::Labels(_) | Command::Bench(BenchCommand::Schedule(_)) => unreachable!("synchronous commands"),
+        Command::Analyze(_) | Command::Labels(_) | Command::Bench(BenchCommand::Schedule(_)) => {
+            unreachable!("synchronous commands")
+        }
     }
     Ok(())
 }
@@ -472,11 +490,12 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // Output piped into a command that stopped reading (`vcurve analyses … | head`).
-        Err(e) if e.chain().any(|c| {
-            let pipe = std::io::ErrorKind::BrokenPipe;
-            c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == pipe)
-                || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(pipe))
-        }) =>
+        Err(e)
+            if e.chain().any(|c| {
+                let pipe = std::io::ErrorKind::BrokenPipe;
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == pipe)
+                    || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(pipe))
+            }) =>
         {
             ExitCode::SUCCESS
         }

@@ -56,7 +56,8 @@ pub enum ConnectError {
 
 /// Open a channel to the coordinator.
 pub async fn channel(c: &Connection) -> Result<Channel, ConnectError> {
-    let mut endpoint = Endpoint::from_shared(c.url.clone()).map_err(|source| ConnectError::Url { url: c.url.clone(), source })?;
+    let mut endpoint =
+        Endpoint::from_shared(c.url.clone()).map_err(|source| ConnectError::Url { url: c.url.clone(), source })?;
     if let Some(path) = &c.tls_ca {
         let pem = std::fs::read(path).map_err(|source| ConnectError::Ca { path: path.clone(), source })?;
         endpoint = endpoint
@@ -68,10 +69,7 @@ pub async fn channel(c: &Connection) -> Result<Channel, ConnectError> {
 
 /// The bearer interceptor for a token.
 pub fn bearer(token: Option<&str>) -> Result<Bearer, ConnectError> {
-    token
-        .map(|t| format!("Bearer {t}").parse().map_err(|_| ConnectError::Token))
-        .transpose()
-        .map(Bearer)
+    token.map(|t| format!("Bearer {t}").parse().map_err(|_| ConnectError::Token)).transpose().map(Bearer)
 }
 
 pub async fn study_client(c: &Connection) -> Result<StudyClient, ConnectError> {
@@ -92,7 +90,9 @@ pub fn read_token(file: Option<&Path>, env: &str) -> anyhow::Result<Option<Strin
         None => std::env::var(env).ok().map(|t| t.trim().to_string()),
     };
     match token {
-        Some(t) if t.is_empty() => anyhow::bail!("the token (from {}) is empty", file.map_or(env.to_string(), |p| p.display().to_string())),
+        Some(t) if t.is_empty() => {
+            anyhow::bail!("the token (from {}) is empty", file.map_or(env.to_string(), |p| p.display().to_string()))
+        }
         t => Ok(t),
     }
 }

@@ -20,7 +20,8 @@ use crate::store::{LeasePolicy, SqlStore};
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("install SIGTERM handler");
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -62,29 +63,41 @@ pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
             args.lease_timeout.as_millis()
         );
     }
-    let store = SqlStore::connect(&args.store).await.with_context(|| format!("cannot open the store {}", redact_url(&args.store)))?;
+    let store = SqlStore::connect(&args.store)
+        .await
+        .with_context(|| format!("cannot open the store {}", redact_url(&args.store)))?;
     let timing = Timing {
         lease: LeasePolicy { timeout_ms: args.lease_timeout.as_millis() as i64 },
         heartbeat_interval: args.heartbeat_interval,
         ..Timing::default()
     };
     let coordinator = Coordinator::new(store, timing);
-    let listener = tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
     server::check_exposure(listener.local_addr()?, &args.tokens)?;
     eprintln!("vcurve coordinator listening on {} (store {})", listener.local_addr()?, redact_url(&args.store));
     let stop = tokio_util::sync::CancellationToken::new();
     let dashboard = match &args.dashboard {
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot serve the dashboard on {addr}"))?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot serve the dashboard on {addr}"))?;
             let local = listener.local_addr()?;
             if !local.ip().is_loopback() && args.tokens.client.is_none() {
                 bail!("refusing to serve the dashboard on {local} without a client token");
             }
-            eprintln!("vcurve dashboard on http://{local}/{}", if args.tokens.client.is_some() { "?token=…" } else { "" });
+            eprintln!(
+                "vcurve dashboard on http://{local}/{}",
+                if args.tokens.client.is_some() { "?token=…" } else { "" }
+            );
             let stop = stop.clone();
-            Some(tokio::spawn(crate::dashboard::serve(coordinator.clone(), listener, args.tokens.client.clone(), async move {
-                stop.cancelled().await
-            })))
+            Some(tokio::spawn(crate::dashboard::serve(
+                coordinator.clone(),
+                listener,
+                args.tokens.client.clone(),
+                async move { stop.cancelled().await },
+            )))
         }
         None => None,
     };
@@ -213,7 +226,12 @@ impl ProgressBars {
         self.trajectories.set_message(stages.join(", "));
         self.continuations.set_length(p.done + p.running + p.pending + p.retired);
         self.continuations.set_position(p.done + p.retired);
-        self.continuations.set_message(format!("{} running, {:.0}/min, ETA {}", p.running, p.throughput_per_min, eta(p)));
+        self.continuations.set_message(format!(
+            "{} running, {:.0}/min, ETA {}",
+            p.running,
+            p.throughput_per_min,
+            eta(p)
+        ));
     }
 
     pub fn finish(&self) {
@@ -264,7 +282,10 @@ pub fn write_files(out: &Path, files: impl IntoIterator<Item = (String, Vec<u8>)
     let mut written = Vec::new();
     for (name, contents) in files {
         let relative = Path::new(&name);
-        if name.is_empty() || relative.is_absolute() || relative.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+        if name.is_empty()
+            || relative.is_absolute()
+            || relative.components().any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
             bail!("refusing to write a file named {name:?} outside {}", out.display());
         }
         let path = out.join(relative);
@@ -297,10 +318,11 @@ async fn results_and_analyses(
                 let path = dir.join(name);
                 std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
             };
-            let results: crate::export::Results =
-                serde_json::from_slice(&read("results.json")?).with_context(|| format!("{}/results.json is not a vcurve export", dir.display()))?;
+            let results: crate::export::Results = serde_json::from_slice(&read("results.json")?)
+                .with_context(|| format!("{}/results.json is not a vcurve export", dir.display()))?;
             let analyses = match read("analyses.json") {
-                Ok(bytes) => serde_json::from_slice(&bytes).with_context(|| format!("{}/analyses.json is not a vcurve export", dir.display()))?,
+                Ok(bytes) => serde_json::from_slice(&bytes)
+                    .with_context(|| format!("{}/analyses.json is not a vcurve export", dir.display()))?,
                 Err(_) => crate::study_analyses::analyses(&results)?,
             };
             (results, analyses)
@@ -308,7 +330,13 @@ async fn results_and_analyses(
         (Some(study), None) => {
             let mut client = client::study_client(&source.remote.connection()?).await?;
             let files = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
-            let get = |name: &str| files.iter().find(|f| f.name == name).map(|f| f.contents.clone()).with_context(|| format!("the export has no {name}"));
+            let get = |name: &str| {
+                files
+                    .iter()
+                    .find(|f| f.name == name)
+                    .map(|f| f.contents.clone())
+                    .with_context(|| format!("the export has no {name}"))
+            };
             (serde_json::from_slice(&get("results.json")?)?, serde_json::from_slice(&get("analyses.json")?)?)
         }
         (None, None) => bail!("name a STUDY (with --coordinator) or an export folder with --from"),
@@ -352,7 +380,10 @@ pub async fn studies(connection: &Connection, json: bool) -> anyhow::Result<()> 
         println!("{}", serde_json::to_string_pretty(&all)?);
     } else {
         for p in &studies {
-            println!("{}  {:<10} {:<20} {}/{} trajectories", p.study, p.state, p.name, p.trajectories_done, p.trajectories);
+            println!(
+                "{}  {:<10} {:<20} {}/{} trajectories",
+                p.study, p.state, p.name, p.trajectories_done, p.trajectories
+            );
         }
     }
     Ok(())

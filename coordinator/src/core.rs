@@ -25,7 +25,8 @@ pub enum Clock {
 
 impl Clock {
     pub fn system() -> Self {
-        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let epoch =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         Clock::System { epoch_ms_at_start: epoch, start: Instant::now() }
     }
 
@@ -102,7 +103,13 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// Register a worker; refuses another major protocol version.
-    pub async fn register(&self, name: &str, slots: u32, capabilities: &[String], protocol: &str) -> Result<String, CoordinatorError> {
+    pub async fn register(
+        &self,
+        name: &str,
+        slots: u32,
+        capabilities: &[String],
+        protocol: &str,
+    ) -> Result<String, CoordinatorError> {
         let major = |v: &str| v.split('.').next().unwrap_or("").to_string();
         if major(protocol) != major(vcurve_proto::PROTOCOL_VERSION) {
             return Err(CoordinatorError::ProtocolMismatch {
@@ -111,7 +118,9 @@ impl<S: Store> Coordinator<S> {
             });
         }
         if slots == 0 || slots > 100_000 {
-            return Err(CoordinatorError::InvalidArgument(format!("slots = {slots}: a worker needs 1 to 100000 slots")));
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "slots = {slots}: a worker needs 1 to 100000 slots"
+            )));
         }
         let id = self.store.register_worker(name, slots, capabilities, self.now_ms()).await?;
         tracing::info!(worker = %id, name, slots, ?capabilities, "worker registered");
@@ -144,7 +153,12 @@ impl<S: Store> Coordinator<S> {
         Ok(self.store.heartbeat(worker, held, self.now_ms(), self.timing.lease).await?)
     }
 
-    pub async fn report(&self, worker: &str, job: &HeldJob, report: &RunReport) -> Result<ReportVerdict, CoordinatorError> {
+    pub async fn report(
+        &self,
+        worker: &str,
+        job: &HeldJob,
+        report: &RunReport,
+    ) -> Result<ReportVerdict, CoordinatorError> {
         let verdict = self.store.report(worker, job, report, self.now_ms()).await?;
         match &verdict {
             ReportVerdict::Accepted => self.work.notify_waiters(),

@@ -76,14 +76,22 @@ pub async fn serve<S: Store>(
     axum::serve(listener, router(coordinator, token)).with_graceful_shutdown(shutdown).await
 }
 
-async fn page<S: Store>(State(d): State<Arc<Dashboard<S>>>, headers: HeaderMap, Query(q): Query<TokenQuery>) -> Response {
+async fn page<S: Store>(
+    State(d): State<Arc<Dashboard<S>>>,
+    headers: HeaderMap,
+    Query(q): Query<TokenQuery>,
+) -> Response {
     if !authorized(&d.token, &headers, &q) {
         return unauthorized();
     }
     Html(PAGE).into_response()
 }
 
-async fn studies<S: Store>(State(d): State<Arc<Dashboard<S>>>, headers: HeaderMap, Query(q): Query<TokenQuery>) -> Response {
+async fn studies<S: Store>(
+    State(d): State<Arc<Dashboard<S>>>,
+    headers: HeaderMap,
+    Query(q): Query<TokenQuery>,
+) -> Response {
     if !authorized(&d.token, &headers, &q) {
         return unauthorized();
     }
@@ -139,7 +147,9 @@ async fn figure<S: Store>(
     // Only this trajectory: a page of many figures must not load the whole study per figure.
     let record = match d.coordinator.store().trajectory(&study, &trajectory).await {
         Ok(Some(r)) => r,
-        Ok(None) => return (StatusCode::NOT_FOUND, format!("no trajectory {trajectory:?} in study {study}\n")).into_response(),
+        Ok(None) => {
+            return (StatusCode::NOT_FOUND, format!("no trajectory {trajectory:?} in study {study}\n")).into_response();
+        }
         Err(e) => return error_response(e.into()),
     };
     let results = match crate::export::results(&record) {
@@ -152,7 +162,10 @@ async fn figure<S: Store>(
     match crate::figures::CurveFigure::from_result(result) {
         // The page names a figure by its trajectory's continuation count, so a URL's figure
         // never changes and the browser may keep it.
-        Some(fig) => ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "private, max-age=3600")], fig.svg()).into_response(),
+        Some(fig) => {
+            ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "private, max-age=3600")], fig.svg())
+                .into_response()
+        }
         None => (StatusCode::NOT_FOUND, "no curve yet\n").into_response(),
     }
 }

@@ -40,7 +40,8 @@ struct DemoTrajectory {
 }
 
 fn demo_trajectories(count: u32) -> Vec<DemoTrajectory> {
-    let families = [Family::PlateauCliff, Family::Cliff, Family::Erosion, Family::Cliff, Family::PlateauCliff, Family::Erosion];
+    let families =
+        [Family::PlateauCliff, Family::Cliff, Family::Erosion, Family::Cliff, Family::PlateauCliff, Family::Erosion];
     (0..count)
         .map(|i| {
             let family = families[i as usize % families.len()];
@@ -76,8 +77,11 @@ fn demo_spec(trajectories: &[DemoTrajectory], duration_ms: u64) -> (String, BTre
             let _ = writeln!(csv, "{t},{v}");
         }
         files.insert(path.clone(), csv);
-        let labels: Vec<String> =
-            tr.labels.iter().map(|(s, m)| format!("{s}: {}", m.map_or("none".to_string(), |m| m.to_string()))).collect();
+        let labels: Vec<String> = tr
+            .labels
+            .iter()
+            .map(|(s, m)| format!("{s}: {}", m.map_or("none".to_string(), |m| m.to_string())))
+            .collect();
         let base: Vec<String> = (0..8)
             .map(|k| {
                 if k < tr.base_successes {
@@ -94,7 +98,11 @@ fn demo_spec(trajectories: &[DemoTrajectory], duration_ms: u64) -> (String, BTre
     let _ = writeln!(yaml, "decoys:");
     for (i, tr) in trajectories.iter().take(3).enumerate() {
         let (a, b) = if i % 2 == 0 { ("12", "none") } else { ("none", "20") };
-        let _ = writeln!(yaml, "  - {{id: {}-success, task: {}, length: 35, labels: {{judge-a: {a}, judge-b: {b}}}}}", tr.id, tr.id);
+        let _ = writeln!(
+            yaml,
+            "  - {{id: {}-success, task: {}, length: 35, labels: {{judge-a: {a}, judge-b: {b}}}}}",
+            tr.id, tr.id
+        );
     }
     (yaml, files)
 }
@@ -120,13 +128,18 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
     let stop_workers = CancellationToken::new();
     let server = {
         let stop = stop.clone();
-        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move { stop.cancelled().await }))
+        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move {
+            stop.cancelled().await
+        }))
     };
 
     let trajectories = demo_trajectories(args.trajectories);
     let (yaml, files) = demo_spec(&trajectories, args.duration_ms);
     std::fs::write(args.out.join("demo-study.yaml"), &yaml)?;
-    write_files(&args.out.join("curves"), files.iter().map(|(k, v)| (k.trim_start_matches("curves/").to_string(), v.clone().into_bytes())))?;
+    write_files(
+        &args.out.join("curves"),
+        files.iter().map(|(k, v)| (k.trim_start_matches("curves/").to_string(), v.clone().into_bytes())),
+    )?;
     let connection = Connection { url: url.clone(), ..Connection::default() };
     let mut client = client::study_client(&connection).await?;
     let study = client
@@ -143,7 +156,9 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
             config.lease_wait = Duration::from_millis(500);
             let stop = stop_workers.clone();
             let runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
-            tokio::spawn(async move { vcurve_worker::run(config, runners, async move { stop.cancelled().await }).await })
+            tokio::spawn(
+                async move { vcurve_worker::run(config, runners, async move { stop.cancelled().await }).await },
+            )
         })
         .collect();
 

@@ -31,8 +31,12 @@ impl From<CoordinatorError> for tonic::Status {
         match e {
             CoordinatorError::Store(StoreError::UnknownStudy(_)) => tonic::Status::not_found(message),
             CoordinatorError::Store(StoreError::Database(_)) => tonic::Status::unavailable(message),
-            CoordinatorError::Store(_) | CoordinatorError::Analysis(_) | CoordinatorError::Analyses(_) => tonic::Status::internal(message),
-            CoordinatorError::Spec(_) | CoordinatorError::InvalidArgument(_) => tonic::Status::invalid_argument(message),
+            CoordinatorError::Store(_) | CoordinatorError::Analysis(_) | CoordinatorError::Analyses(_) => {
+                tonic::Status::internal(message)
+            }
+            CoordinatorError::Spec(_) | CoordinatorError::InvalidArgument(_) => {
+                tonic::Status::invalid_argument(message)
+            }
             CoordinatorError::ProtocolMismatch { .. } => tonic::Status::failed_precondition(message),
         }
     }

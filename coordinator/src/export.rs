@@ -116,7 +116,8 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             }
             _ => BTreeMap::new(),
         };
-        let retired = record.outcomes.iter().filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired).count() as u32;
+        let retired =
+            record.outcomes.iter().filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired).count() as u32;
         out.push(TrajectoryResult {
             trajectory: record.id.clone(),
             task: tspec.task.clone(),
@@ -145,7 +146,14 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             first_symptom: None,
         });
     }
-    Ok(Results { name: spec.name.clone(), schedule: spec.schedule.clone(), budget: spec.budget, thresholds: params, decoys: spec.decoys.clone(), trajectories: out })
+    Ok(Results {
+        name: spec.name.clone(),
+        schedule: spec.schedule.clone(),
+        budget: spec.budget,
+        thresholds: params,
+        decoys: spec.decoys.clone(),
+        trajectories: out,
+    })
 }
 
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
@@ -210,11 +218,7 @@ pub fn trajectories_csv(results: &Results) -> String {
 
 /// Quote a CSV field when it needs it.
 fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
 }
 
 /// The export's files by name.

@@ -39,18 +39,20 @@ impl Table {
         let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(file);
         let expected = required.join(",");
         let file_error = |message: String| InputError::File { path: path.into(), message };
-        let headers = reader
-            .headers()
-            .map_err(|e| file_error(format!("cannot read the header: {e}")))?
-            .clone();
+        let headers = reader.headers().map_err(|e| file_error(format!("cannot read the header: {e}")))?.clone();
         if headers.iter().all(str::is_empty) {
-            return Err(file_error(format!("the file is empty; expected the header `{expected}` and one row per entry")));
+            return Err(file_error(format!(
+                "the file is empty; expected the header `{expected}` and one row per entry"
+            )));
         }
         let columns = required
             .iter()
             .map(|name| {
                 headers.iter().position(|h| h == *name).ok_or_else(|| {
-                    file_error(format!("missing column `{name}` (the header must name {expected}; found `{}`)", headers.iter().collect::<Vec<_>>().join(",")))
+                    file_error(format!(
+                        "missing column `{name}` (the header must name {expected}; found `{}`)",
+                        headers.iter().collect::<Vec<_>>().join(",")
+                    ))
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -113,7 +115,11 @@ pub fn read_points(path: &Path, length: u32) -> Result<Vec<Point>, InputError> {
     for row in rows {
         let (line, fields) = row?;
         let parsed = (|| {
-            let point = Point { t: count("t", &fields[0])?, n: count("n", &fields[1])?, successes: count("successes", &fields[2])? };
+            let point = Point {
+                t: count("t", &fields[0])?,
+                n: count("n", &fields[1])?,
+                successes: count("successes", &fields[2])?,
+            };
             point.validate(length).map_err(|e| e.to_string())?;
             if !seen.insert(point.t) {
                 return Err(format!("t = {} appears twice", point.t));
@@ -261,10 +267,14 @@ pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> 
             };
             match (shape, decisive_interval) {
                 (Some(Shape::Cliff | Shape::Erosion), None) => {
-                    return Err(format!("the curve is {shape_name} but has no decisive interval (`decisive_a`, `decisive_b`)"));
+                    return Err(format!(
+                        "the curve is {shape_name} but has no decisive interval (`decisive_a`, `decisive_b`)"
+                    ));
                 }
                 (Some(Shape::Flat) | None, Some(_)) => {
-                    return Err(format!("a {shape_name} trajectory has no decisive interval; leave `decisive_a` and `decisive_b` empty"));
+                    return Err(format!(
+                        "a {shape_name} trajectory has no decisive interval; leave `decisive_a` and `decisive_b` empty"
+                    ));
                 }
                 _ => {}
             }
@@ -291,7 +301,8 @@ pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> 
                     t => Ok(t),
                 }
             };
-            let (restart_point, first_edit, first_symptom) = (step("restart_point")?, step("first_edit")?, step("first_symptom")?);
+            let (restart_point, first_edit, first_symptom) =
+                (step("restart_point")?, step("first_edit")?, step("first_symptom")?);
             step("onset")?;
             optional_count("continuations", field("continuations"))?;
             if !field("concentration").is_empty() {
@@ -300,7 +311,9 @@ pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> 
             match field("pnr_certified").to_ascii_lowercase().as_str() {
                 "" => {}
                 raw @ ("true" | "false") if (raw == "true") != (pnr < length) => {
-                    return Err(format!("`pnr_certified` is {raw}, but `pnr` = {pnr} with T = {length} says otherwise"));
+                    return Err(format!(
+                        "`pnr_certified` is {raw}, but `pnr` = {pnr} with T = {length} says otherwise"
+                    ));
                 }
                 "true" | "false" => {}
                 raw => return Err(format!("`pnr_certified` must be true or false, not {raw:?}")),
@@ -381,7 +394,9 @@ pub fn read_labels(path: &Path) -> Result<Vec<LabelRow>, InputError> {
             let source = non_empty("source", &f[1])?;
             let step = label_step(&f[2])?;
             if let Some(first) = seen.get(&(trajectory.clone(), source.clone())) {
-                return Err(format!("`{source}` labels `{trajectory}` twice (first on line {first}); one answer per source and trajectory"));
+                return Err(format!(
+                    "`{source}` labels `{trajectory}` twice (first on line {first}); one answer per source and trajectory"
+                ));
             }
             Ok(LabelRow {
                 line,

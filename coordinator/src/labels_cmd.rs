@@ -77,11 +77,7 @@ pub fn load(args: &LabelsArgs, params: &Thresholds) -> Result<LabelStudy, Labels
 
     let line_error = |path: &Path, line: u64, message: String| InputError::Line { path: path.into(), line, message };
     let unknown = |path: &Path, line: u64, trajectory: &str| {
-        line_error(
-            path,
-            line,
-            format!("trajectory `{trajectory}` is not in {}", args.trajectories.display()),
-        )
+        line_error(path, line, format!("trajectory `{trajectory}` is not in {}", args.trajectories.display()))
     };
 
     // The task a labels row named for each trajectory, with the first line that named it.
@@ -228,9 +224,8 @@ pub fn table(report: &PlacementReport, order: &[String], with_curves: bool, z: f
             row
         })
         .collect();
-    let width = |c: usize| {
-        cells.iter().map(|row| row[c].chars().count()).chain([header[c].chars().count()]).max().unwrap_or(0)
-    };
+    let width =
+        |c: usize| cells.iter().map(|row| row[c].chars().count()).chain([header[c].chars().count()]).max().unwrap_or(0);
     let widths: Vec<usize> = (0..header.len()).map(width).collect();
     let line = |fields: &[String]| {
         let mut out = String::new();
@@ -319,19 +314,15 @@ d,25,doomed,,,,,,,,,0
         );
         let study = load(&a, &Thresholds::default()).unwrap();
         let record = &study.trajectories[0];
-        assert_eq!(record.points.iter().map(|p| (p.t, p.n, p.successes)).collect::<Vec<_>>(), [
-            (0, 8, 6),
-            (5, 4, 3),
-            (10, 32, 16),
-            (11, 32, 2)
-        ]);
+        assert_eq!(
+            record.points.iter().map(|p| (p.t, p.n, p.successes)).collect::<Vec<_>>(),
+            [(0, 8, 6), (5, 4, 3), (10, 32, 16), (11, 32, 2)]
+        );
         // t = 5 (n = 4 < K_screen = 8) is not resolved; the terminal point closes the fit.
-        assert_eq!(record.fit.iter().map(|f| (f.t, f.v_fit)).collect::<Vec<_>>(), [
-            (0, 0.6),
-            (10, 0.5),
-            (11, 0.0625),
-            (30, 0.0)
-        ]);
+        assert_eq!(
+            record.fit.iter().map(|f| (f.t, f.v_fit)).collect::<Vec<_>>(),
+            [(0, 0.6), (10, 0.5), (11, 0.0625), (30, 0.0)]
+        );
         assert!(study.trajectories[1].points.is_empty() && study.trajectories[1].fit.is_empty());
         // Doomed: no curve, its labels unplaced.
         let doomed = &study.trajectories[2];
@@ -350,7 +341,8 @@ d,25,doomed,,,,,,,,,0
              b,,40,erosion,6,5,6,8\n\
              c,,20,flat,,,,20\n",
         );
-        let labels = write(dir.path(), "labels.csv", "trajectory,source,step,task\na,J,3,x\nb,J,4,y\nb,K,none,\nc,J,1,\n");
+        let labels =
+            write(dir.path(), "labels.csv", "trajectory,source,step,task\na,J,3,x\nb,J,4,y\nb,K,none,\nc,J,1,\n");
         let study = load(&args(trajectories.clone(), labels, None), &Thresholds::default()).unwrap();
         let tasks: Vec<&str> = study.trajectories.iter().map(|r| r.task.as_str()).collect();
         assert_eq!(tasks, ["x", "y", "c"]);

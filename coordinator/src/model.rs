@@ -39,10 +39,17 @@ pub struct LeasedJob {
 /// What a worker reports for a job.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunReport {
-    Outcome { success: bool, steps: u32, end_type: String, patch_sha256: String },
+    Outcome {
+        success: bool,
+        steps: u32,
+        end_type: String,
+        patch_sha256: String,
+    },
     /// The run had no outcome (killed, evaluation failed): the key is run again, and retired
     /// after the retry limit.
-    NoOutcome { reason: String },
+    NoOutcome {
+        reason: String,
+    },
 }
 
 /// Whether a report changed anything.

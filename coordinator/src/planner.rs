@@ -51,7 +51,11 @@ pub fn stage_rank(stage: Stage) -> i64 {
 /// The controls the `rank`-th admitted trajectory (0-based) of a study carries: the first ones in
 /// processing order (SPEC.md §7).
 pub fn controls_for(rank: u32, counts: &ControlCounts) -> Controls {
-    Controls { sanity: rank < counts.sanity, retest: rank < counts.retest, budget_control: rank < counts.budget_control }
+    Controls {
+        sanity: rank < counts.sanity,
+        retest: rank < counts.retest,
+        budget_control: rank < counts.budget_control,
+    }
 }
 
 /// How many trajectories to admit now.

@@ -81,13 +81,19 @@ impl Table {
     }
 
     pub fn html(&self) -> String {
-        let mut out = format!("<h2 id=\"{}\">{}</h2>\n<p class=\"caption\">{}</p>\n<table>\n<tr>", self.name, esc(&self.title), esc(&self.caption));
+        let mut out = format!(
+            "<h2 id=\"{}\">{}</h2>\n<p class=\"caption\">{}</p>\n<table>\n<tr>",
+            self.name,
+            esc(&self.title),
+            esc(&self.caption)
+        );
         for h in &self.headers {
             let _ = write!(out, "<th>{}</th>", esc(h));
         }
         out.push_str("</tr>\n");
         if self.rows.is_empty() {
-            let _ = writeln!(out, "<tr><td colspan=\"{}\" class=\"muted\">nothing to show</td></tr>", self.headers.len());
+            let _ =
+                writeln!(out, "<tr><td colspan=\"{}\" class=\"muted\">nothing to show</td></tr>", self.headers.len());
         }
         for row in &self.rows {
             out.push_str("<tr>");
@@ -127,14 +133,30 @@ fn trajectories_table(results: &Results) -> Table {
         "trajectories",
         "Every trajectory",
         "Curve quantities per trajectory (the paper's Table 9): shape, concentration C, decisive step t* and interval (a, b], onset, point of no return, restart point, continuations used.",
-        &["trajectory", "task", "state", "T", "V(h0)", "shape", "C", "t*", "(a, b]", "onset", "t_pnr", "certified", "t_r", "continuations"],
+        &[
+            "trajectory",
+            "task",
+            "state",
+            "T",
+            "V(h0)",
+            "shape",
+            "C",
+            "t*",
+            "(a, b]",
+            "onset",
+            "t_pnr",
+            "certified",
+            "t_r",
+            "continuations",
+        ],
     );
     for tr in &results.trajectories {
         let interval = match (tr.decisive_a, tr.decisive_b) {
             (Some(a), Some(b)) => format!("({a}, {b}]"),
             _ => "–".into(),
         };
-        let shape = if tr.state == TrajectoryState::Doomed { "doomed".to_string() } else { opt(tr.shape.map(|s| s.as_str())) };
+        let shape =
+            if tr.state == TrajectoryState::Doomed { "doomed".to_string() } else { opt(tr.shape.map(|s| s.as_str())) };
         t.row(vec![
             tr.trajectory.clone(),
             tr.task.clone(),
@@ -179,7 +201,22 @@ fn labels_table(a: &StudyAnalyses) -> Table {
         "labels",
         "Labels against the curves",
         "Where each source's first-mistake labels fall against the decisive interval (a, b] and the point of no return (the paper's Tables 2 and 21): before (m ≤ a), inside (a < m ≤ b), after (b < m ≤ t_pnr), after the PNR (m > t_pnr), no mistake; the probed drop at the label; and the share of labels that are post-cause or sit on no drop.",
-        &["source", "trajectories", "labels", "before", "inside", "after", "after PNR", "no mistake", "at t*", "zero drop", "drop ≥ 0.2", "significant", "post-cause or zero-drop", "within 1 of t* (runs with a symptom)"],
+        &[
+            "source",
+            "trajectories",
+            "labels",
+            "before",
+            "inside",
+            "after",
+            "after PNR",
+            "no mistake",
+            "at t*",
+            "zero drop",
+            "drop ≥ 0.2",
+            "significant",
+            "post-cause or zero-drop",
+            "within 1 of t* (runs with a symptom)",
+        ],
     );
     for (source, s) in &a.labels.sources {
         t.row(placement_row(source, s));
@@ -235,7 +272,13 @@ fn localizers_table(a: &StudyAnalyses) -> Table {
         &["localizer", "n", "VC_0", "VC_1", "VC_3"],
     );
     for r in &a.localizers.rows {
-        t.row(vec![r.name.clone(), r.n.to_string(), format!("{:.2}", r.vc0), format!("{:.2}", r.vc1), format!("{:.2}", r.vc3)]);
+        t.row(vec![
+            r.name.clone(),
+            r.n.to_string(),
+            format!("{:.2}", r.vc0),
+            format!("{:.2}", r.vc1),
+            format!("{:.2}", r.vc3),
+        ]);
     }
     t
 }
@@ -248,7 +291,8 @@ fn checks_table(a: &StudyAnalyses) -> Table {
         &["check", "criterion", "value", "status"],
     );
     for c in &a.checks.checks {
-        let status = serde_json::to_value(c.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let status =
+            serde_json::to_value(c.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         t.row(vec![c.check.clone(), c.criterion.clone(), c.value.clone(), status]);
     }
     t
@@ -277,13 +321,29 @@ fn controls_tables(a: &StudyAnalyses) -> Vec<Table> {
         &["trajectory", "t", "V̂1", "V̂2", "gap"],
     );
     for r in &a.retest.rows {
-        retest.row(vec![r.trajectory.clone(), r.t.to_string(), format!("{:.2}", r.v1), format!("{:.2}", r.v2), format!("{:.2}", r.gap)]);
+        retest.row(vec![
+            r.trajectory.clone(),
+            r.t.to_string(),
+            format!("{:.2}", r.v1),
+            format!("{:.2}", r.v2),
+            format!("{:.2}", r.gap),
+        ]);
     }
     let mut budget = Table::new(
         "budget_control",
         "Control: full budget",
         "The anchors screened with the remaining budget B − t and with the full budget B (the paper's Table 20).",
-        &["trajectory", "T", "t* (B − t)", "shape (B − t)", "t* (B)", "shape (B)", "final t*", "within 3", "same shape"],
+        &[
+            "trajectory",
+            "T",
+            "t* (B − t)",
+            "shape (B − t)",
+            "t* (B)",
+            "shape (B)",
+            "final t*",
+            "within 3",
+            "same shape",
+        ],
     );
     for r in &a.budget_control.rows {
         let i = &r.input;
@@ -310,7 +370,12 @@ fn stages_table(a: &StudyAnalyses) -> Table {
         &["stage", "continuations", "share", "per trajectory"],
     );
     for r in a.stages.rows.iter().chain(std::iter::once(&a.stages.all)) {
-        t.row(vec![r.stage.clone(), r.continuations.to_string(), format!("{:.2}", r.share), format!("{:.1}", r.per_trajectory)]);
+        t.row(vec![
+            r.stage.clone(),
+            r.continuations.to_string(),
+            format!("{:.2}", r.share),
+            format!("{:.1}", r.per_trajectory),
+        ]);
     }
     t
 }
@@ -344,7 +409,10 @@ fn summary(results: &Results, analyses: &StudyAnalyses) -> String {
     let erosions = count(&|t| t.shape == Some(vcurve_method::Shape::Erosion));
     let certified = count(&|t| t.pnr_certified == Some(true));
     let continuations: u32 = trs.iter().map(|t| t.continuations).sum();
-    let verdict = serde_json::to_value(analyses.checks.verdict).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    let verdict = serde_json::to_value(analyses.checks.verdict)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
     format!(
         "<ul class=\"summary\"><li>schedule <b>{}</b>, step budget B = {}</li>\
          <li>{} trajectories: {} done, {} doomed; {} cliffs, {} erosions; {} with a certified point of no return</li>\
@@ -389,7 +457,11 @@ pub fn build(results: &Results, analyses: &StudyAnalyses) -> Result<Report, Figu
         let Some(fig) = CurveFigure::from_result(tr) else { continue };
         let svg = fig.svg();
         // Inline without the XML declaration, so the page stays one self-contained document.
-        let inline = svg.trim_start().strip_prefix("<?xml").and_then(|s| s.split_once("?>")).map_or(svg.as_str(), |(_, rest)| rest);
+        let inline = svg
+            .trim_start()
+            .strip_prefix("<?xml")
+            .and_then(|s| s.split_once("?>"))
+            .map_or(svg.as_str(), |(_, rest)| rest);
         let _ = writeln!(html, "<figure id=\"fig-{}\">{}</figure>", esc(&tr.trajectory), inline);
         let stem = tr.trajectory.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_', "_");
         files.insert(format!("figures/{stem}.png"), fig.png()?);

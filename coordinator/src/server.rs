@@ -100,10 +100,9 @@ pub async fn serve<S: Store>(
         WorkerServiceServer::new(WorkerApi { coordinator: coordinator.clone() }),
         move |r: Request<()>| check_bearer(&r, &worker_token).map(|_| r),
     );
-    let studies = InterceptedService::new(
-        StudyServiceServer::new(StudyApi { coordinator }),
-        move |r: Request<()>| check_bearer(&r, &client_token).map(|_| r),
-    );
+    let studies = InterceptedService::new(StudyServiceServer::new(StudyApi { coordinator }), move |r: Request<()>| {
+        check_bearer(&r, &client_token).map(|_| r)
+    });
     let mut builder = Server::builder();
     if let Some((cert, key)) = &options.tls {
         builder = builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
@@ -116,11 +115,8 @@ pub async fn serve<S: Store>(
         stream.set_nodelay(true)?;
         Ok::<_, std::io::Error>(stream)
     });
-    let result = builder
-        .add_service(workers)
-        .add_service(studies)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
+    let result =
+        builder.add_service(workers).add_service(studies).serve_with_incoming_shutdown(incoming, shutdown).await;
     sweeper.abort();
     Ok(result?)
 }
@@ -144,11 +140,15 @@ impl<S: Store> WorkerService for WorkerApi<S> {
 
     async fn lease(&self, request: Request<v1::LeaseRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
         let r = request.into_inner();
-        let jobs = self.coordinator.lease(&r.worker_id, r.max_jobs, Duration::from_millis(u64::from(r.wait_ms))).await?;
+        let jobs =
+            self.coordinator.lease(&r.worker_id, r.max_jobs, Duration::from_millis(u64::from(r.wait_ms))).await?;
         Ok(Response::new(v1::LeaseResponse { jobs: jobs.iter().map(wire::job_to_wire).collect() }))
     }
 
-    async fn heartbeat(&self, request: Request<v1::HeartbeatRequest>) -> Result<Response<v1::HeartbeatResponse>, Status> {
+    async fn heartbeat(
+        &self,
+        request: Request<v1::HeartbeatRequest>,
+    ) -> Result<Response<v1::HeartbeatResponse>, Status> {
         let r = request.into_inner();
         let held = wire::held_from_wire(r.jobs)?;
         let verdict = self.coordinator.heartbeat(&r.worker_id, &held).await?;
@@ -221,7 +221,10 @@ impl<S: Store> StudyService for StudyApi<S> {
     async fn export(&self, request: Request<v1::ExportRequest>) -> Result<Response<v1::ExportResponse>, Status> {
         let files = self.coordinator.export(&request.into_inner().study).await?;
         Ok(Response::new(v1::ExportResponse {
-            files: files.into_iter().map(|(name, contents)| v1::ExportFile { name: name.to_string(), contents }).collect(),
+            files: files
+                .into_iter()
+                .map(|(name, contents)| v1::ExportFile { name: name.to_string(), contents })
+                .collect(),
         }))
     }
 
@@ -230,7 +233,10 @@ impl<S: Store> StudyService for StudyApi<S> {
         Ok(Response::new(v1::CancelResponse { state: state.as_str().to_string() }))
     }
 
-    async fn list_studies(&self, _: Request<v1::ListStudiesRequest>) -> Result<Response<v1::ListStudiesResponse>, Status> {
+    async fn list_studies(
+        &self,
+        _: Request<v1::ListStudiesRequest>,
+    ) -> Result<Response<v1::ListStudiesResponse>, Status> {
         let studies = self.coordinator.list().await?;
         Ok(Response::new(v1::ListStudiesResponse { studies: studies.iter().map(wire::progress_to_wire).collect() }))
     }

@@ -321,21 +321,32 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<S
             let mut seen: HashMap<String, usize> = HashMap::new();
             for (index, entry) in entries.iter().enumerate() {
                 let decoy = parse_decoy(index, entry)?;
-                let at = |field: &str, message: String| SpecError::Field { field: format!("decoys[{index}].{field}"), message };
+                let at = |field: &str, message: String| SpecError::Field {
+                    field: format!("decoys[{index}].{field}"),
+                    message,
+                };
                 if !tasks.contains(decoy.task.as_str()) {
                     return Err(at(
                         "task",
-                        format!("= {:?} is not the task of any trajectory; a decoy is scored against its task's base runs", decoy.task),
+                        format!(
+                            "= {:?} is not the task of any trajectory; a decoy is scored against its task's base runs",
+                            decoy.task
+                        ),
                     ));
                 }
                 if let Some(first) = seen.insert(decoy.id.clone(), index) {
-                    return Err(at("id", format!("= {:?} appears twice (decoys[{first}] and decoys[{index}])", decoy.id)));
+                    return Err(at(
+                        "id",
+                        format!("= {:?} appears twice (decoys[{first}] and decoys[{index}])", decoy.id),
+                    ));
                 }
                 decoys.push(decoy);
             }
             decoys
         }
-        Some(other) => return Err(top_error(problem("decoys", format!("must be a list of decoys, found {}", show(other))))),
+        Some(other) => {
+            return Err(top_error(problem("decoys", format!("must be a list of decoys, found {}", show(other)))));
+        }
     };
 
     Ok(StudySpec { name, seed, budget, schedule, runner, thresholds, controls, admission, trajectories, decoys })
@@ -344,7 +355,10 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<S
 fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
     let at = |p: Problem| SpecError::Field { field: format!("decoys[{index}].{}", p.field), message: p.message };
     let Value::Mapping(map) = entry else {
-        return Err(at(problem("entry", format!("must be a mapping with id, task, length, labels; found {}", show(entry)))));
+        return Err(at(problem(
+            "entry",
+            format!("must be a mapping with id, task, length, labels; found {}", show(entry)),
+        )));
     };
     check_keys(map, DECOY_FIELDS, "", "a decoy").map_err(at)?;
     let id = text(get(map, "id").ok_or_else(|| at(missing("id")))?, "id").map_err(at)?;
@@ -354,7 +368,9 @@ fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
     let labels = match get(map, "labels") {
         None => Vec::new(),
         Some(Value::Mapping(labels)) => parse_labels(labels, length).map_err(at)?,
-        Some(other) => return Err(at(problem("labels", format!("must be a mapping from source to step; found {}", show(other))))),
+        Some(other) => {
+            return Err(at(problem("labels", format!("must be a mapping from source to step; found {}", show(other)))));
+        }
     };
     Ok(DecoySpec { id, task, length, labels })
 }

@@ -84,7 +84,11 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
     let labels: Vec<Label> = curves
         .iter()
         .flat_map(|(tr, _)| {
-            tr.labels.iter().map(|(source, step)| Label { trajectory: tr.trajectory.clone(), source: source.clone(), step: *step })
+            tr.labels.iter().map(|(source, step)| Label {
+                trajectory: tr.trajectory.clone(),
+                source: source.clone(),
+                step: *step,
+            })
         })
         .collect();
     let mut base_runs: BTreeMap<String, BaseRuns> = BTreeMap::new();
@@ -109,7 +113,8 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         .collect();
 
     let placement = place_labels(&records, &labels, &PlacementOptions::default(), params)?;
-    let tasks_with_runs = records.iter().map(|r| &r.task).chain(decoys.iter().map(|d| &d.task)).all(|t| base_runs.contains_key(t));
+    let tasks_with_runs =
+        records.iter().map(|r| &r.task).chain(decoys.iter().map(|d| &d.task)).all(|t| base_runs.contains_key(t));
     let restart = if tasks_with_runs {
         let study = RestartStudy {
             trajectories: &records,

@@ -9,8 +9,9 @@ use crate::model::{ContinuationKey, HeldJob, LeasedJob, Progress, RunReport};
 
 pub fn key_from_wire(key: Option<v1::ContinuationKey>) -> Result<ContinuationKey, Status> {
     let key = key.ok_or_else(|| Status::invalid_argument("missing continuation key"))?;
-    let series = Series::parse(&key.series)
-        .ok_or_else(|| Status::invalid_argument(format!("unknown series {:?} (main, retest, full_budget)", key.series)))?;
+    let series = Series::parse(&key.series).ok_or_else(|| {
+        Status::invalid_argument(format!("unknown series {:?} (main, retest, full_budget)", key.series))
+    })?;
     Ok(ContinuationKey { study: key.study, trajectory: key.trajectory, series, t: key.t, seed: key.seed })
 }
 
@@ -71,7 +72,11 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
         trajectories: p.trajectories,
         trajectories_done: p.trajectories_done,
         trajectories_admitted: p.trajectories_admitted,
-        stages: p.stages.iter().map(|(s, n)| v1::StageCount { stage: s.as_str().to_string(), trajectories: *n }).collect(),
+        stages: p
+            .stages
+            .iter()
+            .map(|(s, n)| v1::StageCount { stage: s.as_str().to_string(), trajectories: *n })
+            .collect(),
         workers: p
             .workers
             .iter()

@@ -131,8 +131,13 @@ fn rejects_bad_base_runs() {
     ] {
         let base = write(dir.path(), "base.csv", text);
         let out = vcurve(&[
-            "analyze", "--points", points.to_str().unwrap(), "--length", "10",
-            "--base-runs", base.to_str().unwrap(),
+            "analyze",
+            "--points",
+            points.to_str().unwrap(),
+            "--length",
+            "10",
+            "--base-runs",
+            base.to_str().unwrap(),
         ]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && stderr.contains(expect), "{text:?}: {stderr}");
@@ -145,8 +150,13 @@ fn rejects_bad_thresholds_naming_the_field() {
     let points = write(dir.path(), "points.csv", "t,n,successes\n0,8,4\n");
     let thresholds = write(dir.path(), "thresholds.yaml", "epsilon: 2.0\n");
     let out = vcurve(&[
-        "analyze", "--points", points.to_str().unwrap(), "--length", "10",
-        "--thresholds", thresholds.to_str().unwrap(),
+        "analyze",
+        "--points",
+        points.to_str().unwrap(),
+        "--length",
+        "10",
+        "--thresholds",
+        thresholds.to_str().unwrap(),
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("epsilon") && stderr.contains("(0, 1]"), "{stderr}");
@@ -159,8 +169,13 @@ fn thresholds_change_the_analysis() {
     let points = write(dir.path(), "points.csv", "t,n,successes\n0,8,8\n5,8,0\n");
     let thresholds = write(dir.path(), "thresholds.yaml", "epsilon: 0.3\n");
     let out = vcurve(&[
-        "analyze", "--points", points.to_str().unwrap(), "--length", "10",
-        "--thresholds", thresholds.to_str().unwrap(),
+        "analyze",
+        "--points",
+        points.to_str().unwrap(),
+        "--length",
+        "10",
+        "--thresholds",
+        thresholds.to_str().unwrap(),
     ]);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((v["pnr"].as_u64(), v["pnr_certified"].as_bool()), (Some(5), Some(true)));

@@ -57,7 +57,11 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     let ts = TestStore::sqlite().await;
-    let timing = Timing { lease: LeasePolicy { timeout_ms: 10_000 }, heartbeat_interval: Duration::from_secs(1), max_lease_wait: Duration::from_millis(200) };
+    let timing = Timing {
+        lease: LeasePolicy { timeout_ms: 10_000 },
+        heartbeat_interval: Duration::from_secs(1),
+        max_lease_wait: Duration::from_millis(200),
+    };
     let coordinator = Coordinator::new(ts.store.clone(), timing);
     let stop = CancellationToken::new();
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -66,13 +70,22 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     let web_addr = web.local_addr().unwrap().to_string();
     let tokens = Tokens { worker: Some("w-token".into()), client: Some("c-token".into()) };
     let s = stop.clone();
-    let grpc_task = tokio::spawn(server::serve(coordinator.clone(), grpc, ServeOptions { tokens, tls: None }, async move { s.cancelled().await }));
+    let grpc_task =
+        tokio::spawn(server::serve(coordinator.clone(), grpc, ServeOptions { tokens, tls: None }, async move {
+            s.cancelled().await
+        }));
     let s = stop.clone();
-    let web_task = tokio::spawn(vcurve_coordinator::dashboard::serve(coordinator.clone(), web, Some("c-token".into()), async move {
-        s.cancelled().await
-    }));
+    let web_task = tokio::spawn(vcurve_coordinator::dashboard::serve(
+        coordinator.clone(),
+        web,
+        Some("c-token".into()),
+        async move { s.cancelled().await },
+    ));
 
-    let trs = [Tr { id: "alpha", length: 40, cliff: 17, p: 0.9, labels: "j: 17" }, Tr { id: "beta", length: 50, cliff: 30, p: 0.7, labels: "" }];
+    let trs = [
+        Tr { id: "alpha", length: 40, cliff: 17, p: 0.9, labels: "j: 17" },
+        Tr { id: "beta", length: 50, cliff: 30, p: 0.7, labels: "" },
+    ];
     let (yaml, files) = spec("dash-study", "", &trs);
     let yaml = yaml.replace("duration_ms: 0", "duration_ms: 40");
     let study = coordinator.launch(&yaml, &files).await.unwrap();
@@ -81,9 +94,11 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     config.slots = 2;
     config.token = Some("w-token".into());
     let ws = worker_stop.clone();
-    let worker = tokio::spawn(vcurve_worker::run(config, vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner), async move {
-        ws.cancelled().await
-    }));
+    let worker = tokio::spawn(vcurve_worker::run(
+        config,
+        vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner),
+        async move { ws.cancelled().await },
+    ));
     // Let some points arrive.
     tokio::time::sleep(Duration::from_secs(2)).await;
 

@@ -65,7 +65,12 @@ async fn clients_and_workers_need_their_own_tokens() {
     }
     // The worker service takes the worker token only.
     let channel = client::channel(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
-    let register = v1::RegisterRequest { name: "w".into(), slots: 1, capabilities: vec!["synthetic".into()], protocol_version: "1.0".into() };
+    let register = v1::RegisterRequest {
+        name: "w".into(),
+        slots: 1,
+        capabilities: vec!["synthetic".into()],
+        protocol_version: "1.0".into(),
+    };
     for (token, ok) in [(Some("worker-secret"), true), (Some("client-secret"), false), (None, false)] {
         let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(token).unwrap());
         let r = w.register(register.clone()).await;
@@ -82,9 +87,20 @@ async fn clients_and_workers_need_their_own_tokens() {
     let id = w.register(register).await.unwrap().into_inner().worker_id;
     let report = v1::ReportRequest {
         worker_id: id,
-        key: Some(v1::ContinuationKey { study: "nope".into(), trajectory: "x".into(), series: "main".into(), t: 0, seed: 0 }),
+        key: Some(v1::ContinuationKey {
+            study: "nope".into(),
+            trajectory: "x".into(),
+            series: "main".into(),
+            t: 0,
+            seed: 0,
+        }),
         attempt: 1,
-        result: Some(v1::report_request::Result::Outcome(v1::Outcome { success: true, steps: 3, end_type: "submitted".into(), patch_sha256: String::new() })),
+        result: Some(v1::report_request::Result::Outcome(v1::Outcome {
+            success: true,
+            steps: 3,
+            end_type: "submitted".into(),
+            patch_sha256: String::new(),
+        })),
         duration_ms: 1,
     };
     let r = w.report(report.clone()).await.unwrap().into_inner();
@@ -133,7 +149,12 @@ async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
     let (yaml, files) = spec("cluster", "", &trs);
     let yaml = yaml.replace("duration_ms: 0", "duration_ms: 3, no_outcome_rate: 0.05");
     let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
-    let study = c.launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() }).await.unwrap().into_inner().study;
+    let study = c
+        .launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() })
+        .await
+        .unwrap()
+        .into_inner()
+        .study;
     let stop = CancellationToken::new();
     let handles: Vec<_> = (0..workers)
         .map(|i| {
@@ -142,9 +163,11 @@ async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
             config.name = format!("w{i}");
             config.lease_wait = Duration::from_millis(200);
             let stop = stop.clone();
-            tokio::spawn(vcurve_worker::run(config, vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner), async move {
-                stop.cancelled().await
-            }))
+            tokio::spawn(vcurve_worker::run(
+                config,
+                vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner),
+                async move { stop.cancelled().await },
+            ))
         })
         .collect();
     let mut max_running = 0;

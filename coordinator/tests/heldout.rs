@@ -9,11 +9,18 @@ use std::process::Command;
 use serde_json::Value;
 
 const FIELDS: &[&str] = &[
-    "length", "t_star", "decisive_interval", "concentration", "shape", "onset", "onset_interval",
-    "pnr", "pnr_certified", "restart_point",
+    "length",
+    "t_star",
+    "decisive_interval",
+    "concentration",
+    "shape",
+    "onset",
+    "onset_interval",
+    "pnr",
+    "pnr_certified",
+    "restart_point",
 ];
-const POINT_FIELDS: &[&str] =
-    &["t", "n", "successes", "v_hat", "v_fit", "wilson_lo", "wilson_hi", "upper_one_sided"];
+const POINT_FIELDS: &[&str] = &["t", "n", "successes", "v_hat", "v_fit", "wilson_lo", "wilson_hi", "upper_one_sided"];
 
 fn same(got: &Value, want: &Value, tol: f64) -> bool {
     match (got, want) {
@@ -43,10 +50,7 @@ fn analyze_reproduces_the_reference_on_every_heldout_curve() {
         let args: Value = serde_json::from_str(&std::fs::read_to_string(case.join("args.json")).unwrap()).unwrap();
         let want: Value = serde_json::from_str(&std::fs::read_to_string(case.join("expected.json")).unwrap()).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_vcurve"));
-        cmd.arg("analyze")
-            .arg("--points")
-            .arg(case.join("points.csv"))
-            .args(["--length", &args["length"].to_string()]);
+        cmd.arg("analyze").arg("--points").arg(case.join("points.csv")).args(["--length", &args["length"].to_string()]);
         if let Some(b) = args.get("budget").filter(|b| !b.is_null()) {
             cmd.args(["--budget", &b.to_string()]);
         }

@@ -133,7 +133,13 @@ fn counts(summary: &Value) -> Value {
 
 fn probes(summary: &Value) -> Value {
     let h1 = &summary["post_cause_or_zero_drop"];
-    json!([summary["probed"], summary["zero_drop"], summary["large_drop"], summary["significant"], [h1["hits"], h1["total"]]])
+    json!([
+        summary["probed"],
+        summary["zero_drop"],
+        summary["large_drop"],
+        summary["significant"],
+        [h1["hits"], h1["total"]]
+    ])
 }
 
 const PROBE_FIELDS: [&str; 5] = ["probed", "zero_drop", "large_drop", "significant", "post_cause_or_zero_drop"];
@@ -164,7 +170,8 @@ fn places_a_hand_made_study_without_curves() {
         }
     }
     // Every label, placed, in the file's order.
-    let placements: Vec<&str> = v["labels"].as_array().unwrap().iter().map(|l| l["placement"].as_str().unwrap()).collect();
+    let placements: Vec<&str> =
+        v["labels"].as_array().unwrap().iter().map(|l| l["placement"].as_str().unwrap()).collect();
     assert_eq!(placements, ["before", "inside", "after", "inside", "after_pnr", "no_mistake", "unplaced", "unplaced"]);
     assert_eq!(v["labels"][5]["step"], Value::Null);
 }
@@ -191,7 +198,10 @@ fn places_a_hand_made_study_with_curves() {
     assert!(probe(1)["p_value"].as_f64().unwrap() < 0.05);
     assert_eq!(probe(2), &Value::Null, "n = 8 at 19 is below K_label");
     assert!((probe(3)["p_value"].as_f64().unwrap() - 0.236_273_8).abs() < 1e-6);
-    assert_eq!((probe(4)["drop"].clone(), probe(4)["after"].clone(), probe(4)["p_value"].clone()), (json!(0.1875), Value::Null, Value::Null));
+    assert_eq!(
+        (probe(4)["drop"].clone(), probe(4)["after"].clone(), probe(4)["p_value"].clone()),
+        (json!(0.1875), Value::Null, Value::Null)
+    );
     // Wilson 95% of the pooled 3/7.
     let h1 = &v["pooled"]["post_cause_or_zero_drop"];
     assert!((h1["wilson_lo"].as_f64().unwrap() - 0.158_2).abs() < 1e-3, "{h1}");
@@ -223,7 +233,11 @@ fn the_task_column_sets_the_bootstrap_clusters() {
         .collect::<String>();
     let v = Study::with(&one_task, LABELS, CURVES).json(false, &[]);
     let post = &v["pooled"]["post_cause"];
-    assert_eq!((post["bootstrap_lo"].as_f64(), post["bootstrap_hi"].as_f64()), (Some(2.0 / 7.0), Some(2.0 / 7.0)), "{post}");
+    assert_eq!(
+        (post["bootstrap_lo"].as_f64(), post["bootstrap_hi"].as_f64()),
+        (Some(2.0 / 7.0), Some(2.0 / 7.0)),
+        "{post}"
+    );
     assert!(v["labels"].as_array().unwrap().iter().all(|l| l["task"] == "x"));
     // The same from a task column in the labels file.
     let labels = LABELS
@@ -233,7 +247,11 @@ fn the_task_column_sets_the_bootstrap_clusters() {
         .collect::<String>();
     let v = Study::with(TRAJECTORIES, &labels, CURVES).json(false, &[]);
     let post = &v["pooled"]["post_cause"];
-    assert_eq!((post["bootstrap_lo"].as_f64(), post["bootstrap_hi"].as_f64()), (Some(2.0 / 7.0), Some(2.0 / 7.0)), "{post}");
+    assert_eq!(
+        (post["bootstrap_lo"].as_f64(), post["bootstrap_hi"].as_f64()),
+        (Some(2.0 / 7.0), Some(2.0 / 7.0)),
+        "{post}"
+    );
 }
 
 /// The table's rows as whitespace-separated cells.
@@ -247,7 +265,19 @@ fn prints_table_2_with_curves() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0].split("  ").map(str::trim).filter(|s| !s.is_empty()).collect::<Vec<_>>(),
-        ["source", "labels", "before", "inside", "after", "after PNR", "no mistake", "unplaced", "probed", "zero-drop", "symptom"],
+        [
+            "source",
+            "labels",
+            "before",
+            "inside",
+            "after",
+            "after PNR",
+            "no mistake",
+            "unplaced",
+            "probed",
+            "zero-drop",
+            "symptom"
+        ],
         "{text}"
     );
     let rows = rows(&text);
@@ -265,7 +295,10 @@ fn prints_table_2_with_curves() {
 fn prints_table_2_without_curves_and_names_a_partial_pool() {
     let text = Study::new().text(false, &["--pool", "J", "--pool", "K"]);
     let rows = rows(&text);
-    assert_eq!(rows[0], ["source", "labels", "before", "inside", "after", "after", "PNR", "no", "mistake", "unplaced", "post-cause"]);
+    assert_eq!(
+        rows[0],
+        ["source", "labels", "before", "inside", "after", "after", "PNR", "no", "mistake", "unplaced", "post-cause"]
+    );
     assert_eq!(rows[1], ["J", "3", "1", "1", "0", "0", "0", "1", "0%", "(0–56)"], "{text}");
     assert_eq!(rows[4], ["pooled", "5", "1", "2", "0", "1", "0", "1", "20%", "(4–62)"], "{text}");
     assert!(text.contains("pooled: J, K"), "{text}");
@@ -341,11 +374,17 @@ fn refuses_a_step_that_is_zero_or_not_a_step() {
 
 #[test]
 fn refuses_malformed_label_rows() {
-    bad_labels(&format!("{HEADER}a,J,3\nb,J,4,extra\n"), &["labels.csv line 3: malformed row: 4 fields where the header has 3"]);
+    bad_labels(
+        &format!("{HEADER}a,J,3\nb,J,4,extra\n"),
+        &["labels.csv line 3: malformed row: 4 fields where the header has 3"],
+    );
     bad_labels(&format!("{HEADER}a,J\n"), &["labels.csv line 2: malformed row: 2 fields where the header has 3"]);
     bad_labels(&format!("{HEADER},J,3\n"), &["labels.csv line 2: `trajectory` is empty"]);
     bad_labels(&format!("{HEADER}a,,3\n"), &["labels.csv line 2: `source` is empty"]);
-    bad_labels("trajectory,judge,step\na,J,3\n", &["labels.csv: missing column `source`", "found `trajectory,judge,step`"]);
+    bad_labels(
+        "trajectory,judge,step\na,J,3\n",
+        &["labels.csv: missing column `source`", "found `trajectory,judge,step`"],
+    );
     bad_labels("", &["labels.csv: the file is empty; expected the header `trajectory,source,step`"]);
     bad_labels(HEADER, &["labels.csv: has a header but no labels"]);
 }
@@ -361,8 +400,13 @@ fn refuses_a_duplicate_label() {
 #[test]
 fn refuses_bad_trajectories() {
     let header = TRAJECTORIES.lines().next().unwrap();
-    let bad = |row: &str, expect: &[&str]| bad_trajectories(&format!("{header}\na,30,cliff,0.8,11,10,12,11,20,true,9,200\n{row}\n"), expect);
-    bad("b,forty,erosion,0.3,6,5,6,,8,true,,150", &["trajectories.csv line 3: `length` is not a whole number: \"forty\""]);
+    let bad = |row: &str, expect: &[&str]| {
+        bad_trajectories(&format!("{header}\na,30,cliff,0.8,11,10,12,11,20,true,9,200\n{row}\n"), expect)
+    };
+    bad(
+        "b,forty,erosion,0.3,6,5,6,,8,true,,150",
+        &["trajectories.csv line 3: `length` is not a whole number: \"forty\""],
+    );
     bad("b,0,erosion,0.3,6,5,6,,8,true,,150", &["line 3: `length` is 0"]);
     bad("b,40,erosion,0.3,6,5,6,,x,true,,150", &["line 3: `pnr` is not a whole number: \"x\""]);
     bad("b,40,erosion,0.3,6,5,6,,41,false,,150", &["line 3: `pnr` = 41 is beyond the length T = 40"]);
@@ -373,9 +417,15 @@ fn refuses_bad_trajectories() {
     bad("b,40,erosion,0.3,,,,,8,true,,150", &["line 3: the curve is erosion but has no decisive interval"]);
     bad("b,40,flat,,6,5,6,,40,false,,150", &["line 3: a flat trajectory has no decisive interval"]);
     bad("b,40,erosion,0.3,7,5,6,,8,true,,150", &["line 3: `t_star` = 7, but t* = decisive_a + 1 = 6"]);
-    bad("b,40,steep,0.3,6,5,6,,8,true,,150", &["line 3: `shape` must be cliff, erosion, flat or doomed, not \"steep\""]);
+    bad(
+        "b,40,steep,0.3,6,5,6,,8,true,,150",
+        &["line 3: `shape` must be cliff, erosion, flat or doomed, not \"steep\""],
+    );
     bad("b,40,erosion,high,6,5,6,,8,true,,150", &["line 3: `concentration` is not a number: \"high\""]);
-    bad("b,40,erosion,0.3,6,5,6,,8,false,,150", &["line 3: `pnr_certified` is false, but `pnr` = 8 with T = 40 says otherwise"]);
+    bad(
+        "b,40,erosion,0.3,6,5,6,,8,false,,150",
+        &["line 3: `pnr_certified` is false, but `pnr` = 8 with T = 40 says otherwise"],
+    );
     bad("b,40,erosion,0.3,6,5,6,,8,true,-1,150", &["line 3: `restart_point` is negative (-1)"]);
     bad("b,40,erosion,0.3,6,5,6,,8,true,,lots", &["line 3: `continuations` is not a whole number"]);
     bad("b,40,erosion,0.3,6,5,6,,8,true", &["line 3: malformed row: 10 fields where the header has 12"]);
@@ -388,7 +438,8 @@ fn refuses_bad_trajectories() {
 #[test]
 fn refuses_bad_curves() {
     let header = CURVES.lines().next().unwrap();
-    let bad = |row: &str, expect: &[&str]| bad_curves(&format!("{header}\na,main,0,8,7,0.875,0.6,0.5,0.98\n{row}\n"), expect);
+    let bad =
+        |row: &str, expect: &[&str]| bad_curves(&format!("{header}\na,main,0,8,7,0.875,0.6,0.5,0.98\n{row}\n"), expect);
     bad("a,main,2,x,4,0.25,0.5,0.1,0.5", &["curves.csv line 3: `n` is not a whole number: \"x\""]);
     bad("a,main,2,0,0,0,0,0,1", &["line 3: t = 2 has n = 0 continuations"]);
     bad("a,main,2,16,17,1,1,1,1", &["line 3: t = 2 has 17 successes of n = 16"]);
@@ -396,7 +447,10 @@ fn refuses_bad_curves() {
     bad("a,main,2,16,4,0.25,1.5,0.1,0.5", &["line 3: `v_fit` = 1.5 is outside [0, 1]"]);
     bad("a,main,2,16,4,0.25,NaN,0.1,0.5", &["line 3: `v_fit` = NaN is outside [0, 1]"]);
     bad("a,main,30,16,4,0.25,0.5,0.1,0.5", &["line 3: t = 30 is not before the end of `a` (T = 30)"]);
-    bad("a,sideways,2,16,4,0.25,0.5,0.1,0.5", &["line 3: `series` must be one of main, retest, full_budget, not \"sideways\""]);
+    bad(
+        "a,sideways,2,16,4,0.25,0.5,0.1,0.5",
+        &["line 3: `series` must be one of main, retest, full_budget, not \"sideways\""],
+    );
     bad("zz,main,2,16,4,0.25,0.5,0.1,0.5", &["curves.csv line 3: trajectory `zz` is not in ", "trajectories.csv"]);
     bad("a,main,0,16,4,0.25,0.5,0.1,0.5", &["line 3: t = 0 of `a` (main series) appears twice (first on line 2)"]);
     bad("a,main,2,16,4", &["line 3: malformed row: 5 fields where the header has 9"]);
@@ -407,10 +461,21 @@ fn refuses_bad_curves() {
 #[test]
 fn refuses_missing_files_and_unknown_pool_sources() {
     let study = Study::new();
-    let out = vcurve(&["labels", "--trajectories", "/nonexistent/trajectories.csv", "--labels", study.labels.to_str().unwrap()]);
+    let out = vcurve(&[
+        "labels",
+        "--trajectories",
+        "/nonexistent/trajectories.csv",
+        "--labels",
+        study.labels.to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/trajectories.csv: cannot read"));
-    assert_rejected(&study, false, &["--pool", "J", "--pool", "Z"], &["--pool names `Z`, which labels nothing in ", "labels.csv"]);
+    assert_rejected(
+        &study,
+        false,
+        &["--pool", "J", "--pool", "Z"],
+        &["--pool names `Z`, which labels nothing in ", "labels.csv"],
+    );
     let thresholds = write(study.labels.parent().unwrap(), "thresholds.yaml", "k_label: 0\n");
     assert_rejected(&study, false, &["--thresholds", thresholds.to_str().unwrap()], &["thresholds.yaml: "]);
 }
@@ -478,7 +543,10 @@ fn places_the_papers_labels_from_files() {
     let pooled = &v["pooled"];
     let placement = |s: &Value| json!([s["before"], s["inside"], s["after"], s["after_pnr"], s["no_mistake"]]);
     assert_eq!(placement(pooled), json!([67, 7, 45, 43, 26]));
-    assert_eq!((pooled["labels"].clone(), pooled["trajectories"].clone(), pooled["unplaced"].clone()), (json!(162), json!(47), json!(0)));
+    assert_eq!(
+        (pooled["labels"].clone(), pooled["trajectories"].clone(), pooled["unplaced"].clone()),
+        (json!(162), json!(47), json!(0))
+    );
     assert_eq!(pooled["at_t_star"], 7, "only 7/162 name the decisive step");
     assert_eq!((pooled["post_cause"]["hits"].clone(), pooled["post_cause"]["total"].clone()), (json!(88), json!(162)));
     assert_eq!(pooled["near_t_star"], json!({"hits": 17, "total": 138}));
@@ -510,7 +578,11 @@ fn places_the_papers_labels_from_files() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let pooled_row = text.lines().find(|l| l.starts_with("pooled ")).unwrap();
-    assert_eq!(pooled_row.split_whitespace().take(7).collect::<Vec<_>>(), ["pooled", "162", "67", "7", "45", "43", "26"], "{text}");
+    assert_eq!(
+        pooled_row.split_whitespace().take(7).collect::<Vec<_>>(),
+        ["pooled", "162", "67", "7", "45", "43", "26"],
+        "{text}"
+    );
     assert!(text.contains("pooled: GPT-6.1 Sol, GPT-6 Astra, GPT-5.5, OpenAI o3"), "{text}");
 }
 
@@ -526,7 +598,8 @@ fn places_a_demo_studys_labels_as_its_export_does() {
     let out_dir = dir.path().join("demo");
     let out = vcurve(&["demo", "--out", out_dir.to_str().unwrap(), "--trajectories", "3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let read_json = |name: &str| -> Value { serde_json::from_slice(&std::fs::read(out_dir.join(name)).unwrap()).unwrap() };
+    let read_json =
+        |name: &str| -> Value { serde_json::from_slice(&std::fs::read(out_dir.join(name)).unwrap()).unwrap() };
     let results = read_json("results.json");
 
     let mut labels = String::from("trajectory,source,step\n");

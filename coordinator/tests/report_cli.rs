@@ -20,7 +20,19 @@ fn report_from_an_export_has_every_table_and_figure() {
     assert!(printed.trim().ends_with("report.html"), "{printed}");
 
     let html = std::fs::read_to_string(report.join("report.html")).unwrap();
-    for id in ["trajectories", "labels", "restart_policies", "decoys", "localizers", "checks", "sanity", "retest", "budget_control", "stages", "figures"] {
+    for id in [
+        "trajectories",
+        "labels",
+        "restart_policies",
+        "decoys",
+        "localizers",
+        "checks",
+        "sanity",
+        "retest",
+        "budget_control",
+        "stages",
+        "figures",
+    ] {
         assert!(html.contains(&format!("id=\"{id}\"")), "section {id} missing");
         if id != "figures" {
             let csv = std::fs::read_to_string(report.join(format!("{id}.csv"))).unwrap();
@@ -38,11 +50,20 @@ fn report_from_an_export_has_every_table_and_figure() {
     }
     // The same tables print on their own, and as JSON equal to the export's analyses.json.
     let printed = vcurve(&["analyses", "--from", export.to_str().unwrap()]);
-    for title in ["Every trajectory", "Labels against the curves", "Restart policies, offline", "Localizers by value captured", "Checks before any claim", "Continuations by schedule stage"] {
+    for title in [
+        "Every trajectory",
+        "Labels against the curves",
+        "Restart policies, offline",
+        "Localizers by value captured",
+        "Checks before any claim",
+        "Continuations by schedule stage",
+    ] {
         assert!(printed.contains(title), "{title} missing from:\n{printed}");
     }
-    let json: serde_json::Value = serde_json::from_str(&vcurve(&["analyses", "--from", export.to_str().unwrap(), "--json"])).unwrap();
-    let exported: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(export.join("analyses.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&vcurve(&["analyses", "--from", export.to_str().unwrap(), "--json"])).unwrap();
+    let exported: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("analyses.json")).unwrap()).unwrap();
     assert_eq!(json, exported);
     // The CSV and the HTML table say the same thing.
     let trajectories = std::fs::read_to_string(report.join("trajectories.csv")).unwrap();

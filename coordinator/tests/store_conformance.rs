@@ -16,7 +16,11 @@ use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
 const T0: i64 = 1_700_000_000_000;
 
 fn timing() -> Timing {
-    Timing { lease: LeasePolicy { timeout_ms: 30_000 }, heartbeat_interval: Duration::from_secs(10), max_lease_wait: Duration::ZERO }
+    Timing {
+        lease: LeasePolicy { timeout_ms: 30_000 },
+        heartbeat_interval: Duration::from_secs(10),
+        max_lease_wait: Duration::ZERO,
+    }
 }
 
 fn coordinator(store: &SqlStore) -> (Arc<Coordinator<SqlStore>>, Clock) {
@@ -103,7 +107,8 @@ async fn three_no_outcomes_retire_a_key_and_a_release_does_not_count() {
             let job = lease(&c, &w, 1).await.remove(0);
             assert_eq!(job.key, first.key, "{}: the same key is run again", ts.name);
             attempts.push(job.attempt);
-            let verdict = c.report(&w, &held(&job), &RunReport::NoOutcome { reason: format!("killed {i}") }).await.unwrap();
+            let verdict =
+                c.report(&w, &held(&job), &RunReport::NoOutcome { reason: format!("killed {i}") }).await.unwrap();
             assert_eq!(verdict, ReportVerdict::Accepted);
         }
         assert_eq!(attempts, vec![1, 2, 3, 4], "{}", ts.name);
@@ -157,7 +162,9 @@ async fn concurrent_leases_never_share_a_key() {
         let (yaml, files) = spec(
             "many",
             "",
-            &(0..6).map(|i| Tr { id: ["a", "b", "c", "d", "e", "f"][i], length: 60, cliff: 30, p: 0.5, labels: "" }).collect::<Vec<_>>(),
+            &(0..6)
+                .map(|i| Tr { id: ["a", "b", "c", "d", "e", "f"][i], length: 60, cliff: 30, p: 0.5, labels: "" })
+                .collect::<Vec<_>>(),
         );
         c.launch(&yaml, &files).await.unwrap();
         let mut workers = Vec::new();
@@ -203,7 +210,11 @@ async fn cancel_stops_new_leases() {
 }
 
 /// Drive a study to the end with deterministic outcomes; return its export.
-async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32)]) -> std::collections::BTreeMap<&'static str, Vec<u8>> {
+async fn run_to_end(
+    c: &Coordinator<SqlStore>,
+    study: &str,
+    cliffs: &[(&str, u32)],
+) -> std::collections::BTreeMap<&'static str, Vec<u8>> {
     let w = c.register("w", 8, &["synthetic".into()], "1.0").await.unwrap();
     for _ in 0..10_000 {
         let jobs = lease(c, &w, 8).await;

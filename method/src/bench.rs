@@ -28,14 +28,21 @@ pub struct CurveResult {
 }
 
 /// Run `variant` on curve `index` of `family` to the end and analyze it.
-pub fn simulate(variant: &'static dyn Variant, params: &Thresholds, family: Family, seed: u64, index: u64) -> CurveResult {
+pub fn simulate(
+    variant: &'static dyn Variant,
+    params: &Thresholds,
+    family: Family,
+    seed: u64,
+    index: u64,
+) -> CurveResult {
     let curve = SyntheticCurve::draw(family, seed, index);
     let length = curve.length();
     let plan = TrajectoryPlan { length, labels: Vec::new(), controls: Default::default() };
     let mut schedule = TrajectorySchedule::new(plan, params, variant);
     while !schedule.is_done() {
         let outcomes = schedule.pending().into_iter().map(|key| {
-            let outcome = if curve.outcome(key) { crate::schedule::Outcome::Success } else { crate::schedule::Outcome::Failure };
+            let outcome =
+                if curve.outcome(key) { crate::schedule::Outcome::Success } else { crate::schedule::Outcome::Failure };
             (key, outcome)
         });
         let outcomes: Vec<_> = outcomes.collect();
@@ -126,10 +133,8 @@ pub fn family_report(results: &[&CurveResult]) -> FamilyReport {
     let costs: Vec<f64> = results.iter().map(|r| f64::from(r.continuations)).collect();
     let with_shape: Vec<&CurveResult> = results.iter().copied().filter(|r| r.true_shape.is_some()).collect();
     let big: Vec<&CurveResult> = results.iter().copied().filter(|r| meets_at_least(r.true_drop, BIG_CLIFF)).collect();
-    let errors: Vec<f64> = big
-        .iter()
-        .map(|r| r.t_star.map_or(f64::INFINITY, |t| f64::from(t.abs_diff(r.true_t_star))))
-        .collect();
+    let errors: Vec<f64> =
+        big.iter().map(|r| r.t_star.map_or(f64::INFINITY, |t| f64::from(t.abs_diff(r.true_t_star)))).collect();
     let mut by_stage: BTreeMap<Stage, f64> = BTreeMap::new();
     for r in results {
         for (stage, n) in &r.by_stage {
@@ -151,7 +156,8 @@ pub fn family_report(results: &[&CurveResult]) -> FamilyReport {
         continuations_p90: quantile(&costs, 0.9).unwrap_or(0.0),
         big_cliff_n: big.len(),
         big_cliff_median_abs_error: quantile(&errors, 0.5),
-        big_cliff_within_one: (!big.is_empty()).then(|| errors.iter().filter(|&&e| e <= 1.0).count() as f64 / big.len() as f64),
+        big_cliff_within_one: (!big.is_empty())
+            .then(|| errors.iter().filter(|&&e| e <= 1.0).count() as f64 / big.len() as f64),
         continuations_by_stage: by_stage,
     }
 }

@@ -17,12 +17,7 @@ pub struct Cluster {
 
 /// The percentile interval (`confidence`, e.g. 0.95) of the pooled share `Σ hits / Σ total` over
 /// `resamples` cluster resamples. `None` when there is nothing to share.
-pub fn cluster_bootstrap_share(
-    clusters: &[Cluster],
-    resamples: u32,
-    seed: u64,
-    confidence: f64,
-) -> Option<(f64, f64)> {
+pub fn cluster_bootstrap_share(clusters: &[Cluster], resamples: u32, seed: u64, confidence: f64) -> Option<(f64, f64)> {
     if clusters.iter().all(|c| c.total == 0) || resamples == 0 {
         return None;
     }
@@ -61,10 +56,9 @@ mod tests {
 
     #[test]
     fn interval_brackets_the_pooled_share_and_is_reproducible() {
-        let clusters: Vec<Cluster> =
-            (0..20).map(|i| Cluster { hits: i % 4, total: 3 + i % 3 }).collect();
-        let pooled = clusters.iter().map(|c| c.hits).sum::<u32>() as f64
-            / clusters.iter().map(|c| c.total).sum::<u32>() as f64;
+        let clusters: Vec<Cluster> = (0..20).map(|i| Cluster { hits: i % 4, total: 3 + i % 3 }).collect();
+        let pooled =
+            clusters.iter().map(|c| c.hits).sum::<u32>() as f64 / clusters.iter().map(|c| c.total).sum::<u32>() as f64;
         let (lo, hi) = cluster_bootstrap_share(&clusters, 10_000, 42, 0.95).unwrap();
         assert!(lo < pooled && pooled < hi, "{lo} {pooled} {hi}");
         assert_eq!(cluster_bootstrap_share(&clusters, 10_000, 42, 0.95), Some((lo, hi)));

@@ -69,8 +69,7 @@ pub struct BaseRuns(pub Vec<BaseRun>);
 impl BaseRuns {
     /// `p̂(x)`: the share of base runs that succeeded (`None` without base runs).
     pub fn pass_rate(&self) -> Option<f64> {
-        (!self.0.is_empty())
-            .then(|| self.0.iter().filter(|r| r.success).count() as f64 / self.0.len() as f64)
+        (!self.0.is_empty()).then(|| self.0.iter().filter(|r| r.success).count() as f64 / self.0.len() as f64)
     }
 
     /// `R̂(x, b) = (1/n) Σ 1[Y_i = 1 and T_i ≤ b]`: the chance that a fresh run with budget `b`
@@ -255,9 +254,7 @@ const NO_DROP: f64 = 1e-12;
 impl CurveAnalysis {
     /// Consecutive resolved pairs with their fitted drop `V(a) − V(b)`.
     fn resolved_drops(&self) -> impl Iterator<Item = (Interval, f64)> + '_ {
-        self.resolved
-            .windows(2)
-            .map(|w| (Interval { a: w[0].t, b: w[1].t }, w[0].v_fit - w[1].v_fit))
+        self.resolved.windows(2).map(|w| (Interval { a: w[0].t, b: w[1].t }, w[0].v_fit - w[1].v_fit))
     }
 
     fn locate_decisive_drop(&mut self, params: &Thresholds) {
@@ -282,11 +279,7 @@ impl CurveAnalysis {
         self.decisive_drop = Some(drop);
         self.t_star = Some(pair.a + 1);
         self.concentration = Some(concentration);
-        self.shape = if meets_at_least(concentration, params.cliff_threshold) {
-            Shape::Cliff
-        } else {
-            Shape::Erosion
-        };
+        self.shape = if meets_at_least(concentration, params.cliff_threshold) { Shape::Cliff } else { Shape::Erosion };
     }
 
     fn locate_onset(&mut self, params: &Thresholds) {

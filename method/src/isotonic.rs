@@ -63,10 +63,7 @@ pub fn fit_non_increasing(points: &[Weighted]) -> Vec<f64> {
         }
         blocks.push(block);
     }
-    blocks
-        .iter()
-        .flat_map(|b| std::iter::repeat_n(b.value(), b.len))
-        .collect()
+    blocks.iter().flat_map(|b| std::iter::repeat_n(b.value(), b.len)).collect()
 }
 
 #[cfg(test)]
@@ -120,11 +117,8 @@ mod tests {
     }
 
     fn weighted_points() -> impl Strategy<Value = Vec<Weighted>> {
-        prop::collection::vec((0u32..=32, 1u32..=32), 1..40).prop_map(|v| {
-            v.into_iter()
-                .map(|(s, n)| w(f64::from(s.min(n)) / f64::from(n), f64::from(n)))
-                .collect()
-        })
+        prop::collection::vec((0u32..=32, 1u32..=32), 1..40)
+            .prop_map(|v| v.into_iter().map(|(s, n)| w(f64::from(s.min(n)) / f64::from(n), f64::from(n))).collect())
     }
 
     proptest! {

@@ -204,12 +204,8 @@ impl Thresholds {
         let Some(last) = length.checked_sub(1) else {
             return Vec::new();
         };
-        let dense = (0..length)
-            .step_by(self.anchor_dense_step as usize)
-            .take_while(|&t| t <= self.anchor_dense_until);
-        let sparse = (0..length)
-            .step_by(self.anchor_sparse_step as usize)
-            .filter(|&t| t > self.anchor_dense_until);
+        let dense = (0..length).step_by(self.anchor_dense_step as usize).take_while(|&t| t <= self.anchor_dense_until);
+        let sparse = (0..length).step_by(self.anchor_sparse_step as usize).filter(|&t| t > self.anchor_dense_until);
         let mut anchors: Vec<u32> = dense.chain(sparse).chain([last]).collect();
         anchors.sort_unstable();
         anchors.dedup();
@@ -259,10 +255,7 @@ mod tests {
         let t = Thresholds::default();
         assert_eq!(t.anchors(40), vec![0, 5, 10, 15, 20, 25, 30, 35, 39]);
         assert_eq!(t.anchors(57), vec![0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 56]);
-        assert_eq!(
-            t.anchors(100),
-            vec![0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 60, 70, 80, 90, 99]
-        );
+        assert_eq!(t.anchors(100), vec![0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 60, 70, 80, 90, 99]);
         assert_eq!(t.anchors(1), vec![0]);
         assert_eq!(t.anchors(6), vec![0, 5]);
         let sparse = Thresholds { anchor_dense_step: 10, ..Thresholds::default() };

@@ -27,10 +27,7 @@ pub fn wilson(successes: u32, n: u32, z: f64) -> Interval {
     let denom = 1.0 + z2 / n;
     let center = (p + z2 / (2.0 * n)) / denom;
     let half = z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
-    Interval {
-        lo: (center - half).clamp(0.0, 1.0),
-        hi: (center + half).clamp(0.0, 1.0),
-    }
+    Interval { lo: (center - half).clamp(0.0, 1.0), hi: (center + half).clamp(0.0, 1.0) }
 }
 
 /// The one-sided Wilson upper bound (`z = 1.645` for 95%).
@@ -64,8 +61,7 @@ impl TwoByTwo {
         let ln_denominator = ln_binomial(population, draws);
         let ln_pmf = move |x: u32| {
             let x = u64::from(x);
-            ln_binomial(total_successes, x) + ln_binomial(population - total_successes, draws - x)
-                - ln_denominator
+            ln_binomial(total_successes, x) + ln_binomial(population - total_successes, draws - x) - ln_denominator
         };
         (lowest, highest, ln_pmf)
     }
@@ -82,11 +78,8 @@ impl TwoByTwo {
     pub fn fisher_two_sided(&self) -> f64 {
         let (lowest, highest, ln_pmf) = self.null_distribution();
         let observed = ln_pmf(self.successes_a);
-        let p: f64 = (lowest..=highest)
-            .map(&ln_pmf)
-            .filter(|&lp| lp <= observed + 1e-7_f64.ln_1p())
-            .map(f64::exp)
-            .sum();
+        let p: f64 =
+            (lowest..=highest).map(&ln_pmf).filter(|&lp| lp <= observed + 1e-7_f64.ln_1p()).map(f64::exp).sum();
         p.min(1.0)
     }
 }

@@ -33,9 +33,9 @@ impl BearerAuth {
     fn new(token: Option<&str>) -> Result<Self, WorkerError> {
         let value = token
             .map(|t| {
-                let mut v: MetadataValue<Ascii> = format!("Bearer {t}").parse().map_err(|_| {
-                    WorkerError::Config("token is not a valid header value".to_owned())
-                })?;
+                let mut v: MetadataValue<Ascii> = format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| WorkerError::Config("token is not a valid header value".to_owned()))?;
                 v.set_sensitive(true);
                 Ok::<_, WorkerError>(v)
             })
@@ -46,23 +46,14 @@ impl BearerAuth {
 
 impl fmt::Debug for BearerAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "BearerAuth(<redacted>)"
-        } else {
-            "BearerAuth(none)"
-        })
+        f.write_str(if self.0.is_some() { "BearerAuth(<redacted>)" } else { "BearerAuth(none)" })
     }
 }
 
 impl Interceptor for BearerAuth {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
+            request.metadata_mut().insert("authorization", value.clone());
         }
         Ok(request)
     }
@@ -94,29 +85,22 @@ impl Coordinator {
             let mut tls = ClientTlsConfig::new().with_enabled_roots();
             match &config.tls_ca {
                 Some(path) => {
-                    let pem = tokio::fs::read(path).await.map_err(|e| {
-                        WorkerError::Tls(format!("cannot read CA file {}: {e}", path.display()))
-                    })?;
+                    let pem = tokio::fs::read(path)
+                        .await
+                        .map_err(|e| WorkerError::Tls(format!("cannot read CA file {}: {e}", path.display())))?;
                     tls = tls.ca_certificate(Certificate::from_pem(pem));
                 }
                 None => tracing::warn!(
                     "https coordinator without a CA file: only the TLS roots built into tonic are trusted"
                 ),
             }
-            endpoint = endpoint
-                .tls_config(tls)
-                .map_err(|e| WorkerError::Tls(e.to_string()))?;
+            endpoint = endpoint.tls_config(tls).map_err(|e| WorkerError::Tls(e.to_string()))?;
         }
         let auth = BearerAuth::new(config.token.as_deref())?;
-        Ok(Self {
-            client: WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), auth),
-        })
+        Ok(Self { client: WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), auth) })
     }
 
-    pub(crate) async fn register(
-        &self,
-        request: v1::RegisterRequest,
-    ) -> Result<v1::RegisterResponse, WorkerError> {
+    pub(crate) async fn register(&self, request: v1::RegisterRequest) -> Result<v1::RegisterResponse, WorkerError> {
         let mut client = self.client.clone();
         call("Register", RPC_TIMEOUT, client.register(request)).await
     }
@@ -130,26 +114,17 @@ impl Coordinator {
         call("Lease", RPC_TIMEOUT + wait, client.lease(request)).await
     }
 
-    pub(crate) async fn heartbeat(
-        &self,
-        request: v1::HeartbeatRequest,
-    ) -> Result<v1::HeartbeatResponse, WorkerError> {
+    pub(crate) async fn heartbeat(&self, request: v1::HeartbeatRequest) -> Result<v1::HeartbeatResponse, WorkerError> {
         let mut client = self.client.clone();
         call("Heartbeat", RPC_TIMEOUT, client.heartbeat(request)).await
     }
 
-    pub(crate) async fn report(
-        &self,
-        request: v1::ReportRequest,
-    ) -> Result<v1::ReportResponse, WorkerError> {
+    pub(crate) async fn report(&self, request: v1::ReportRequest) -> Result<v1::ReportResponse, WorkerError> {
         let mut client = self.client.clone();
         call("Report", RPC_TIMEOUT, client.report(request)).await
     }
 
-    pub(crate) async fn release(
-        &self,
-        request: v1::ReleaseRequest,
-    ) -> Result<v1::ReleaseResponse, WorkerError> {
+    pub(crate) async fn release(&self, request: v1::ReleaseRequest) -> Result<v1::ReleaseResponse, WorkerError> {
         let mut client = self.client.clone();
         call("Release", RPC_TIMEOUT, client.release(request)).await
     }
@@ -161,10 +136,7 @@ async fn call<T>(
     response: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, WorkerError> {
     match tokio::time::timeout(deadline, response).await {
-        Err(_) => Err(WorkerError::Timeout {
-            rpc,
-            after: deadline,
-        }),
+        Err(_) => Err(WorkerError::Timeout { rpc, after: deadline }),
         Ok(Err(status)) => Err(WorkerError::from_status(rpc, &status)),
         Ok(Ok(response)) => Ok(response.into_inner()),
     }

@@ -54,10 +54,7 @@ impl WorkerConfig {
         match scheme {
             Some("http") | Some("https") => {}
             _ => {
-                return bad(format!(
-                    "coordinator must be an http:// or https:// URL, got {:?}",
-                    self.coordinator
-                ));
+                return bad(format!("coordinator must be an http:// or https:// URL, got {:?}", self.coordinator));
             }
         }
         if self.tls_ca.is_some() && scheme != Some("https") {
@@ -119,10 +116,7 @@ mod tests {
                 },
                 "tls_ca",
             ),
-            (
-                |c| c.lease_wait = Duration::from_secs(10_000_000),
-                "lease_wait",
-            ),
+            (|c| c.lease_wait = Duration::from_secs(10_000_000), "lease_wait"),
         ];
         for (change, field) in cases {
             let mut config = ok.clone();

@@ -77,10 +77,7 @@ impl WorkerError {
     /// Whether retrying the same request later (after registering again, for
     /// [`WorkerError::UnknownWorker`]) can succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Self::Unavailable { .. } | Self::Timeout { .. } | Self::UnknownWorker { .. }
-        )
+        matches!(self, Self::Unavailable { .. } | Self::Timeout { .. } | Self::UnknownWorker { .. })
     }
 
     /// Classify a gRPC status returned by `rpc`.
@@ -88,23 +85,15 @@ impl WorkerError {
         use tonic::Code;
         let message = status.message().to_owned();
         match status.code() {
-            Code::Unauthenticated | Code::PermissionDenied => {
-                Self::Unauthenticated { rpc, message }
-            }
+            Code::Unauthenticated | Code::PermissionDenied => Self::Unauthenticated { rpc, message },
             Code::Unavailable
             | Code::DeadlineExceeded
             | Code::Internal
             | Code::Unknown
             | Code::Aborted
             | Code::ResourceExhausted
-            | Code::Cancelled => Self::Unavailable {
-                rpc,
-                code: status.code(),
-                message,
-            },
-            Code::NotFound if matches!(rpc, "Lease" | "Heartbeat") => {
-                Self::UnknownWorker { rpc, message }
-            }
+            | Code::Cancelled => Self::Unavailable { rpc, code: status.code(), message },
+            Code::NotFound if matches!(rpc, "Lease" | "Heartbeat") => Self::UnknownWorker { rpc, message },
             code => Self::Refused { rpc, code, message },
         }
     }

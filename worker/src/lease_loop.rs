@@ -94,9 +94,7 @@ pub async fn run(
 ) -> Result<WorkerSummary, WorkerError> {
     config.validate()?;
     if runners.is_empty() {
-        return Err(WorkerError::Config(
-            "no agent runners: at least one kind is needed".into(),
-        ));
+        return Err(WorkerError::Config("no agent runners: at least one kind is needed".into()));
     }
     let coordinator = Coordinator::connect(&config).await?;
     let shared = Arc::new(Shared::new(config, runners, coordinator));
@@ -149,11 +147,7 @@ pub async fn run(
     };
     if !finished {
         let cancelled = shared.cancel_all(Fate::Released);
-        tracing::info!(
-            jobs = cancelled,
-            ?grace,
-            "shutdown grace over: cancelling unfinished jobs"
-        );
+        tracing::info!(jobs = cancelled, ?grace, "shutdown grace over: cancelling unfinished jobs");
         shared.tracker.wait().await;
     }
     let to_release = shared.take(Fate::Released);
@@ -165,10 +159,7 @@ pub async fn run(
 
     // Jobs whose report was refused or whose task ended on a fatal error leave nothing held.
     let leftover = shared.take(Fate::Abandoned).len() as u64;
-    shared
-        .counters
-        .abandoned
-        .fetch_add(leftover, Ordering::Relaxed);
+    shared.counters.abandoned.fetch_add(leftover, Ordering::Relaxed);
     if let Some(error) = shared.fatal_error() {
         return Err(error);
     }
@@ -244,9 +235,7 @@ struct Shared {
 
 /// Lock a std mutex, ignoring poison: every critical section here leaves the data consistent.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Shared {
@@ -310,11 +299,7 @@ impl Shared {
 
     /// Register unless someone registered since `seen_generation`; retries transport errors with
     /// backoff until `stop`. Fatal errors are returned (and not recorded: the caller decides).
-    async fn register(
-        &self,
-        seen_generation: u64,
-        stop: &CancellationToken,
-    ) -> Result<(), WorkerError> {
+    async fn register(&self, seen_generation: u64, stop: &CancellationToken) -> Result<(), WorkerError> {
         // Not a plain `lock().await`: a registration retrying against an absent coordinator
         // must not keep a stopping caller waiting.
         let _one_at_a_time = tokio::select! {
@@ -327,12 +312,7 @@ impl Shared {
         let request = v1::RegisterRequest {
             name: self.config.name.clone(),
             slots: self.config.slots,
-            capabilities: self
-                .runners
-                .kinds()
-                .into_iter()
-                .map(str::to_owned)
-                .collect(),
+            capabilities: self.runners.kinds().into_iter().map(str::to_owned).collect(),
             protocol_version: vcurve_proto::PROTOCOL_VERSION.to_owned(),
         };
         let mut backoff = Backoff::new();
@@ -392,10 +372,7 @@ impl Shared {
     fn start(self: &Arc<Self>, job: v1::Job, permit: OwnedSemaphorePermit) {
         let (held, job) = match wire::job_from_wire(job) {
             Ok(spec) => (spec.held(), Ok(spec)),
-            Err(wire::BadJob {
-                held: Some(held),
-                reason,
-            }) => (held, Err(reason)),
+            Err(wire::BadJob { held: Some(held), reason }) => (held, Err(reason)),
             Err(wire::BadJob { held: None, reason }) => {
                 tracing::error!(%reason, "malformed job from the coordinator; its lease will expire");
                 return;
@@ -408,14 +385,7 @@ impl Shared {
                 tracing::warn!(key = %held.key, attempt = held.attempt, "job leased twice; running it once");
                 return;
             }
-            table.insert(
-                held.clone(),
-                Entry {
-                    cancel: cancel.clone(),
-                    fate: Fate::Running,
-                    reporting: false,
-                },
-            );
+            table.insert(held.clone(), Entry { cancel: cancel.clone(), fate: Fate::Running, reporting: false });
         }
         self.counters.leased.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("job", key = %held.key, attempt = held.attempt);
@@ -429,12 +399,7 @@ impl Shared {
         );
     }
 
-    async fn job_task(
-        &self,
-        held: HeldJob,
-        job: Result<JobSpec, String>,
-        cancel: CancellationToken,
-    ) {
+    async fn job_task(&self, held: HeldJob, job: Result<JobSpec, String>, cancel: CancellationToken) {
         let started = Instant::now();
         tracing::debug!("started");
         let result = match job {
@@ -442,10 +407,7 @@ impl Shared {
             Err(reason) => Some(RunResult::NoOutcome { reason }),
         };
         match result {
-            Some(result) => {
-                self.report(&held, &result, started.elapsed(), &cancel)
-                    .await
-            }
+            Some(result) => self.report(&held, &result, started.elapsed(), &cancel).await,
             None => self.settle_cancelled(&held),
         }
     }
@@ -460,11 +422,10 @@ impl Shared {
         let kind = runner.kind();
         // A panicking runner must not take its job's lease with it: it becomes a no-outcome.
         let panicked = |_| RunResult::no_outcome(format!("runner {kind} panicked"));
-        let run =
-            match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
-                Ok(run) => run,
-                Err(panic) => return Some(panicked(panic)),
-            };
+        let run = match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
+            Ok(run) => run,
+            Err(panic) => return Some(panicked(panic)),
+        };
         let mut run = AssertUnwindSafe(run).catch_unwind();
         let result = tokio::select! {
             result = &mut run => result.unwrap_or_else(panicked),
@@ -481,13 +442,7 @@ impl Shared {
 
     /// Report a result, retrying transport errors until it goes through or the job is cancelled
     /// (revoked, or shutdown's grace ran out).
-    async fn report(
-        &self,
-        held: &HeldJob,
-        result: &RunResult,
-        took: Duration,
-        cancel: &CancellationToken,
-    ) {
+    async fn report(&self, held: &HeldJob, result: &RunResult, took: Duration, cancel: &CancellationToken) {
         let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
         if let Some(entry) = lock(&self.held).get_mut(held) {
             entry.reporting = true;
@@ -530,10 +485,7 @@ impl Shared {
                         () = tokio::time::sleep(delay) => {}
                         () = cancel.cancelled() => return self.settle_cancelled(held),
                     }
-                    if lock(&self.held)
-                        .get(held)
-                        .is_some_and(|e| e.fate == Fate::Revoked)
-                    {
+                    if lock(&self.held).get(held).is_some_and(|e| e.fate == Fate::Revoked) {
                         return self.settle_cancelled(held);
                     }
                 }
@@ -568,11 +520,7 @@ impl Shared {
 
     /// The jobs a heartbeat extends: all held but the revoked.
     fn held_jobs(&self) -> Vec<HeldJob> {
-        lock(&self.held)
-            .iter()
-            .filter(|(_, e)| e.fate == Fate::Running)
-            .map(|(h, _)| h.clone())
-            .collect()
+        lock(&self.held).iter().filter(|(_, e)| e.fate == Fate::Running).map(|(h, _)| h.clone()).collect()
     }
 
     fn revoke(&self, held: &HeldJob) {
@@ -601,11 +549,7 @@ impl Shared {
     /// Remove and return the held jobs with `fate`.
     fn take(&self, fate: Fate) -> Vec<HeldJob> {
         let mut table = lock(&self.held);
-        let jobs: Vec<HeldJob> = table
-            .iter()
-            .filter(|(_, e)| e.fate == fate)
-            .map(|(h, _)| h.clone())
-            .collect();
+        let jobs: Vec<HeldJob> = table.iter().filter(|(_, e)| e.fate == fate).map(|(h, _)| h.clone()).collect();
         for held in &jobs {
             table.remove(held);
         }
@@ -616,20 +560,14 @@ impl Shared {
     /// expire and it issues them again.
     async fn release(&self, jobs: Vec<HeldJob>) {
         let n = jobs.len() as u64;
-        let request = v1::ReleaseRequest {
-            worker_id: self.worker_id(),
-            jobs: jobs.iter().map(wire::held_to_wire).collect(),
-        };
+        let request =
+            v1::ReleaseRequest { worker_id: self.worker_id(), jobs: jobs.iter().map(wire::held_to_wire).collect() };
         let mut backoff = Backoff::new();
         for attempt in 1..=RELEASE_ATTEMPTS {
             match self.coordinator.release(request.clone()).await {
                 Ok(response) => {
                     self.counters.released.fetch_add(n, Ordering::Relaxed);
-                    tracing::info!(
-                        jobs = n,
-                        acknowledged = response.released,
-                        "released unfinished jobs"
-                    );
+                    tracing::info!(jobs = n, acknowledged = response.released, "released unfinished jobs");
                     return;
                 }
                 Err(error) if error.is_retryable() && attempt < RELEASE_ATTEMPTS => {
@@ -665,11 +603,8 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
             permits.push(permit);
         }
         let (generation, worker_id) = shared.session();
-        let request = v1::LeaseRequest {
-            worker_id,
-            max_jobs: u32::try_from(permits.len()).unwrap_or(u32::MAX),
-            wait_ms,
-        };
+        let request =
+            v1::LeaseRequest { worker_id, max_jobs: u32::try_from(permits.len()).unwrap_or(u32::MAX), wait_ms };
         let asked = Instant::now();
         // Not raced against `stop`: dropping the call could lose jobs the coordinator has already
         // leased to us; they would sit unheld until their leases expire.
@@ -686,10 +621,8 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 for job in response.jobs {
                     match permits.pop() {
                         Some(permit) if !stop.is_cancelled() => shared.start(job, permit),
-                        _ => give_back.extend(
-                            wire::job_from_wire(job)
-                                .map_or_else(|bad| bad.held, |spec| Some(spec.held())),
-                        ),
+                        _ => give_back
+                            .extend(wire::job_from_wire(job).map_or_else(|bad| bad.held, |spec| Some(spec.held()))),
                     }
                 }
                 if !give_back.is_empty() {
@@ -704,8 +637,7 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 let pause = if wait.is_zero() {
                     EMPTY_POLL_PAUSE
                 } else {
-                    wait.saturating_sub(asked.elapsed())
-                        .min(4 * EMPTY_POLL_PAUSE)
+                    wait.saturating_sub(asked.elapsed()).min(4 * EMPTY_POLL_PAUSE)
                 };
                 if empty && !pause.is_zero() {
                     tokio::select! {
@@ -760,21 +692,14 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
         }
         let (generation, worker_id) = shared.session();
         let jobs = shared.held_jobs();
-        let request = v1::HeartbeatRequest {
-            worker_id,
-            jobs: jobs.iter().map(wire::held_to_wire).collect(),
-        };
+        let request = v1::HeartbeatRequest { worker_id, jobs: jobs.iter().map(wire::held_to_wire).collect() };
         match shared.coordinator.heartbeat(request).await {
             Ok(response) => {
                 if failures > 0 {
                     tracing::info!(failures, held = jobs.len(), "heartbeats go through again");
                     failures = 0;
                 }
-                for revoked in response
-                    .revoked
-                    .into_iter()
-                    .filter_map(wire::held_from_wire)
-                {
+                for revoked in response.revoked.into_iter().filter_map(wire::held_from_wire) {
                     shared.revoke(&revoked);
                 }
                 if response.unknown_worker {

@@ -31,11 +31,7 @@ pub struct ContinuationKey {
 
 impl fmt::Display for ContinuationKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}/{}/{}",
-            self.study, self.trajectory, self.series, self.t, self.seed
-        )
+        write!(f, "{}/{}/{}/{}/{}", self.study, self.trajectory, self.series, self.t, self.seed)
     }
 }
 
@@ -72,10 +68,7 @@ pub struct JobSpec {
 impl JobSpec {
     /// The `(key, attempt)` pair heartbeats and reports refer to.
     pub fn held(&self) -> HeldJob {
-        HeldJob {
-            key: self.key.clone(),
-            attempt: self.attempt,
-        }
+        HeldJob { key: self.key.clone(), attempt: self.attempt }
     }
 }
 
@@ -104,9 +97,7 @@ pub enum RunResult {
 impl RunResult {
     /// A [`RunResult::NoOutcome`] with the given reason.
     pub fn no_outcome(reason: impl Into<String>) -> Self {
-        Self::NoOutcome {
-            reason: reason.into(),
-        }
+        Self::NoOutcome { reason: reason.into() }
     }
 }
 
@@ -171,8 +162,6 @@ impl Runners {
 
 impl fmt::Debug for Runners {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Runners")
-            .field("kinds", &self.kinds())
-            .finish()
+        f.debug_struct("Runners").field("kinds", &self.kinds()).finish()
     }
 }

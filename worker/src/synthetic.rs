@@ -67,12 +67,9 @@ impl SyntheticOptions {
             return Ok(Self::default());
         }
         if !options.is_object() {
-            return Err(format!(
-                "invalid synthetic runner options: expected a JSON object, got {options}"
-            ));
+            return Err(format!("invalid synthetic runner options: expected a JSON object, got {options}"));
         }
-        let parsed = Self::deserialize(options)
-            .map_err(|e| format!("invalid synthetic runner options: {e}"))?;
+        let parsed = Self::deserialize(options).map_err(|e| format!("invalid synthetic runner options: {e}"))?;
         if !(0.0..=1.0).contains(&parsed.no_outcome_rate) {
             return Err(format!(
                 "invalid synthetic runner options: no_outcome_rate = {} is outside [0, 1]",
@@ -93,18 +90,12 @@ pub fn unit_hash(s: &str) -> f64 {
 
 /// `u` of a continuation: the draw that decides its outcome.
 pub fn outcome_draw(study_seed: u64, key: &ContinuationKey) -> f64 {
-    unit_hash(&format!(
-        "{study_seed}/{}/{}/{}/{}",
-        key.trajectory, key.series, key.t, key.seed
-    ))
+    unit_hash(&format!("{study_seed}/{}/{}/{}/{}", key.trajectory, key.series, key.t, key.seed))
 }
 
 /// The draw that decides whether `attempt` of a continuation is an injected no-outcome.
 pub fn no_outcome_draw(study_seed: u64, key: &ContinuationKey, attempt: u32) -> f64 {
-    unit_hash(&format!(
-        "{study_seed}/{}/{}/{}/{}/{attempt}/no-outcome",
-        key.trajectory, key.series, key.t, key.seed
-    ))
+    unit_hash(&format!("{study_seed}/{}/{}/{}/{}/{attempt}/no-outcome", key.trajectory, key.series, key.t, key.seed))
 }
 
 /// The whole synthetic decision for one job, without the simulated work: a pure function of the
@@ -123,16 +114,8 @@ pub fn synthetic_result(job: &JobSpec) -> RunResult {
     }
     let u = outcome_draw(job.study_seed, &job.key);
     let success = u < v;
-    let steps = if job.budget == 0 {
-        0
-    } else {
-        1 + ((u * 1000.0) as u32) % job.budget
-    };
-    let end_type = if !success && steps == job.budget {
-        "step_cap"
-    } else {
-        "submitted"
-    };
+    let steps = if job.budget == 0 { 0 } else { 1 + ((u * 1000.0) as u32) % job.budget };
+    let end_type = if !success && steps == job.budget { "step_cap" } else { "submitted" };
     let key = &job.key;
     let patch = format!("{}/{}/{}/{}", key.trajectory, key.series, key.t, key.seed);
     RunResult::Outcome {
@@ -149,28 +132,20 @@ fn true_value(trajectory: &serde_json::Value, t: u32) -> Result<f64, String> {
         .get("curve")
         .and_then(serde_json::Value::as_array)
         .ok_or_else(|| "synthetic trajectory has no \"curve\" array".to_owned())?;
-    let value = curve.get(t as usize).ok_or_else(|| {
-        format!(
-            "synthetic curve has {} values, none for t = {t}",
-            curve.len()
-        )
-    })?;
+    let value =
+        curve.get(t as usize).ok_or_else(|| format!("synthetic curve has {} values, none for t = {t}", curve.len()))?;
     match value.as_f64() {
         Some(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "synthetic curve value at t = {t} is {value}, not a number in [0, 1]"
-        )),
+        _ => Err(format!("synthetic curve value at t = {t} is {value}, not a number in [0, 1]")),
     }
 }
 
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 impl AgentRunner for SyntheticRunner {
@@ -211,12 +186,7 @@ mod tests {
         }
     }
 
-    fn job(
-        key: ContinuationKey,
-        attempt: u32,
-        options: serde_json::Value,
-        curve: Vec<f64>,
-    ) -> JobSpec {
+    fn job(key: ContinuationKey, attempt: u32, options: serde_json::Value, curve: Vec<f64>) -> JobSpec {
         JobSpec {
             key,
             attempt,
@@ -239,19 +209,10 @@ mod tests {
     #[test]
     fn hash_formula_matches_an_independent_computation() {
         let k = key("django-11555-s2", "main", 12, 3);
-        assert_eq!(
-            outcome_draw(7, &k),
-            13_580_612_134_237_709_875u64 as f64 / 2f64.powi(64)
-        );
+        assert_eq!(outcome_draw(7, &k), 13_580_612_134_237_709_875u64 as f64 / 2f64.powi(64));
         assert!((outcome_draw(7, &k) - 0.736_206_458_981_176_4).abs() < 1e-15);
-        assert_eq!(
-            no_outcome_draw(7, &k, 1),
-            6_577_977_621_947_048_449u64 as f64 / 2f64.powi(64)
-        );
-        assert_eq!(
-            no_outcome_draw(7, &k, 2),
-            10_048_304_643_928_845_541u64 as f64 / 2f64.powi(64)
-        );
+        assert_eq!(no_outcome_draw(7, &k, 1), 6_577_977_621_947_048_449u64 as f64 / 2f64.powi(64));
+        assert_eq!(no_outcome_draw(7, &k, 2), 10_048_304_643_928_845_541u64 as f64 / 2f64.powi(64));
 
         let mut curve = vec![0.0; 20];
         curve[12] = 0.74; // u = 0.7362 < 0.74: success
@@ -262,16 +223,12 @@ mod tests {
                 success: true,
                 steps: 1 + 736 % 88,
                 end_type: "submitted".into(),
-                patch_sha256: "d15a4ada167cd6a4cb1c433432b331304bf97b1c0ef6cb09d9acfa224163cc64"
-                    .into(),
+                patch_sha256: "d15a4ada167cd6a4cb1c433432b331304bf97b1c0ef6cb09d9acfa224163cc64".into(),
             }
         );
         curve[12] = 0.73; // u > 0.73: failure
         let result = synthetic_result(&job(k, 1, json!({}), curve));
-        assert!(
-            matches!(result, RunResult::Outcome { success: false, .. }),
-            "{result:?}"
-        );
+        assert!(matches!(result, RunResult::Outcome { success: false, .. }), "{result:?}");
     }
 
     #[test]
@@ -293,10 +250,7 @@ mod tests {
             let successes = (0..n)
                 .filter(|&seed| {
                     let j = job(key("traj-a", "main", 3, seed), 1, json!({}), vec![v; 5]);
-                    matches!(
-                        synthetic_result(&j),
-                        RunResult::Outcome { success: true, .. }
-                    )
+                    matches!(synthetic_result(&j), RunResult::Outcome { success: true, .. })
                 })
                 .count();
             let rate = successes as f64 / f64::from(n);
@@ -311,18 +265,9 @@ mod tests {
             let mut j = job(key("traj-b", "retest", 0, seed), 1, json!({}), vec![0.3]);
             j.budget = 7;
             match synthetic_result(&j) {
-                RunResult::Outcome {
-                    success,
-                    steps,
-                    end_type,
-                    ..
-                } => {
+                RunResult::Outcome { success, steps, end_type, .. } => {
                     assert!((1..=7).contains(&steps));
-                    let expected = if !success && steps == 7 {
-                        "step_cap"
-                    } else {
-                        "submitted"
-                    };
+                    let expected = if !success && steps == 7 { "step_cap" } else { "submitted" };
                     assert_eq!(end_type, expected);
                 }
                 other => panic!("{other:?}"),
@@ -346,27 +291,18 @@ mod tests {
             synthetic_result(&job(k.clone(), 1, options.clone(), curve.clone())),
             RunResult::no_outcome("injected")
         );
-        assert!(matches!(
-            synthetic_result(&job(k, 2, options, curve)),
-            RunResult::Outcome { success: true, .. }
-        ));
+        assert!(matches!(synthetic_result(&job(k, 2, options, curve)), RunResult::Outcome { success: true, .. }));
 
         // Over many keys: the injected share is close to the rate, and each key's attempts draw
         // independently.
         let options = json!({ "no_outcome_rate": 0.2 });
         let injected = |seed: u32, attempt: u32| {
-            let j = job(
-                key("traj-c", "main", 0, seed),
-                attempt,
-                options.clone(),
-                vec![0.5],
-            );
+            let j = job(key("traj-c", "main", 0, seed), attempt, options.clone(), vec![0.5]);
             synthetic_result(&j) == RunResult::no_outcome("injected")
         };
         let n = 4000;
         let first = (0..n).filter(|&s| injected(s, 1)).count() as f64 / f64::from(n);
-        let both =
-            (0..n).filter(|&s| injected(s, 1) && injected(s, 2)).count() as f64 / f64::from(n);
+        let both = (0..n).filter(|&s| injected(s, 1) && injected(s, 2)).count() as f64 / f64::from(n);
         assert!((first - 0.2).abs() < 0.026, "{first}");
         assert!((both - 0.04).abs() < 0.013, "{both}");
 
@@ -379,10 +315,7 @@ mod tests {
                 synthetic_result(&job(k.clone(), 1, always.clone(), vec![0.5])),
                 RunResult::no_outcome("injected")
             );
-            assert!(matches!(
-                synthetic_result(&job(k, 1, never.clone(), vec![0.5])),
-                RunResult::Outcome { .. }
-            ));
+            assert!(matches!(synthetic_result(&job(k, 1, never.clone(), vec![0.5])), RunResult::Outcome { .. }));
         }
     }
 
@@ -398,36 +331,12 @@ mod tests {
         let k = key("traj-e", "main", 2, 0);
         let ok_curve = vec![0.5; 3];
         let cases = [
-            (
-                json!({ "no_outcome_rate": -0.1 }),
-                ok_curve.clone(),
-                "outside [0, 1]",
-            ),
-            (
-                json!({ "no_outcome_rate": 1.5 }),
-                ok_curve.clone(),
-                "outside [0, 1]",
-            ),
-            (
-                json!({ "no_outcome_rate": "high" }),
-                ok_curve.clone(),
-                "invalid synthetic runner options",
-            ),
-            (
-                json!({ "duration_ms": -5 }),
-                ok_curve.clone(),
-                "invalid synthetic runner options",
-            ),
-            (
-                json!([1, 2]),
-                ok_curve.clone(),
-                "invalid synthetic runner options",
-            ),
-            (
-                json!({}),
-                vec![0.5, 0.5],
-                "synthetic curve has 2 values, none for t = 2",
-            ),
+            (json!({ "no_outcome_rate": -0.1 }), ok_curve.clone(), "outside [0, 1]"),
+            (json!({ "no_outcome_rate": 1.5 }), ok_curve.clone(), "outside [0, 1]"),
+            (json!({ "no_outcome_rate": "high" }), ok_curve.clone(), "invalid synthetic runner options"),
+            (json!({ "duration_ms": -5 }), ok_curve.clone(), "invalid synthetic runner options"),
+            (json!([1, 2]), ok_curve.clone(), "invalid synthetic runner options"),
+            (json!({}), vec![0.5, 0.5], "synthetic curve has 2 values, none for t = 2"),
             (json!({}), vec![0.5, 0.5, 1.5], "not a number in [0, 1]"),
         ];
         for (options, curve, expected) in cases {
@@ -443,43 +352,25 @@ mod tests {
         assert!(reason(synthetic_result(&j)).contains("not a number"));
 
         // Unknown option fields (the spec's `kind`) are fine.
-        let j = job(
-            k,
-            1,
-            json!({ "kind": "synthetic", "duration_ms": 0 }),
-            ok_curve,
-        );
+        let j = job(k, 1, json!({ "kind": "synthetic", "duration_ms": 0 }), ok_curve);
         assert!(matches!(synthetic_result(&j), RunResult::Outcome { .. }));
     }
 
     #[tokio::test]
     async fn simulated_work_sleeps_and_honours_cancel() {
         let runner = SyntheticRunner;
-        let j = job(
-            key("traj-f", "main", 0, 0),
-            1,
-            json!({ "duration_ms": 30 }),
-            vec![0.5],
-        );
+        let j = job(key("traj-f", "main", 0, 0), 1, json!({ "duration_ms": 30 }), vec![0.5]);
         let started = std::time::Instant::now();
         let result = runner.run(j.clone(), CancellationToken::new()).await;
         assert!(started.elapsed() >= Duration::from_millis(30));
         assert_eq!(result, synthetic_result(&j));
 
-        let long = job(
-            key("traj-f", "main", 0, 0),
-            1,
-            json!({ "duration_ms": 60_000 }),
-            vec![0.5],
-        );
+        let long = job(key("traj-f", "main", 0, 0), 1, json!({ "duration_ms": 60_000 }), vec![0.5]);
         let cancel = CancellationToken::new();
         let run = tokio::spawn(runner.run(long, cancel.clone()));
         tokio::time::sleep(Duration::from_millis(20)).await;
         cancel.cancel();
-        let result = tokio::time::timeout(Duration::from_secs(2), run)
-            .await
-            .unwrap()
-            .unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(2), run).await.unwrap().unwrap();
         assert_eq!(result, RunResult::no_outcome("cancelled"));
     }
 }

@@ -13,13 +13,7 @@ pub(crate) struct BadJob {
 }
 
 pub(crate) fn key_from_wire(key: v1::ContinuationKey) -> ContinuationKey {
-    ContinuationKey {
-        study: key.study,
-        trajectory: key.trajectory,
-        series: key.series,
-        t: key.t,
-        seed: key.seed,
-    }
+    ContinuationKey { study: key.study, trajectory: key.trajectory, series: key.series, t: key.t, seed: key.seed }
 }
 
 pub(crate) fn key_to_wire(key: &ContinuationKey) -> v1::ContinuationKey {
@@ -33,26 +27,16 @@ pub(crate) fn key_to_wire(key: &ContinuationKey) -> v1::ContinuationKey {
 }
 
 pub(crate) fn held_to_wire(held: &HeldJob) -> v1::HeldJob {
-    v1::HeldJob {
-        key: Some(key_to_wire(&held.key)),
-        attempt: held.attempt,
-    }
+    v1::HeldJob { key: Some(key_to_wire(&held.key)), attempt: held.attempt }
 }
 
 /// `None` for a revocation without a key, which names nothing the worker could hold.
 pub(crate) fn held_from_wire(held: v1::HeldJob) -> Option<HeldJob> {
-    Some(HeldJob {
-        key: key_from_wire(held.key?),
-        attempt: held.attempt,
-    })
+    Some(HeldJob { key: key_from_wire(held.key?), attempt: held.attempt })
 }
 
 /// Parse a JSON field of a job; an empty string means `empty`.
-fn json_field(
-    name: &str,
-    text: &str,
-    empty: serde_json::Value,
-) -> Result<serde_json::Value, String> {
+fn json_field(name: &str, text: &str, empty: serde_json::Value) -> Result<serde_json::Value, String> {
     if text.trim().is_empty() {
         return Ok(empty);
     }
@@ -61,34 +45,16 @@ fn json_field(
 
 pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
     let Some(key) = job.key else {
-        return Err(BadJob {
-            held: None,
-            reason: "job without a key".to_owned(),
-        });
+        return Err(BadJob { held: None, reason: "job without a key".to_owned() });
     };
-    let held = HeldJob {
-        key: key_from_wire(key),
-        attempt: job.attempt,
-    };
-    let bad = |reason: String| BadJob {
-        held: Some(held.clone()),
-        reason,
-    };
+    let held = HeldJob { key: key_from_wire(key), attempt: job.attempt };
+    let bad = |reason: String| BadJob { held: Some(held.clone()), reason };
     let Some(runner) = job.runner else {
         return Err(bad("job without a runner spec".to_owned()));
     };
-    let options = json_field(
-        "runner options_json",
-        &runner.options_json,
-        serde_json::json!({}),
-    )
-    .map_err(bad)?;
-    let trajectory = json_field(
-        "trajectory_spec_json",
-        &job.trajectory_spec_json,
-        serde_json::Value::Null,
-    )
-    .map_err(bad)?;
+    let options = json_field("runner options_json", &runner.options_json, serde_json::json!({})).map_err(bad)?;
+    let trajectory =
+        json_field("trajectory_spec_json", &job.trajectory_spec_json, serde_json::Value::Null).map_err(bad)?;
     Ok(JobSpec {
         key: held.key,
         attempt: held.attempt,
@@ -107,20 +73,17 @@ pub(crate) fn report_to_wire(
     duration_ms: u64,
 ) -> v1::ReportRequest {
     let result = match result {
-        RunResult::Outcome {
-            success,
-            steps,
-            end_type,
-            patch_sha256,
-        } => v1::report_request::Result::Outcome(v1::Outcome {
-            success: *success,
-            steps: *steps,
-            end_type: end_type.clone(),
-            patch_sha256: patch_sha256.clone(),
-        }),
-        RunResult::NoOutcome { reason } => v1::report_request::Result::NoOutcome(v1::NoOutcome {
-            reason: reason.clone(),
-        }),
+        RunResult::Outcome { success, steps, end_type, patch_sha256 } => {
+            v1::report_request::Result::Outcome(v1::Outcome {
+                success: *success,
+                steps: *steps,
+                end_type: end_type.clone(),
+                patch_sha256: patch_sha256.clone(),
+            })
+        }
+        RunResult::NoOutcome { reason } => {
+            v1::report_request::Result::NoOutcome(v1::NoOutcome { reason: reason.clone() })
+        }
     };
     v1::ReportRequest {
         worker_id: worker_id.to_owned(),

@@ -18,8 +18,7 @@ use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use vcurve_worker::synthetic::synthetic_result;
 use vcurve_worker::{
-    AgentRunner, JobSpec, RunResult, Runners, SyntheticRunner, WorkerConfig, WorkerError,
-    WorkerSummary,
+    AgentRunner, JobSpec, RunResult, Runners, SyntheticRunner, WorkerConfig, WorkerError, WorkerSummary,
 };
 
 const TOKEN: &str = "worker-token";
@@ -34,10 +33,7 @@ type Held = (String, u32);
 
 fn held_of(key: Option<&v1::ContinuationKey>, attempt: u32) -> Held {
     let k = key.expect("every message names its key");
-    (
-        format!("{}/{}/{}/{}", k.trajectory, k.series, k.t, k.seed),
-        attempt,
-    )
+    (format!("{}/{}/{}/{}", k.trajectory, k.series, k.t, k.seed), attempt)
 }
 
 #[derive(Default)]
@@ -71,15 +67,8 @@ struct Fake {
 
 impl Fake {
     fn new(jobs: Vec<v1::Job>) -> Self {
-        let ledger = Ledger {
-            queue: jobs.into(),
-            ..Ledger::default()
-        };
-        Self {
-            ledger: Mutex::new(ledger),
-            heartbeat_ms: 20,
-            ..Self::default()
-        }
+        let ledger = Ledger { queue: jobs.into(), ..Ledger::default() };
+        Self { ledger: Mutex::new(ledger), heartbeat_ms: 20, ..Self::default() }
     }
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
@@ -101,15 +90,10 @@ struct FakeService(Arc<Fake>);
 
 #[tonic::async_trait]
 impl WorkerService for FakeService {
-    async fn register(
-        &self,
-        request: Request<v1::RegisterRequest>,
-    ) -> Result<Response<v1::RegisterResponse>, Status> {
+    async fn register(&self, request: Request<v1::RegisterRequest>) -> Result<Response<v1::RegisterResponse>, Status> {
         Fake::check_token(&request)?;
         if self.0.refuse_register {
-            return Err(Status::failed_precondition(
-                "protocol version 1.0 is not supported",
-            ));
+            return Err(Status::failed_precondition("protocol version 1.0 is not supported"));
         }
         let mut ledger = self.0.ledger();
         ledger.registrations.push(request.into_inner());
@@ -121,10 +105,7 @@ impl WorkerService for FakeService {
         }))
     }
 
-    async fn lease(
-        &self,
-        request: Request<v1::LeaseRequest>,
-    ) -> Result<Response<v1::LeaseResponse>, Status> {
+    async fn lease(&self, request: Request<v1::LeaseRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
         Fake::check_token(&request)?;
         self.0.lease_calls.fetch_add(1, Ordering::SeqCst);
         let request = request.into_inner();
@@ -160,16 +141,9 @@ impl WorkerService for FakeService {
         let mut ledger = self.0.ledger();
         if ledger.forget_worker > 0 {
             ledger.forget_worker -= 1;
-            return Ok(Response::new(v1::HeartbeatResponse {
-                revoked: vec![],
-                unknown_worker: true,
-            }));
+            return Ok(Response::new(v1::HeartbeatResponse { revoked: vec![], unknown_worker: true }));
         }
-        let listed: Vec<Held> = request
-            .jobs
-            .iter()
-            .map(|j| held_of(j.key.as_ref(), j.attempt))
-            .collect();
+        let listed: Vec<Held> = request.jobs.iter().map(|j| held_of(j.key.as_ref(), j.attempt)).collect();
         let mut revoked = Vec::new();
         for (wire, held) in request.jobs.iter().zip(&listed) {
             if ledger.to_revoke.remove(held) {
@@ -179,41 +153,24 @@ impl WorkerService for FakeService {
             }
         }
         ledger.heartbeats.push(listed);
-        Ok(Response::new(v1::HeartbeatResponse {
-            revoked,
-            unknown_worker: false,
-        }))
+        Ok(Response::new(v1::HeartbeatResponse { revoked, unknown_worker: false }))
     }
 
-    async fn report(
-        &self,
-        request: Request<v1::ReportRequest>,
-    ) -> Result<Response<v1::ReportResponse>, Status> {
+    async fn report(&self, request: Request<v1::ReportRequest>) -> Result<Response<v1::ReportResponse>, Status> {
         Fake::check_token(&request)?;
         self.0.report_calls.fetch_add(1, Ordering::SeqCst);
-        let fail = self
-            .0
-            .fail_reports
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        let fail = self.0.fail_reports.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if fail.is_ok() {
             return Err(Status::unavailable("the store is restarting"));
         }
         let request = request.into_inner();
         let mut ledger = self.0.ledger();
-        let accepted = ledger
-            .outstanding
-            .remove(&held_of(request.key.as_ref(), request.attempt));
+        let accepted = ledger.outstanding.remove(&held_of(request.key.as_ref(), request.attempt));
         ledger.reports.push(request);
-        Ok(Response::new(v1::ReportResponse {
-            accepted,
-            detail: String::new(),
-        }))
+        Ok(Response::new(v1::ReportResponse { accepted, detail: String::new() }))
     }
 
-    async fn release(
-        &self,
-        request: Request<v1::ReleaseRequest>,
-    ) -> Result<Response<v1::ReleaseResponse>, Status> {
+    async fn release(&self, request: Request<v1::ReleaseRequest>) -> Result<Response<v1::ReleaseResponse>, Status> {
         Fake::check_token(&request)?;
         let mut ledger = self.0.ledger();
         let mut released = 0;
@@ -293,23 +250,13 @@ fn job(trajectory: &str, seed: u32, attempt: u32, kind: &str, options: &str) -> 
         }),
         attempt,
         budget: 98,
-        runner: Some(v1::RunnerSpec {
-            kind: kind.into(),
-            options_json: options.into(),
-            study_seed: 7,
-        }),
+        runner: Some(v1::RunnerSpec { kind: kind.into(), options_json: options.into(), study_seed: 7 }),
         trajectory_spec_json: CURVE.into(),
     }
 }
 
 fn probe_job(seed: u32, duration_ms: u64) -> v1::Job {
-    job(
-        "probe",
-        seed,
-        1,
-        "probe",
-        &format!(r#"{{"duration_ms": {duration_ms}}}"#),
-    )
+    job("probe", seed, 1, "probe", &format!(r#"{{"duration_ms": {duration_ms}}}"#))
 }
 
 fn held(trajectory: &str, seed: u32, attempt: u32) -> Held {
@@ -343,27 +290,16 @@ impl AgentRunner for ProbeRunner {
             };
             probe.running.fetch_sub(1, Ordering::SeqCst);
             if cancelled {
-                probe
-                    .cancelled
-                    .lock()
-                    .unwrap()
-                    .push(held("probe", job.key.seed, job.attempt));
+                probe.cancelled.lock().unwrap().push(held("probe", job.key.seed, job.attempt));
                 return RunResult::no_outcome("cancelled");
             }
-            RunResult::Outcome {
-                success: true,
-                steps: 1,
-                end_type: "submitted".into(),
-                patch_sha256: "probe".into(),
-            }
+            RunResult::Outcome { success: true, steps: 1, end_type: "submitted".into(), patch_sha256: "probe".into() }
         })
     }
 }
 
 fn runners(probe: &Arc<Probe>) -> Runners {
-    Runners::new()
-        .with(SyntheticRunner)
-        .with(ProbeRunner(probe.clone()))
+    Runners::new().with(SyntheticRunner).with(ProbeRunner(probe.clone()))
 }
 
 fn config(addr: SocketAddr, slots: u32) -> WorkerConfig {
@@ -389,10 +325,7 @@ async fn eventually(what: &str, within: Duration, condition: impl Fn() -> bool) 
 fn spawn_worker(
     config: WorkerConfig,
     runners: Runners,
-) -> (
-    CancellationToken,
-    tokio::task::JoinHandle<Result<WorkerSummary, WorkerError>>,
-) {
+) -> (CancellationToken, tokio::task::JoinHandle<Result<WorkerSummary, WorkerError>>) {
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     let worker = tokio::spawn(vcurve_worker::run(config, runners, async move {
@@ -404,19 +337,14 @@ fn spawn_worker(
 async fn finish(
     worker: tokio::task::JoinHandle<Result<WorkerSummary, WorkerError>>,
 ) -> Result<WorkerSummary, WorkerError> {
-    tokio::time::timeout(Duration::from_secs(5), worker)
-        .await
-        .expect("worker stops")
-        .unwrap()
+    tokio::time::timeout(Duration::from_secs(5), worker).await.expect("worker stops").unwrap()
 }
 
 /// Reports per `(key, attempt)`.
 fn report_counts(reports: &[v1::ReportRequest]) -> BTreeMap<Held, usize> {
     let mut counts = BTreeMap::new();
     for r in reports {
-        *counts
-            .entry(held_of(r.key.as_ref(), r.attempt))
-            .or_default() += 1;
+        *counts.entry(held_of(r.key.as_ref(), r.attempt)).or_default() += 1;
     }
     counts
 }
@@ -429,13 +357,7 @@ fn report_counts(reports: &[v1::ReportRequest]) -> BTreeMap<Held, usize> {
 async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
     let mut jobs = Vec::new();
     for seed in 0..8 {
-        jobs.push(job(
-            "traj-a",
-            seed,
-            1 + seed % 3,
-            "synthetic",
-            r#"{"duration_ms": 15}"#,
-        ));
+        jobs.push(job("traj-a", seed, 1 + seed % 3, "synthetic", r#"{"duration_ms": 15}"#));
         jobs.push(probe_job(seed, 30));
     }
     jobs.push(job("traj-x", 0, 2, "nope", "{}"));
@@ -445,10 +367,7 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
     let probe = Arc::new(Probe::default());
 
     let (shutdown, worker) = spawn_worker(config(addr, 3), runners(&probe));
-    eventually("all reported", Duration::from_secs(5), || {
-        fake.ledger().reports.len() >= total
-    })
-    .await;
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= total).await;
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
     server.stop().await;
@@ -457,50 +376,26 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
     let counts = report_counts(&fake.ledger().reports);
     assert_eq!(counts.len(), total, "{counts:?}");
     for job in &specs {
-        assert_eq!(
-            counts.get(&held_of(job.key.as_ref(), job.attempt)),
-            Some(&1)
-        );
+        assert_eq!(counts.get(&held_of(job.key.as_ref(), job.attempt)), Some(&1));
     }
 
     let ledger = fake.ledger();
     // Slots: never more than 3 leases outstanding, never more than 3 runs at once; and the
     // worker did use its slots.
-    assert!(
-        ledger.max_outstanding <= 3,
-        "outstanding {}",
-        ledger.max_outstanding
-    );
-    assert!(
-        ledger.max_outstanding >= 2,
-        "outstanding {}",
-        ledger.max_outstanding
-    );
+    assert!(ledger.max_outstanding <= 3, "outstanding {}", ledger.max_outstanding);
+    assert!(ledger.max_outstanding >= 2, "outstanding {}", ledger.max_outstanding);
     assert!(probe.max_running.load(Ordering::SeqCst) <= 3);
 
     // Registration: name, slots, capabilities, protocol version; reports carry the worker id.
     assert_eq!(ledger.registrations.len(), 1);
     let registration = &ledger.registrations[0];
-    assert_eq!(
-        (registration.name.as_str(), registration.slots),
-        ("test-worker", 3)
-    );
-    assert_eq!(
-        registration.capabilities,
-        vec!["probe".to_owned(), "synthetic".to_owned()]
-    );
-    assert_eq!(
-        registration.protocol_version,
-        vcurve_worker::PROTOCOL_VERSION
-    );
+    assert_eq!((registration.name.as_str(), registration.slots), ("test-worker", 3));
+    assert_eq!(registration.capabilities, vec!["probe".to_owned(), "synthetic".to_owned()]);
+    assert_eq!(registration.protocol_version, vcurve_worker::PROTOCOL_VERSION);
     assert!(ledger.reports.iter().all(|r| r.worker_id == WORKER_ID));
 
     // Heartbeats list held jobs, and only jobs that were leased.
-    assert!(
-        ledger.heartbeats.iter().any(|listed| !listed.is_empty()),
-        "{:?}",
-        ledger.heartbeats
-    );
+    assert!(ledger.heartbeats.iter().any(|listed| !listed.is_empty()), "{:?}", ledger.heartbeats);
     for listed in &ledger.heartbeats {
         assert!(listed.len() <= 3);
         assert!(listed.iter().all(|h| ledger.leased.contains(h)));
@@ -527,9 +422,7 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
                     study_seed: 7,
                     trajectory: serde_json::from_str(CURVE).unwrap(),
                 };
-                let Some(v1::report_request::Result::Outcome(o)) = &report.result else {
-                    panic!("{report:?}")
-                };
+                let Some(v1::report_request::Result::Outcome(o)) = &report.result else { panic!("{report:?}") };
                 let expected = RunResult::Outcome {
                     success: o.success,
                     steps: o.steps,
@@ -541,9 +434,7 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
             }
             "traj-x" => assert_eq!(
                 report.result,
-                Some(v1::report_request::Result::NoOutcome(v1::NoOutcome {
-                    reason: "unsupported runner nope".into()
-                }))
+                Some(v1::report_request::Result::NoOutcome(v1::NoOutcome { reason: "unsupported runner nope".into() }))
             ),
             _ => {}
         }
@@ -553,28 +444,19 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
     assert_eq!(summary.reported, total as u64);
     assert_eq!(summary.accepted, total as u64);
     assert_eq!(summary.no_outcomes, 1);
-    assert_eq!(
-        (summary.released, summary.revoked, summary.abandoned),
-        (0, 0, 0)
-    );
+    assert_eq!((summary.released, summary.revoked, summary.abandoned), (0, 0, 0));
     assert_eq!(summary.worker_id.as_deref(), Some(WORKER_ID));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_reports_are_retried_until_they_go_through() {
     let jobs: Vec<v1::Job> = (0..5).map(|seed| probe_job(seed, 5)).collect();
-    let fake = Fake {
-        fail_reports: AtomicU32::new(6),
-        ..Fake::new(jobs)
-    };
+    let fake = Fake { fail_reports: AtomicU32::new(6), ..Fake::new(jobs) };
     let (fake, addr, server) = start_fake(fake).await;
     let probe = Arc::new(Probe::default());
 
     let (shutdown, worker) = spawn_worker(config(addr, 2), runners(&probe));
-    eventually("all reported", Duration::from_secs(5), || {
-        fake.ledger().reports.len() >= 5
-    })
-    .await;
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 5).await;
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
     server.stop().await;
@@ -582,11 +464,7 @@ async fn failed_reports_are_retried_until_they_go_through() {
     let counts = report_counts(&fake.ledger().reports);
     assert_eq!(counts.len(), 5);
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
-    assert_eq!(
-        fake.report_calls.load(Ordering::SeqCst),
-        11,
-        "6 refused, then 5 accepted"
-    );
+    assert_eq!(fake.report_calls.load(Ordering::SeqCst), 11, "6 refused, then 5 accepted");
     assert_eq!((summary.reported, summary.accepted), (5, 5));
     assert!(fake.ledger().max_outstanding <= 2);
 }
@@ -601,55 +479,30 @@ async fn a_revoked_job_is_cancelled_and_not_reported() {
 
     let (shutdown, worker) = spawn_worker(config(addr, 2), runners(&probe));
     eventually("the long job is cancelled", Duration::from_secs(5), || {
-        probe
-            .cancelled
-            .lock()
-            .unwrap()
-            .contains(&held("probe", 0, 1))
+        probe.cancelled.lock().unwrap().contains(&held("probe", 0, 1))
     })
     .await;
-    eventually("the short job is reported", Duration::from_secs(5), || {
-        fake.ledger().reports.len() == 1
-    })
-    .await;
+    eventually("the short job is reported", Duration::from_secs(5), || fake.ledger().reports.len() == 1).await;
     // A few more heartbeats: the revoked job must no longer be listed.
     let seen = fake.ledger().heartbeats.len();
-    eventually("two more heartbeats", Duration::from_secs(2), || {
-        fake.ledger().heartbeats.len() >= seen + 2
-    })
-    .await;
+    eventually("two more heartbeats", Duration::from_secs(2), || fake.ledger().heartbeats.len() >= seen + 2).await;
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
     server.stop().await;
 
     let ledger = fake.ledger();
     assert_eq!(ledger.revoked, vec![held("probe", 0, 1)]);
-    assert_eq!(
-        held_of(ledger.reports[0].key.as_ref(), 1),
-        held("probe", 1, 1)
-    );
-    assert!(
-        ledger.heartbeats[seen..]
-            .iter()
-            .all(|listed| !listed.contains(&held("probe", 0, 1)))
-    );
+    assert_eq!(held_of(ledger.reports[0].key.as_ref(), 1), held("probe", 1, 1));
+    assert!(ledger.heartbeats[seen..].iter().all(|listed| !listed.contains(&held("probe", 0, 1))));
     assert!(ledger.released.is_empty());
-    assert_eq!(
-        (summary.revoked, summary.reported, summary.released),
-        (1, 1, 0)
-    );
+    assert_eq!((summary.revoked, summary.reported, summary.released), (1, 1, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_short_jobs_and_releases_the_rest() {
     // Three slots: a short job and two long ones; when the short one is done a fourth (long)
     // job takes its slot. Shutdown then: grace 300 ms, the long ones are released.
-    let jobs = vec![
-        probe_job(0, 30),
-        probe_job(1, 60_000),
-        probe_job(2, 60_000),
-        probe_job(3, 60_000),
-    ];
+    let jobs = vec![probe_job(0, 30), probe_job(1, 60_000), probe_job(2, 60_000), probe_job(3, 60_000)];
     let (fake, addr, server) = start_fake(Fake::new(jobs)).await;
     let probe = Arc::new(Probe::default());
 
@@ -675,14 +528,8 @@ async fn shutdown_finishes_short_jobs_and_releases_the_rest() {
     assert!(ledger.outstanding.is_empty());
     let cancelled: BTreeSet<Held> = probe.cancelled.lock().unwrap().iter().cloned().collect();
     assert_eq!(cancelled, expected);
-    assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
-        "{took:?}"
-    );
-    assert_eq!(
-        (summary.leased, summary.reported, summary.released),
-        (4, 1, 3)
-    );
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    assert_eq!((summary.leased, summary.reported, summary.released), (4, 1, 3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -694,24 +541,15 @@ async fn jobs_finishing_within_the_grace_are_reported_not_released() {
     let mut config = config(addr, 2);
     config.shutdown_grace = Duration::from_secs(3);
     let (shutdown, worker) = spawn_worker(config, runners(&probe));
-    eventually("both running", Duration::from_secs(5), || {
-        probe.running.load(Ordering::SeqCst) == 2
-    })
-    .await;
+    eventually("both running", Duration::from_secs(5), || probe.running.load(Ordering::SeqCst) == 2).await;
     // A slot frees up during the grace period, but leasing has stopped.
     fake.ledger().queue.push_back(probe_job(9, 10));
     let started = Instant::now();
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "it did not wait out the grace"
-    );
+    assert!(started.elapsed() < Duration::from_secs(2), "it did not wait out the grace");
     server.stop().await;
-    assert_eq!(
-        (summary.leased, summary.reported, summary.released),
-        (2, 2, 0)
-    );
+    assert_eq!((summary.leased, summary.reported, summary.released), (2, 2, 0));
     assert!(fake.ledger().released.is_empty());
     assert_eq!(fake.ledger().queue.len(), 1);
 }
@@ -725,10 +563,7 @@ async fn an_unknown_worker_registers_again_and_carries_on() {
     let probe = Arc::new(Probe::default());
 
     let (shutdown, worker) = spawn_worker(config(addr, 1), runners(&probe));
-    eventually("all reported", Duration::from_secs(5), || {
-        fake.ledger().reports.len() >= 4
-    })
-    .await;
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 4).await;
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
     server.stop().await;
@@ -750,45 +585,21 @@ async fn a_rejected_token_or_refused_registration_is_fatal() {
     wrong.token = Some("not-the-token".into());
     let (_shutdown, worker) = spawn_worker(wrong, runners(&probe));
     let error = finish(worker).await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            WorkerError::Unauthenticated {
-                rpc: "Register",
-                ..
-            }
-        ),
-        "{error}"
-    );
+    assert!(matches!(error, WorkerError::Unauthenticated { rpc: "Register", .. }), "{error}");
     assert!(!error.is_retryable());
     assert!(!error.to_string().contains("not-the-token"));
 
     let mut none = config(addr, 1);
     none.token = None;
     let (_shutdown, worker) = spawn_worker(none, runners(&probe));
-    assert!(matches!(
-        finish(worker).await,
-        Err(WorkerError::Unauthenticated { .. })
-    ));
+    assert!(matches!(finish(worker).await, Err(WorkerError::Unauthenticated { .. })));
     server.stop().await;
 
-    let refusing = Fake {
-        refuse_register: true,
-        ..Fake::new(vec![])
-    };
+    let refusing = Fake { refuse_register: true, ..Fake::new(vec![]) };
     let (_fake, addr, server) = start_fake(refusing).await;
     let (_shutdown, worker) = spawn_worker(config(addr, 1), runners(&probe));
     let error = finish(worker).await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            WorkerError::Refused {
-                code: tonic::Code::FailedPrecondition,
-                ..
-            }
-        ),
-        "{error}"
-    );
+    assert!(matches!(error, WorkerError::Refused { code: tonic::Code::FailedPrecondition, .. }), "{error}");
     server.stop().await;
 }
 
@@ -806,20 +617,14 @@ async fn the_worker_waits_for_the_coordinator_and_survives_its_restart() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(fake.ledger().registrations.is_empty());
     let server = Server::start(&fake, TcpListener::bind(addr).await.unwrap()).await;
-    eventually("three reported", Duration::from_secs(5), || {
-        fake.ledger().reports.len() >= 3
-    })
-    .await;
+    eventually("three reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 3).await;
 
     // The coordinator goes away for a while: leases, heartbeats and reports fail meanwhile.
     server.stop().await;
     let reported_before = fake.ledger().reports.len();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let server = Server::start(&fake, TcpListener::bind(addr).await.unwrap()).await;
-    eventually("all reported", Duration::from_secs(5), || {
-        fake.ledger().reports.len() >= 8
-    })
-    .await;
+    eventually("all reported", Duration::from_secs(5), || fake.ledger().reports.len() >= 8).await;
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
     server.stop().await;
@@ -828,15 +633,8 @@ async fn the_worker_waits_for_the_coordinator_and_survives_its_restart() {
     let counts = report_counts(&fake.ledger().reports);
     assert_eq!(counts.len(), 8);
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
-    assert_eq!(
-        fake.ledger().registrations.len(),
-        1,
-        "the restarted coordinator still knows it"
-    );
-    assert_eq!(
-        (summary.reported, summary.released, summary.abandoned),
-        (8, 0, 0)
-    );
+    assert_eq!(fake.ledger().registrations.len(), 1, "the restarted coordinator still knows it");
+    assert_eq!((summary.reported, summary.released, summary.abandoned), (8, 0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -848,8 +646,7 @@ async fn an_https_coordinator_is_trusted_through_the_configured_ca() -> anyhow::
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
     let server_key = KeyPair::generate()?;
-    let server_cert =
-        CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&server_key, &ca)?;
+    let server_cert = CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&server_key, &ca)?;
     let dir = tempfile::tempdir()?;
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, ca.pem())?;
@@ -857,10 +654,7 @@ async fn an_https_coordinator_is_trusted_through_the_configured_ca() -> anyhow::
     let fake = Arc::new(Fake::new((0..3).map(|seed| probe_job(seed, 5)).collect()));
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
-    let tls = ServerTlsConfig::new().identity(Identity::from_pem(
-        server_cert.pem(),
-        server_key.serialize_pem(),
-    ));
+    let tls = ServerTlsConfig::new().identity(Identity::from_pem(server_cert.pem(), server_key.serialize_pem()));
     let server = Server::start_with(&fake, listener, Some(tls)).await;
 
     let probe = Arc::new(Probe::default());
@@ -868,10 +662,7 @@ async fn an_https_coordinator_is_trusted_through_the_configured_ca() -> anyhow::
     config.coordinator = format!("https://localhost:{port}");
     config.tls_ca = Some(ca_file);
     let (shutdown, worker) = spawn_worker(config, runners(&probe));
-    eventually("all reported over TLS", Duration::from_secs(5), || {
-        fake.ledger().reports.len() >= 3
-    })
-    .await;
+    eventually("all reported over TLS", Duration::from_secs(5), || fake.ledger().reports.len() >= 3).await;
     shutdown.cancel();
     let summary = finish(worker).await?;
     server.stop().await;
@@ -880,9 +671,7 @@ async fn an_https_coordinator_is_trusted_through_the_configured_ca() -> anyhow::
     // A CA file that does not exist is a fatal TLS error, before any connection.
     let mut missing = WorkerConfig::new(format!("https://localhost:{port}"));
     missing.tls_ca = Some(dir.path().join("absent.pem"));
-    let error = vcurve_worker::run(missing, Runners::builtin(), std::future::pending())
-        .await
-        .unwrap_err();
+    let error = vcurve_worker::run(missing, Runners::builtin(), std::future::pending()).await.unwrap_err();
     assert!(matches!(error, WorkerError::Tls(_)), "{error}");
     Ok(())
 }
@@ -893,15 +682,9 @@ async fn dropping_the_worker_future_cancels_its_jobs_and_stops_leasing() {
     let (fake, addr, server) = start_fake(Fake::new(jobs)).await;
     let probe = Arc::new(Probe::default());
     let (_shutdown, worker) = spawn_worker(config(addr, 2), runners(&probe));
-    eventually("two running", Duration::from_secs(5), || {
-        probe.running.load(Ordering::SeqCst) == 2
-    })
-    .await;
+    eventually("two running", Duration::from_secs(5), || probe.running.load(Ordering::SeqCst) == 2).await;
     worker.abort();
-    eventually("runs cancelled", Duration::from_secs(5), || {
-        probe.cancelled.lock().unwrap().len() == 2
-    })
-    .await;
+    eventually("runs cancelled", Duration::from_secs(5), || probe.cancelled.lock().unwrap().len() == 2).await;
     let heartbeats = fake.ledger().heartbeats.len();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (leased, heartbeats_after) = {
@@ -918,16 +701,11 @@ async fn no_lease_is_asked_for_after_shutdown_even_with_free_slots() {
     let (fake, addr, server) = start_fake(Fake::new(vec![probe_job(0, 60_000)])).await;
     let probe = Arc::new(Probe::default());
     let (shutdown, worker) = spawn_worker(config(addr, 4), runners(&probe));
-    eventually("one running", Duration::from_secs(5), || {
-        probe.running.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    eventually("one running", Duration::from_secs(5), || probe.running.load(Ordering::SeqCst) == 1).await;
     let calls_at_shutdown = fake.lease_calls.load(Ordering::SeqCst);
     shutdown.cancel();
     // Work appears right after: at most the lease already in flight may take (and release) it.
-    fake.ledger()
-        .queue
-        .extend((1..=30).map(|seed| probe_job(seed, 10)));
+    fake.ledger().queue.extend((1..=30).map(|seed| probe_job(seed, 10)));
     let summary = finish(worker).await.unwrap();
     server.stop().await;
     let extra = fake.lease_calls.load(Ordering::SeqCst) - calls_at_shutdown;

@@ -647,10 +647,10 @@ fn decoys_are_parsed_and_checked() {
     )
     .unwrap();
     assert_eq!(spec.decoys.len(), 2);
-    assert_eq!(spec.decoys[0].labels, vec![
-        Label { source: "gpt-5.5".into(), step: Some(12) },
-        Label { source: "o3".into(), step: None }
-    ]);
+    assert_eq!(
+        spec.decoys[0].labels,
+        vec![Label { source: "gpt-5.5".into(), step: Some(12) }, Label { source: "o3".into(), step: None }]
+    );
     assert!(spec.decoys[1].labels.is_empty());
     // Without decoys the list is empty, and a stored spec without the field still reads.
     assert!(parse_with(VALID, &valid_files()).unwrap().decoys.is_empty());
@@ -659,9 +659,18 @@ fn decoys_are_parsed_and_checked() {
     assert!(serde_json::from_value::<StudySpec>(json).unwrap().decoys.is_empty());
 
     let bad = |decoys: &str| rejected_with(&with(decoys), &valid_files());
-    assert_mentions(&bad("  - {id: x, task: nowhere, length: 5}"), &["decoys[0].task", "\"nowhere\"", "not the task of any trajectory"]);
-    assert_mentions(&bad("  - {id: x, task: beta, length: 5}\n  - {id: x, task: beta, length: 6}"), &["decoys[1].id", "appears twice"]);
-    assert_mentions(&bad("  - {id: x, task: beta, length: 5, labels: {o3: 6}}"), &["decoys[0].labels.o3", "outside 1..=5"]);
+    assert_mentions(
+        &bad("  - {id: x, task: nowhere, length: 5}"),
+        &["decoys[0].task", "\"nowhere\"", "not the task of any trajectory"],
+    );
+    assert_mentions(
+        &bad("  - {id: x, task: beta, length: 5}\n  - {id: x, task: beta, length: 6}"),
+        &["decoys[1].id", "appears twice"],
+    );
+    assert_mentions(
+        &bad("  - {id: x, task: beta, length: 5, labels: {o3: 6}}"),
+        &["decoys[0].labels.o3", "outside 1..=5"],
+    );
     assert_mentions(&bad("  - {id: x, task: beta}"), &["decoys[0].length is missing"]);
     assert_mentions(&bad("  - {id: x, task: beta, length: 5, steps: 3}"), &["decoys[0].steps"]);
     assert_mentions(&rejected(&format!("{VALID}decoys: 3\n")), &["decoys must be a list"]);

@@ -16,8 +16,7 @@ use std::future::Future;
 pub use sql::{Backend, SqlStore};
 
 use crate::model::{
-    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord,
-    StudyState,
+    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord, StudyState,
 };
 use crate::spec::StudySpec;
 
@@ -105,7 +104,12 @@ pub trait Store: Send + Sync + 'static {
     /// Re-issue every lease not extended in time; returns how many.
     fn expire_leases(&self, now: i64) -> impl Future<Output = Result<u32, StoreError>> + Send;
 
-    fn progress(&self, study: &str, now: i64, policy: LeasePolicy) -> impl Future<Output = Result<Progress, StoreError>> + Send;
+    fn progress(
+        &self,
+        study: &str,
+        now: i64,
+        policy: LeasePolicy,
+    ) -> impl Future<Output = Result<Progress, StoreError>> + Send;
 
     /// Every study, newest first.
     fn list_studies(&self) -> impl Future<Output = Result<Vec<(String, String, StudyState)>, StoreError>> + Send;

@@ -18,8 +18,8 @@ use vcurve_method::schedule::{Key, Outcome, Series, Stage, TrajectoryPlan, Varia
 
 use super::{LeasePolicy, Store, StoreError};
 use crate::model::{
-    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord,
-    StudyState, TrajectoryRecord, TrajectoryState, WorkerInfo,
+    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord, StudyState,
+    TrajectoryRecord, TrajectoryState, WorkerInfo,
 };
 use crate::planner::{self, AdmitDecision};
 use crate::spec::{Admission, ControlCounts, StudySpec};
@@ -47,7 +47,8 @@ struct StudyConfig {
 
 impl StudyConfig {
     fn variant(&self) -> Result<&'static dyn Variant, StoreError> {
-        variant_by_name(&self.schedule).ok_or_else(|| StoreError::Corrupt(format!("unknown schedule {:?}", self.schedule)))
+        variant_by_name(&self.schedule)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown schedule {:?}", self.schedule)))
     }
 }
 
@@ -111,7 +112,11 @@ impl SqlStore {
         let pool = match backend {
             Backend::Postgres => AnyPoolOptions::new().max_connections(16).connect(url).await?,
             Backend::Sqlite => {
-                let url = if url.contains("memory") || url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
+                let url = if url.contains("memory") || url.contains('?') {
+                    url.to_string()
+                } else {
+                    format!("{url}?mode=rwc")
+                };
                 // One connection, kept forever: SQLite serializes writers anyway, and an in-memory
                 // database lives only as long as its connection.
                 AnyPoolOptions::new()
@@ -176,15 +181,21 @@ impl SqlStore {
         plan: &TrajectoryPlan,
         now: i64,
     ) -> Result<u64, StoreError> {
-        let rows = sqlx::query("SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2")
-            .bind(study)
-            .bind(trajectory)
-            .fetch_all(&mut **tx)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2",
+        )
+        .bind(study)
+        .bind(trajectory)
+        .fetch_all(&mut **tx)
+        .await?;
         let mut existing = BTreeSet::new();
         let mut outcomes = Vec::new();
         for row in &rows {
-            let key = Key { series: series_of(&row.try_get::<String, _>("series")?)?, t: get_u32(row, "t")?, seed: get_u32(row, "seed")? };
+            let key = Key {
+                series: series_of(&row.try_get::<String, _>("series")?)?,
+                t: get_u32(row, "t")?,
+                seed: get_u32(row, "seed")?,
+            };
             existing.insert(key);
             let state: String = row.try_get("state")?;
             if state == "done" || state == "retired" {
@@ -221,11 +232,13 @@ impl SqlStore {
             .execute(&mut **tx)
             .await?;
         if replan.done {
-            let open: i64 = sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('waiting', 'running')")
-                .bind(study)
-                .fetch_one(&mut **tx)
-                .await?
-                .try_get("n")?;
+            let open: i64 = sqlx::query(
+                "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('waiting', 'running')",
+            )
+            .bind(study)
+            .fetch_one(&mut **tx)
+            .await?
+            .try_get("n")?;
             if open == 0 {
                 sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2 AND state = 'running'")
                     .bind(now)
@@ -271,11 +284,12 @@ impl SqlStore {
         for study in studies {
             let config = self.config(tx, &study).await?;
             loop {
-                let in_flight: i64 = sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state = 'running'")
-                    .bind(&study)
-                    .fetch_one(&mut **tx)
-                    .await?
-                    .try_get("n")?;
+                let in_flight: i64 =
+                    sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state = 'running'")
+                        .bind(&study)
+                        .fetch_one(&mut **tx)
+                        .await?
+                        .try_get("n")?;
                 let take = match planner::admission(&config.admission, in_flight as u32, runnable, free) {
                     AdmitDecision::Nothing => break,
                     AdmitDecision::One => 1,
@@ -285,18 +299,25 @@ impl SqlStore {
                     "SELECT id, plan_json FROM trajectories WHERE study = $1 AND state = 'waiting' ORDER BY ord LIMIT $2{}",
                     if self.backend == Backend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" }
                 );
-                let waiting = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).bind(i64::from(take)).fetch_all(&mut **tx).await?;
+                let waiting = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(&study)
+                    .bind(i64::from(take))
+                    .fetch_all(&mut **tx)
+                    .await?;
                 if waiting.is_empty() {
                     break;
                 }
                 for row in waiting {
                     let id: String = row.try_get("id")?;
-                    let mut plan: TrajectoryPlan = serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
-                    let rank: i64 = sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND admit_order IS NOT NULL")
-                        .bind(&study)
-                        .fetch_one(&mut **tx)
-                        .await?
-                        .try_get("n")?;
+                    let mut plan: TrajectoryPlan =
+                        serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
+                    let rank: i64 = sqlx::query(
+                        "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND admit_order IS NOT NULL",
+                    )
+                    .bind(&study)
+                    .fetch_one(&mut **tx)
+                    .await?
+                    .try_get("n")?;
                     plan.controls = planner::controls_for(rank as u32, &config.controls);
                     sqlx::query("UPDATE trajectories SET state = 'running', admit_order = $1, plan_json = $2 WHERE study = $3 AND id = $4")
                         .bind(rank)
@@ -363,7 +384,8 @@ impl SqlStore {
         {
             let id: String = r.try_get("id")?;
             trajectories.push(TrajectoryRecord {
-                state: TrajectoryState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("trajectory state"))?,
+                state: TrajectoryState::parse(&r.try_get::<String, _>("state")?)
+                    .ok_or_else(|| corrupt("trajectory state"))?,
                 stage: stage_of(&r.try_get::<String, _>("stage")?)?,
                 plan: serde_json::from_str(&r.try_get::<String, _>("plan_json")?).map_err(corrupt)?,
                 outcomes: outcomes.remove(&id).unwrap_or_default(),
@@ -375,10 +397,22 @@ impl SqlStore {
         Ok(StudyRecord { id: study.to_string(), state, spec, trajectories })
     }
 
-    async fn worker_known(&self, tx: &mut Transaction<'_, Any>, worker: &str, now: i64) -> Result<Option<Vec<String>>, StoreError> {
-        let row = sqlx::query("SELECT capabilities FROM workers WHERE id = $1").bind(worker).fetch_optional(&mut **tx).await?;
+    async fn worker_known(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        worker: &str,
+        now: i64,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let row = sqlx::query("SELECT capabilities FROM workers WHERE id = $1")
+            .bind(worker)
+            .fetch_optional(&mut **tx)
+            .await?;
         let Some(row) = row else { return Ok(None) };
-        sqlx::query("UPDATE workers SET last_seen_ms = $1 WHERE id = $2").bind(now).bind(worker).execute(&mut **tx).await?;
+        sqlx::query("UPDATE workers SET last_seen_ms = $1 WHERE id = $2")
+            .bind(now)
+            .bind(worker)
+            .execute(&mut **tx)
+            .await?;
         let caps: String = row.try_get("capabilities")?;
         Ok(Some(caps.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()))
     }
@@ -451,7 +485,8 @@ impl Store for SqlStore {
                 .pass_rate()
                 .is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold));
             let state = if doomed { TrajectoryState::Doomed } else { TrajectoryState::Waiting };
-            let payload = serde_json::json!({ "length": trajectory.length, "curve": trajectory.curve, "task": trajectory.task });
+            let payload =
+                serde_json::json!({ "length": trajectory.length, "curve": trajectory.curve, "task": trajectory.task });
             sqlx::query(
                 "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, plan_json, payload_json) \
                  VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6)",
@@ -465,14 +500,26 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await?;
         }
-        if spec.trajectories.iter().all(|t| t.base_runs.pass_rate().is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold))) {
-            sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2").bind(now).bind(&id).execute(&mut *tx).await?;
+        if spec.trajectories.iter().all(|t| {
+            t.base_runs.pass_rate().is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold))
+        }) {
+            sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2")
+                .bind(now)
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(id)
     }
 
-    async fn register_worker(&self, name: &str, slots: u32, capabilities: &[String], now: i64) -> Result<String, StoreError> {
+    async fn register_worker(
+        &self,
+        name: &str,
+        slots: u32,
+        capabilities: &[String],
+        now: i64,
+    ) -> Result<String, StoreError> {
         let id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
             "INSERT INTO workers (id, name, slots, capabilities, registered_ms, last_seen_ms) VALUES ($1, $2, $3, $4, $5, $5)",
@@ -554,7 +601,13 @@ impl Store for SqlStore {
         Ok(jobs)
     }
 
-    async fn heartbeat(&self, worker: &str, held: &[HeldJob], now: i64, policy: LeasePolicy) -> Result<HeartbeatVerdict, StoreError> {
+    async fn heartbeat(
+        &self,
+        worker: &str,
+        held: &[HeldJob],
+        now: i64,
+        policy: LeasePolicy,
+    ) -> Result<HeartbeatVerdict, StoreError> {
         let mut tx = self.pool.begin().await?;
         if self.worker_known(&mut tx, worker, now).await?.is_none() {
             tx.commit().await?;
@@ -584,16 +637,28 @@ impl Store for SqlStore {
         Ok(HeartbeatVerdict { revoked, unknown_worker: false })
     }
 
-    async fn report(&self, worker: &str, job: &HeldJob, report: &RunReport, now: i64) -> Result<ReportVerdict, StoreError> {
+    async fn report(
+        &self,
+        worker: &str,
+        job: &HeldJob,
+        report: &RunReport,
+        now: i64,
+    ) -> Result<ReportVerdict, StoreError> {
         let mut tx = self.pool.begin().await?;
         let (study, trajectory) = (&job.key.study, &job.key.trajectory);
         // Lock the trajectory first: reports of one trajectory replan one after the other.
         let sql = format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{}", self.for_update());
-        let Some(tr) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut *tx).await? else {
+        let Some(tr) =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut *tx).await?
+        else {
             return Ok(ReportVerdict::Ignored("unknown key".into()));
         };
-        let sql = format!(concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"), self.for_update());
-        let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), &job.key).fetch_optional(&mut *tx).await? else {
+        let sql = format!(
+            concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"),
+            self.for_update()
+        );
+        let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), &job.key).fetch_optional(&mut *tx).await?
+        else {
             return Ok(ReportVerdict::Ignored("unknown key".into()));
         };
         let state: String = row.try_get("state")?;
@@ -602,7 +667,10 @@ impl Store for SqlStore {
             return Ok(ReportVerdict::Ignored("the key already has an outcome".into()));
         }
         if state != "leased" || attempt != job.attempt {
-            return Ok(ReportVerdict::Ignored(format!("attempt {} is stale (current attempt {attempt}, {state})", job.attempt)));
+            return Ok(ReportVerdict::Ignored(format!(
+                "attempt {} is stale (current attempt {attempt}, {state})",
+                job.attempt
+            )));
         }
         let config = self.config(&mut tx, study).await?;
         let replan = match report {
@@ -702,7 +770,11 @@ impl Store for SqlStore {
         let mut by_state: HashMap<String, u32> = HashMap::new();
         let mut stages: std::collections::BTreeMap<Stage, u32> = Default::default();
         let mut admitted = 0;
-        for r in sqlx::query("SELECT state, stage, admit_order FROM trajectories WHERE study = $1").bind(study).fetch_all(&mut *tx).await? {
+        for r in sqlx::query("SELECT state, stage, admit_order FROM trajectories WHERE study = $1")
+            .bind(study)
+            .fetch_all(&mut *tx)
+            .await?
+        {
             let s: String = r.try_get("state")?;
             if r.try_get::<Option<i64>, _>("admit_order")?.is_some() {
                 admitted += 1;
@@ -743,7 +815,8 @@ impl Store for SqlStore {
         let (done, running, pending, retired) = (get("done"), get("leased"), get("pending"), get("retired"));
         let throughput_per_min = recent as f64 / 5.0;
         let waiting = by_state.get("waiting").copied().unwrap_or(0);
-        let per_trajectory = if admitted > 0 { (done + running + pending + retired) as f64 / f64::from(admitted) } else { 300.0 };
+        let per_trajectory =
+            if admitted > 0 { (done + running + pending + retired) as f64 / f64::from(admitted) } else { 300.0 };
         let remaining = (pending + running) as f64 + f64::from(waiting) * per_trajectory;
         let eta_seconds = match state {
             StudyState::Running if throughput_per_min > 0.0 => Some(remaining / (throughput_per_min / 60.0)),
@@ -775,7 +848,8 @@ impl Store for SqlStore {
             .await?
             .iter()
             .map(|r| {
-                let state = StudyState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+                let state =
+                    StudyState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
                 Ok((r.try_get("id")?, r.try_get("name")?, state))
             })
             .collect()

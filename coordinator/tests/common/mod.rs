@@ -47,7 +47,9 @@ impl TestStore {
         if let Some((admin, db)) = cleanup
             && let Ok(mut conn) = sqlx::AnyConnection::connect(&admin).await
         {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))).execute(&mut conn).await;
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")))
+                .execute(&mut conn)
+                .await;
         }
     }
 }
@@ -63,7 +65,8 @@ pub struct Tr {
 
 /// A study spec over `trajectories` with synthetic curves, and its curve files.
 pub fn spec(name: &str, extra: &str, trajectories: &[Tr]) -> (String, BTreeMap<String, String>) {
-    let mut yaml = format!("name: {name}\nseed: 7\nrunner: {{kind: synthetic, duration_ms: 0}}\n{extra}trajectories:\n");
+    let mut yaml =
+        format!("name: {name}\nseed: 7\nrunner: {{kind: synthetic, duration_ms: 0}}\n{extra}trajectories:\n");
     let mut files = BTreeMap::new();
     for tr in trajectories {
         let path = format!("curves/{}.csv", tr.id);

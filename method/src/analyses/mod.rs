@@ -139,7 +139,6 @@ pub struct CurveRecord {
     pub points: Vec<Point>,
 }
 
-
 impl CurveRecord {
     /// The record of an analyzed curve. First edit, first symptom and stratum are not part of the
     /// analysis: set them on the result.

@@ -16,16 +16,7 @@ fn close(a: f64, b: f64) -> bool {
 
 /// A cliff bisected down to one step: full value through t = 8, nothing from t = 9.
 fn bisected_cliff(n_at_9: u32) -> Vec<Point> {
-    vec![
-        p(0, 8, 8),
-        p(5, 8, 8),
-        p(7, 8, 8),
-        p(8, 8, 8),
-        p(9, 0, n_at_9),
-        p(10, 0, 8),
-        p(15, 0, 8),
-        p(19, 0, 8),
-    ]
+    vec![p(0, 8, 8), p(5, 8, 8), p(7, 8, 8), p(8, 8, 8), p(9, 0, n_at_9), p(10, 0, 8), p(15, 0, 8), p(19, 0, 8)]
 }
 
 #[test]
@@ -168,10 +159,7 @@ fn bad_points_are_rejected() {
         CurveError::MoreSuccessesThanRuns { t: 3, successes: 9, n: 8 }
     );
     assert_eq!(analyze(10, &[p(3, 0, 0)], None, 100, &t).unwrap_err(), CurveError::NoContinuations { t: 3 });
-    assert_eq!(
-        analyze(10, &[p(3, 1, 8), p(3, 2, 8)], None, 100, &t).unwrap_err(),
-        CurveError::DuplicateStep { t: 3 }
-    );
+    assert_eq!(analyze(10, &[p(3, 1, 8), p(3, 2, 8)], None, 100, &t).unwrap_err(), CurveError::DuplicateStep { t: 3 });
 }
 
 #[test]
@@ -183,9 +171,8 @@ fn no_points_at_all_leaves_only_the_terminal_point() {
 
 fn curves() -> impl Strategy<Value = (u32, Vec<Point>)> {
     (2u32..120).prop_flat_map(|length| {
-        let points = prop::collection::btree_map(0..length, (1u32..=32, 0u32..=32), 1..30).prop_map(
-            |m| m.into_iter().map(|(t, (n, s))| Point { t, n, successes: s.min(n) }).collect::<Vec<_>>(),
-        );
+        let points = prop::collection::btree_map(0..length, (1u32..=32, 0u32..=32), 1..30)
+            .prop_map(|m| m.into_iter().map(|(t, (n, s))| Point { t, n, successes: s.min(n) }).collect::<Vec<_>>());
         (Just(length), points)
     })
 }

@@ -83,10 +83,8 @@ pub fn bisection_pairs(ctx: &LaneContext, points: &Points) -> Vec<(u32, u32)> {
     if let Some(&last) = ctx.anchors.last() {
         pairs.push((last, ctx.length));
     }
-    let candidates: Vec<(u32, u32)> = pairs
-        .into_iter()
-        .filter(|&(a, b)| meets_at_least(main_drop(points, a, b), ctx.params.delta_screen))
-        .collect();
+    let candidates: Vec<(u32, u32)> =
+        pairs.into_iter().filter(|&(a, b)| meets_at_least(main_drop(points, a, b), ctx.params.delta_screen)).collect();
     let mut ranked = rank_by_drop(points, &candidates);
     ranked.truncate(ctx.params.max_bisected as usize);
     ranked
@@ -140,7 +138,13 @@ pub struct Confirm {
 
 impl Confirm {
     pub fn new(ctx: &LaneContext) -> Self {
-        Confirm { ranked: None, second: None, k: ctx.params.k_confirm, second_min: ctx.params.second_drop_min, done: false }
+        Confirm {
+            ranked: None,
+            second: None,
+            k: ctx.params.k_confirm,
+            second_min: ctx.params.second_drop_min,
+            done: false,
+        }
     }
 
     fn ends(&self, (a, b): (u32, u32)) -> Vec<Target> {
@@ -187,15 +191,30 @@ pub struct PointOfNoReturn {
 #[derive(Debug, Clone, Copy)]
 enum PnrState {
     /// Look for the next anchor with no success, from this index on.
-    Search { from: usize },
+    Search {
+        from: usize,
+    },
     /// The anchor at this index was raised to `K_pnr`.
-    CheckAnchor { index: usize },
+    CheckAnchor {
+        index: usize,
+    },
     /// Backward bisection between a point with a success and a certified one.
-    Backward { lo: u32, hi: u32 },
+    Backward {
+        lo: u32,
+        hi: u32,
+    },
     /// The midpoint was sampled at `K_screen`.
-    MidScreened { lo: u32, hi: u32, mid: u32 },
+    MidScreened {
+        lo: u32,
+        hi: u32,
+        mid: u32,
+    },
     /// The midpoint was raised to `K_pnr`.
-    MidRaised { lo: u32, hi: u32, mid: u32 },
+    MidRaised {
+        lo: u32,
+        hi: u32,
+        mid: u32,
+    },
     Finished,
 }
 
@@ -338,11 +357,8 @@ impl Lane for LabelProbes {
 
 /// The anchors the test–retest control re-screens: the first, the middle and the last.
 pub fn retest_anchors(anchors: &[u32]) -> Vec<u32> {
-    let mut picked: Vec<u32> = [anchors.first(), anchors.get(anchors.len() / 2), anchors.last()]
-        .into_iter()
-        .flatten()
-        .copied()
-        .collect();
+    let mut picked: Vec<u32> =
+        [anchors.first(), anchors.get(anchors.len() / 2), anchors.last()].into_iter().flatten().copied().collect();
     picked.dedup();
     picked
 }

@@ -29,10 +29,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::curve::Point;
 use crate::Thresholds;
+use crate::curve::Point;
 pub use lanes::{Lane, LaneContext, Memory};
-pub use variants::{Variant, variant_by_name, VARIANTS};
+pub use variants::{VARIANTS, Variant, variant_by_name};
 
 /// Which curve a continuation belongs to (SPEC.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -376,7 +376,15 @@ fn run_shuffled(s: &mut TrajectorySchedule, world: &impl Fn(Key) -> bool, shuffl
 fn same_outcomes_in_any_order_give_the_same_requests_and_points() {
     let controls = Controls { sanity: false, retest: true, budget_control: true };
     for case in 0..20u64 {
-        let world = noisy(case, |t| if t < 31 { 0.7 } else if t < 55 { 0.3 } else { 0.0 });
+        let world = noisy(case, |t| {
+            if t < 31 {
+                0.7
+            } else if t < 55 {
+                0.3
+            } else {
+                0.0
+            }
+        });
         let make = || {
             TrajectorySchedule::new(
                 TrajectoryPlan { length: 80, labels: vec![30, 54, 12], controls },
@@ -420,7 +428,8 @@ fn keys_are_never_issued_twice_and_raising_only_adds_seeds() {
         for series in Series::ALL {
             for t in 0..57 {
                 let k = s.points().requested(series, t);
-                let seeds: BTreeSet<u32> = issued.iter().filter(|x| x.series == series && x.t == t).map(|x| x.seed).collect();
+                let seeds: BTreeSet<u32> =
+                    issued.iter().filter(|x| x.series == series && x.t == t).map(|x| x.seed).collect();
                 assert_eq!(seeds, (0..k).collect::<BTreeSet<u32>>());
             }
         }

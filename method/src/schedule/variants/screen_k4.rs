@@ -3,9 +3,9 @@
 //! `n ≥ 4`, so screened anchors take part in the curve analysis.
 
 use super::Variant;
+use crate::Thresholds;
 use crate::schedule::lanes::{self, Lane, LaneContext, Memory};
 use crate::schedule::{Points, Stage};
-use crate::Thresholds;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ScreenK4;
