@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::CoordinatorError;
 use crate::model::{HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyState};
-use crate::spec::StudySpec;
+use crate::render::Renderer;
 use crate::store::{LeasePolicy, Store};
 
 /// Milliseconds since the Unix epoch: the system's, or a manual one that tests move by hand.
@@ -78,16 +78,31 @@ pub struct Coordinator<S> {
     timing: Timing,
     /// Wakes lease requests waiting for work whenever work may have appeared.
     work: Notify,
+    renderer: Arc<dyn Renderer>,
 }
 
 impl<S: Store> Coordinator<S> {
-    pub fn new(store: S, timing: Timing) -> Arc<Self> {
-        Self::with_clock(store, timing, Clock::system())
+    /// A coordinator over `store`, rendering results with `renderer`.
+    pub fn new(store: S, timing: Timing, renderer: Arc<dyn Renderer>) -> Arc<Self> {
+        Self::with_clock(store, timing, Clock::system(), renderer)
     }
 
     /// A coordinator on a given clock (tests use [`Clock::manual`]).
-    pub fn with_clock(store: S, timing: Timing, clock: Clock) -> Arc<Self> {
-        Arc::new(Coordinator { store, clock, timing, work: Notify::new() })
+    pub fn with_clock(store: S, timing: Timing, clock: Clock, renderer: Arc<dyn Renderer>) -> Arc<Self> {
+        Arc::new(Coordinator { store, clock, timing, work: Notify::new(), renderer })
+    }
+
+    /// Run `render` over the renderer on the blocking pool: rendering is study-sized work and
+    /// must not stall the heartbeats and leases served on the async runtime.
+    pub async fn render<T: Send + 'static>(
+        &self,
+        render: impl FnOnce(&dyn Renderer) -> Result<T, crate::render::RenderError> + Send + 'static,
+    ) -> Result<T, CoordinatorError> {
+        let renderer = self.renderer.clone();
+        tokio::task::spawn_blocking(move || render(renderer.as_ref()))
+            .await
+            .map_err(|e| CoordinatorError::Internal(format!("rendering panicked: {e}")))?
+            .map_err(CoordinatorError::Render)
     }
 
     pub fn store(&self) -> &S {
@@ -177,7 +192,7 @@ impl<S: Store> Coordinator<S> {
 
     /// Validate and store a study; nothing is stored when the spec is invalid.
     pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
-        let spec = StudySpec::parse(yaml, &|path| files.get(path).cloned())?;
+        let spec = crate::spec::parse(yaml, &|path| files.get(path).cloned())?;
         let id = self.store.create_study(&spec, self.now_ms()).await?;
         tracing::info!(study = %id, name = %spec.name, trajectories = spec.trajectories.len(), "study launched");
         self.work.notify_waiters();
@@ -196,9 +211,10 @@ impl<S: Store> Coordinator<S> {
         Ok(out)
     }
 
-    pub async fn export(&self, study: &str) -> Result<BTreeMap<&'static str, Vec<u8>>, CoordinatorError> {
+    /// The study's export files, rendered on the blocking pool.
+    pub async fn export(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
         let record = self.store.study(study).await?;
-        Ok(crate::export::files(&record)?)
+        self.render(move |r| r.export(&record)).await
     }
 
     pub async fn cancel(&self, study: &str) -> Result<StudyState, CoordinatorError> {

@@ -115,22 +115,9 @@ async fn trajectories<S: Store>(
         Ok(r) => r,
         Err(e) => return error_response(e.into()),
     };
-    match crate::export::results(&record) {
-        Ok(results) => {
-            let rows: Vec<serde_json::Value> = results
-                .trajectories
-                .iter()
-                .map(|t| {
-                    serde_json::json!({
-                        "trajectory": t.trajectory, "state": t.state, "stage": t.stage, "length": t.length,
-                        "shape": t.shape, "t_star": t.t_star, "pnr": t.pnr, "pnr_certified": t.pnr_certified,
-                        "continuations": t.continuations,
-                    })
-                })
-                .collect();
-            axum::Json(rows).into_response()
-        }
-        Err(e) => error_response(e.into()),
+    match d.coordinator.render(move |r| r.summaries(&record)).await {
+        Ok(rows) => axum::Json(rows).into_response(),
+        Err(e) => error_response(e),
     }
 }
 
@@ -152,21 +139,15 @@ async fn figure<S: Store>(
         }
         Err(e) => return error_response(e.into()),
     };
-    let results = match crate::export::results(&record) {
-        Ok(r) => r,
-        Err(e) => return error_response(e.into()),
-    };
-    let Some(result) = results.trajectories.first() else {
-        return (StatusCode::NOT_FOUND, format!("no trajectory {trajectory:?} in study {study}\n")).into_response();
-    };
-    match crate::figures::CurveFigure::from_result(result) {
+    match d.coordinator.render(move |r| r.figure_svg(&record)).await {
         // The page names a figure by its trajectory's continuation count, so a URL's figure
         // never changes and the browser may keep it.
-        Some(fig) => {
-            ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "private, max-age=3600")], fig.svg())
+        Ok(Some(svg)) => {
+            ([(header::CONTENT_TYPE, "image/svg+xml"), (header::CACHE_CONTROL, "private, max-age=3600")], svg)
                 .into_response()
         }
-        None => (StatusCode::NOT_FOUND, "no curve yet\n").into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, "no curve yet\n").into_response(),
+        Err(e) => error_response(e),
     }
 }
 

@@ -17,12 +17,13 @@ pub enum CoordinatorError {
     /// A worker speaks another protocol version; fatal for that worker.
     #[error("protocol version {worker} is not compatible with the coordinator's {coordinator}")]
     ProtocolMismatch { worker: String, coordinator: String },
-    /// Stored outcomes could not be analyzed (a corrupted store); fatal for the request.
-    #[error("cannot analyze the study: {0}")]
-    Analysis(#[from] vcurve_method::CurveError),
-    /// The study's analyses failed on its labels or base runs; fatal for the request.
-    #[error("cannot compute the study's analyses: {0}")]
-    Analyses(#[from] crate::study_analyses::AnalysesError),
+    /// The study's results could not be rendered (outcomes or labels that cannot be analyzed);
+    /// fatal for the request.
+    #[error("cannot render the study's results: {0}")]
+    Render(crate::render::RenderError),
+    /// A bug: a task of the coordinator failed. Fatal for the request.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl From<CoordinatorError> for tonic::Status {
@@ -31,7 +32,7 @@ impl From<CoordinatorError> for tonic::Status {
         match e {
             CoordinatorError::Store(StoreError::UnknownStudy(_)) => tonic::Status::not_found(message),
             CoordinatorError::Store(StoreError::Database(_)) => tonic::Status::unavailable(message),
-            CoordinatorError::Store(_) | CoordinatorError::Analysis(_) | CoordinatorError::Analyses(_) => {
+            CoordinatorError::Store(_) | CoordinatorError::Render(_) | CoordinatorError::Internal(_) => {
                 tonic::Status::internal(message)
             }
             CoordinatorError::Spec(_) | CoordinatorError::InvalidArgument(_) => {

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use vcurve_method::schedule::{Series, Stage};
+pub use vcurve_record::study::{StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
 
 /// One continuation of one study: `(study, trajectory, series, t, seed)`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -79,58 +80,6 @@ pub struct WorkerInfo {
     pub last_seen_ms_ago: u64,
 }
 
-/// A study's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StudyState {
-    Running,
-    Done,
-    Cancelled,
-}
-
-impl StudyState {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            StudyState::Running => "running",
-            StudyState::Done => "done",
-            StudyState::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        [StudyState::Running, StudyState::Done, StudyState::Cancelled].into_iter().find(|x| x.as_str() == s)
-    }
-}
-
-/// A trajectory's state in a study.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TrajectoryState {
-    /// Not admitted yet.
-    Waiting,
-    Running,
-    Done,
-    /// The task's pass rate is at most `ε₀`: nothing to localize, no curve is built.
-    Doomed,
-}
-
-impl TrajectoryState {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            TrajectoryState::Waiting => "waiting",
-            TrajectoryState::Running => "running",
-            TrajectoryState::Done => "done",
-            TrajectoryState::Doomed => "doomed",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        [TrajectoryState::Waiting, TrajectoryState::Running, TrajectoryState::Done, TrajectoryState::Doomed]
-            .into_iter()
-            .find(|x| x.as_str() == s)
-    }
-}
-
 /// A study's progress at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Progress {
@@ -156,26 +105,4 @@ pub struct Progress {
     pub throughput_per_min: f64,
     /// Estimated seconds to finish; `None` when unknown (no throughput yet).
     pub eta_seconds: Option<f64>,
-}
-
-/// One trajectory's stored state, for export and reports.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrajectoryRecord {
-    pub id: String,
-    pub state: TrajectoryState,
-    pub stage: Stage,
-    pub plan: vcurve_method::schedule::TrajectoryPlan,
-    /// Every continuation with an outcome: `(series, t, seed, outcome)`.
-    pub outcomes: Vec<(Series, u32, u32, vcurve_method::schedule::Outcome)>,
-    /// Continuations with an outcome whose run ended at the step cap (exhausted its budget).
-    pub cap_hits: u32,
-}
-
-/// A study with everything needed to export it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StudyRecord {
-    pub id: String,
-    pub state: StudyState,
-    pub spec: crate::spec::StudySpec,
-    pub trajectories: Vec<TrajectoryRecord>,
 }

@@ -15,30 +15,15 @@ pub struct Replan {
     pub done: bool,
 }
 
-/// Rebuild a trajectory's schedule from every stored outcome. The schedule is order-free, so this
-/// gives the same requests whatever order outcomes arrived in, and after any restart.
-pub fn rebuild(
-    plan: &TrajectoryPlan,
-    params: &Thresholds,
-    variant: &'static dyn Variant,
-    outcomes: impl IntoIterator<Item = (Key, Outcome)>,
-) -> TrajectorySchedule {
-    let mut schedule = TrajectorySchedule::new(plan.clone(), params, variant);
-    // Keys beyond the trajectory cannot come from the store (they were requested by this same
-    // schedule), so an error here would be a corrupted store: skip such rows rather than stop.
-    let valid = outcomes.into_iter().filter(|(k, _)| k.t < plan.length);
-    schedule.record_all(valid).expect("filtered to prefixes");
-    schedule
-}
-
-/// Replay and summarize.
+/// Rebuild a trajectory's schedule from its stored outcomes (see [`TrajectorySchedule::rebuild`])
+/// and summarize what it asks for.
 pub fn replan(
     plan: &TrajectoryPlan,
     params: &Thresholds,
     variant: &'static dyn Variant,
     outcomes: impl IntoIterator<Item = (Key, Outcome)>,
 ) -> Replan {
-    let schedule = rebuild(plan, params, variant, outcomes);
+    let schedule = TrajectorySchedule::rebuild(plan, params, variant, outcomes);
     Replan { pending: schedule.pending(), stage: schedule.stage(), done: schedule.is_done() }
 }
 

@@ -1,9 +1,9 @@
 //! The study spec: the YAML file a user launches a study from, parsed once into a validated
-//! [`StudySpec`].
+//! `StudySpec` (the type lives in `vcurve-record`).
 //!
-//! Data flow: `vcurve launch SPEC.yaml` calls [`StudySpec::read_with_files`], which reads the spec
+//! Data flow: `vcurve launch SPEC.yaml` calls [`read_with_files`], which reads the spec
 //! and every curve file it names; the client sends both to the coordinator, which calls
-//! [`StudySpec::parse`] with a lookup into what it was sent. [`StudySpec::load`] does both in one
+//! [`parse`] with a lookup into what it was sent. [`load`] does both in one
 //! process (`vcurve demo`, tests). Nothing is stored until `parse` has accepted the whole spec; the
 //! coordinator stores the result as JSON with the curves inlined, so a stored study never depends
 //! on a file again.
@@ -37,7 +37,7 @@
 //! - The budget, the control counts and the batch admission parameters each have one value: the
 //!   top-level field (`budget`, `controls.*`, `admission.*`) or the matching `thresholds` field
 //!   (`budget`, `*_trajectories`, `batch_size`, `pipeline_threshold`); giving both with different
-//!   values is an error. The stored [`StudySpec::thresholds`] carries the values in effect.
+//!   values is an error. The stored `StudySpec::thresholds` carries the values in effect.
 //! - Controls are off unless asked for (the paper's 5/10/10 assumes a study of ~50 trajectories);
 //!   a count may not exceed the number of trajectories, which would be a mistake, not a request.
 //!   "Processing order" is the order of `trajectories` in the file.
@@ -55,109 +55,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{BaseRun, BaseRuns, Thresholds, ThresholdsError};
+pub use vcurve_record::study::{Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudySpec, TrajectorySpec};
 
 /// The longest trajectory a spec may declare.
 pub const MAX_LENGTH: u32 = 100_000;
 
 /// The runner kind whose options this module validates.
 pub const SYNTHETIC: &str = "synthetic";
-
-/// A validated study: what the coordinator stores and schedules from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StudySpec {
-    pub name: String,
-    /// The study seed; the synthetic runner hashes it into every outcome.
-    pub seed: u64,
-    /// The step budget `B`; always equal to `thresholds.budget`.
-    pub budget: u32,
-    /// A name from [`variant_names`].
-    pub schedule: String,
-    pub runner: RunnerSpec,
-    /// The paper's parameters with the spec's overrides, validated; the budget, control counts
-    /// and batch parameters are the ones in effect.
-    pub thresholds: Thresholds,
-    pub controls: ControlCounts,
-    pub admission: Admission,
-    /// In processing order (the file's order); ids are unique.
-    pub trajectories: Vec<TrajectorySpec>,
-    /// Successful runs that judges labelled (SPEC.md §7): never continued, only scored — a judge's
-    /// restart policy that restarts a decoy forfeits a success.
-    #[serde(default)]
-    pub decoys: Vec<DecoySpec>,
-}
-
-/// A successful run of a study's task that judges labelled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DecoySpec {
-    pub id: String,
-    /// The task it is a run of: one of the study's trajectories' tasks.
-    pub task: String,
-    /// Its number of steps.
-    pub length: u32,
-    /// In the file's order; a step means the judge would restart it there.
-    pub labels: Vec<Label>,
-}
-
-/// Which agent runner the workers use, and its options.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunnerSpec {
-    pub kind: String,
-    /// A JSON object of the runner's other keys, as written.
-    pub options: serde_json::Value,
-}
-
-/// How many of the first trajectories, in processing order, carry each control of SPEC.md §7.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ControlCounts {
-    pub sanity: u32,
-    pub retest: u32,
-    pub budget_control: u32,
-}
-
-/// When new trajectories are admitted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub enum Admission {
-    /// Whenever free worker slots exceed the runnable continuations.
-    #[default]
-    Demand,
-    /// The paper's rule: `batch_size` at a time, when fewer than `pipeline_threshold` are in flight.
-    Batch { batch_size: u32, pipeline_threshold: u32 },
-}
-
-/// One failed trajectory of the study.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TrajectorySpec {
-    pub id: String,
-    /// The task it is a run of; trajectories of one task share it.
-    pub task: String,
-    /// `T`, the number of steps.
-    pub length: u32,
-    /// The true curve `V(h_t)` for `t = 0..length−1` (the synthetic runner's ground truth).
-    pub curve: Option<Vec<f64>>,
-    /// In the file's order.
-    pub labels: Vec<Label>,
-    pub base_runs: BaseRuns,
-}
-
-/// A judge's first-mistake label.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Label {
-    pub source: String,
-    /// The 1-based step `m`; `None` is "no mistake".
-    pub step: Option<u32>,
-}
-
-impl TrajectorySpec {
-    /// The labeled steps, "no mistake" left out, in the file's order (what the schedule probes).
-    pub fn labeled_steps(&self) -> Vec<u32> {
-        self.labels.iter().filter_map(|l| l.step).collect()
-    }
-}
 
 /// Which trajectory an error is about: its id, or its position when the id is the problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,52 +105,50 @@ pub enum SpecError {
     CurveLine { trajectory: TrajectoryRef, path: String, line: u64, message: String },
 }
 
-impl StudySpec {
-    /// Parse and validate a spec whose referenced files are looked up through `file` (a path
-    /// relative to the spec, as written in it → the file's contents).
-    pub fn parse(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<StudySpec, SpecError> {
-        let mut doc: Value = serde_norway::from_str(yaml).map_err(|e| SpecError::Yaml(e.to_string()))?;
-        doc.apply_merge().map_err(|e| SpecError::Yaml(e.to_string()))?;
-        let top = match &doc {
-            Value::Mapping(map) => map,
-            Value::Null => return Err(top_error(problem("the study spec", "is empty"))),
-            other => {
-                return Err(top_error(problem(
-                    "the study spec",
-                    format!("must be a mapping of fields ({}), found {}", TOP_FIELDS.join(", "), show(other)),
-                )));
-            }
-        };
-        parse_study(top, file)
-    }
-
-    /// Read a spec file and every file it references, for a client that sends them to the
-    /// coordinator: the YAML, and a map from each path as written in the spec to its contents.
-    /// Problems other than unreadable files are left to [`StudySpec::parse`].
-    pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>), SpecError> {
-        let yaml = std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.into(), source })?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let mut files = BTreeMap::new();
-        for (trajectory, curve) in curve_references(&yaml) {
-            if files.contains_key(&curve) {
-                continue;
-            }
-            let full = dir.join(&curve);
-            let text = std::fs::read_to_string(&full).map_err(|e| SpecError::CurveFile {
-                trajectory,
-                path: curve.clone(),
-                message: format!("cannot read {}: {e}", full.display()),
-            })?;
-            files.insert(curve, text);
+/// Parse and validate a spec whose referenced files are looked up through `file` (a path
+/// relative to the spec, as written in it → the file's contents).
+pub fn parse(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<StudySpec, SpecError> {
+    let mut doc: Value = serde_norway::from_str(yaml).map_err(|e| SpecError::Yaml(e.to_string()))?;
+    doc.apply_merge().map_err(|e| SpecError::Yaml(e.to_string()))?;
+    let top = match &doc {
+        Value::Mapping(map) => map,
+        Value::Null => return Err(top_error(problem("the study spec", "is empty"))),
+        other => {
+            return Err(top_error(problem(
+                "the study spec",
+                format!("must be a mapping of fields ({}), found {}", TOP_FIELDS.join(", "), show(other)),
+            )));
         }
-        Ok((yaml, files))
-    }
+    };
+    parse_study(top, file)
+}
 
-    /// Read and validate a spec file; curve paths resolve against the spec's directory.
-    pub fn load(path: &Path) -> Result<StudySpec, SpecError> {
-        let (yaml, files) = Self::read_with_files(path)?;
-        Self::parse(&yaml, &|name| files.get(name).cloned())
+/// Read a spec file and every file it references, for a client that sends them to the
+/// coordinator: the YAML, and a map from each path as written in the spec to its contents.
+/// Problems other than unreadable files are left to [`parse`].
+pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>), SpecError> {
+    let yaml = std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.into(), source })?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let mut files = BTreeMap::new();
+    for (trajectory, curve) in curve_references(&yaml) {
+        if files.contains_key(&curve) {
+            continue;
+        }
+        let full = dir.join(&curve);
+        let text = std::fs::read_to_string(&full).map_err(|e| SpecError::CurveFile {
+            trajectory,
+            path: curve.clone(),
+            message: format!("cannot read {}: {e}", full.display()),
+        })?;
+        files.insert(curve, text);
     }
+    Ok((yaml, files))
+}
+
+/// Read and validate a spec file; curve paths resolve against the spec's directory.
+pub fn load(path: &Path) -> Result<StudySpec, SpecError> {
+    let (yaml, files) = read_with_files(path)?;
+    parse(&yaml, &|name| files.get(name).cloned())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -813,7 +718,7 @@ fn parse_curve(contents: &str, length: u32) -> Result<Vec<f64>, (Option<u64>, St
 }
 
 /// The curve files a spec names, with the trajectory naming each, for
-/// [`StudySpec::read_with_files`]. A spec too malformed to walk names none; `parse` reports why.
+/// [`read_with_files`]. A spec too malformed to walk names none; `parse` reports why.
 fn curve_references(yaml: &str) -> Vec<(TrajectoryRef, String)> {
     let Ok(mut doc) = serde_norway::from_str::<Value>(yaml) else { return Vec::new() };
     if doc.apply_merge().is_err() {

@@ -2,16 +2,17 @@
 //! database per test). Every scenario drives the store through the coordinator core with a manual
 //! clock, so lease expiry is exact.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestStore, Tr, spec, step_outcome};
 use vcurve_coordinator::core::{Clock, Coordinator, Timing};
-use vcurve_coordinator::model::{HeldJob, LeasedJob, ReportVerdict, RunReport, StudyState};
+use vcurve_coordinator::model::{
+    HeldJob, LeasedJob, ReportVerdict, RunReport, StudyRecord, StudyState, TrajectoryState,
+};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
+use vcurve_coordinator::testing::{TestStore, Tr, no_renderer, spec, step_outcome};
+use vcurve_method::schedule::Series;
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -25,7 +26,7 @@ fn timing() -> Timing {
 
 fn coordinator(store: &SqlStore) -> (Arc<Coordinator<SqlStore>>, Clock) {
     let clock = Clock::manual(T0);
-    (Coordinator::with_clock(store.clone(), timing(), clock.clone()), clock)
+    (Coordinator::with_clock(store.clone(), timing(), clock.clone(), no_renderer()), clock)
 }
 
 fn held(job: &LeasedJob) -> HeldJob {
@@ -209,12 +210,9 @@ async fn cancel_stops_new_leases() {
     }
 }
 
-/// Drive a study to the end with deterministic outcomes; return its export.
-async fn run_to_end(
-    c: &Coordinator<SqlStore>,
-    study: &str,
-    cliffs: &[(&str, u32)],
-) -> std::collections::BTreeMap<&'static str, Vec<u8>> {
+/// Drive a study to the end with deterministic outcomes; return its stored record, study id
+/// blanked (exports are a pure function of it).
+async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32)]) -> StudyRecord {
     let w = c.register("w", 8, &["synthetic".into()], "1.0").await.unwrap();
     for _ in 0..10_000 {
         let jobs = lease(c, &w, 8).await;
@@ -228,12 +226,14 @@ async fn run_to_end(
         }
     }
     assert_eq!(c.progress(study).await.unwrap().state, StudyState::Done);
-    c.export(study).await.unwrap()
+    let mut record = c.store().study(study).await.unwrap();
+    record.id.clear();
+    record
 }
 
 #[tokio::test]
-async fn a_study_runs_to_the_end_and_both_backends_export_the_same_bytes() {
-    let mut exports = Vec::new();
+async fn a_study_runs_to_the_end_and_both_backends_store_the_same_record() {
+    let mut records = Vec::new();
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let trs = [
@@ -242,15 +242,14 @@ async fn a_study_runs_to_the_end_and_both_backends_export_the_same_bytes() {
         ];
         let (yaml, files) = spec("full", "controls: {sanity: 1, retest: 1, budget_control: 1}\n", &trs);
         let study = c.launch(&yaml, &files).await.unwrap();
-        let export = run_to_end(&c, &study, &[("cliff", 23), ("late", 38)]).await;
-        let trajectories = String::from_utf8(export["trajectories.csv"].clone()).unwrap();
-        assert!(trajectories.contains("\ncliff,57,cliff,"), "{}: {trajectories}", ts.name);
-        let curves = String::from_utf8(export["curves.csv"].clone()).unwrap();
-        assert!(curves.contains(",retest,") && curves.contains(",full_budget,"), "{}", ts.name);
-        exports.push(export);
+        let record = run_to_end(&c, &study, &[("cliff", 23), ("late", 38)]).await;
+        assert!(record.trajectories.iter().all(|t| t.state == TrajectoryState::Done), "{}", ts.name);
+        let series: HashSet<Series> = record.trajectories[0].outcomes.iter().map(|o| o.0).collect();
+        assert!(series.contains(&Series::Retest) && series.contains(&Series::FullBudget), "{}", ts.name);
+        records.push(record);
         ts.finish().await;
     }
-    assert_eq!(exports[0], exports[1], "SQLite and PostgreSQL exports differ");
+    assert_eq!(records[0], records[1], "SQLite and PostgreSQL store different records");
 }
 
 #[tokio::test]

@@ -36,7 +36,7 @@ fn valid_files() -> BTreeMap<String, String> {
 }
 
 fn parse_with(yaml: &str, files: &BTreeMap<String, String>) -> Result<StudySpec, SpecError> {
-    StudySpec::parse(yaml, &|path| files.get(path).cloned())
+    super::parse(yaml, &|path| files.get(path).cloned())
 }
 
 /// `VALID` with `from` replaced by `to` (which must occur exactly once).
@@ -222,24 +222,24 @@ fn load_resolves_curve_paths_against_the_spec_directory() {
 
     // The process's working directory is not the spec's: only the spec's directory can resolve.
     assert!(!Path::new("curves/alpha.csv").exists());
-    let (yaml, files) = StudySpec::read_with_files(&spec_path).unwrap();
+    let (yaml, files) = super::read_with_files(&spec_path).unwrap();
     assert_eq!(yaml, VALID);
     assert_eq!(files, valid_files(), "keys are the paths as written in the spec");
-    let spec = StudySpec::load(&spec_path).unwrap();
+    let spec = super::load(&spec_path).unwrap();
     assert_eq!(spec, parse_with(VALID, &valid_files()).unwrap());
 
     std::fs::remove_file(study.join("curves/beta.csv")).unwrap();
-    let err = StudySpec::load(&spec_path).unwrap_err().to_string();
+    let err = super::load(&spec_path).unwrap_err().to_string();
     assert_mentions(&err, &["trajectory \"beta\"", "curve curves/beta.csv", "cannot read", "study/curves/beta.csv"]);
 
-    let err = StudySpec::load(&study.join("nope.yaml")).unwrap_err().to_string();
+    let err = super::load(&study.join("nope.yaml")).unwrap_err().to_string();
     assert_mentions(&err, &["cannot read the study spec", "nope.yaml"]);
 }
 
 #[test]
 fn the_shipped_example_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/study.yaml");
-    let spec = StudySpec::load(&path).unwrap();
+    let spec = super::load(&path).unwrap();
     assert_eq!(spec.trajectories.len(), 3);
     assert_eq!(spec.runner.options, serde_json::json!({"duration_ms": 20, "no_outcome_rate": 0.01}));
     let shapes: Vec<vcurve_method::Shape> = spec

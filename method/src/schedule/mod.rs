@@ -296,6 +296,22 @@ impl TrajectorySchedule {
         schedule
     }
 
+    /// A schedule rebuilt from every stored outcome of its trajectory. The schedule is order-free,
+    /// so this gives the same requests whatever order the outcomes arrived in, and after any
+    /// restart. Outcomes at prefixes beyond the trajectory cannot have been requested by this
+    /// schedule (they would come from a corrupted store) and are skipped.
+    pub fn rebuild(
+        plan: &TrajectoryPlan,
+        params: &Thresholds,
+        variant: &'static dyn Variant,
+        outcomes: impl IntoIterator<Item = (Key, Outcome)>,
+    ) -> Self {
+        let mut schedule = TrajectorySchedule::new(plan.clone(), params, variant);
+        let valid = outcomes.into_iter().filter(|(k, _)| k.t < plan.length);
+        schedule.record_all(valid).expect("filtered to prefixes of the trajectory");
+        schedule
+    }
+
     /// The parameters in force (the study's, as the variant adjusted them).
     pub fn params(&self) -> &Thresholds {
         &self.params

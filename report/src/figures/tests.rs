@@ -9,7 +9,7 @@ use vcurve_method::{Point, Thresholds, analyze};
 
 use super::*;
 use crate::export::TrajectoryResult;
-use crate::model::TrajectoryState;
+use vcurve_record::TrajectoryState;
 
 /// Plotters rounds every coordinate to a whole pixel.
 const PIXEL: f64 = 1.0;

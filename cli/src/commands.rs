@@ -11,10 +11,10 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vcurve_proto::v1;
 
 use crate::client::{self, Connection};
-use crate::core::{Coordinator, Timing};
-use crate::server::{self, ServeOptions, Tokens};
-use crate::spec::StudySpec;
-use crate::store::{LeasePolicy, SqlStore};
+use vcurve_coordinator::core::{Coordinator, Timing};
+use vcurve_coordinator::server::{self, ServeOptions, Tokens};
+use vcurve_coordinator::spec;
+use vcurve_coordinator::store::{LeasePolicy, SqlStore};
 
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
@@ -71,7 +71,7 @@ pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
         heartbeat_interval: args.heartbeat_interval,
         ..Timing::default()
     };
-    let coordinator = Coordinator::new(store, timing);
+    let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -92,7 +92,7 @@ pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
                 if args.tokens.client.is_some() { "?token=…" } else { "" }
             );
             let stop = stop.clone();
-            Some(tokio::spawn(crate::dashboard::serve(
+            Some(tokio::spawn(vcurve_coordinator::dashboard::serve(
                 coordinator.clone(),
                 listener,
                 args.tokens.client.clone(),
@@ -140,8 +140,8 @@ pub async fn run_worker(config: vcurve_worker::WorkerConfig) -> anyhow::Result<(
 
 pub async fn launch(spec_path: &Path, connection: &Connection) -> anyhow::Result<String> {
     // Validate locally first: a bad spec is reported with its file's path, before any network.
-    let (yaml, files) = StudySpec::read_with_files(spec_path)?;
-    StudySpec::parse(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
+    let (yaml, files) = spec::read_with_files(spec_path)?;
+    spec::parse(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
     let mut client = client::study_client(connection).await?;
     let response = client
         .launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() })
@@ -311,19 +311,19 @@ pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow:
 /// folder.
 async fn results_and_analyses(
     source: &crate::cli::StudySource,
-) -> anyhow::Result<(crate::export::Results, crate::study_analyses::StudyAnalyses)> {
+) -> anyhow::Result<(vcurve_report::export::Results, vcurve_report::analyses::StudyAnalyses)> {
     Ok(match (source.study.as_deref(), source.from.as_deref()) {
         (_, Some(dir)) => {
             let read = |name: &str| {
                 let path = dir.join(name);
                 std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
             };
-            let results: crate::export::Results = serde_json::from_slice(&read("results.json")?)
+            let results: vcurve_report::export::Results = serde_json::from_slice(&read("results.json")?)
                 .with_context(|| format!("{}/results.json is not a vcurve export", dir.display()))?;
             let analyses = match read("analyses.json") {
                 Ok(bytes) => serde_json::from_slice(&bytes)
                     .with_context(|| format!("{}/analyses.json is not a vcurve export", dir.display()))?,
-                Err(_) => crate::study_analyses::analyses(&results)?,
+                Err(_) => vcurve_report::analyses::analyses(&results)?,
             };
             (results, analyses)
         }
@@ -346,7 +346,7 @@ async fn results_and_analyses(
 /// `vcurve report`: write the report of a study.
 pub async fn report(source: &crate::cli::StudySource, out: &Path) -> anyhow::Result<PathBuf> {
     let (results, analyses) = results_and_analyses(source).await?;
-    let report = crate::report::build(&results, &analyses)?;
+    let report = vcurve_report::html::build(&results, &analyses)?;
     write_files(out, report.files)?;
     Ok(out.join("report.html"))
 }
@@ -358,7 +358,7 @@ pub async fn print_analyses(source: &crate::cli::StudySource, json: bool) -> any
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&analyses)?)?;
     } else {
-        for table in crate::report::tables(&results, &analyses) {
+        for table in vcurve_report::html::tables(&results, &analyses) {
             writeln!(out, "{}", table.text())?;
         }
     }

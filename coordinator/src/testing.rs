@@ -1,14 +1,11 @@
-//! Shared pieces of the coordinator's tests: stores on both backends and small study specs.
-
-#![allow(dead_code)]
+//! Test helpers (feature `test-support`): stores on fresh databases of both backends and small
+//! study specs with synthetic curves.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use crate::store::SqlStore;
 use sqlx::Connection;
-use vcurve_coordinator::store::SqlStore;
 
 /// A store on a fresh database: SQLite in memory, or a new PostgreSQL database.
 pub struct TestStore {
@@ -88,14 +85,27 @@ pub fn step_outcome(cliff: u32, t: u32, seed: u32) -> bool {
     t < cliff && seed % 4 != 3
 }
 
-/// Run the `vcurve` binary as a user would.
-pub fn vcurve(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vcurve")).args(args).output().expect("run vcurve")
+/// A renderer for tests that never render: every call is an error saying so.
+pub struct NoRenderer;
+
+impl crate::Renderer for NoRenderer {
+    fn export(&self, _: &vcurve_record::StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, crate::render::RenderError> {
+        Err(crate::render::RenderError("this test's coordinator renders nothing".into()))
+    }
+
+    fn summaries(
+        &self,
+        _: &vcurve_record::StudyRecord,
+    ) -> Result<Vec<crate::render::TrajectorySummary>, crate::render::RenderError> {
+        Err(crate::render::RenderError("this test's coordinator renders nothing".into()))
+    }
+
+    fn figure_svg(&self, _: &vcurve_record::StudyRecord) -> Result<Option<String>, crate::render::RenderError> {
+        Err(crate::render::RenderError("this test's coordinator renders nothing".into()))
+    }
 }
 
-/// Write `text` to `dir/name`; returns the path.
-pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
+/// A [`NoRenderer`] as the coordinator takes it.
+pub fn no_renderer() -> std::sync::Arc<dyn crate::Renderer> {
+    std::sync::Arc::new(NoRenderer)
 }

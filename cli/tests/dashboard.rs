@@ -1,17 +1,15 @@
 //! The live dashboard against a running coordinator: its API and pages over HTTP, and the page
 //! itself in a real headless browser (Debian's chromium; `scripts/test` installs it).
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::{TestStore, Tr, spec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeOptions, Tokens};
 use vcurve_coordinator::store::LeasePolicy;
+use vcurve_coordinator::testing::{TestStore, Tr, spec};
 
 /// `GET path` over a plain HTTP/1.1 connection: (status, body).
 async fn get(addr: &str, path: &str) -> (u16, String) {
@@ -62,7 +60,7 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
         heartbeat_interval: Duration::from_secs(1),
         max_lease_wait: Duration::from_millis(200),
     };
-    let coordinator = Coordinator::new(ts.store.clone(), timing);
+    let coordinator = Coordinator::new(ts.store.clone(), timing, vcurve_cli::render::ReportRenderer::shared());
     let stop = CancellationToken::new();
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let grpc_url = format!("http://{}", grpc.local_addr().unwrap());

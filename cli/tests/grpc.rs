@@ -1,17 +1,15 @@
 //! The coordinator over real gRPC on loopback: authentication, TLS, and a small cluster of
 //! in-process workers running a study to the end.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{TestStore, Tr, spec};
 use tokio_util::sync::CancellationToken;
-use vcurve_coordinator::client::{self, Connection};
+use vcurve_cli::client::{self, Connection};
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeError, ServeOptions, Tokens};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore};
+use vcurve_coordinator::testing::{TestStore, Tr, spec};
 use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 
@@ -34,7 +32,7 @@ async fn start(store: SqlStore, options: ServeOptions) -> Running {
         heartbeat_interval: Duration::from_millis(500),
         max_lease_wait: Duration::from_millis(200),
     };
-    let coordinator = Coordinator::new(store, timing);
+    let coordinator = Coordinator::new(store, timing, vcurve_cli::render::ReportRenderer::shared());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let scheme = if options.tls.is_some() { "https://localhost" } else { "http://127.0.0.1" };
     let url = format!("{scheme}:{}", listener.local_addr().unwrap().port());
@@ -114,7 +112,8 @@ async fn clients_and_workers_need_their_own_tokens() {
 #[tokio::test]
 async fn a_public_listener_needs_tokens() {
     let ts = TestStore::sqlite().await;
-    let coordinator = Coordinator::new(ts.store.clone(), Timing::default());
+    let coordinator =
+        Coordinator::new(ts.store.clone(), Timing::default(), vcurve_cli::render::ReportRenderer::shared());
     let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
     let err = server::serve(coordinator, listener, ServeOptions::default(), async {}).await.unwrap_err();
     assert!(matches!(err, ServeError::TokensRequired(_)), "{err}");

@@ -18,5 +18,5 @@ fn demo_runs_a_study_and_writes_its_exports() {
     let trajectories = std::fs::read_to_string(dir.path().join("trajectories.csv")).unwrap();
     assert_eq!(trajectories.lines().count(), 5, "{trajectories}");
     // The spec the demo wrote is a valid study spec a user can launch elsewhere.
-    vcurve_coordinator::spec::StudySpec::load(&dir.path().join("demo-study.yaml")).unwrap();
+    vcurve_coordinator::spec::load(&dir.path().join("demo-study.yaml")).unwrap();
 }

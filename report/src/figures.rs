@@ -33,7 +33,7 @@ use vcurve_method::schedule::Series;
 use vcurve_method::{FittedPoint, Shape};
 
 use crate::export::TrajectoryResult;
-use crate::model::TrajectoryState;
+use vcurve_record::TrajectoryState;
 
 /// The figure's size in pixels (PNG) and user units (SVG).
 pub const WIDTH: u32 = 640;

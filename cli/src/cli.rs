@@ -384,7 +384,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             .await?;
         }
         Command::Coordinator(a) => {
-            let tokens = crate::server::Tokens {
+            let tokens = vcurve_coordinator::server::Tokens {
                 worker: crate::client::read_token(a.worker_token_file.as_deref(), "VCURVE_WORKER_TOKEN")?,
                 client: crate::client::read_token(a.client_token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
             };

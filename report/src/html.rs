@@ -10,10 +10,10 @@ use std::fmt::Write as _;
 use vcurve_method::analyses::labels::{PlacementSummary, Share};
 use vcurve_method::analyses::restart::PolicyRow;
 
+use crate::analyses::StudyAnalyses;
 use crate::export::{Results, TrajectoryResult};
 use crate::figures::{CurveFigure, FigureError};
-use crate::model::TrajectoryState;
-use crate::study_analyses::StudyAnalyses;
+use vcurve_record::TrajectoryState;
 
 /// A table: a title, a caption saying what it reproduces, and rows of text cells.
 #[derive(Debug, Clone, PartialEq)]

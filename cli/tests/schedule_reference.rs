@@ -24,7 +24,7 @@ fn every_schedule_agrees_with_the_reference_implementation() {
         let name = entry["schedule"].as_str().unwrap();
         let variant = variant_by_name(name).unwrap_or_else(|| panic!("no variant {name}"));
         let per_family = entry["families"]["cliff"]["curves"].as_u64().unwrap();
-        let ours = vcurve_coordinator::bench_schedule::run(variant, &Thresholds::default(), per_family, 20_261_130);
+        let ours = vcurve_cli::bench_schedule::run(variant, &Thresholds::default(), per_family, 20_261_130);
         let ours = serde_json::to_value(&ours).unwrap();
         for (family, theirs) in entry["families"].as_object().unwrap() {
             let mine = &ours["families"][family];

@@ -9,11 +9,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 use vcurve_method::curve::CurveAnalysis;
-use vcurve_method::schedule::{Key, Series, Stage};
+use vcurve_method::schedule::{Key, Series, Stage, TrajectorySchedule};
 use vcurve_method::{CurveError, Point, Shape, analyze};
 
-use crate::model::{StudyRecord, TrajectoryState};
-use crate::planner;
+use vcurve_record::{DecoySpec, StudyRecord, TrajectoryState};
 
 /// One trajectory's row of `trajectories.csv`, and its entry in `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,7 +65,7 @@ pub struct Results {
     pub thresholds: vcurve_method::Thresholds,
     /// Labelled successful runs (scored by the restart policies, never continued).
     #[serde(default)]
-    pub decoys: Vec<crate::spec::DecoySpec>,
+    pub decoys: Vec<DecoySpec>,
     pub trajectories: Vec<TrajectoryResult>,
 }
 
@@ -112,7 +111,7 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
         let by_stage = match variant {
             Some(v) if record.state != TrajectoryState::Doomed && record.state != TrajectoryState::Waiting => {
                 let outcomes = record.outcomes.iter().map(|&(series, t, seed, o)| (Key { series, t, seed }, o));
-                planner::rebuild(&record.plan, &spec.thresholds, v, outcomes).cost_by_stage().clone()
+                TrajectorySchedule::rebuild(&record.plan, &spec.thresholds, v, outcomes).cost_by_stage().clone()
             }
             _ => BTreeMap::new(),
         };
@@ -222,17 +221,17 @@ fn csv_field(s: &str) -> String {
 }
 
 /// The export's files by name.
-pub fn files(study: &StudyRecord) -> Result<BTreeMap<&'static str, Vec<u8>>, crate::study_analyses::AnalysesError> {
+pub fn files(study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
     let results = results(study)?;
     let mut files = BTreeMap::new();
-    files.insert("curves.csv", curves_csv(&results).into_bytes());
-    files.insert("trajectories.csv", trajectories_csv(&results).into_bytes());
+    files.insert("curves.csv".to_string(), curves_csv(&results).into_bytes());
+    files.insert("trajectories.csv".to_string(), trajectories_csv(&results).into_bytes());
     let mut json = serde_json::to_vec_pretty(&results).expect("results serialize");
     json.push(b'\n');
-    files.insert("results.json", json);
-    let analyses = crate::study_analyses::analyses(&results)?;
+    files.insert("results.json".to_string(), json);
+    let analyses = crate::analyses::analyses(&results)?;
     let mut json = serde_json::to_vec_pretty(&analyses).expect("analyses serialize");
     json.push(b'\n');
-    files.insert("analyses.json", json);
+    files.insert("analyses.json".to_string(), json);
     Ok(files)
 }

@@ -17,9 +17,9 @@ use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::client::{self, Connection};
-use crate::core::{Coordinator, Timing};
-use crate::server::{self, ServeOptions};
-use crate::store::{LeasePolicy, SqlStore};
+use vcurve_coordinator::core::{Coordinator, Timing};
+use vcurve_coordinator::server::{self, ServeOptions};
+use vcurve_coordinator::store::{LeasePolicy, SqlStore};
 
 /// What one run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -67,7 +67,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
         heartbeat_interval: Duration::from_secs(20),
         max_lease_wait: Duration::from_millis(200),
     };
-    let coordinator = Coordinator::new(store, timing);
+    let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let stop = CancellationToken::new();

@@ -14,9 +14,9 @@ use vcurve_proto::v1;
 
 use crate::client::{self, Connection};
 use crate::commands::{ProgressBars, write_files};
-use crate::core::{Coordinator, Timing};
-use crate::server::{self, ServeOptions};
-use crate::store::{LeasePolicy, SqlStore};
+use vcurve_coordinator::core::{Coordinator, Timing};
+use vcurve_coordinator::server::{self, ServeOptions};
+use vcurve_coordinator::store::{LeasePolicy, SqlStore};
 
 /// The demo's options.
 #[derive(Debug, Clone)]
@@ -121,7 +121,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
         heartbeat_interval: Duration::from_secs(2),
         max_lease_wait: Duration::from_millis(500),
     };
-    let coordinator = Coordinator::new(store, timing);
+    let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let stop = CancellationToken::new();

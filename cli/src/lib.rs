@@ -1,0 +1,24 @@
+//! # vcurve-cli
+//!
+//! The `vcurve` command line, and nothing else: every command parses its arguments here and calls
+//! into the libraries — `vcurve-coordinator` (serve, launch, status, export), `vcurve-worker`
+//! (run continuations), `vcurve-report` (results, analyses, report, figures) and `vcurve-method`
+//! (analyze, bench schedule). `vcurve demo` wires all of them into one process.
+//!
+//! Layout: [`cli`] parses and dispatches; [`commands`] holds the networked commands, with
+//! [`client`] to reach a coordinator; [`render`] is the [`Renderer`](vcurve_coordinator::Renderer)
+//! the coordinator is served with; [`demo`], [`labels_cmd`], [`analyze`] (with [`input`] for
+//! users' files), [`bench_schedule`] and [`bench_dispatch`] are one command each; [`telemetry`]
+//! sets up logging. `anyhow` is used here and nowhere in the libraries.
+
+pub mod analyze;
+pub mod bench_dispatch;
+pub mod bench_schedule;
+pub mod cli;
+pub mod client;
+pub mod commands;
+pub mod demo;
+pub mod input;
+pub mod labels_cmd;
+pub mod render;
+pub mod telemetry;

@@ -1,0 +1,176 @@
+//! A study as data: the validated spec a study runs from, and what the store holds of it.
+//!
+//! These are plain values. The coordinator parses and validates a YAML spec into a [`StudySpec`]
+//! (`vcurve_coordinator::spec`), stores it, and hands out a [`StudyRecord`] — the spec with every
+//! trajectory's state and outcomes — to whatever renders results (`vcurve-report`).
+
+use serde::{Deserialize, Serialize};
+use vcurve_method::schedule::{Outcome, Series, Stage, TrajectoryPlan};
+use vcurve_method::{BaseRuns, Thresholds};
+
+/// A validated study: what the coordinator stores and schedules from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StudySpec {
+    pub name: String,
+    /// The study seed; the synthetic runner hashes it into every outcome.
+    pub seed: u64,
+    /// The step budget `B`; always equal to `thresholds.budget`.
+    pub budget: u32,
+    /// A name from `vcurve_method::schedule::variants::variant_names`.
+    pub schedule: String,
+    pub runner: RunnerSpec,
+    /// The paper's parameters with the spec's overrides, validated; the budget, control counts
+    /// and batch parameters are the ones in effect.
+    pub thresholds: Thresholds,
+    pub controls: ControlCounts,
+    pub admission: Admission,
+    /// In processing order (the file's order); ids are unique.
+    pub trajectories: Vec<TrajectorySpec>,
+    /// Successful runs that judges labelled (SPEC.md §7): never continued, only scored — a judge's
+    /// restart policy that restarts a decoy forfeits a success.
+    #[serde(default)]
+    pub decoys: Vec<DecoySpec>,
+}
+
+/// A successful run of a study's task that judges labelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecoySpec {
+    pub id: String,
+    /// The task it is a run of: one of the study's trajectories' tasks.
+    pub task: String,
+    /// Its number of steps.
+    pub length: u32,
+    /// In the file's order; a step means the judge would restart it there.
+    pub labels: Vec<Label>,
+}
+
+/// Which agent runner the workers use, and its options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunnerSpec {
+    pub kind: String,
+    /// A JSON object of the runner's other keys, as written.
+    pub options: serde_json::Value,
+}
+
+/// How many of the first trajectories, in processing order, carry each control of SPEC.md §7.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlCounts {
+    pub sanity: u32,
+    pub retest: u32,
+    pub budget_control: u32,
+}
+
+/// When new trajectories are admitted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Admission {
+    /// Whenever free worker slots exceed the runnable continuations.
+    #[default]
+    Demand,
+    /// The paper's rule: `batch_size` at a time, when fewer than `pipeline_threshold` are in flight.
+    Batch { batch_size: u32, pipeline_threshold: u32 },
+}
+
+/// One failed trajectory of the study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrajectorySpec {
+    pub id: String,
+    /// The task it is a run of; trajectories of one task share it.
+    pub task: String,
+    /// `T`, the number of steps.
+    pub length: u32,
+    /// The true curve `V(h_t)` for `t = 0..length−1` (the synthetic runner's ground truth).
+    pub curve: Option<Vec<f64>>,
+    /// In the file's order.
+    pub labels: Vec<Label>,
+    pub base_runs: BaseRuns,
+}
+
+/// A judge's first-mistake label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Label {
+    pub source: String,
+    /// The 1-based step `m`; `None` is "no mistake".
+    pub step: Option<u32>,
+}
+
+impl TrajectorySpec {
+    /// The labeled steps, "no mistake" left out, in the file's order (what the schedule probes).
+    pub fn labeled_steps(&self) -> Vec<u32> {
+        self.labels.iter().filter_map(|l| l.step).collect()
+    }
+}
+
+/// A study's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StudyState {
+    Running,
+    Done,
+    Cancelled,
+}
+
+impl StudyState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StudyState::Running => "running",
+            StudyState::Done => "done",
+            StudyState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [StudyState::Running, StudyState::Done, StudyState::Cancelled].into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// A trajectory's state in a study.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrajectoryState {
+    /// Not admitted yet.
+    Waiting,
+    Running,
+    Done,
+    /// The task's pass rate is at most `ε₀`: nothing to localize, no curve is built.
+    Doomed,
+}
+
+impl TrajectoryState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TrajectoryState::Waiting => "waiting",
+            TrajectoryState::Running => "running",
+            TrajectoryState::Done => "done",
+            TrajectoryState::Doomed => "doomed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [TrajectoryState::Waiting, TrajectoryState::Running, TrajectoryState::Done, TrajectoryState::Doomed]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+/// One trajectory's stored state, for export and reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrajectoryRecord {
+    pub id: String,
+    pub state: TrajectoryState,
+    pub stage: Stage,
+    pub plan: TrajectoryPlan,
+    /// Every continuation with an outcome: `(series, t, seed, outcome)`.
+    pub outcomes: Vec<(Series, u32, u32, Outcome)>,
+    /// Continuations with an outcome whose run ended at the step cap (exhausted its budget).
+    pub cap_hits: u32,
+}
+
+/// A study with everything needed to export it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyRecord {
+    pub id: String,
+    pub state: StudyState,
+    pub spec: StudySpec,
+    pub trajectories: Vec<TrajectoryRecord>,
+}

@@ -1,0 +1,16 @@
+//! # vcurve-report
+//!
+//! A study's results, from its [`StudyRecord`](vcurve_record::StudyRecord), as pure code: no I/O,
+//! no async, no database.
+//!
+//! - [`export`]: every trajectory analyzed into [`Results`](export::Results), and the export's
+//!   files (`curves.csv`, `trajectories.csv`, `results.json`, `analyses.json`).
+//! - [`analyses`]: the paper's analyses of one study (SPEC.md §9), the glue between the results
+//!   and the pure analyses of `vcurve_method::analyses`.
+//! - [`figures`]: a trajectory's V-curve as SVG and PNG.
+//! - [`html`]: the study's report — one self-contained HTML file, its tables as CSV.
+
+pub mod analyses;
+pub mod export;
+pub mod figures;
+pub mod html;
