@@ -117,7 +117,8 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
                     result: Some(v1::report_request::Result::Outcome(v1::Outcome {
                         success,
                         steps: 1,
-                        end_type: "submitted".into(),
+                        end_type: v1::EndType::Submitted.into(),
+                        judged: v1::Judged::Evaluated.into(),
                         patch_sha256: String::new(),
                     })),
                     duration_ms: 0,

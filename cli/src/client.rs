@@ -1,10 +1,12 @@
 //! Connecting to a coordinator as a client (launch, status, export, cancel) — shared by the CLI
 //! and the tests.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use vcurve_proto::v1;
 use vcurve_proto::v1::study_service_client::StudyServiceClient;
 
 /// How to reach a coordinator.
@@ -75,6 +77,67 @@ pub fn bearer(token: Option<&str>) -> Result<Bearer, ConnectError> {
 pub async fn study_client(c: &Connection) -> Result<StudyClient, ConnectError> {
     let channel = channel(c).await?;
     Ok(StudyServiceClient::with_interceptor(channel, bearer(c.token.as_deref())?).max_decoding_message_size(256 << 20))
+}
+
+/// Why a launch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("{path}: {size} bytes is over the coordinator's limit of {limit} MiB per file")]
+    TooLarge { path: String, size: u64, limit: u64 },
+    #[error("uploading {path}: {status}")]
+    Upload { path: String, status: tonic::Status },
+    #[error("the coordinator refused the study: {0}")]
+    Refused(tonic::Status),
+}
+
+/// Upload every file a spec references that the coordinator does not have yet (by SHA-256, in
+/// chunks, so no message nears a gRPC limit whatever the file's size), then launch the spec
+/// naming each file by its digest. Returns the study id.
+pub async fn upload_and_launch(
+    client: &mut StudyClient,
+    yaml: String,
+    files: &BTreeMap<String, String>,
+) -> Result<String, LaunchError> {
+    let limit = vcurve_coordinator::spec::MAX_FILE_BYTES;
+    let mut digests = BTreeMap::new();
+    for (path, text) in files {
+        if text.len() as u64 > limit {
+            return Err(LaunchError::TooLarge { path: path.clone(), size: text.len() as u64, limit: limit >> 20 });
+        }
+        digests.insert(path.clone(), vcurve_record::trajectory::sha256_hex(text.as_bytes()));
+    }
+    let wanted: Vec<String> =
+        digests.values().cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let missing: std::collections::BTreeSet<String> = client
+        .has_files(v1::HasFilesRequest { sha256: wanted })
+        .await
+        .map_err(LaunchError::Refused)?
+        .into_inner()
+        .missing
+        .into_iter()
+        .collect();
+    let mut sent = std::collections::BTreeSet::new();
+    for (path, digest) in &digests {
+        if !missing.contains(digest) || !sent.insert(digest.clone()) {
+            continue;
+        }
+        let bytes = files[path].as_bytes();
+        let mut chunks: Vec<v1::UploadChunk> = bytes
+            .chunks(vcurve_proto::CHUNK_BYTES)
+            .map(|c| v1::UploadChunk { data: c.to_vec(), ..Default::default() })
+            .collect();
+        if chunks.is_empty() {
+            chunks.push(v1::UploadChunk::default());
+        }
+        chunks[0].sha256 = digest.clone();
+        chunks[0].size = bytes.len() as u64;
+        client
+            .upload(futures::stream::iter(chunks))
+            .await
+            .map_err(|status| LaunchError::Upload { path: path.clone(), status })?;
+    }
+    let request = v1::LaunchRequest { spec_yaml: yaml, files: digests.into_iter().collect() };
+    Ok(client.launch(request).await.map_err(LaunchError::Refused)?.into_inner().study)
 }
 
 /// Read a token from a file (trimmed), or from an environment variable when no file is given.

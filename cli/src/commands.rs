@@ -143,11 +143,7 @@ pub async fn launch(spec_path: &Path, connection: &Connection) -> anyhow::Result
     let (yaml, files) = spec::read_with_files(spec_path)?;
     spec::parse(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
     let mut client = client::study_client(connection).await?;
-    let response = client
-        .launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() })
-        .await
-        .context("the coordinator refused the study")?;
-    Ok(response.into_inner().study)
+    Ok(client::upload_and_launch(&mut client, yaml, &files).await?)
 }
 
 fn progress_json(p: &v1::Progress) -> serde_json::Value {

@@ -142,11 +142,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
     )?;
     let connection = Connection { url: url.clone(), ..Connection::default() };
     let mut client = client::study_client(&connection).await?;
-    let study = client
-        .launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() })
-        .await?
-        .into_inner()
-        .study;
+    let study = client::upload_and_launch(&mut client, yaml, &files).await?;
 
     let workers: Vec<_> = (0..args.workers)
         .map(|i| {

@@ -67,7 +67,7 @@ async fn clients_and_workers_need_their_own_tokens() {
         name: "w".into(),
         slots: 1,
         capabilities: vec!["synthetic".into()],
-        protocol_version: "1.0".into(),
+        protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
     };
     for (token, ok) in [(Some("worker-secret"), true), (Some("client-secret"), false), (None, false)] {
         let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(token).unwrap());
@@ -79,25 +79,26 @@ async fn clients_and_workers_need_their_own_tokens() {
     }
     // A worker of another protocol major version is refused.
     let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(Some("worker-secret")).unwrap());
-    let err = w.register(v1::RegisterRequest { protocol_version: "2.0".into(), ..register.clone() }).await.unwrap_err();
+    let err = w.register(v1::RegisterRequest { protocol_version: "1.0".into(), ..register.clone() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
     // A report for an unknown key is answered, and changes nothing.
     let id = w.register(register).await.unwrap().into_inner().worker_id;
     let report = v1::ReportRequest {
         worker_id: id,
-        key: Some(v1::ContinuationKey {
+        key: Some(v1::JobKey {
+            kind: v1::JobKind::Continuation.into(),
             study: "nope".into(),
             trajectory: "x".into(),
             series: "main".into(),
-            t: 0,
-            seed: 0,
+            ..Default::default()
         }),
         attempt: 1,
         result: Some(v1::report_request::Result::Outcome(v1::Outcome {
             success: true,
             steps: 3,
-            end_type: "submitted".into(),
+            end_type: v1::EndType::Submitted.into(),
             patch_sha256: String::new(),
+            judged: v1::Judged::Evaluated.into(),
         })),
         duration_ms: 1,
     };
@@ -148,12 +149,7 @@ async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
     let (yaml, files) = spec("cluster", "", &trs);
     let yaml = yaml.replace("duration_ms: 0", "duration_ms: 3, no_outcome_rate: 0.05");
     let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
-    let study = c
-        .launch(v1::LaunchRequest { spec_yaml: yaml, files: files.into_iter().collect() })
-        .await
-        .unwrap()
-        .into_inner()
-        .study;
+    let study = client::upload_and_launch(&mut c, yaml, &files).await.unwrap();
     let stop = CancellationToken::new();
     let handles: Vec<_> = (0..workers)
         .map(|i| {
@@ -199,4 +195,102 @@ async fn any_cluster_shape_ends_with_the_same_curves() {
     let three = run_cluster(3, 4).await;
     assert_eq!(one.keys().collect::<Vec<_>>(), vec!["analyses.json", "curves.csv", "results.json", "trajectories.csv"]);
     assert_eq!(one, three, "exports differ between cluster shapes");
+}
+
+/// A worker's runner double for recorded trajectories: it checks the payload it was handed and
+/// reports every replay non-replayable at step 3.
+struct MismatchAtThree;
+
+impl vcurve_worker::AgentRunner for MismatchAtThree {
+    fn kind(&self) -> &'static str {
+        "double"
+    }
+
+    fn run(
+        &self,
+        job: vcurve_worker::JobSpec,
+        _: CancellationToken,
+    ) -> futures::future::BoxFuture<'static, vcurve_worker::JobReport> {
+        Box::pin(async move {
+            let recorded = job.trajectory.as_ref().and_then(|p| p.recorded.as_ref());
+            match (&job.key, recorded) {
+                (vcurve_worker::JobKey::Replay { .. }, Some(run)) if run.length() == 40 => {
+                    vcurve_worker::JobReport::NonReplayable(vcurve_worker::NonReplayable {
+                        step: 3,
+                        level: vcurve_worker::CompareLevel::CharMultiset,
+                        reason: "output differs at every level".into(),
+                        recorded_excerpt: run.steps[2].actions[0].output.chars().take(20).collect(),
+                        replayed_excerpt: "a random token".into(),
+                    })
+                }
+                _ => vcurve_worker::JobReport::no_outcome(format!("unexpected job {}", job.key)),
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_20_mb_trajectory_is_uploaded_and_fetched_by_digest_and_its_non_replayable_report_is_exported() {
+    let ts = TestStore::sqlite().await;
+    let server = start(ts.store.clone(), ServeOptions::default()).await;
+    let run = vcurve_coordinator::testing::recorded_trajectory_with_output("task-big", 40, &"x".repeat(500_000));
+    assert!(run.len() > 20_000_000, "{} bytes", run.len());
+    let yaml = "name: big\nseed: 1\nrunner: {kind: double}\ntrajectories:\n  - id: big\n    recorded: runs/big.json\n";
+    let files = BTreeMap::from([("runs/big.json".to_string(), run)]);
+    let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
+    let study = client::upload_and_launch(&mut c, yaml.into(), &files).await.unwrap();
+
+    let mut config = vcurve_worker::WorkerConfig::new(server.url.clone());
+    config.slots = 2;
+    config.lease_wait = Duration::from_millis(200);
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let worker =
+        tokio::spawn(vcurve_worker::run(config, vcurve_worker::Runners::new().with(MismatchAtThree), async move {
+            s.cancelled().await
+        }));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = c.get_progress(v1::ProgressRequest { study: study.clone() }).await.unwrap().into_inner();
+        if p.state == "done" {
+            assert_eq!(p.trajectories_non_replayable, 1);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the study did not finish: {p:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    let summary = worker.await.unwrap().unwrap();
+    assert_eq!((summary.accepted, summary.no_outcomes, summary.trajectories_fetched), (1, 0, 1));
+
+    let files: BTreeMap<String, Vec<u8>> = c
+        .export(v1::ExportRequest { study })
+        .await
+        .unwrap()
+        .into_inner()
+        .files
+        .into_iter()
+        .map(|f| (f.name, f.contents))
+        .collect();
+    let trajectories = String::from_utf8(files["trajectories.csv"].clone()).unwrap();
+    assert!(trajectories.contains("\nbig,40,non_replayable,"), "{trajectories}");
+    let results: serde_json::Value = serde_json::from_slice(&files["results.json"]).unwrap();
+    let dropped = &results["trajectories"][0];
+    assert_eq!(dropped["state"], "non_replayable");
+    assert_eq!(dropped["non_replayable"]["step"], 3);
+    assert_eq!(dropped["non_replayable"]["level"], "char_multiset");
+    assert_eq!(dropped["non_replayable"]["reason"], "output differs at every level");
+    assert_eq!(dropped["non_replayable"]["replayed_excerpt"], "a random token");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_file_over_the_limit_is_refused_before_it_is_sent() {
+    let server = start(TestStore::sqlite().await.store, ServeOptions::default()).await;
+    let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
+    let big = "x".repeat((vcurve_coordinator::spec::MAX_FILE_BYTES + 1) as usize);
+    let files = BTreeMap::from([("runs/huge.json".to_string(), big)]);
+    let err = client::upload_and_launch(&mut c, "name: x\n".into(), &files).await.unwrap_err().to_string();
+    assert!(err.contains("runs/huge.json") && err.contains("over the coordinator's limit of 64 MiB"), "{err}");
+    server.stop().await;
 }

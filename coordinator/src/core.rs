@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::CoordinatorError;
-use crate::model::{HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyState};
+use crate::model::{HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Progress, ReportVerdict, StudyState};
 use crate::render::Renderer;
 use crate::store::{LeasePolicy, Store};
 
@@ -172,13 +172,13 @@ impl<S: Store> Coordinator<S> {
         &self,
         worker: &str,
         job: &HeldJob,
-        report: &RunReport,
+        report: &JobReport,
     ) -> Result<ReportVerdict, CoordinatorError> {
         let verdict = self.store.report(worker, job, report, self.now_ms()).await?;
         match &verdict {
             ReportVerdict::Accepted => self.work.notify_waiters(),
             ReportVerdict::Ignored(why) => {
-                tracing::info!(worker, trajectory = %job.key.trajectory, t = job.key.t, seed = job.key.seed, attempt = job.attempt, why = %why, "report ignored");
+                tracing::info!(worker, key = %job.key, attempt = job.attempt, why = %why, "report ignored");
             }
         }
         Ok(verdict)
@@ -192,11 +192,76 @@ impl<S: Store> Coordinator<S> {
 
     /// Validate and store a study; nothing is stored when the spec is invalid.
     pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
-        let spec = crate::spec::parse(yaml, &|path| files.get(path).cloned())?;
-        let id = self.store.create_study(&spec, self.now_ms()).await?;
+        let (yaml, files) = (yaml.to_string(), files.clone());
+        // Recorded trajectories are megabytes of JSON: parse them off the async runtime.
+        let launch = tokio::task::spawn_blocking(move || crate::spec::parse_launch(&yaml, &|p| files.get(p).cloned()))
+            .await
+            .map_err(|e| CoordinatorError::Internal(format!("parsing the spec panicked: {e}")))??;
+        let payloads = launch.payloads();
+        let spec = launch.spec;
+        let id = self.store.create_study(&spec, &payloads, self.now_ms()).await?;
         tracing::info!(study = %id, name = %spec.name, trajectories = spec.trajectories.len(), "study launched");
         self.work.notify_waiters();
         Ok(id)
+    }
+
+    /// Launch a study whose files were uploaded before: `files` maps each path in the spec to
+    /// the SHA-256 it was uploaded under.
+    pub async fn launch_uploaded(
+        &self,
+        yaml: &str,
+        files: &BTreeMap<String, String>,
+    ) -> Result<String, CoordinatorError> {
+        let mut contents = BTreeMap::new();
+        for (path, digest) in files {
+            let bytes = self.store.file(digest).await?.ok_or_else(|| {
+                CoordinatorError::InvalidArgument(format!("{path}: no file with SHA-256 {digest} was uploaded"))
+            })?;
+            let text = String::from_utf8(bytes)
+                .map_err(|e| CoordinatorError::InvalidArgument(format!("{path}: not UTF-8 text: {e}")))?;
+            contents.insert(path.clone(), text);
+        }
+        self.launch(yaml, &contents).await
+    }
+
+    /// Keep an uploaded file after checking its size and digest; returns whether it was new.
+    pub async fn upload(&self, digest: &str, content: &[u8]) -> Result<bool, CoordinatorError> {
+        if content.len() as u64 > crate::spec::MAX_FILE_BYTES {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "a file of {} bytes is over the limit of {} MiB per file",
+                content.len(),
+                crate::spec::MAX_FILE_BYTES >> 20
+            )));
+        }
+        let found = vcurve_record::trajectory::sha256_hex(content);
+        if found != digest {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "the upload's content has SHA-256 {found}, not the {digest} it announced"
+            )));
+        }
+        Ok(self.store.put_file(digest, content, self.now_ms()).await?)
+    }
+
+    /// The digests among `digests` not uploaded yet.
+    pub async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, CoordinatorError> {
+        Ok(self.store.missing_files(digests).await?)
+    }
+
+    /// A trajectory payload (or any stored file) by its digest.
+    pub async fn file(&self, digest: &str) -> Result<Vec<u8>, CoordinatorError> {
+        self.store
+            .file(digest)
+            .await?
+            .ok_or_else(|| CoordinatorError::NotFound(format!("no trajectory or file with digest {digest}")))
+    }
+
+    /// Queue evaluations and base runs (see [`Store::enqueue`]).
+    pub async fn enqueue(&self, keys: &[crate::model::JobKey]) -> Result<u32, CoordinatorError> {
+        let n = self.store.enqueue(keys, self.now_ms()).await?;
+        if n > 0 {
+            self.work.notify_waiters();
+        }
+        Ok(n)
     }
 
     pub async fn progress(&self, study: &str) -> Result<Progress, CoordinatorError> {

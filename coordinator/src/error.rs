@@ -14,6 +14,9 @@ pub enum CoordinatorError {
     /// A request was malformed; fatal for the request.
     #[error("invalid request: {0}")]
     InvalidArgument(String),
+    /// The request names something the coordinator does not have; fatal for the request.
+    #[error("{0}")]
+    NotFound(String),
     /// A worker speaks another protocol version; fatal for that worker.
     #[error("protocol version {worker} is not compatible with the coordinator's {coordinator}")]
     ProtocolMismatch { worker: String, coordinator: String },
@@ -30,7 +33,10 @@ impl From<CoordinatorError> for tonic::Status {
     fn from(e: CoordinatorError) -> Self {
         let message = e.to_string();
         match e {
-            CoordinatorError::Store(StoreError::UnknownStudy(_)) => tonic::Status::not_found(message),
+            CoordinatorError::Store(StoreError::UnknownStudy(_)) | CoordinatorError::NotFound(_) => {
+                tonic::Status::not_found(message)
+            }
+            CoordinatorError::Store(StoreError::Invalid(_)) => tonic::Status::invalid_argument(message),
             CoordinatorError::Store(StoreError::Database(_)) => tonic::Status::unavailable(message),
             CoordinatorError::Store(_) | CoordinatorError::Render(_) | CoordinatorError::Internal(_) => {
                 tonic::Status::internal(message)

@@ -1,56 +1,40 @@
 //! The coordinator's own types: what the store keeps and the service hands out. Wire types are
 //! converted to and from these in [`crate::wire`] only.
 
-use serde::{Deserialize, Serialize};
-use vcurve_method::schedule::{Series, Stage};
+use serde::Serialize;
+use vcurve_method::schedule::Stage;
+pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 pub use vcurve_record::study::{StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
 
-/// One continuation of one study: `(study, trajectory, series, t, seed)`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ContinuationKey {
-    pub study: String,
-    pub trajectory: String,
-    pub series: Series,
-    pub t: u32,
-    pub seed: u32,
-}
-
-/// A key with the attempt it was dispatched under.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct HeldJob {
-    pub key: ContinuationKey,
-    pub attempt: u32,
-}
-
-/// A continuation handed to a worker.
+/// A job handed to a worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeasedJob {
-    pub key: ContinuationKey,
+    pub key: JobKey,
     pub attempt: u32,
-    /// The continuation's step budget (`B − t`, or `B` for the budget control).
+    /// The step budget (`B − t` for a continuation, `B` for the budget control and base runs).
     pub budget: u32,
     pub runner_kind: String,
     /// The runner's options from the study spec, as JSON.
     pub runner_options: String,
     pub study_seed: u64,
-    /// What the runner needs of the trajectory, as JSON.
-    pub payload: String,
+    /// The digest of the trajectory's payload (continuations and replays), fetched by workers
+    /// with `GetTrajectory`.
+    pub trajectory_digest: Option<String>,
+    /// A replay's anchors, where it commits the container.
+    pub anchors: Vec<u32>,
 }
 
-/// What a worker reports for a job.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RunReport {
-    Outcome {
-        success: bool,
-        steps: u32,
-        end_type: String,
-        patch_sha256: String,
-    },
-    /// The run had no outcome (killed, evaluation failed): the key is run again, and retired
-    /// after the retry limit.
-    NoOutcome {
-        reason: String,
-    },
+/// A replay, evaluation or base run as the store holds it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskJob {
+    pub key: JobKey,
+    /// `pending`, `leased`, `done`, `retired` or `dropped`.
+    pub state: String,
+    pub attempt: u32,
+    /// The report that finished it.
+    pub result: Option<JobReport>,
+    /// The reason of its last no-outcome.
+    pub last_reason: Option<String>,
 }
 
 /// Whether a report changed anything.
@@ -98,6 +82,7 @@ pub struct Progress {
     pub trajectories_admitted: u32,
     pub trajectories_done: u32,
     pub trajectories_doomed: u32,
+    pub trajectories_non_replayable: u32,
     /// Trajectories by stage (admitted ones; finished ones count as `done`).
     pub stages: Vec<(Stage, u32)>,
     pub workers: Vec<WorkerInfo>,

@@ -175,6 +175,26 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         let released = self.coordinator.release(&r.worker_id, &held).await?;
         Ok(Response::new(v1::ReleaseResponse { released }))
     }
+
+    type GetTrajectoryStream = ChunkStream;
+
+    async fn get_trajectory(
+        &self,
+        request: Request<v1::GetTrajectoryRequest>,
+    ) -> Result<Response<ChunkStream>, Status> {
+        let bytes = self.coordinator.file(&request.into_inner().digest).await?;
+        Ok(Response::new(chunked(bytes)))
+    }
+}
+
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::Chunk, Status>> + Send>>;
+
+/// A file as a stream of chunks of at most [`vcurve_proto::CHUNK_BYTES`], each within every gRPC
+/// message limit whatever the file's size.
+fn chunked(bytes: Vec<u8>) -> ChunkStream {
+    let chunks: Vec<Result<v1::Chunk, Status>> =
+        bytes.chunks(vcurve_proto::CHUNK_BYTES).map(|c| Ok(v1::Chunk { data: c.to_vec() })).collect();
+    Box::pin(futures::stream::iter(chunks))
 }
 
 struct StudyApi<S> {
@@ -185,10 +205,51 @@ type ProgressStream = Pin<Box<dyn Stream<Item = Result<v1::Progress, Status>> + 
 
 #[tonic::async_trait]
 impl<S: Store> StudyService for StudyApi<S> {
+    async fn upload(
+        &self,
+        request: Request<tonic::Streaming<v1::UploadChunk>>,
+    ) -> Result<Response<v1::UploadResponse>, Status> {
+        let limit = crate::spec::MAX_FILE_BYTES;
+        let mut stream = request.into_inner();
+        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
+        let (digest, size) = (first.sha256, first.size);
+        if !vcurve_record::trajectory::is_digest(&digest) {
+            return Err(Status::invalid_argument(format!("{digest:?} is not a SHA-256 digest (64 lowercase hex)")));
+        }
+        if size > limit {
+            return Err(Status::invalid_argument(format!(
+                "a file of {size} bytes is over the limit of {} MiB per file",
+                limit >> 20
+            )));
+        }
+        let mut content = first.data;
+        while let Some(chunk) = stream.message().await? {
+            if (content.len() + chunk.data.len()) as u64 > size {
+                return Err(Status::invalid_argument(format!(
+                    "the upload is longer than the {size} bytes it announced"
+                )));
+            }
+            content.extend_from_slice(&chunk.data);
+        }
+        if content.len() as u64 != size {
+            return Err(Status::invalid_argument(format!(
+                "the upload ended after {} of the {size} bytes it announced",
+                content.len()
+            )));
+        }
+        let stored = self.coordinator.upload(&digest, &content).await?;
+        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
+    }
+
+    async fn has_files(&self, request: Request<v1::HasFilesRequest>) -> Result<Response<v1::HasFilesResponse>, Status> {
+        let missing = self.coordinator.missing_files(&request.into_inner().sha256).await?;
+        Ok(Response::new(v1::HasFilesResponse { missing }))
+    }
+
     async fn launch(&self, request: Request<v1::LaunchRequest>) -> Result<Response<v1::LaunchResponse>, Status> {
         let r = request.into_inner();
         let files: BTreeMap<String, String> = r.files.into_iter().collect();
-        let study = self.coordinator.launch(&r.spec_yaml, &files).await?;
+        let study = self.coordinator.launch_uploaded(&r.spec_yaml, &files).await?;
         Ok(Response::new(v1::LaunchResponse { study }))
     }
 

@@ -59,6 +59,7 @@ use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{BaseRun, BaseRuns, Thresholds, ThresholdsError};
 pub use vcurve_record::study::{Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudySpec, TrajectorySpec};
+use vcurve_record::{Trajectory, TrajectoryPayload};
 
 /// The longest trajectory a spec may declare.
 pub const MAX_LENGTH: u32 = 100_000;
@@ -105,9 +106,37 @@ pub enum SpecError {
     CurveLine { trajectory: TrajectoryRef, path: String, line: u64, message: String },
 }
 
+/// A parsed spec with the recorded runs its trajectories name, by digest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    pub spec: StudySpec,
+    pub recorded: BTreeMap<String, Trajectory>,
+}
+
+impl Launch {
+    /// What workers fetch for each trajectory, in the spec's order.
+    pub fn payloads(&self) -> Vec<TrajectoryPayload> {
+        self.spec
+            .trajectories
+            .iter()
+            .map(|t| TrajectoryPayload {
+                task: t.task.clone(),
+                length: t.length,
+                curve: t.curve.clone(),
+                recorded: t.recorded.as_ref().and_then(|d| self.recorded.get(d)).cloned(),
+            })
+            .collect()
+    }
+}
+
 /// Parse and validate a spec whose referenced files are looked up through `file` (a path
 /// relative to the spec, as written in it → the file's contents).
 pub fn parse(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<StudySpec, SpecError> {
+    parse_launch(yaml, file).map(|l| l.spec)
+}
+
+/// [`parse`], keeping the recorded runs the trajectories name.
+pub fn parse_launch(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
     let mut doc: Value = serde_norway::from_str(yaml).map_err(|e| SpecError::Yaml(e.to_string()))?;
     doc.apply_merge().map_err(|e| SpecError::Yaml(e.to_string()))?;
     let top = match &doc {
@@ -130,25 +159,28 @@ pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>)
     let yaml = std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.into(), source })?;
     let dir = path.parent().unwrap_or(Path::new(""));
     let mut files = BTreeMap::new();
-    for (trajectory, curve) in curve_references(&yaml) {
-        if files.contains_key(&curve) {
+    for (trajectory, field, path) in file_references(&yaml) {
+        if files.contains_key(&path) {
             continue;
         }
-        let full = dir.join(&curve);
-        let text = std::fs::read_to_string(&full).map_err(|e| SpecError::CurveFile {
-            trajectory,
-            path: curve.clone(),
-            message: format!("cannot read {}: {e}", full.display()),
+        let text = read_limited(&dir.join(&path)).map_err(|message| match field {
+            "curve" => SpecError::CurveFile { trajectory, path: path.clone(), message },
+            _ => SpecError::Trajectory { trajectory, field: field.into(), message: format!("{path}: {message}") },
         })?;
-        files.insert(curve, text);
+        files.insert(path, text);
     }
     Ok((yaml, files))
 }
 
 /// Read and validate a spec file; curve paths resolve against the spec's directory.
 pub fn load(path: &Path) -> Result<StudySpec, SpecError> {
+    load_launch(path).map(|l| l.spec)
+}
+
+/// [`load`], keeping the recorded runs.
+pub fn load_launch(path: &Path) -> Result<Launch, SpecError> {
     let (yaml, files) = read_with_files(path)?;
-    parse(&yaml, &|name| files.get(name).cloned())
+    parse_launch(&yaml, &|name| files.get(name).cloned())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -156,7 +188,7 @@ pub fn load(path: &Path) -> Result<StudySpec, SpecError> {
 
 const TOP_FIELDS: &[&str] =
     &["name", "seed", "budget", "schedule", "runner", "thresholds", "controls", "admission", "trajectories", "decoys"];
-const TRAJECTORY_FIELDS: &[&str] = &["id", "task", "length", "curve", "labels", "base_runs"];
+const TRAJECTORY_FIELDS: &[&str] = &["id", "task", "length", "curve", "labels", "base_runs", "recorded"];
 const DECOY_FIELDS: &[&str] = &["id", "task", "length", "labels"];
 const CONTROL_FIELDS: &[&str] = &["sanity", "retest", "budget_control"];
 const ADMISSION_FIELDS: &[&str] = &["mode", "batch_size", "pipeline_threshold"];
@@ -164,7 +196,7 @@ const ADMISSION_MODES: &[&str] = &["demand", "batch"];
 const SYNTHETIC_OPTIONS: &[&str] = &["duration_ms", "no_outcome_rate"];
 const BASE_RUN_FIELDS: &[&str] = &["success", "steps"];
 
-fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<StudySpec, SpecError> {
+fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
     check_keys(top, TOP_FIELDS, "", "a study spec").map_err(top_error)?;
 
     let name = text(required(top, "name", "")?, "name").map_err(top_error)?;
@@ -206,8 +238,12 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<S
     let synthetic = runner.kind == SYNTHETIC;
     let mut trajectories: Vec<TrajectorySpec> = Vec::with_capacity(entries.len());
     let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut recorded = BTreeMap::new();
     for (index, entry) in entries.iter().enumerate() {
-        let trajectory = parse_trajectory(index, entry, synthetic, file)?;
+        let (trajectory, run) = parse_trajectory(index, entry, synthetic, file)?;
+        if let Some(run) = run {
+            recorded.insert(run.digest(), run);
+        }
         if let Some(first) = seen.insert(trajectory.id.clone(), index) {
             return Err(SpecError::Trajectory {
                 trajectory: TrajectoryRef::Id(trajectory.id),
@@ -254,7 +290,9 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<S
         }
     };
 
-    Ok(StudySpec { name, seed, budget, schedule, runner, thresholds, controls, admission, trajectories, decoys })
+    let spec =
+        StudySpec { name, seed, budget, schedule, runner, thresholds, controls, admission, trajectories, decoys };
+    Ok(Launch { spec, recorded })
 }
 
 fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
@@ -520,7 +558,7 @@ fn parse_trajectory(
     entry: &Value,
     synthetic: bool,
     file: &dyn Fn(&str) -> Option<String>,
-) -> Result<TrajectorySpec, SpecError> {
+) -> Result<(TrajectorySpec, Option<Trajectory>), SpecError> {
     let Value::Mapping(map) = entry else {
         return Err(SpecError::Trajectory {
             trajectory: TrajectoryRef::Index(index),
@@ -537,12 +575,45 @@ fn parse_trajectory(
 
     check_keys(map, TRAJECTORY_FIELDS, "", "a trajectory").map_err(at)?;
     let id = text(get(map, "id").ok_or_else(|| at(missing("id")))?, "id").map_err(at)?;
-    let task = match get(map, "task") {
-        None => id.clone(),
-        Some(v) => text(v, "task").map_err(at)?,
+    let recorded = match get(map, "recorded") {
+        None => None,
+        Some(v) => {
+            let path = text(v, "recorded").map_err(at)?;
+            let Some(contents) = file(&path) else {
+                return Err(at(problem(
+                    "recorded",
+                    format!("{path}: was not found (paths are relative to the spec file's directory)"),
+                )));
+            };
+            let run = Trajectory::from_json(contents.as_bytes())
+                .map_err(|e| at(problem("recorded", format!("{path}: {e}"))))?;
+            Some(run)
+        }
     };
-    let length = uint(get(map, "length").ok_or_else(|| at(missing("length")))?, "length", 1, u64::from(MAX_LENGTH))
-        .map_err(at)? as u32;
+    let task = match (get(map, "task"), &recorded) {
+        (None, Some(run)) => run.task.id.clone(),
+        (None, None) => id.clone(),
+        (Some(v), _) => text(v, "task").map_err(at)?,
+    };
+    let length = match (get(map, "length"), &recorded) {
+        (None, Some(run)) => run.length(),
+        (None, None) => return Err(at(missing("length"))),
+        (Some(v), run) => {
+            let length = uint(v, "length", 1, u64::from(MAX_LENGTH)).map_err(at)? as u32;
+            if let Some(run) = run
+                && run.length() != length
+            {
+                return Err(at(problem(
+                    "length",
+                    format!("= {length} but the recorded run has {} steps", run.length()),
+                )));
+            }
+            length
+        }
+    };
+    if length > MAX_LENGTH {
+        return Err(at(problem("length", format!("= {length} is more than {MAX_LENGTH} steps"))));
+    }
 
     let curve = match get(map, "curve") {
         None if synthetic => {
@@ -593,7 +664,8 @@ fn parse_trajectory(
         }
     };
 
-    Ok(TrajectorySpec { id, task, length, curve, labels, base_runs })
+    let digest = recorded.as_ref().map(Trajectory::digest);
+    Ok((TrajectorySpec { id, task, length, curve, labels, base_runs, recorded: digest }, recorded))
 }
 
 fn parse_labels(labels: &Mapping, length: u32) -> Result<Vec<Label>, Problem> {
@@ -717,26 +789,50 @@ fn parse_curve(contents: &str, length: u32) -> Result<Vec<f64>, (Option<u64>, St
     Ok(values.into_iter().map(|v| v.map_or(0.0, |(v, _)| v)).collect())
 }
 
-/// The curve files a spec names, with the trajectory naming each, for
-/// [`read_with_files`]. A spec too malformed to walk names none; `parse` reports why.
-fn curve_references(yaml: &str) -> Vec<(TrajectoryRef, String)> {
+/// The largest file a spec may reference (a curve or a recorded trajectory). Recorded runs of
+/// real agents with their message lists are megabytes to tens of megabytes.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Read a referenced file: a regular file of at most [`MAX_FILE_BYTES`], UTF-8.
+fn read_limited(path: &Path) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "{} is {} bytes, over the limit of {} MiB per file",
+            path.display(),
+            meta.len(),
+            MAX_FILE_BYTES >> 20
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| format!("{} is not UTF-8 text: {e}", path.display()))
+}
+
+/// The files a spec names (`curve` and `recorded` of each trajectory), with the trajectory and
+/// field naming each, for [`read_with_files`]. A spec too malformed to walk names none; `parse`
+/// reports why.
+fn file_references(yaml: &str) -> Vec<(TrajectoryRef, &'static str, String)> {
     let Ok(mut doc) = serde_norway::from_str::<Value>(yaml) else { return Vec::new() };
     if doc.apply_merge().is_err() {
         return Vec::new();
     }
     let Some(entries) = doc.get("trajectories").and_then(Value::as_sequence) else { return Vec::new() };
-    entries
-        .iter()
-        .enumerate()
-        .filter_map(|(index, entry)| {
-            let curve = entry.get("curve")?.as_str()?;
-            let named = match entry.get("id").and_then(Value::as_str) {
-                Some(id) if valid_name(id) => TrajectoryRef::Id(id.to_string()),
-                _ => TrajectoryRef::Index(index),
-            };
-            Some((named, curve.to_string()))
-        })
-        .collect()
+    let mut out = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let named = match entry.get("id").and_then(Value::as_str) {
+            Some(id) if valid_name(id) => TrajectoryRef::Id(id.to_string()),
+            _ => TrajectoryRef::Index(index),
+        };
+        for field in ["curve", "recorded"] {
+            if let Some(path) = entry.get(field).and_then(Value::as_str) {
+                out.push((named.clone(), field, path.to_string()));
+            }
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------

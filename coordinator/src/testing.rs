@@ -109,3 +109,63 @@ impl crate::Renderer for NoRenderer {
 pub fn no_renderer() -> std::sync::Arc<dyn crate::Renderer> {
     std::sync::Arc::new(NoRenderer)
 }
+
+/// A recorded trajectory of `steps` steps (one `echo` each) on task `task`, as a trajectory file.
+pub fn recorded_trajectory(task: &str, steps: u32) -> String {
+    recorded_trajectory_with_output(task, steps, "")
+}
+
+/// [`recorded_trajectory`] whose every output carries `padding` (to make large files).
+pub fn recorded_trajectory_with_output(task: &str, steps: u32, padding: &str) -> String {
+    use vcurve_record::trajectory::{Action, EndType, Evaluator, FORMAT, Interpreter, Step, Task, Trajectory};
+    let mut messages = vec![
+        serde_json::json!({"role": "system", "content": "agent"}),
+        serde_json::json!({"role": "user", "content": task}),
+    ];
+    let mut out = Vec::new();
+    for i in 1..=steps {
+        messages.push(serde_json::json!({"role": "assistant", "content": format!("echo {i}")}));
+        messages.push(serde_json::json!({"role": "user", "content": format!("{i}\n")}));
+        out.push(Step {
+            actions: vec![Action {
+                command: format!("echo {i}"),
+                timeout_s: 60.0,
+                output: format!("{i}\n{padding}"),
+                returncode: Some(0),
+                timed_out: false,
+                exception: None,
+            }],
+            messages_end: messages.len(),
+            fingerprint: None,
+        });
+    }
+    let t = Trajectory {
+        format: FORMAT.into(),
+        task: Task {
+            id: task.into(),
+            image: "vcurve/test-task:latest".into(),
+            workdir: "/testbed".into(),
+            evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
+            problem_statement: None,
+        },
+        interpreter: Interpreter::default(),
+        messages,
+        initial_messages: 2,
+        steps: out,
+        end_type: EndType::Submitted,
+        submission: Some(String::new()),
+    };
+    serde_json::to_string(&t).expect("serializes")
+}
+
+/// A study spec for runner kind `kind` over recorded trajectories `(id, steps)`, and its files.
+pub fn recorded_spec(name: &str, kind: &str, trajectories: &[(&str, u32)]) -> (String, BTreeMap<String, String>) {
+    let mut yaml = format!("name: {name}\nseed: 7\nrunner: {{kind: {kind}}}\ntrajectories:\n");
+    let mut files = BTreeMap::new();
+    for (id, steps) in trajectories {
+        let path = format!("runs/{id}.json");
+        files.insert(path.clone(), recorded_trajectory(&format!("task-{id}"), *steps));
+        let _ = writeln!(yaml, "  - id: {id}\n    recorded: {path}");
+    }
+    (yaml, files)
+}

@@ -4,25 +4,72 @@
 use tonic::Status;
 use vcurve_method::schedule::Series;
 use vcurve_proto::v1;
+use vcurve_record::EndType;
+use vcurve_record::jobs::{CompareLevel, Judged, NonReplayable, Replayed, RunOutcome};
 
-use crate::model::{ContinuationKey, HeldJob, LeasedJob, Progress, RunReport};
+use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Progress};
 
-pub fn key_from_wire(key: Option<v1::ContinuationKey>) -> Result<ContinuationKey, Status> {
-    let key = key.ok_or_else(|| Status::invalid_argument("missing continuation key"))?;
-    let series = Series::parse(&key.series).ok_or_else(|| {
-        Status::invalid_argument(format!("unknown series {:?} (main, retest, full_budget)", key.series))
-    })?;
-    Ok(ContinuationKey { study: key.study, trajectory: key.trajectory, series, t: key.t, seed: key.seed })
+fn required(field: &str, value: String) -> Result<String, Status> {
+    if value.is_empty() { Err(Status::invalid_argument(format!("job key without {field}"))) } else { Ok(value) }
 }
 
-pub fn key_to_wire(key: &ContinuationKey) -> v1::ContinuationKey {
-    v1::ContinuationKey {
-        study: key.study.clone(),
-        trajectory: key.trajectory.clone(),
-        series: key.series.as_str().to_string(),
-        t: key.t,
-        seed: key.seed,
+pub fn key_from_wire(key: Option<v1::JobKey>) -> Result<JobKey, Status> {
+    let key = key.ok_or_else(|| Status::invalid_argument("missing job key"))?;
+    let study = required("study", key.study)?;
+    Ok(match v1::JobKind::try_from(key.kind) {
+        Ok(v1::JobKind::Continuation) => {
+            let series = Series::parse(&key.series).ok_or_else(|| {
+                Status::invalid_argument(format!("unknown series {:?} (main, retest, full_budget)", key.series))
+            })?;
+            JobKey::Continuation(ContinuationKey {
+                study,
+                trajectory: required("trajectory", key.trajectory)?,
+                series,
+                t: key.t,
+                seed: key.seed,
+            })
+        }
+        Ok(v1::JobKind::Replay) => JobKey::Replay { study, trajectory: required("trajectory", key.trajectory)? },
+        Ok(v1::JobKind::Evaluation) => JobKey::Evaluation {
+            study,
+            task: required("task", key.task)?,
+            patch_sha256: required("patch_sha256", key.patch_sha256)?,
+            round: key.seed,
+        },
+        Ok(v1::JobKind::BaseRun) => JobKey::BaseRun { study, task: required("task", key.task)?, seed: key.seed },
+        Ok(v1::JobKind::Unspecified) | Err(_) => {
+            return Err(Status::invalid_argument(format!("job key of unknown kind {}", key.kind)));
+        }
+    })
+}
+
+pub fn key_to_wire(key: &JobKey) -> v1::JobKey {
+    let mut wire = v1::JobKey { study: key.study().to_string(), ..Default::default() };
+    match key {
+        JobKey::Continuation(k) => {
+            wire.kind = v1::JobKind::Continuation.into();
+            wire.trajectory = k.trajectory.clone();
+            wire.series = k.series.as_str().to_string();
+            wire.t = k.t;
+            wire.seed = k.seed;
+        }
+        JobKey::Replay { trajectory, .. } => {
+            wire.kind = v1::JobKind::Replay.into();
+            wire.trajectory = trajectory.clone();
+        }
+        JobKey::Evaluation { task, patch_sha256, round, .. } => {
+            wire.kind = v1::JobKind::Evaluation.into();
+            wire.task = task.clone();
+            wire.patch_sha256 = patch_sha256.clone();
+            wire.seed = *round;
+        }
+        JobKey::BaseRun { task, seed, .. } => {
+            wire.kind = v1::JobKind::BaseRun.into();
+            wire.task = task.clone();
+            wire.seed = *seed;
+        }
     }
+    wire
 }
 
 pub fn held_from_wire(jobs: Vec<v1::HeldJob>) -> Result<Vec<HeldJob>, Status> {
@@ -43,20 +90,86 @@ pub fn job_to_wire(job: &LeasedJob) -> v1::Job {
             options_json: job.runner_options.clone(),
             study_seed: job.study_seed,
         }),
-        trajectory_spec_json: job.payload.clone(),
+        trajectory_digest: job.trajectory_digest.clone().unwrap_or_default(),
+        anchors: job.anchors.clone(),
     }
 }
 
-pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<RunReport, Status> {
+fn end_type_from_wire(value: i32) -> Result<EndType, Status> {
+    Ok(match v1::EndType::try_from(value) {
+        Ok(v1::EndType::Submitted) => EndType::Submitted,
+        Ok(v1::EndType::StepCap) => EndType::StepCap,
+        Ok(v1::EndType::CostLimit) => EndType::CostLimit,
+        Ok(v1::EndType::ContextWindow) => EndType::ContextWindow,
+        Ok(v1::EndType::FormatError) => EndType::FormatError,
+        Ok(v1::EndType::Error) => EndType::Error,
+        Ok(v1::EndType::Unspecified) | Err(_) => {
+            return Err(Status::invalid_argument(format!("an outcome needs an end type (got {value})")));
+        }
+    })
+}
+
+fn judged_from_wire(value: i32) -> Result<Judged, Status> {
+    Ok(match v1::Judged::try_from(value) {
+        Ok(v1::Judged::Evaluated) => Judged::Evaluated,
+        Ok(v1::Judged::Cached) => Judged::Cached,
+        Ok(v1::Judged::EmptyPatch) => Judged::EmptyPatch,
+        Ok(v1::Judged::Unspecified) | Err(_) => {
+            return Err(Status::invalid_argument(format!("an outcome needs to say how it was judged (got {value})")));
+        }
+    })
+}
+
+fn level_from_wire(value: i32) -> Result<CompareLevel, Status> {
+    Ok(match v1::CompareLevel::try_from(value) {
+        Ok(v1::CompareLevel::Exact) => CompareLevel::Exact,
+        Ok(v1::CompareLevel::SortedLines) => CompareLevel::SortedLines,
+        Ok(v1::CompareLevel::CharMultiset) => CompareLevel::CharMultiset,
+        Ok(v1::CompareLevel::Fingerprint) => CompareLevel::Fingerprint,
+        Ok(v1::CompareLevel::Unspecified) | Err(_) => {
+            return Err(Status::invalid_argument(format!("unknown comparison level {value}")));
+        }
+    })
+}
+
+/// The longest excerpt of an observation a non-replayable report keeps.
+pub const MAX_EXCERPT_BYTES: usize = 4096;
+
+fn excerpt(s: String) -> String {
+    if s.len() <= MAX_EXCERPT_BYTES {
+        return s;
+    }
+    let mut end = MAX_EXCERPT_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<JobReport, Status> {
+    use v1::report_request::Result as R;
     match result {
-        Some(v1::report_request::Result::Outcome(o)) => Ok(RunReport::Outcome {
+        Some(R::Outcome(o)) => Ok(JobReport::Outcome(RunOutcome {
             success: o.success,
             steps: o.steps,
-            end_type: o.end_type,
+            end_type: end_type_from_wire(o.end_type)?,
             patch_sha256: o.patch_sha256,
-        }),
-        Some(v1::report_request::Result::NoOutcome(n)) => Ok(RunReport::NoOutcome { reason: n.reason }),
-        None => Err(Status::invalid_argument("a report needs an outcome or a no-outcome")),
+            judged: judged_from_wire(o.judged)?,
+        })),
+        Some(R::NoOutcome(n)) => Ok(JobReport::NoOutcome { reason: n.reason }),
+        Some(R::NonReplayable(n)) => Ok(JobReport::NonReplayable(NonReplayable {
+            step: n.step,
+            level: level_from_wire(n.level)?,
+            reason: n.reason,
+            recorded_excerpt: excerpt(n.recorded_excerpt),
+            replayed_excerpt: excerpt(n.replayed_excerpt),
+        })),
+        Some(R::Replayed(r)) => Ok(JobReport::Replayed(Replayed {
+            anchors: r.anchors,
+            levels: r.levels.into_iter().map(level_from_wire).collect::<Result<_, _>>()?,
+        })),
+        Some(R::Evaluated(e)) => Ok(JobReport::Evaluated { resolved: e.resolved }),
+        None => Err(Status::invalid_argument("a report needs a result")),
     }
 }
 
@@ -72,6 +185,7 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
         trajectories: p.trajectories,
         trajectories_done: p.trajectories_done,
         trajectories_admitted: p.trajectories_admitted,
+        trajectories_non_replayable: p.trajectories_non_replayable,
         stages: p
             .stages
             .iter()

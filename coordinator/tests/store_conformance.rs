@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use vcurve_coordinator::core::{Clock, Coordinator, Timing};
 use vcurve_coordinator::model::{
-    HeldJob, LeasedJob, ReportVerdict, RunReport, StudyRecord, StudyState, TrajectoryState,
+    ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, ReportVerdict, StudyRecord, StudyState, TrajectoryState,
 };
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
 use vcurve_coordinator::testing::{TestStore, Tr, no_renderer, spec, step_outcome};
 use vcurve_method::schedule::Series;
+use vcurve_record::EndType;
+use vcurve_record::jobs::{Judged, RunOutcome};
 
 const T0: i64 = 1_700_000_000_000;
 
@@ -33,8 +35,26 @@ fn held(job: &LeasedJob) -> HeldJob {
     HeldJob { key: job.key.clone(), attempt: job.attempt }
 }
 
-fn outcome(success: bool) -> RunReport {
-    RunReport::Outcome { success, steps: 10, end_type: "submitted".into(), patch_sha256: "abc".into() }
+fn outcome(success: bool) -> JobReport {
+    JobReport::Outcome(RunOutcome {
+        success,
+        steps: 10,
+        end_type: EndType::Submitted,
+        patch_sha256: "abc".into(),
+        judged: Judged::Evaluated,
+    })
+}
+
+/// The continuation key of a leased job.
+fn ck(job: &LeasedJob) -> &ContinuationKey {
+    job.key.continuation().expect("a continuation")
+}
+
+fn ck_mut(held: &mut HeldJob) -> &mut ContinuationKey {
+    match &mut held.key {
+        JobKey::Continuation(k) => k,
+        other => panic!("{other} is not a continuation"),
+    }
 }
 
 async fn launch_one(c: &Coordinator<SqlStore>, length: u32) -> String {
@@ -53,10 +73,10 @@ async fn admission_and_first_leases() {
         let study = launch_one(&c, 40).await;
         let p = c.progress(&study).await.unwrap();
         assert_eq!((p.trajectories, p.trajectories_admitted, p.pending), (1, 0, 0), "{}", ts.name);
-        let w = c.register("w1", 4, &["synthetic".into()], "1.0").await.unwrap();
+        let w = c.register("w1", 4, &["synthetic".into()], "2.0").await.unwrap();
         let jobs = lease(&c, &w, 4).await;
         assert_eq!(jobs.len(), 4, "{}", ts.name);
-        assert!(jobs.iter().all(|j| j.attempt == 1 && j.budget == 100 - j.key.t && j.runner_kind == "synthetic"));
+        assert!(jobs.iter().all(|j| j.attempt == 1 && j.budget == 100 - ck(j).t && j.runner_kind == "synthetic"));
         let p = c.progress(&study).await.unwrap();
         // Screening of T = 40: 9 anchors × 8 seeds, 4 of them leased.
         assert_eq!((p.trajectories_admitted, p.running, p.pending), (1, 4, 68), "{}", ts.name);
@@ -69,7 +89,7 @@ async fn a_key_accepts_exactly_one_outcome() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_one(&c, 40).await;
-        let w = c.register("w1", 2, &["synthetic".into()], "1.0").await.unwrap();
+        let w = c.register("w1", 2, &["synthetic".into()], "2.0").await.unwrap();
         let job = lease(&c, &w, 1).await.remove(0);
         assert_eq!(c.report(&w, &held(&job), &outcome(true)).await.unwrap(), ReportVerdict::Accepted);
         // A duplicate, a different outcome, a stale attempt: all ignored.
@@ -78,13 +98,13 @@ async fn a_key_accepts_exactly_one_outcome() {
         assert!(matches!(c.report(&w, &stale, &outcome(false)).await.unwrap(), ReportVerdict::Ignored(_)));
         // Unknown keys.
         let mut unknown = held(&job);
-        unknown.key.trajectory = "nope".into();
+        ck_mut(&mut unknown).trajectory = "nope".into();
         assert!(matches!(c.report(&w, &unknown, &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
         let mut unknown = held(&job);
-        unknown.key.t = 3;
+        ck_mut(&mut unknown).t = 3;
         assert!(matches!(c.report(&w, &unknown, &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
         let mut unknown = held(&job);
-        unknown.key.study = "no-such-study".into();
+        ck_mut(&mut unknown).study = "no-such-study".into();
         assert!(matches!(c.report(&w, &unknown, &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
         let p = c.progress(&study).await.unwrap();
         assert_eq!(p.done, 1, "{}", ts.name);
@@ -99,7 +119,7 @@ async fn three_no_outcomes_retire_a_key_and_a_release_does_not_count() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_one(&c, 40).await;
-        let w = c.register("w1", 1, &["synthetic".into()], "1.0").await.unwrap();
+        let w = c.register("w1", 1, &["synthetic".into()], "2.0").await.unwrap();
         let first = lease(&c, &w, 1).await.remove(0);
         // A release re-issues the same key under a new attempt, without counting.
         assert_eq!(c.release(&w, &[held(&first)]).await.unwrap(), 1);
@@ -109,7 +129,7 @@ async fn three_no_outcomes_retire_a_key_and_a_release_does_not_count() {
             assert_eq!(job.key, first.key, "{}: the same key is run again", ts.name);
             attempts.push(job.attempt);
             let verdict =
-                c.report(&w, &held(&job), &RunReport::NoOutcome { reason: format!("killed {i}") }).await.unwrap();
+                c.report(&w, &held(&job), &JobReport::NoOutcome { reason: format!("killed {i}") }).await.unwrap();
             assert_eq!(verdict, ReportVerdict::Accepted);
         }
         assert_eq!(attempts, vec![1, 2, 3, 4], "{}", ts.name);
@@ -127,7 +147,7 @@ async fn leases_expire_only_without_heartbeats() {
     for ts in TestStore::both().await {
         let (c, clock) = coordinator(&ts.store);
         launch_one(&c, 40).await;
-        let a = c.register("a", 2, &["synthetic".into()], "1.0").await.unwrap();
+        let a = c.register("a", 2, &["synthetic".into()], "2.0").await.unwrap();
         let jobs = lease(&c, &a, 2).await;
         let held_a: Vec<HeldJob> = jobs.iter().map(held).collect();
         // Ten heartbeats 10 s apart: 100 s, far past the 30 s timeout, and nothing expires.
@@ -139,7 +159,7 @@ async fn leases_expire_only_without_heartbeats() {
         }
         // A stops heartbeating: after the timeout its keys go to B under a new attempt.
         clock.advance(Duration::from_secs(31));
-        let b = c.register("b", 2, &["synthetic".into()], "1.0").await.unwrap();
+        let b = c.register("b", 2, &["synthetic".into()], "2.0").await.unwrap();
         let taken = lease(&c, &b, 2).await;
         let keys_a: HashSet<_> = jobs.iter().map(|j| j.key.clone()).collect();
         assert!(taken.iter().all(|j| keys_a.contains(&j.key) && j.attempt == 2), "{}", ts.name);
@@ -170,7 +190,7 @@ async fn concurrent_leases_never_share_a_key() {
         c.launch(&yaml, &files).await.unwrap();
         let mut workers = Vec::new();
         for i in 0..8 {
-            workers.push(c.register(&format!("w{i}"), 16, &["synthetic".into()], "1.0").await.unwrap());
+            workers.push(c.register(&format!("w{i}"), 16, &["synthetic".into()], "2.0").await.unwrap());
         }
         let tasks: Vec<_> = workers
             .iter()
@@ -200,7 +220,7 @@ async fn cancel_stops_new_leases() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_one(&c, 40).await;
-        let w = c.register("w", 2, &["synthetic".into()], "1.0").await.unwrap();
+        let w = c.register("w", 2, &["synthetic".into()], "2.0").await.unwrap();
         assert_eq!(lease(&c, &w, 2).await.len(), 2);
         assert_eq!(c.cancel(&study).await.unwrap(), StudyState::Cancelled);
         assert!(lease(&c, &w, 2).await.is_empty(), "{}", ts.name);
@@ -213,15 +233,15 @@ async fn cancel_stops_new_leases() {
 /// Drive a study to the end with deterministic outcomes; return its stored record, study id
 /// blanked (exports are a pure function of it).
 async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32)]) -> StudyRecord {
-    let w = c.register("w", 8, &["synthetic".into()], "1.0").await.unwrap();
+    let w = c.register("w", 8, &["synthetic".into()], "2.0").await.unwrap();
     for _ in 0..10_000 {
         let jobs = lease(c, &w, 8).await;
         if jobs.is_empty() {
             break;
         }
         for job in jobs {
-            let cliff = cliffs.iter().find(|(id, _)| *id == job.key.trajectory).unwrap().1;
-            let success = step_outcome(cliff, job.key.t, job.key.seed);
+            let cliff = cliffs.iter().find(|(id, _)| *id == ck(&job).trajectory).unwrap().1;
+            let success = step_outcome(cliff, ck(&job).t, ck(&job).seed);
             assert_eq!(c.report(&w, &held(&job), &outcome(success)).await.unwrap(), ReportVerdict::Accepted);
         }
     }
@@ -271,6 +291,219 @@ async fn one_trajectory_reads_as_its_own_study_record() {
         assert_eq!(one.trajectories[0], whole.trajectories[1], "{}", ts.name);
         assert!(c.store().trajectory(&study, "third").await.unwrap().is_none());
         assert!(c.store().trajectory("no-such-study", "second").await.is_err());
+        ts.finish().await;
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Replays, the non-replayable state, evaluations and base runs, and files by digest: a test
+// double plays the worker that runs them.
+// ------------------------------------------------------------------------------------------------
+
+const DOUBLE: &str = "double";
+
+fn non_replayable(step: u32) -> JobReport {
+    JobReport::NonReplayable(vcurve_record::jobs::NonReplayable {
+        step,
+        level: vcurve_record::jobs::CompareLevel::CharMultiset,
+        reason: format!("step {step}: output differs"),
+        recorded_excerpt: "3\n".into(),
+        replayed_excerpt: "token 9f2c\n".into(),
+    })
+}
+
+fn replayed(length: u32) -> JobReport {
+    JobReport::Replayed(vcurve_record::jobs::Replayed {
+        anchors: vec![0, 5, 10, length - 1],
+        levels: vec![vcurve_record::jobs::CompareLevel::Exact; length as usize],
+    })
+}
+
+async fn launch_recorded(c: &Coordinator<SqlStore>, trajectories: &[(&str, u32)]) -> String {
+    let (yaml, files) = vcurve_coordinator::testing::recorded_spec("recorded", DOUBLE, trajectories);
+    c.launch(&yaml, &files).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_recorded_trajectory_is_replayed_before_any_continuation() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_recorded(&c, &[("r1", 30)]).await;
+        let w = c.register("w", 8, &[DOUBLE.into()], "2.0").await.unwrap();
+        let jobs = lease(&c, &w, 8).await;
+        assert_eq!(jobs.len(), 1, "{}: only the replay is runnable", ts.name);
+        let replay = &jobs[0];
+        assert_eq!(replay.key, JobKey::Replay { study: study.clone(), trajectory: "r1".into() });
+        assert_eq!(replay.anchors, vec![0, 5, 10, 15, 20, 25, 29], "{}", ts.name);
+        // The job names its payload by digest, and the payload is the recorded run.
+        let digest = replay.trajectory_digest.clone().expect("a digest");
+        let bytes = c.file(&digest).await.unwrap();
+        let payload = vcurve_record::TrajectoryPayload::from_fetched(&bytes, &digest).unwrap();
+        assert_eq!(payload.recorded.as_ref().map(|r| r.length()), Some(30));
+        assert_eq!(
+            c.progress(&study).await.unwrap().stages,
+            vec![],
+            "{}: a replaying trajectory is in no stage",
+            ts.name
+        );
+        assert_eq!(c.store().study(&study).await.unwrap().trajectories[0].state, TrajectoryState::Replaying);
+        // A continuation's report does not fit a replay: refused.
+        assert!(c.report(&w, &held(replay), &outcome(true)).await.is_err(), "{}", ts.name);
+
+        assert_eq!(c.report(&w, &held(replay), &replayed(30)).await.unwrap(), ReportVerdict::Accepted);
+        let jobs = lease(&c, &w, 8).await;
+        assert_eq!(jobs.len(), 8, "{}: screening starts after the replay", ts.name);
+        assert!(jobs.iter().all(|j| j.key.kind() == vcurve_coordinator::model::JobKind::Continuation));
+        assert!(jobs.iter().all(|j| j.trajectory_digest.as_deref() == Some(digest.as_str())));
+        let record = c.store().study(&study).await.unwrap();
+        assert_eq!(record.trajectories[0].state, TrajectoryState::Running);
+        assert_eq!(record.trajectories[0].replay.as_ref().map(|r| r.anchors.len()), Some(4));
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_non_replayable_replay_drops_the_trajectory_and_its_export_says_why() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_recorded(&c, &[("bad", 12), ("good", 12)]).await;
+        let w = c.register("w", 1, &[DOUBLE.into()], "2.0").await.unwrap();
+        let first = lease(&c, &w, 1).await.remove(0);
+        assert_eq!(first.key, JobKey::Replay { study: study.clone(), trajectory: "bad".into() });
+        assert_eq!(c.report(&w, &held(&first), &non_replayable(3)).await.unwrap(), ReportVerdict::Accepted);
+        // From now on nothing of "bad" is ever handed out.
+        let mut seen = Vec::new();
+        for _ in 0..200 {
+            let jobs = lease(&c, &w, 1).await;
+            let Some(job) = jobs.into_iter().next() else { break };
+            assert_eq!(job.key.trajectory(), Some("good"), "{}", ts.name);
+            let report = if job.key.kind() == vcurve_coordinator::model::JobKind::Replay {
+                replayed(12)
+            } else {
+                outcome(false)
+            };
+            assert_eq!(c.report(&w, &held(&job), &report).await.unwrap(), ReportVerdict::Accepted);
+            seen.push(job.key);
+        }
+        assert!(!seen.is_empty());
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!((p.state, p.trajectories_non_replayable), (StudyState::Done, 1), "{}", ts.name);
+        let record = c.store().study(&study).await.unwrap();
+        let bad = &record.trajectories[0];
+        assert_eq!(bad.state, TrajectoryState::NonReplayable);
+        assert!(bad.outcomes.is_empty());
+        let why = bad.non_replayable.as_ref().expect("a reason");
+        assert_eq!((why.step, why.reason.as_str()), (3, "step 3: output differs"));
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_continuation_that_meets_another_state_drops_the_rest_of_its_trajectory() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_recorded(&c, &[("r", 20)]).await;
+        let w = c.register("w", 4, &[DOUBLE.into()], "2.0").await.unwrap();
+        let replay = lease(&c, &w, 1).await.remove(0);
+        c.report(&w, &held(&replay), &replayed(20)).await.unwrap();
+        let jobs = lease(&c, &w, 4).await;
+        assert_eq!(jobs.len(), 4);
+        assert_eq!(c.report(&w, &held(&jobs[0]), &outcome(true)).await.unwrap(), ReportVerdict::Accepted);
+        assert_eq!(c.report(&w, &held(&jobs[1]), &non_replayable(7)).await.unwrap(), ReportVerdict::Accepted);
+        // The other two leases are revoked at the next heartbeat; their late reports change nothing.
+        let verdict = c.heartbeat(&w, &[held(&jobs[2]), held(&jobs[3])]).await.unwrap();
+        assert_eq!(verdict.revoked.len(), 2, "{}", ts.name);
+        assert!(matches!(c.report(&w, &held(&jobs[2]), &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
+        assert!(lease(&c, &w, 4).await.is_empty(), "{}: nothing more of a dropped trajectory", ts.name);
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!((p.state, p.pending, p.running, p.done), (StudyState::Done, 0, 0, 1), "{}", ts.name);
+        let record = c.store().study(&study).await.unwrap();
+        assert_eq!(record.trajectories[0].non_replayable.as_ref().map(|w| w.step), Some(7));
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_replay_without_an_outcome_three_times_drops_the_trajectory() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_recorded(&c, &[("r", 10)]).await;
+        let w = c.register("w", 1, &[DOUBLE.into()], "2.0").await.unwrap();
+        for i in 0..3 {
+            let job = lease(&c, &w, 1).await.remove(0);
+            assert_eq!(job.attempt, i + 1);
+            c.report(&w, &held(&job), &JobReport::no_outcome("container failed to start")).await.unwrap();
+        }
+        assert!(lease(&c, &w, 1).await.is_empty());
+        let record = c.store().study(&study).await.unwrap();
+        let why = record.trajectories[0].non_replayable.clone().expect("dropped");
+        assert!(why.reason.contains("no outcome in 3 attempts"), "{}: {}", ts.name, why.reason);
+        assert_eq!(record.state, StudyState::Done);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn evaluations_and_base_runs_are_queued_leased_and_recorded() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_recorded(&c, &[("r", 10)]).await;
+        let eval =
+            JobKey::Evaluation { study: study.clone(), task: "task-r".into(), patch_sha256: "ab".repeat(32), round: 0 };
+        let base = JobKey::BaseRun { study: study.clone(), task: "task-r".into(), seed: 3 };
+        assert_eq!(c.enqueue(&[eval.clone(), base.clone(), eval.clone()]).await.unwrap(), 2, "{}", ts.name);
+        let continuation = JobKey::Continuation(ContinuationKey {
+            study: study.clone(),
+            trajectory: "r".into(),
+            series: Series::Main,
+            t: 0,
+            seed: 0,
+        });
+        assert!(c.enqueue(&[continuation]).await.is_err(), "{}: continuations come from the schedule", ts.name);
+        let w = c.register("w", 8, &[DOUBLE.into()], "2.0").await.unwrap();
+        let jobs = lease(&c, &w, 8).await;
+        let kinds: HashSet<_> = jobs.iter().map(|j| j.key.clone()).collect();
+        assert!(kinds.contains(&eval) && kinds.contains(&base), "{}: {kinds:?}", ts.name);
+        let base_job = jobs.iter().find(|j| j.key == base).unwrap();
+        assert_eq!((base_job.budget, base_job.trajectory_digest.as_deref()), (100, None));
+        for job in &jobs {
+            let report = match &job.key {
+                JobKey::Evaluation { .. } => JobReport::Evaluated { resolved: true },
+                JobKey::BaseRun { .. } => outcome(false),
+                _ => replayed(10),
+            };
+            // Each kind takes only its own reports.
+            if matches!(job.key, JobKey::Evaluation { .. }) {
+                assert!(c.report(&w, &held(job), &outcome(true)).await.is_err());
+            }
+            assert_eq!(c.report(&w, &held(job), &report).await.unwrap(), ReportVerdict::Accepted, "{}", ts.name);
+        }
+        let task_jobs = c.store().task_jobs(&study).await.unwrap();
+        let eval_job = task_jobs.iter().find(|j| j.key == eval).unwrap();
+        assert_eq!(
+            (eval_job.state.as_str(), &eval_job.result),
+            ("done", &Some(JobReport::Evaluated { resolved: true }))
+        );
+        let base_job = task_jobs.iter().find(|j| j.key == base).unwrap();
+        assert_eq!(base_job.result, Some(outcome(false)), "{}", ts.name);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn files_are_kept_by_digest() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let content = b"t,v\n0,0.5\n".to_vec();
+        let digest = vcurve_record::trajectory::sha256_hex(&content);
+        assert_eq!(c.missing_files(std::slice::from_ref(&digest)).await.unwrap(), vec![digest.clone()]);
+        assert!(c.upload(&digest, &content).await.unwrap(), "{}: new", ts.name);
+        assert!(!c.upload(&digest, &content).await.unwrap(), "{}: kept once", ts.name);
+        assert!(c.missing_files(std::slice::from_ref(&digest)).await.unwrap().is_empty());
+        assert_eq!(c.file(&digest).await.unwrap(), content);
+        // A digest that does not match the content is refused.
+        let err = c.upload(&"0".repeat(64), &content).await.unwrap_err().to_string();
+        assert!(err.contains("SHA-256"), "{err}");
         ts.finish().await;
     }
 }

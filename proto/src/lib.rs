@@ -12,4 +12,7 @@ pub mod v1 {
 
 /// The protocol version a worker states when it registers. The coordinator refuses a different
 /// major version.
-pub const PROTOCOL_VERSION: &str = "1.0";
+pub const PROTOCOL_VERSION: &str = "2.0";
+
+/// The largest piece of a file or payload one message carries.
+pub const CHUNK_BYTES: usize = 1 << 20;

@@ -2,12 +2,23 @@
 //!
 //! The data vcurve records, as pure code: no I/O, no async.
 //!
+//! - [`trajectory`]: a recorded run — [`Task`], [`Trajectory`] (steps of model calls with their
+//!   [`Action`]s, fingerprints, message prefixes, end type, submission) and its content digest.
+//! - [`payload`]: what a worker fetches by digest to run a study's jobs on one trajectory.
+//! - [`runner`]: typed runner options, validated at launch.
+//! - [`jobs`]: the kinds of work a coordinator hands out and the typed reports that come back.
 //! - [`study`]: a study as data — the validated [`StudySpec`] it runs from and the
 //!   [`StudyRecord`] the store hands out (every trajectory's state and outcomes).
 
+pub mod jobs;
+pub mod payload;
+pub mod runner;
 pub mod study;
+pub mod trajectory;
 
+pub use payload::TrajectoryPayload;
 pub use study::{
     Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudyRecord, StudySpec, StudyState, TrajectoryRecord,
     TrajectorySpec, TrajectoryState,
 };
+pub use trajectory::{Action, EndType, Evaluator, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 use vcurve_method::schedule::{Outcome, Series, Stage, TrajectoryPlan};
 use vcurve_method::{BaseRuns, Thresholds};
 
+use crate::jobs::{NonReplayable, Replayed};
+
 /// A validated study: what the coordinator stores and schedules from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StudySpec {
@@ -84,6 +86,10 @@ pub struct TrajectorySpec {
     /// In the file's order.
     pub labels: Vec<Label>,
     pub base_runs: BaseRuns,
+    /// The digest of the recorded run ([`Trajectory::digest`](crate::Trajectory::digest)),
+    /// where the study gives one: it is replayed before any continuation runs from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<String>,
 }
 
 /// A judge's first-mistake label.
@@ -130,26 +136,50 @@ impl StudyState {
 pub enum TrajectoryState {
     /// Not admitted yet.
     Waiting,
+    /// Admitted; its recorded run is being replayed before any continuation runs from it.
+    Replaying,
     Running,
     Done,
     /// The task's pass rate is at most `ε₀`: nothing to localize, no curve is built.
     Doomed,
+    /// A replay or a continuation met a state that differs from the record (SPEC.md §5): it is
+    /// dropped, with the step and the reason, and no continuation of it is issued again.
+    NonReplayable,
 }
 
 impl TrajectoryState {
     pub fn as_str(&self) -> &'static str {
         match self {
             TrajectoryState::Waiting => "waiting",
+            TrajectoryState::Replaying => "replaying",
             TrajectoryState::Running => "running",
             TrajectoryState::Done => "done",
             TrajectoryState::Doomed => "doomed",
+            TrajectoryState::NonReplayable => "non_replayable",
         }
     }
 
+    pub const ALL: [TrajectoryState; 6] = [
+        TrajectoryState::Waiting,
+        TrajectoryState::Replaying,
+        TrajectoryState::Running,
+        TrajectoryState::Done,
+        TrajectoryState::Doomed,
+        TrajectoryState::NonReplayable,
+    ];
+
     pub fn parse(s: &str) -> Option<Self> {
-        [TrajectoryState::Waiting, TrajectoryState::Running, TrajectoryState::Done, TrajectoryState::Doomed]
-            .into_iter()
-            .find(|x| x.as_str() == s)
+        TrajectoryState::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    /// Whether nothing more will be run for the trajectory.
+    pub fn is_final(self) -> bool {
+        matches!(self, TrajectoryState::Done | TrajectoryState::Doomed | TrajectoryState::NonReplayable)
+    }
+
+    /// Whether the trajectory has a curve to analyze (it was admitted and not dropped).
+    pub fn has_curve(self) -> bool {
+        matches!(self, TrajectoryState::Running | TrajectoryState::Done)
     }
 }
 
@@ -164,6 +194,10 @@ pub struct TrajectoryRecord {
     pub outcomes: Vec<(Series, u32, u32, Outcome)>,
     /// Continuations with an outcome whose run ended at the step cap (exhausted its budget).
     pub cap_hits: u32,
+    /// Why the trajectory is non-replayable, when it is.
+    pub non_replayable: Option<NonReplayable>,
+    /// Its replay, once one reproduced every step.
+    pub replay: Option<Replayed>,
 }
 
 /// A study with everything needed to export it.

@@ -53,6 +53,13 @@ pub struct TrajectoryResult {
     pub first_edit: Option<u32>,
     /// The first step after the first edit whose observation shows a failure signal.
     pub first_symptom: Option<u32>,
+    /// Why the trajectory was dropped as non-replayable (step, level, reason, excerpts), when it
+    /// was: it has no curve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub non_replayable: Option<vcurve_record::jobs::NonReplayable>,
+    /// Its replay (anchors committed, the level each step matched at), once it reproduced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<vcurve_record::jobs::Replayed>,
 }
 
 /// Everything an export writes.
@@ -94,7 +101,7 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
     for (record, tspec) in study.trajectories.iter().zip(&spec.trajectories) {
         let mut series = BTreeMap::new();
         let mut main: Option<CurveAnalysis> = None;
-        if record.state != TrajectoryState::Doomed {
+        if !matches!(record.state, TrajectoryState::Doomed | TrajectoryState::NonReplayable) {
             for s in Series::ALL {
                 let points = points_of(&record.outcomes, s);
                 if points.is_empty() && s != Series::Main {
@@ -109,7 +116,7 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             }
         }
         let by_stage = match variant {
-            Some(v) if record.state != TrajectoryState::Doomed && record.state != TrajectoryState::Waiting => {
+            Some(v) if record.state.has_curve() => {
                 let outcomes = record.outcomes.iter().map(|&(series, t, seed, o)| (Key { series, t, seed }, o));
                 TrajectorySchedule::rebuild(&record.plan, &spec.thresholds, v, outcomes).cost_by_stage().clone()
             }
@@ -143,6 +150,8 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             controls: record.plan.controls,
             first_edit: None,
             first_symptom: None,
+            non_replayable: record.non_replayable.clone(),
+            replay: record.replay.clone(),
         });
     }
     Ok(Results {
@@ -192,6 +201,7 @@ pub fn trajectories_csv(results: &Results) -> String {
     for tr in &results.trajectories {
         let shape = match (tr.state, tr.shape) {
             (TrajectoryState::Doomed, _) => "doomed",
+            (TrajectoryState::NonReplayable, _) => "non_replayable",
             (_, Some(s)) => s.as_str(),
             (_, None) => "",
         };

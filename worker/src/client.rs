@@ -128,7 +128,25 @@ impl Coordinator {
         let mut client = self.client.clone();
         call("Release", RPC_TIMEOUT, client.release(request)).await
     }
+
+    /// A trajectory payload's bytes by digest, gathered from its chunks.
+    pub(crate) async fn get_trajectory(&self, digest: &str) -> Result<Vec<u8>, WorkerError> {
+        let mut client = self.client.clone();
+        let request = v1::GetTrajectoryRequest { digest: digest.to_owned() };
+        let fetch = async move {
+            let mut stream = client.get_trajectory(request).await?.into_inner();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = stream.message().await? {
+                bytes.extend_from_slice(&chunk.data);
+            }
+            Ok::<_, tonic::Status>(tonic::Response::new(bytes))
+        };
+        call("GetTrajectory", FETCH_TIMEOUT, fetch).await
+    }
 }
+
+/// How long fetching one trajectory payload may take (tens of MB over a slow link).
+const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 async fn call<T>(
     rpc: &'static str,

@@ -36,10 +36,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use vcurve_proto::v1;
 
+use crate::cache::{DEFAULT_BUDGET_BYTES, TrajectoryCache};
 use crate::client::{Backoff, Coordinator};
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
-use crate::runner::{HeldJob, JobSpec, RunResult, Runners};
+use crate::runner::{HeldJob, JobReport, JobSpec, Runners};
 use crate::wire;
 
 /// How long a cancelled runner may take to return before its future is dropped.
@@ -74,6 +75,8 @@ pub struct WorkerSummary {
     /// Jobs neither reported nor released (the coordinator refused the report, or could not be
     /// reached at shutdown): their leases expire and the coordinator issues them again.
     pub abandoned: u64,
+    /// Trajectory payloads fetched from the coordinator (each digest once while it is cached).
+    pub trajectories_fetched: u64,
 }
 
 /// Run a worker until `shutdown` resolves or a fatal error occurs.
@@ -221,6 +224,8 @@ struct Shared {
     config: WorkerConfig,
     runners: Runners,
     coordinator: Coordinator,
+    /// Trajectory payloads by digest, fetched once each.
+    cache: TrajectoryCache,
     session: Mutex<Session>,
     /// Serializes registrations (held across the Register RPC, hence tokio's mutex).
     registering: tokio::sync::Mutex<()>,
@@ -244,6 +249,7 @@ impl Shared {
             config,
             runners,
             coordinator,
+            cache: TrajectoryCache::new(DEFAULT_BUDGET_BYTES),
             session: Mutex::new(Session {
                 generation: 0,
                 worker_id: String::new(),
@@ -294,6 +300,7 @@ impl Shared {
             revoked: get(&c.revoked),
             released: get(&c.released),
             abandoned: get(&c.abandoned),
+            trajectories_fetched: self.cache.fetches(),
         }
     }
 
@@ -404,7 +411,7 @@ impl Shared {
         tracing::debug!("started");
         let result = match job {
             Ok(spec) => self.run_job(spec, &cancel).await,
-            Err(reason) => Some(RunResult::NoOutcome { reason }),
+            Err(reason) => Some(JobReport::NoOutcome { reason }),
         };
         match result {
             Some(result) => self.report(&held, &result, started.elapsed(), &cancel).await,
@@ -413,15 +420,31 @@ impl Shared {
     }
 
     /// Run a job through its runner; `None` when it was cancelled (its result is then moot).
-    async fn run_job(&self, spec: JobSpec, cancel: &CancellationToken) -> Option<RunResult> {
+    async fn run_job(&self, mut spec: JobSpec, cancel: &CancellationToken) -> Option<JobReport> {
         let Some(runner) = self.runners.get(&spec.runner_kind).cloned() else {
             let reason = format!("unsupported runner {}", spec.runner_kind);
             tracing::warn!(%reason, "cannot run job");
-            return Some(RunResult::NoOutcome { reason });
+            return Some(JobReport::NoOutcome { reason });
         };
+        if let Some(digest) = spec.trajectory_digest.clone() {
+            let fetch = self
+                .cache
+                .get(&digest, || async { self.coordinator.get_trajectory(&digest).await.map_err(|e| e.to_string()) });
+            let fetched = tokio::select! {
+                fetched = fetch => fetched,
+                () = cancel.cancelled() => return None,
+            };
+            match fetched {
+                Ok(payload) => spec.trajectory = Some(payload),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot fetch the job's trajectory");
+                    return Some(JobReport::no_outcome(format!("cannot fetch trajectory {digest}: {e}")));
+                }
+            }
+        }
         let kind = runner.kind();
         // A panicking runner must not take its job's lease with it: it becomes a no-outcome.
-        let panicked = |_| RunResult::no_outcome(format!("runner {kind} panicked"));
+        let panicked = |_| JobReport::no_outcome(format!("runner {kind} panicked"));
         let run = match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
             Ok(run) => run,
             Err(panic) => return Some(panicked(panic)),
@@ -442,7 +465,7 @@ impl Shared {
 
     /// Report a result, retrying transport errors until it goes through or the job is cancelled
     /// (revoked, or shutdown's grace ran out).
-    async fn report(&self, held: &HeldJob, result: &RunResult, took: Duration, cancel: &CancellationToken) {
+    async fn report(&self, held: &HeldJob, result: &JobReport, took: Duration, cancel: &CancellationToken) {
         let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
         if let Some(entry) = lock(&self.held).get_mut(held) {
             entry.reporting = true;
@@ -461,7 +484,7 @@ impl Shared {
                 Ok(response) => {
                     let c = &self.counters;
                     c.reported.fetch_add(1, Ordering::Relaxed);
-                    if matches!(result, RunResult::NoOutcome { .. }) {
+                    if matches!(result, JobReport::NoOutcome { .. }) {
                         c.no_outcomes.fetch_add(1, Ordering::Relaxed);
                     }
                     if response.accepted {

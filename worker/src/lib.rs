@@ -1,7 +1,9 @@
 //! # vcurve-worker
 //!
-//! A worker leases continuation jobs `(study, trajectory, series, t, seed)` from the coordinator,
-//! runs each through an agent runner, and reports its outcome with the job's attempt number. The
+//! A worker leases jobs from the coordinator — continuations `(study, trajectory, series, t, seed)`,
+//! replays, evaluations and base runs — runs each through an agent runner, and reports its typed
+//! result with the job's attempt number. A job names its trajectory by digest; the worker fetches
+//! each payload once and keeps it. The
 //! `vcurve worker` command and `vcurve demo` (which runs several workers in one process) both
 //! call [`run`].
 //!
@@ -30,7 +32,9 @@
 //!
 //! ## Layout
 //!
-//! - [`runner`]: the agent-runner seam: [`AgentRunner`], [`Runners`], [`JobSpec`], [`RunResult`].
+//! - [`runner`]: the agent-runner seam: [`AgentRunner`], [`Runners`], [`JobSpec`], [`JobReport`].
+//! - `cache`: trajectory payloads by digest, fetched from the coordinator once each
+//!   (`GetTrajectory`) and checked against the digest that named them.
 //! - [`synthetic`]: the `synthetic` runner, whose outcomes are a pure function of the key.
 //! - `lease_loop`: [`run`] and its tasks (lease loop, heartbeat loop, one task per job).
 //! - `client`: the channel, TLS, the bearer token interceptor, deadlines and backoff.
@@ -40,6 +44,7 @@
 //! The Docker runtime (replay, fingerprints) and the real agent runners come later, behind the
 //! same [`AgentRunner`] trait.
 
+mod cache;
 mod client;
 mod config;
 mod error;
@@ -51,6 +56,7 @@ mod wire;
 pub use config::WorkerConfig;
 pub use error::WorkerError;
 pub use lease_loop::{WorkerSummary, run};
-pub use runner::{AgentRunner, ContinuationKey, HeldJob, JobSpec, RunResult, Runners};
+pub use runner::{AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobSpec, Runners};
 pub use synthetic::SyntheticRunner;
 pub use vcurve_proto::PROTOCOL_VERSION;
+pub use vcurve_record::jobs::{CompareLevel, Judged, NonReplayable, Replayed, RunOutcome};

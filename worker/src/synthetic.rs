@@ -4,7 +4,7 @@
 //!
 //! # What it computes
 //!
-//! The trajectory payload is `{"curve": [v_0, …, v_{T−1}]}`, the true `V(t)` at every prefix the
+//! The trajectory payload's `curve` is `[v_0, …, v_{T−1}]`, the true `V(t)` at every prefix the
 //! schedule can sample. With
 //!
 //! ```text
@@ -16,8 +16,8 @@
 //! corner, `V(t) = 0` never does). The remaining fields are deterministic too:
 //!
 //! - `steps = 1 + ⌊1000·u⌋ mod budget` (0 when the budget is 0), so `1 ≤ steps ≤ budget`;
-//! - `end_type = "submitted"` on success; on failure `"step_cap"` when `steps == budget`, else
-//!   `"submitted"`;
+//! - `end_type = submitted` on success; on failure `step_cap` when `steps == budget`, else
+//!   `submitted`; the patch counts as evaluated;
 //! - `patch_sha256` = hex SHA-256 of `"{trajectory}/{series}/{t}/{seed}"`.
 //!
 //! # Options (the study spec's `runner:` map; unknown fields such as `kind` are ignored)
@@ -35,11 +35,13 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::runner::{AgentRunner, ContinuationKey, JobSpec, RunResult};
+use vcurve_record::jobs::{Judged, RunOutcome};
+use vcurve_record::{EndType, TrajectoryPayload};
+
+use crate::runner::{AgentRunner, ContinuationKey, JobReport, JobSpec};
 
 /// The `synthetic` agent runner (see the module docs for the formulas).
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,35 +52,7 @@ impl SyntheticRunner {
     pub const KIND: &'static str = "synthetic";
 }
 
-/// The options of the synthetic runner, parsed from the study's runner options.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Default)]
-#[serde(default)]
-pub struct SyntheticOptions {
-    /// Simulated work per continuation, in milliseconds.
-    pub duration_ms: u64,
-    /// Probability of an injected no-outcome per attempt, in `[0, 1]`.
-    pub no_outcome_rate: f64,
-}
-
-impl SyntheticOptions {
-    /// Parse and validate the options JSON; `null` means every default.
-    pub fn from_json(options: &serde_json::Value) -> Result<Self, String> {
-        if options.is_null() {
-            return Ok(Self::default());
-        }
-        if !options.is_object() {
-            return Err(format!("invalid synthetic runner options: expected a JSON object, got {options}"));
-        }
-        let parsed = Self::deserialize(options).map_err(|e| format!("invalid synthetic runner options: {e}"))?;
-        if !(0.0..=1.0).contains(&parsed.no_outcome_rate) {
-            return Err(format!(
-                "invalid synthetic runner options: no_outcome_rate = {} is outside [0, 1]",
-                parsed.no_outcome_rate
-            ));
-        }
-        Ok(parsed)
-    }
-}
+pub use vcurve_record::runner::SyntheticOptions;
 
 /// `u(s)`: the first 8 bytes of SHA-256 of `s`, big-endian, divided by 2^64.
 pub fn unit_hash(s: &str) -> f64 {
@@ -90,53 +64,65 @@ pub fn unit_hash(s: &str) -> f64 {
 
 /// `u` of a continuation: the draw that decides its outcome.
 pub fn outcome_draw(study_seed: u64, key: &ContinuationKey) -> f64 {
-    unit_hash(&format!("{study_seed}/{}/{}/{}/{}", key.trajectory, key.series, key.t, key.seed))
+    unit_hash(&format!("{study_seed}/{}/{}/{}/{}", key.trajectory, key.series.as_str(), key.t, key.seed))
 }
 
 /// The draw that decides whether `attempt` of a continuation is an injected no-outcome.
 pub fn no_outcome_draw(study_seed: u64, key: &ContinuationKey, attempt: u32) -> f64 {
-    unit_hash(&format!("{study_seed}/{}/{}/{}/{}/{attempt}/no-outcome", key.trajectory, key.series, key.t, key.seed))
+    unit_hash(&format!(
+        "{study_seed}/{}/{}/{}/{}/{attempt}/no-outcome",
+        key.trajectory,
+        key.series.as_str(),
+        key.t,
+        key.seed
+    ))
 }
 
 /// The whole synthetic decision for one job, without the simulated work: a pure function of the
 /// job. [`SyntheticRunner::run`] sleeps `duration_ms` and then returns this.
-pub fn synthetic_result(job: &JobSpec) -> RunResult {
+pub fn synthetic_result(job: &JobSpec) -> JobReport {
     let options = match SyntheticOptions::from_json(&job.options) {
         Ok(options) => options,
-        Err(reason) => return RunResult::NoOutcome { reason },
+        Err(reason) => return JobReport::NoOutcome { reason },
     };
-    let v = match true_value(&job.trajectory, job.key.t) {
+    let Some(key) = job.key.continuation() else {
+        return JobReport::no_outcome(format!(
+            "the synthetic runner runs continuations only, not a {}",
+            job.key.kind().as_str()
+        ));
+    };
+    let v = match true_value(job.trajectory.as_deref(), key.t) {
         Ok(v) => v,
-        Err(reason) => return RunResult::NoOutcome { reason },
+        Err(reason) => return JobReport::NoOutcome { reason },
     };
-    if no_outcome_draw(job.study_seed, &job.key, job.attempt) < options.no_outcome_rate {
-        return RunResult::no_outcome("injected");
+    if no_outcome_draw(job.study_seed, key, job.attempt) < options.no_outcome_rate {
+        return JobReport::no_outcome("injected");
     }
-    let u = outcome_draw(job.study_seed, &job.key);
+    let u = outcome_draw(job.study_seed, key);
     let success = u < v;
     let steps = if job.budget == 0 { 0 } else { 1 + ((u * 1000.0) as u32) % job.budget };
-    let end_type = if !success && steps == job.budget { "step_cap" } else { "submitted" };
-    let key = &job.key;
-    let patch = format!("{}/{}/{}/{}", key.trajectory, key.series, key.t, key.seed);
-    RunResult::Outcome {
+    let end_type = if !success && steps == job.budget { EndType::StepCap } else { EndType::Submitted };
+    let patch = format!("{}/{}/{}/{}", key.trajectory, key.series.as_str(), key.t, key.seed);
+    JobReport::Outcome(RunOutcome {
         success,
         steps,
-        end_type: end_type.to_owned(),
+        end_type,
         patch_sha256: hex(&Sha256::digest(patch.as_bytes())),
-    }
+        judged: Judged::Evaluated,
+    })
 }
 
 /// `V(t)` from the payload's `curve`.
-fn true_value(trajectory: &serde_json::Value, t: u32) -> Result<f64, String> {
-    let curve = trajectory
-        .get("curve")
-        .and_then(serde_json::Value::as_array)
-        .ok_or_else(|| "synthetic trajectory has no \"curve\" array".to_owned())?;
-    let value =
-        curve.get(t as usize).ok_or_else(|| format!("synthetic curve has {} values, none for t = {t}", curve.len()))?;
-    match value.as_f64() {
-        Some(v) if (0.0..=1.0).contains(&v) => Ok(v),
-        _ => Err(format!("synthetic curve value at t = {t} is {value}, not a number in [0, 1]")),
+fn true_value(trajectory: Option<&TrajectoryPayload>, t: u32) -> Result<f64, String> {
+    let curve =
+        trajectory.and_then(|p| p.curve.as_ref()).ok_or_else(|| "synthetic trajectory has no curve".to_owned())?;
+    let value = *curve
+        .get(t as usize)
+        .ok_or_else(|| format!("synthetic curve has {} values, none for t = {t}", curve.len()))?;
+    if (0.0..=1.0).contains(&value) {
+        Ok(value)
+    } else {
+        Err(format!("synthetic curve value at t = {t} is {value}, not a number in [0, 1]"))
     }
 }
 
@@ -153,17 +139,17 @@ impl AgentRunner for SyntheticRunner {
         Self::KIND
     }
 
-    fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, RunResult> {
+    fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
         Box::pin(async move {
             // Bad options are reported before any simulated work: nothing would come of it.
             let duration = match SyntheticOptions::from_json(&job.options) {
                 Ok(options) => Duration::from_millis(options.duration_ms),
-                Err(reason) => return RunResult::NoOutcome { reason },
+                Err(reason) => return JobReport::NoOutcome { reason },
             };
             if !duration.is_zero() {
                 tokio::select! {
                     () = tokio::time::sleep(duration) => {}
-                    () = cancel.cancelled() => return RunResult::no_outcome("cancelled"),
+                    () = cancel.cancelled() => return JobReport::no_outcome("cancelled"),
                 }
             }
             synthetic_result(&job)
@@ -173,28 +159,39 @@ impl AgentRunner for SyntheticRunner {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::runner::JobKey;
     use serde_json::json;
 
     fn key(trajectory: &str, series: &str, t: u32, seed: u32) -> ContinuationKey {
         ContinuationKey {
             study: "00000000-0000-0000-0000-000000000000".into(),
             trajectory: trajectory.into(),
-            series: series.into(),
+            series: vcurve_method::schedule::Series::parse(series).unwrap(),
             t,
             seed,
         }
     }
 
     fn job(key: ContinuationKey, attempt: u32, options: serde_json::Value, curve: Vec<f64>) -> JobSpec {
+        let length = curve.len() as u32;
         JobSpec {
-            key,
+            key: key.into(),
             attempt,
             budget: 88,
             runner_kind: SyntheticRunner::KIND.into(),
             options,
             study_seed: 7,
-            trajectory: json!({ "curve": curve }),
+            trajectory_digest: None,
+            trajectory: Some(Arc::new(TrajectoryPayload {
+                task: "task".into(),
+                length,
+                curve: Some(curve),
+                recorded: None,
+            })),
+            anchors: vec![],
         }
     }
 
@@ -219,16 +216,17 @@ mod tests {
         let result = synthetic_result(&job(k.clone(), 1, json!({}), curve.clone()));
         assert_eq!(
             result,
-            RunResult::Outcome {
+            JobReport::Outcome(RunOutcome {
                 success: true,
                 steps: 1 + 736 % 88,
-                end_type: "submitted".into(),
+                end_type: EndType::Submitted,
                 patch_sha256: "d15a4ada167cd6a4cb1c433432b331304bf97b1c0ef6cb09d9acfa224163cc64".into(),
-            }
+                judged: Judged::Evaluated,
+            })
         );
         curve[12] = 0.73; // u > 0.73: failure
         let result = synthetic_result(&job(k, 1, json!({}), curve));
-        assert!(matches!(result, RunResult::Outcome { success: false, .. }), "{result:?}");
+        assert!(matches!(result, JobReport::Outcome(RunOutcome { success: false, .. })), "{result:?}");
     }
 
     #[test]
@@ -238,7 +236,9 @@ mod tests {
             let mut a = job(key("tr", "main", 4, seed), 1, json!(null), curve.clone());
             let first = synthetic_result(&a);
             a.attempt = 3;
-            a.key.study = "another study id".into();
+            if let JobKey::Continuation(k) = &mut a.key {
+                k.study = "another study id".into();
+            }
             assert_eq!(synthetic_result(&a), first);
         }
     }
@@ -250,7 +250,7 @@ mod tests {
             let successes = (0..n)
                 .filter(|&seed| {
                     let j = job(key("traj-a", "main", 3, seed), 1, json!({}), vec![v; 5]);
-                    matches!(synthetic_result(&j), RunResult::Outcome { success: true, .. })
+                    matches!(synthetic_result(&j), JobReport::Outcome(RunOutcome { success: true, .. }))
                 })
                 .count();
             let rate = successes as f64 / f64::from(n);
@@ -265,9 +265,9 @@ mod tests {
             let mut j = job(key("traj-b", "retest", 0, seed), 1, json!({}), vec![0.3]);
             j.budget = 7;
             match synthetic_result(&j) {
-                RunResult::Outcome { success, steps, end_type, .. } => {
+                JobReport::Outcome(RunOutcome { success, steps, end_type, .. }) => {
                     assert!((1..=7).contains(&steps));
-                    let expected = if !success && steps == 7 { "step_cap" } else { "submitted" };
+                    let expected = if !success && steps == 7 { EndType::StepCap } else { EndType::Submitted };
                     assert_eq!(end_type, expected);
                 }
                 other => panic!("{other:?}"),
@@ -277,7 +277,7 @@ mod tests {
         j.budget = 0;
         assert!(matches!(
             synthetic_result(&j),
-            RunResult::Outcome { success: false, steps: 0, ref end_type, .. } if end_type == "step_cap"
+            JobReport::Outcome(RunOutcome { success: false, steps: 0, end_type: EndType::StepCap, .. })
         ));
     }
 
@@ -289,16 +289,19 @@ mod tests {
         // Draws 0.357 (attempt 1) and 0.545 (attempt 2) against a rate of 0.5.
         assert_eq!(
             synthetic_result(&job(k.clone(), 1, options.clone(), curve.clone())),
-            RunResult::no_outcome("injected")
+            JobReport::no_outcome("injected")
         );
-        assert!(matches!(synthetic_result(&job(k, 2, options, curve)), RunResult::Outcome { success: true, .. }));
+        assert!(matches!(
+            synthetic_result(&job(k, 2, options, curve)),
+            JobReport::Outcome(RunOutcome { success: true, .. })
+        ));
 
         // Over many keys: the injected share is close to the rate, and each key's attempts draw
         // independently.
         let options = json!({ "no_outcome_rate": 0.2 });
         let injected = |seed: u32, attempt: u32| {
             let j = job(key("traj-c", "main", 0, seed), attempt, options.clone(), vec![0.5]);
-            synthetic_result(&j) == RunResult::no_outcome("injected")
+            synthetic_result(&j) == JobReport::no_outcome("injected")
         };
         let n = 4000;
         let first = (0..n).filter(|&s| injected(s, 1)).count() as f64 / f64::from(n);
@@ -313,15 +316,15 @@ mod tests {
             let k = key("traj-d", "main", 0, seed);
             assert_eq!(
                 synthetic_result(&job(k.clone(), 1, always.clone(), vec![0.5])),
-                RunResult::no_outcome("injected")
+                JobReport::no_outcome("injected")
             );
-            assert!(matches!(synthetic_result(&job(k, 1, never.clone(), vec![0.5])), RunResult::Outcome { .. }));
+            assert!(matches!(synthetic_result(&job(k, 1, never.clone(), vec![0.5])), JobReport::Outcome(_)));
         }
     }
 
-    fn reason(result: RunResult) -> String {
+    fn reason(result: JobReport) -> String {
         match result {
-            RunResult::NoOutcome { reason } => reason,
+            JobReport::NoOutcome { reason } => reason,
             other => panic!("expected a no-outcome, got {other:?}"),
         }
     }
@@ -344,16 +347,16 @@ mod tests {
             assert!(r.contains(expected), "{options}: {r}");
         }
         let mut j = job(k.clone(), 1, json!({}), ok_curve.clone());
-        j.trajectory = json!({ "length": 3 });
-        assert!(reason(synthetic_result(&j)).contains("no \"curve\""));
-        j.trajectory = serde_json::Value::Null;
-        assert!(reason(synthetic_result(&j)).contains("no \"curve\""));
-        j.trajectory = json!({ "curve": [0.5, 0.5, null] });
-        assert!(reason(synthetic_result(&j)).contains("not a number"));
+        j.trajectory = Some(Arc::new(TrajectoryPayload { task: "t".into(), length: 3, curve: None, recorded: None }));
+        assert!(reason(synthetic_result(&j)).contains("no curve"));
+        j.trajectory = None;
+        assert!(reason(synthetic_result(&j)).contains("no curve"));
+        j.key = JobKey::Replay { study: "s".into(), trajectory: "traj-e".into() };
+        assert!(reason(synthetic_result(&j)).contains("continuations only"));
 
         // Unknown option fields (the spec's `kind`) are fine.
         let j = job(k, 1, json!({ "kind": "synthetic", "duration_ms": 0 }), ok_curve);
-        assert!(matches!(synthetic_result(&j), RunResult::Outcome { .. }));
+        assert!(matches!(synthetic_result(&j), JobReport::Outcome(_)));
     }
 
     #[tokio::test]
@@ -371,6 +374,6 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         cancel.cancel();
         let result = tokio::time::timeout(Duration::from_secs(2), run).await.unwrap().unwrap();
-        assert_eq!(result, RunResult::no_outcome("cancelled"));
+        assert_eq!(result, JobReport::no_outcome("cancelled"));
     }
 }

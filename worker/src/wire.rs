@@ -2,7 +2,11 @@
 
 use vcurve_proto::v1;
 
-use crate::runner::{ContinuationKey, HeldJob, JobSpec, RunResult};
+use vcurve_method::schedule::Series;
+use vcurve_record::EndType;
+use vcurve_record::jobs::{CompareLevel, Judged};
+
+use crate::runner::{ContinuationKey, HeldJob, JobKey, JobReport, JobSpec};
 
 /// A leased job that cannot be turned into a [`JobSpec`].
 #[derive(Debug)]
@@ -12,27 +16,62 @@ pub(crate) struct BadJob {
     pub reason: String,
 }
 
-pub(crate) fn key_from_wire(key: v1::ContinuationKey) -> ContinuationKey {
-    ContinuationKey { study: key.study, trajectory: key.trajectory, series: key.series, t: key.t, seed: key.seed }
+/// The key of a job, or why the wire's key names none.
+pub(crate) fn key_from_wire(key: v1::JobKey) -> Result<JobKey, String> {
+    let study = key.study;
+    Ok(match v1::JobKind::try_from(key.kind) {
+        Ok(v1::JobKind::Continuation) => JobKey::Continuation(ContinuationKey {
+            study,
+            trajectory: key.trajectory,
+            series: Series::parse(&key.series).ok_or_else(|| format!("unknown series {:?}", key.series))?,
+            t: key.t,
+            seed: key.seed,
+        }),
+        Ok(v1::JobKind::Replay) => JobKey::Replay { study, trajectory: key.trajectory },
+        Ok(v1::JobKind::Evaluation) => {
+            JobKey::Evaluation { study, task: key.task, patch_sha256: key.patch_sha256, round: key.seed }
+        }
+        Ok(v1::JobKind::BaseRun) => JobKey::BaseRun { study, task: key.task, seed: key.seed },
+        Ok(v1::JobKind::Unspecified) | Err(_) => return Err(format!("job of unknown kind {}", key.kind)),
+    })
 }
 
-pub(crate) fn key_to_wire(key: &ContinuationKey) -> v1::ContinuationKey {
-    v1::ContinuationKey {
-        study: key.study.clone(),
-        trajectory: key.trajectory.clone(),
-        series: key.series.clone(),
-        t: key.t,
-        seed: key.seed,
+pub(crate) fn key_to_wire(key: &JobKey) -> v1::JobKey {
+    let mut wire = v1::JobKey { study: key.study().to_owned(), ..Default::default() };
+    match key {
+        JobKey::Continuation(k) => {
+            wire.kind = v1::JobKind::Continuation.into();
+            wire.trajectory = k.trajectory.clone();
+            wire.series = k.series.as_str().to_owned();
+            wire.t = k.t;
+            wire.seed = k.seed;
+        }
+        JobKey::Replay { trajectory, .. } => {
+            wire.kind = v1::JobKind::Replay.into();
+            wire.trajectory = trajectory.clone();
+        }
+        JobKey::Evaluation { task, patch_sha256, round, .. } => {
+            wire.kind = v1::JobKind::Evaluation.into();
+            wire.task = task.clone();
+            wire.patch_sha256 = patch_sha256.clone();
+            wire.seed = *round;
+        }
+        JobKey::BaseRun { task, seed, .. } => {
+            wire.kind = v1::JobKind::BaseRun.into();
+            wire.task = task.clone();
+            wire.seed = *seed;
+        }
     }
+    wire
 }
 
 pub(crate) fn held_to_wire(held: &HeldJob) -> v1::HeldJob {
     v1::HeldJob { key: Some(key_to_wire(&held.key)), attempt: held.attempt }
 }
 
-/// `None` for a revocation without a key, which names nothing the worker could hold.
+/// `None` for a revocation without a usable key, which names nothing the worker could hold.
 pub(crate) fn held_from_wire(held: v1::HeldJob) -> Option<HeldJob> {
-    Some(HeldJob { key: key_from_wire(held.key?), attempt: held.attempt })
+    Some(HeldJob { key: key_from_wire(held.key?).ok()?, attempt: held.attempt })
 }
 
 /// Parse a JSON field of a job; an empty string means `empty`.
@@ -47,14 +86,14 @@ pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
     let Some(key) = job.key else {
         return Err(BadJob { held: None, reason: "job without a key".to_owned() });
     };
-    let held = HeldJob { key: key_from_wire(key), attempt: job.attempt };
+    let key = key_from_wire(key).map_err(|reason| BadJob { held: None, reason })?;
+    let held = HeldJob { key, attempt: job.attempt };
     let bad = |reason: String| BadJob { held: Some(held.clone()), reason };
     let Some(runner) = job.runner else {
         return Err(bad("job without a runner spec".to_owned()));
     };
-    let options = json_field("runner options_json", &runner.options_json, serde_json::json!({})).map_err(bad)?;
-    let trajectory =
-        json_field("trajectory_spec_json", &job.trajectory_spec_json, serde_json::Value::Null).map_err(bad)?;
+    let options = json_field("runner options", &runner.options_json, serde_json::json!({})).map_err(bad)?;
+    let trajectory_digest = (!job.trajectory_digest.is_empty()).then_some(job.trajectory_digest);
     Ok(JobSpec {
         key: held.key,
         attempt: held.attempt,
@@ -62,28 +101,69 @@ pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
         runner_kind: runner.kind,
         options,
         study_seed: runner.study_seed,
-        trajectory,
+        trajectory_digest,
+        trajectory: None,
+        anchors: job.anchors,
     })
+}
+
+fn end_type_to_wire(end: EndType) -> v1::EndType {
+    match end {
+        EndType::Submitted => v1::EndType::Submitted,
+        EndType::StepCap => v1::EndType::StepCap,
+        EndType::CostLimit => v1::EndType::CostLimit,
+        EndType::ContextWindow => v1::EndType::ContextWindow,
+        EndType::FormatError => v1::EndType::FormatError,
+        EndType::Error => v1::EndType::Error,
+    }
+}
+
+fn judged_to_wire(judged: Judged) -> v1::Judged {
+    match judged {
+        Judged::Evaluated => v1::Judged::Evaluated,
+        Judged::Cached => v1::Judged::Cached,
+        Judged::EmptyPatch => v1::Judged::EmptyPatch,
+    }
+}
+
+fn level_to_wire(level: CompareLevel) -> i32 {
+    match level {
+        CompareLevel::Exact => v1::CompareLevel::Exact,
+        CompareLevel::SortedLines => v1::CompareLevel::SortedLines,
+        CompareLevel::CharMultiset => v1::CompareLevel::CharMultiset,
+        CompareLevel::Fingerprint => v1::CompareLevel::Fingerprint,
+    }
+    .into()
 }
 
 pub(crate) fn report_to_wire(
     worker_id: &str,
     held: &HeldJob,
-    result: &RunResult,
+    report: &JobReport,
     duration_ms: u64,
 ) -> v1::ReportRequest {
-    let result = match result {
-        RunResult::Outcome { success, steps, end_type, patch_sha256 } => {
-            v1::report_request::Result::Outcome(v1::Outcome {
-                success: *success,
-                steps: *steps,
-                end_type: end_type.clone(),
-                patch_sha256: patch_sha256.clone(),
-            })
-        }
-        RunResult::NoOutcome { reason } => {
-            v1::report_request::Result::NoOutcome(v1::NoOutcome { reason: reason.clone() })
-        }
+    use v1::report_request::Result as R;
+    let result = match report {
+        JobReport::Outcome(o) => R::Outcome(v1::Outcome {
+            success: o.success,
+            steps: o.steps,
+            end_type: end_type_to_wire(o.end_type).into(),
+            patch_sha256: o.patch_sha256.clone(),
+            judged: judged_to_wire(o.judged).into(),
+        }),
+        JobReport::NoOutcome { reason } => R::NoOutcome(v1::NoOutcome { reason: reason.clone() }),
+        JobReport::NonReplayable(n) => R::NonReplayable(v1::NonReplayable {
+            step: n.step,
+            level: level_to_wire(n.level),
+            reason: n.reason.clone(),
+            recorded_excerpt: n.recorded_excerpt.clone(),
+            replayed_excerpt: n.replayed_excerpt.clone(),
+        }),
+        JobReport::Replayed(r) => R::Replayed(v1::Replayed {
+            anchors: r.anchors.clone(),
+            levels: r.levels.iter().copied().map(level_to_wire).collect(),
+        }),
+        JobReport::Evaluated { resolved } => R::Evaluated(v1::Evaluated { resolved: *resolved }),
     };
     v1::ReportRequest {
         worker_id: worker_id.to_owned(),
@@ -100,12 +180,14 @@ mod tests {
 
     fn wire_job() -> v1::Job {
         v1::Job {
-            key: Some(v1::ContinuationKey {
+            key: Some(v1::JobKey {
+                kind: v1::JobKind::Continuation.into(),
                 study: "s".into(),
                 trajectory: "tr".into(),
                 series: "main".into(),
                 t: 5,
                 seed: 2,
+                ..Default::default()
             }),
             attempt: 3,
             budget: 95,
@@ -114,7 +196,8 @@ mod tests {
                 options_json: r#"{"duration_ms": 5}"#.into(),
                 study_seed: 7,
             }),
-            trajectory_spec_json: r#"{"curve": [0.5]}"#.into(),
+            trajectory_digest: "ab".repeat(32),
+            anchors: vec![],
         }
     }
 
@@ -124,7 +207,7 @@ mod tests {
         assert_eq!(job.key.to_string(), "s/tr/main/5/2");
         assert_eq!((job.attempt, job.budget, job.study_seed), (3, 95, 7));
         assert_eq!(job.options["duration_ms"], 5);
-        assert_eq!(job.trajectory["curve"][0], 0.5);
+        assert_eq!(job.trajectory_digest.as_deref(), Some("ab".repeat(32).as_str()));
         let held = held_from_wire(held_to_wire(&job.held())).unwrap();
         assert_eq!(held, job.held());
     }
@@ -135,10 +218,13 @@ mod tests {
         j.key = None;
         assert!(job_from_wire(j).unwrap_err().held.is_none());
         let mut j = wire_job();
-        j.trajectory_spec_json = "{".into();
+        j.runner.as_mut().unwrap().options_json = "{".into();
         let bad = job_from_wire(j).unwrap_err();
         assert_eq!(bad.held.unwrap().attempt, 3);
-        assert!(bad.reason.contains("trajectory_spec_json"));
+        assert!(bad.reason.contains("runner options"));
+        let mut j = wire_job();
+        j.key.as_mut().unwrap().kind = 0;
+        assert!(job_from_wire(j).unwrap_err().reason.contains("unknown kind"));
         let mut j = wire_job();
         j.runner.as_mut().unwrap().options_json = String::new();
         assert_eq!(job_from_wire(j).unwrap().options, serde_json::json!({}));

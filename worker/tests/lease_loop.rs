@@ -16,9 +16,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
+use vcurve_record::{EndType, TrajectoryPayload};
 use vcurve_worker::synthetic::synthetic_result;
 use vcurve_worker::{
-    AgentRunner, JobSpec, RunResult, Runners, SyntheticRunner, WorkerConfig, WorkerError, WorkerSummary,
+    AgentRunner, JobKey, JobReport, JobSpec, Judged, RunOutcome, Runners, SyntheticRunner, WorkerConfig, WorkerError,
+    WorkerSummary,
 };
 
 const TOKEN: &str = "worker-token";
@@ -31,7 +33,7 @@ const WORKER_ID: &str = "w-1";
 /// `(trajectory/series/t/seed, attempt)`: enough to tell the jobs of one test apart.
 type Held = (String, u32);
 
-fn held_of(key: Option<&v1::ContinuationKey>, attempt: u32) -> Held {
+fn held_of(key: Option<&v1::JobKey>, attempt: u32) -> Held {
     let k = key.expect("every message names its key");
     (format!("{}/{}/{}/{}", k.trajectory, k.series, k.t, k.seed), attempt)
 }
@@ -63,6 +65,8 @@ struct Fake {
     lease_calls: AtomicU32,
     refuse_register: bool,
     heartbeat_ms: u32,
+    /// GetTrajectory calls, by digest.
+    fetches: Mutex<BTreeMap<String, u32>>,
 }
 
 impl Fake {
@@ -183,6 +187,27 @@ impl WorkerService for FakeService {
         }
         Ok(Response::new(v1::ReleaseResponse { released }))
     }
+
+    type GetTrajectoryStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::Chunk, Status>> + Send + 'static>>;
+
+    async fn get_trajectory(
+        &self,
+        request: Request<v1::GetTrajectoryRequest>,
+    ) -> Result<Response<Self::GetTrajectoryStream>, Status> {
+        Fake::check_token(&request)?;
+        let digest = request.into_inner().digest;
+        *self.0.fetches.lock().unwrap().entry(digest.clone()).or_default() += 1;
+        let payload = curve_payload();
+        if digest != payload.digest() {
+            return Err(Status::not_found(format!("no trajectory {digest}")));
+        }
+        // Two chunks, as a large payload would come.
+        let bytes = payload.canonical_bytes();
+        let (a, b) = bytes.split_at(bytes.len() / 2);
+        let chunks = vec![Ok(v1::Chunk { data: a.to_vec() }), Ok(v1::Chunk { data: b.to_vec() })];
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+    }
 }
 
 /// A running fake server; dropping the handle's sender stops it gracefully.
@@ -237,21 +262,27 @@ async fn start_fake(fake: Fake) -> (Arc<Fake>, SocketAddr, Server) {
 // Jobs, a probing runner, helpers
 // ------------------------------------------------------------------------------------------------
 
-const CURVE: &str = r#"{"curve": [0.9, 0.7, 0.5, 0.1]}"#;
+/// The one trajectory payload the fake coordinator serves.
+fn curve_payload() -> TrajectoryPayload {
+    TrajectoryPayload { task: "task".into(), length: 4, curve: Some(vec![0.9, 0.7, 0.5, 0.1]), recorded: None }
+}
 
 fn job(trajectory: &str, seed: u32, attempt: u32, kind: &str, options: &str) -> v1::Job {
     v1::Job {
-        key: Some(v1::ContinuationKey {
+        key: Some(v1::JobKey {
+            kind: v1::JobKind::Continuation.into(),
             study: "study-1".into(),
             trajectory: trajectory.into(),
             series: "main".into(),
             t: 2,
             seed,
+            ..Default::default()
         }),
         attempt,
         budget: 98,
         runner: Some(v1::RunnerSpec { kind: kind.into(), options_json: options.into(), study_seed: 7 }),
-        trajectory_spec_json: CURVE.into(),
+        trajectory_digest: curve_payload().digest(),
+        anchors: vec![],
     }
 }
 
@@ -278,7 +309,7 @@ impl AgentRunner for ProbeRunner {
         "probe"
     }
 
-    fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, RunResult> {
+    fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
         let probe = self.0.clone();
         Box::pin(async move {
             let now = probe.running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -290,10 +321,18 @@ impl AgentRunner for ProbeRunner {
             };
             probe.running.fetch_sub(1, Ordering::SeqCst);
             if cancelled {
-                probe.cancelled.lock().unwrap().push(held("probe", job.key.seed, job.attempt));
-                return RunResult::no_outcome("cancelled");
+                let seed = job.key.continuation().expect("a continuation").seed;
+                probe.cancelled.lock().unwrap().push(held("probe", seed, job.attempt));
+                return JobReport::no_outcome("cancelled");
             }
-            RunResult::Outcome { success: true, steps: 1, end_type: "submitted".into(), patch_sha256: "probe".into() }
+            assert_eq!(job.trajectory.as_deref(), Some(&curve_payload()), "the payload is fetched before the run");
+            JobReport::Outcome(RunOutcome {
+                success: true,
+                steps: 1,
+                end_type: EndType::Submitted,
+                patch_sha256: "probe".into(),
+                judged: Judged::Evaluated,
+            })
         })
     }
 }
@@ -408,28 +447,36 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
         match key.trajectory.as_str() {
             "traj-a" => {
                 let spec = JobSpec {
-                    key: vcurve_worker::ContinuationKey {
+                    key: JobKey::Continuation(vcurve_worker::ContinuationKey {
                         study: key.study.clone(),
                         trajectory: key.trajectory.clone(),
-                        series: key.series.clone(),
+                        series: vcurve_method::schedule::Series::parse(&key.series).unwrap(),
                         t: key.t,
                         seed: key.seed,
-                    },
+                    }),
                     attempt: report.attempt,
                     budget: 98,
                     runner_kind: "synthetic".into(),
                     options: serde_json::json!({}),
                     study_seed: 7,
-                    trajectory: serde_json::from_str(CURVE).unwrap(),
+                    trajectory_digest: None,
+                    trajectory: Some(Arc::new(curve_payload())),
+                    anchors: vec![],
                 };
                 let Some(v1::report_request::Result::Outcome(o)) = &report.result else { panic!("{report:?}") };
-                let expected = RunResult::Outcome {
-                    success: o.success,
-                    steps: o.steps,
-                    end_type: o.end_type.clone(),
-                    patch_sha256: o.patch_sha256.clone(),
-                };
-                assert_eq!(synthetic_result(&spec), expected);
+                let JobReport::Outcome(expected) = synthetic_result(&spec) else { panic!("not an outcome") };
+                assert_eq!(
+                    (o.success, o.steps, o.patch_sha256.as_str()),
+                    (expected.success, expected.steps, expected.patch_sha256.as_str())
+                );
+                assert_eq!(
+                    o.end_type,
+                    i32::from(match expected.end_type {
+                        EndType::StepCap => v1::EndType::StepCap,
+                        _ => v1::EndType::Submitted,
+                    })
+                );
+                assert_eq!(o.judged, i32::from(v1::Judged::Evaluated));
                 assert!(report.duration_ms >= 15);
             }
             "traj-x" => assert_eq!(
@@ -446,6 +493,9 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
     assert_eq!(summary.no_outcomes, 1);
     assert_eq!((summary.released, summary.revoked, summary.abandoned), (0, 0, 0));
     assert_eq!(summary.worker_id.as_deref(), Some(WORKER_ID));
+    // Every job names the same trajectory by digest: it was fetched once, and kept.
+    assert_eq!(*fake.fetches.lock().unwrap(), BTreeMap::from([(curve_payload().digest(), 1)]));
+    assert_eq!(summary.trajectories_fetched, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

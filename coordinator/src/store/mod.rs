@@ -15,8 +15,11 @@ use std::future::Future;
 
 pub use sql::{Backend, SqlStore};
 
+use vcurve_record::TrajectoryPayload;
+
 use crate::model::{
-    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord, StudyState,
+    ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Progress, ReportVerdict, StudyRecord,
+    StudyState, TaskJob,
 };
 use crate::spec::StudySpec;
 
@@ -37,6 +40,10 @@ pub enum StoreError {
     /// Fatal.
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// The request cannot be carried out as asked (e.g. queueing a continuation by hand). Fatal
+    /// for the request.
+    #[error("{0}")]
+    Invalid(String),
     /// The URL names no supported backend. Fatal.
     #[error("unsupported store URL {0:?}: use postgres://… or sqlite://PATH (or sqlite::memory:)")]
     UnsupportedUrl(String),
@@ -57,8 +64,32 @@ impl Default for LeasePolicy {
 
 /// The coordinator's state. Times are milliseconds since the Unix epoch, passed in by the caller.
 pub trait Store: Send + Sync + 'static {
-    /// Store a validated study; its trajectories wait for admission. Returns the study id.
-    fn create_study(&self, spec: &StudySpec, now: i64) -> impl Future<Output = Result<String, StoreError>> + Send;
+    /// Store a validated study and its trajectories' payloads (in the spec's order); its
+    /// trajectories wait for admission. Returns the study id.
+    fn create_study(
+        &self,
+        spec: &StudySpec,
+        payloads: &[TrajectoryPayload],
+        now: i64,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Keep a file by its SHA-256 (checked by the caller); returns whether it was new.
+    fn put_file(&self, digest: &str, content: &[u8], now: i64)
+    -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The digests among `digests` the store does not hold.
+    fn missing_files(&self, digests: &[String]) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// A file by its digest.
+    fn file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+
+    /// Queue evaluations and base runs of a running study (a key already queued is left as it
+    /// is); returns how many were new. Continuations and replays are created by the schedule,
+    /// never queued from outside.
+    fn enqueue(&self, keys: &[JobKey], now: i64) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
+    /// A study's replays, evaluations and base runs with their state and result.
+    fn task_jobs(&self, study: &str) -> impl Future<Output = Result<Vec<TaskJob>, StoreError>> + Send;
 
     /// Register a worker; returns its id.
     fn register_worker(
@@ -94,7 +125,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         worker: &str,
         job: &HeldJob,
-        report: &RunReport,
+        report: &JobReport,
         now: i64,
     ) -> impl Future<Output = Result<ReportVerdict, StoreError>> + Send;
 

@@ -16,13 +16,98 @@ use vcurve_method::Thresholds;
 use vcurve_method::schedule::variants::variant_by_name;
 use vcurve_method::schedule::{Key, Outcome, Series, Stage, TrajectoryPlan, Variant};
 
+use vcurve_record::TrajectoryPayload;
+use vcurve_record::jobs::{NonReplayable, Replayed};
+
 use super::{LeasePolicy, Store, StoreError};
 use crate::model::{
-    ContinuationKey, HeartbeatVerdict, HeldJob, LeasedJob, Progress, ReportVerdict, RunReport, StudyRecord, StudyState,
-    TrajectoryRecord, TrajectoryState, WorkerInfo,
+    ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, JobReport, LeasedJob, Progress, ReportVerdict,
+    StudyRecord, StudyState, TaskJob, TrajectoryRecord, TrajectoryState, WorkerInfo,
 };
 use crate::planner::{self, AdmitDecision};
 use crate::spec::{Admission, ControlCounts, StudySpec};
+
+/// The condition that selects one continuation by its key, bound as `$1 … $5` by [`bind_key`].
+macro_rules! key_is {
+    () => {
+        "study = $1 AND trajectory = $2 AND series = $3 AND t = $4 AND seed = $5"
+    };
+}
+
+/// The condition that selects one row of `jobs` by its key, bound as `$1 … $5` by [`bind_job`].
+macro_rules! job_is {
+    () => {
+        "study = $1 AND kind = $2 AND subject = $3 AND patch_sha256 = $4 AND seq = $5"
+    };
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
+
+/// Bind a continuation key as `$1 … $5` (see [`key_is!`]).
+fn bind_key<'q>(query: AnyQuery<'q>, key: &ContinuationKey) -> AnyQuery<'q> {
+    query
+        .bind(key.study.clone())
+        .bind(key.trajectory.clone())
+        .bind(key.series.as_str())
+        .bind(i64::from(key.t))
+        .bind(i64::from(key.seed))
+}
+
+/// A row of `jobs`: `(study, kind, subject, patch_sha256, seq)`.
+fn job_row(key: &JobKey) -> Option<(String, &'static str, String, String, i64)> {
+    Some(match key {
+        JobKey::Continuation(_) => return None,
+        JobKey::Replay { study, trajectory } => (study.clone(), "replay", trajectory.clone(), String::new(), 0),
+        JobKey::Evaluation { study, task, patch_sha256, round } => {
+            (study.clone(), "evaluation", task.clone(), patch_sha256.clone(), i64::from(*round))
+        }
+        JobKey::BaseRun { study, task, seed } => {
+            (study.clone(), "base_run", task.clone(), String::new(), i64::from(*seed))
+        }
+    })
+}
+
+/// The key of a row of `jobs`.
+fn job_key_of(row: &AnyRow) -> Result<JobKey, StoreError> {
+    let study: String = row.try_get("study")?;
+    let kind: String = row.try_get("kind")?;
+    let subject: String = row.try_get("subject")?;
+    let seq = get_u32(row, "seq")?;
+    Ok(match kind.as_str() {
+        "replay" => JobKey::Replay { study, trajectory: subject },
+        "evaluation" => {
+            JobKey::Evaluation { study, task: subject, patch_sha256: row.try_get("patch_sha256")?, round: seq }
+        }
+        "base_run" => JobKey::BaseRun { study, task: subject, seed: seq },
+        other => return Err(corrupt(format!("unknown job kind {other:?}"))),
+    })
+}
+
+/// Where a held job lives: its table, the condition selecting it, and the query with the key
+/// bound as `$1 … $5`. `sql` is the statement with `{table}` and `{key}` placeholders.
+fn keyed<'q>(sql: &str, key: &JobKey) -> AnyQuery<'q> {
+    match key {
+        JobKey::Continuation(k) => bind_key(
+            sqlx::query(sqlx::AssertSqlSafe(sql.replace("{table}", "continuations").replace("{key}", key_is!()))),
+            k,
+        ),
+        other => {
+            let (study, kind, subject, patch, seq) = job_row(other).expect("not a continuation");
+            sqlx::query(sqlx::AssertSqlSafe(sql.replace("{table}", "jobs").replace("{key}", job_is!())))
+                .bind(study)
+                .bind(kind)
+                .bind(subject)
+                .bind(patch)
+                .bind(seq)
+        }
+    }
+}
+
+/// Bind a key of `jobs` as `$1 … $5` (see [`job_is!`]).
+fn bind_job<'q>(query: AnyQuery<'q>, key: &JobKey) -> AnyQuery<'q> {
+    let (study, kind, subject, patch, seq) = job_row(key).expect("not a continuation");
+    query.bind(study).bind(kind).bind(subject).bind(patch).bind(seq)
+}
 
 /// Which database a [`SqlStore`] talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +167,13 @@ fn series_of(s: &str) -> Result<Series, StoreError> {
 
 fn stage_of(s: &str) -> Result<Stage, StoreError> {
     Stage::parse(s).ok_or_else(|| corrupt(format!("unknown stage {s:?}")))
+}
+
+/// A nullable JSON column.
+fn json_column<T: serde::de::DeserializeOwned>(row: &AnyRow, column: &str) -> Result<Option<T>, StoreError> {
+    row.try_get::<Option<String>, _>(column)?
+        .map(|json| serde_json::from_str(&json).map_err(|e| corrupt(format!("{column}: {e}"))))
+        .transpose()
 }
 
 /// The outcome a finished continuation row holds.
@@ -232,22 +324,59 @@ impl SqlStore {
             .execute(&mut **tx)
             .await?;
         if replan.done {
-            let open: i64 = sqlx::query(
-                "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('waiting', 'running')",
-            )
-            .bind(study)
-            .fetch_one(&mut **tx)
-            .await?
-            .try_get("n")?;
-            if open == 0 {
-                sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2 AND state = 'running'")
-                    .bind(now)
-                    .bind(study)
-                    .execute(&mut **tx)
-                    .await?;
-            }
+            self.finish_if_done(tx, study, now).await?;
         }
         Ok(new.len() as u64)
+    }
+
+    /// Mark a study done once none of its trajectories is waiting, replaying or running.
+    async fn finish_if_done(&self, tx: &mut Transaction<'_, Any>, study: &str, now: i64) -> Result<(), StoreError> {
+        let open: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')",
+        )
+        .bind(study)
+        .fetch_one(&mut **tx)
+        .await?
+        .try_get("n")?;
+        if open == 0 {
+            sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2 AND state = 'running'")
+                .bind(now)
+                .bind(study)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Drop a trajectory whose state differs from the record: it becomes non-replayable with the
+    /// reason, its requested continuations are dropped (leased ones are revoked at the next
+    /// heartbeat), and the study ends if it was the last one open.
+    async fn drop_non_replayable(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+        why: &NonReplayable,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        tracing::warn!(study, trajectory, step = why.step, level = why.level.as_str(), reason = %why.reason, "trajectory is non-replayable");
+        sqlx::query(
+            "UPDATE trajectories SET state = 'non_replayable', non_replayable_json = $1 WHERE study = $2 AND id = $3",
+        )
+        .bind(serde_json::to_string(why).map_err(corrupt)?)
+        .bind(study)
+        .bind(trajectory)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "UPDATE continuations SET state = 'dropped', worker = NULL, lease_expires_ms = NULL \
+             WHERE study = $1 AND trajectory = $2 AND state IN ('pending', 'leased')",
+        )
+        .bind(study)
+        .bind(trajectory)
+        .execute(&mut **tx)
+        .await?;
+        self.finish_if_done(tx, study, now).await
     }
 
     /// Admit trajectories as each running study's admission rule asks (see
@@ -271,9 +400,12 @@ impl SqlStore {
         let counts = sqlx::query(
             "SELECT \
                (SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM workers WHERE last_seen_ms >= $1) AS slots, \
-               (SELECT COUNT(*) FROM continuations WHERE state = 'leased') AS leased, \
+               (SELECT COUNT(*) FROM continuations WHERE state = 'leased') \
+                 + (SELECT COUNT(*) FROM jobs WHERE state = 'leased') AS leased, \
                (SELECT COUNT(*) FROM continuations c JOIN studies s ON s.id = c.study \
-                 WHERE c.state = 'pending' AND s.state = 'running') AS runnable",
+                 WHERE c.state = 'pending' AND s.state = 'running') \
+                 + (SELECT COUNT(*) FROM jobs j JOIN studies s ON s.id = j.study \
+                 WHERE j.state = 'pending' AND s.state = 'running') AS runnable",
         )
         .bind(now - policy.timeout_ms)
         .fetch_one(&mut **tx)
@@ -284,19 +416,20 @@ impl SqlStore {
         for study in studies {
             let config = self.config(tx, &study).await?;
             loop {
-                let in_flight: i64 =
-                    sqlx::query("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state = 'running'")
-                        .bind(&study)
-                        .fetch_one(&mut **tx)
-                        .await?
-                        .try_get("n")?;
+                let in_flight: i64 = sqlx::query(
+                    "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('running', 'replaying')",
+                )
+                .bind(&study)
+                .fetch_one(&mut **tx)
+                .await?
+                .try_get("n")?;
                 let take = match planner::admission(&config.admission, in_flight as u32, runnable, free) {
                     AdmitDecision::Nothing => break,
                     AdmitDecision::One => 1,
                     AdmitDecision::Batch(n) => n,
                 };
                 let sql = format!(
-                    "SELECT id, plan_json FROM trajectories WHERE study = $1 AND state = 'waiting' ORDER BY ord LIMIT $2{}",
+                    "SELECT id, plan_json, recorded_digest FROM trajectories WHERE study = $1 AND state = 'waiting' ORDER BY ord LIMIT $2{}",
                     if self.backend == Backend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" }
                 );
                 let waiting = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -319,14 +452,24 @@ impl SqlStore {
                     .await?
                     .try_get("n")?;
                     plan.controls = planner::controls_for(rank as u32, &config.controls);
-                    sqlx::query("UPDATE trajectories SET state = 'running', admit_order = $1, plan_json = $2 WHERE study = $3 AND id = $4")
+                    // A recorded run is replayed first: no continuation before its states are
+                    // known to match the record (SPEC.md §5).
+                    let recorded = row.try_get::<Option<String>, _>("recorded_digest")?.is_some();
+                    let state = if recorded { TrajectoryState::Replaying } else { TrajectoryState::Running };
+                    sqlx::query("UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3 WHERE study = $4 AND id = $5")
+                        .bind(state.as_str())
                         .bind(rank)
                         .bind(serde_json::to_string(&plan).map_err(corrupt)?)
                         .bind(&study)
                         .bind(&id)
                         .execute(&mut **tx)
                         .await?;
-                    runnable += self.replan(tx, &config, &study, &id, &plan, now).await?;
+                    if recorded {
+                        insert_job(tx, &JobKey::Replay { study: study.clone(), trajectory: id.clone() }, now).await?;
+                        runnable += 1;
+                    } else {
+                        runnable += self.replan(tx, &config, &study, &id, &plan, now).await?;
+                    }
                 }
                 if take > 1 {
                     break;
@@ -374,7 +517,7 @@ impl SqlStore {
         }
         let mut trajectories = Vec::new();
         for r in sqlx::query(
-            "SELECT id, state, stage, plan_json FROM trajectories \
+            "SELECT id, state, stage, plan_json, replay_json, non_replayable_json FROM trajectories \
              WHERE study = $1 AND (CAST($2 AS TEXT) IS NULL OR id = $2) ORDER BY ord",
         )
         .bind(study)
@@ -390,11 +533,335 @@ impl SqlStore {
                 plan: serde_json::from_str(&r.try_get::<String, _>("plan_json")?).map_err(corrupt)?,
                 outcomes: outcomes.remove(&id).unwrap_or_default(),
                 cap_hits: cap_hits.remove(&id).unwrap_or(0),
+                non_replayable: json_column::<NonReplayable>(&r, "non_replayable_json")?,
+                replay: json_column::<Replayed>(&r, "replay_json")?,
                 id,
             });
         }
         tx.commit().await?;
         Ok(StudyRecord { id: study.to_string(), state, spec, trajectories })
+    }
+
+    /// `IN ($first, …)` over the runner kinds a worker offers.
+    fn kinds_in(kinds: &[String], first: usize) -> String {
+        let placeholders: Vec<String> = (0..kinds.len()).map(|i| format!("${}", i + first)).collect();
+        format!("IN ({})", placeholders.join(", "))
+    }
+
+    /// Lease up to `max` pending replays, evaluations and base runs of running studies whose
+    /// runner the worker offers.
+    async fn claim_jobs(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        worker: &str,
+        max: u32,
+        kinds: &[String],
+        now: i64,
+        policy: LeasePolicy,
+    ) -> Result<Vec<LeasedJob>, StoreError> {
+        let sql = format!(
+            "SELECT j.study, j.kind, j.subject, j.patch_sha256, j.seq, j.attempt, tr.payload_digest, tr.plan_json \
+             FROM jobs j \
+             JOIN studies s ON s.id = j.study \
+             LEFT JOIN trajectories tr ON j.kind = 'replay' AND tr.study = j.study AND tr.id = j.subject \
+             WHERE j.state = 'pending' AND s.state = 'running' AND s.runner_kind {} \
+             ORDER BY s.created_ms, j.created_ms, j.kind, j.subject, j.seq \
+             LIMIT $1{}",
+            Self::kinds_in(kinds, 2),
+            if self.backend == Backend::Postgres { " FOR UPDATE OF j SKIP LOCKED" } else { "" }
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
+        for k in kinds {
+            q = q.bind(k.as_str());
+        }
+        let rows = q.fetch_all(&mut **tx).await?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let key = job_key_of(&row)?;
+            let attempt = get_u32(&row, "attempt")? + 1;
+            bind_job(
+                sqlx::query(concat!(
+                    "UPDATE jobs SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE ",
+                    job_is!()
+                )),
+                &key,
+            )
+            .bind(i64::from(attempt))
+            .bind(worker)
+            .bind(now + policy.timeout_ms)
+            .execute(&mut **tx)
+            .await?;
+            let config = self.config(tx, key.study()).await?;
+            let anchors = match row.try_get::<Option<String>, _>("plan_json")? {
+                Some(plan) if key.kind() == JobKind::Replay => {
+                    let plan: TrajectoryPlan = serde_json::from_str(&plan).map_err(corrupt)?;
+                    config.params.anchors(plan.length)
+                }
+                _ => Vec::new(),
+            };
+            jobs.push(LeasedJob {
+                budget: config.budget,
+                runner_kind: config.runner_kind.clone(),
+                runner_options: config.runner_options.to_string(),
+                study_seed: config.seed,
+                trajectory_digest: row.try_get("payload_digest")?,
+                anchors,
+                attempt,
+                key,
+            });
+        }
+        Ok(jobs)
+    }
+
+    /// Lease up to `max` pending continuations, trajectories in later stages first.
+    async fn claim_continuations(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        worker: &str,
+        max: u32,
+        kinds: &[String],
+        now: i64,
+        policy: LeasePolicy,
+    ) -> Result<Vec<LeasedJob>, StoreError> {
+        let sql = format!(
+            "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_digest \
+             FROM continuations c \
+             JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
+             JOIN studies s ON s.id = c.study \
+             WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind {} \
+             ORDER BY tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
+             LIMIT $1{}",
+            Self::kinds_in(kinds, 2),
+            if self.backend == Backend::Postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
+        for k in kinds {
+            q = q.bind(k.as_str());
+        }
+        let rows = q.fetch_all(&mut **tx).await?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let key = ContinuationKey {
+                study: row.try_get("study")?,
+                trajectory: row.try_get("trajectory")?,
+                series: series_of(&row.try_get::<String, _>("series")?)?,
+                t: get_u32(&row, "t")?,
+                seed: get_u32(&row, "seed")?,
+            };
+            let attempt = get_u32(&row, "attempt")? + 1;
+            bind_key(
+                sqlx::query(concat!(
+                    "UPDATE continuations SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE ",
+                    key_is!()
+                )),
+                &key,
+            )
+            .bind(i64::from(attempt))
+            .bind(worker)
+            .bind(now + policy.timeout_ms)
+            .execute(&mut **tx)
+            .await?;
+            let config = self.config(tx, &key.study).await?;
+            jobs.push(LeasedJob {
+                budget: key.series.budget(config.budget, key.t),
+                runner_kind: config.runner_kind.clone(),
+                runner_options: config.runner_options.to_string(),
+                study_seed: config.seed,
+                trajectory_digest: row.try_get("payload_digest")?,
+                anchors: Vec::new(),
+                attempt,
+                key: key.into(),
+            });
+        }
+        Ok(jobs)
+    }
+
+    /// Lock a trajectory's row (reports of one trajectory replan one after the other); its plan.
+    async fn lock_trajectory(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+    ) -> Result<Option<TrajectoryPlan>, StoreError> {
+        let sql = format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{}", self.for_update());
+        let Some(row) =
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut **tx).await?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?))
+    }
+
+    /// Whether a job row may take a report for `attempt`: `Err` carries why not.
+    fn check_attempt(row: &AnyRow, attempt: u32) -> Result<Result<(), String>, StoreError> {
+        let state: String = row.try_get("state")?;
+        let current = get_u32(row, "attempt")?;
+        Ok(match state.as_str() {
+            "done" | "retired" => Err("the key already has an outcome".into()),
+            "dropped" => Err("the trajectory was dropped as non-replayable".into()),
+            "leased" if current == attempt => Ok(()),
+            _ => Err(format!("attempt {attempt} is stale (current attempt {current}, {state})")),
+        })
+    }
+
+    async fn report_continuation(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        key: &ContinuationKey,
+        attempt: u32,
+        report: &JobReport,
+        now: i64,
+    ) -> Result<ReportVerdict, StoreError> {
+        let Some(plan) = self.lock_trajectory(tx, &key.study, &key.trajectory).await? else {
+            return Ok(ReportVerdict::Ignored("unknown key".into()));
+        };
+        let sql = format!(
+            concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"),
+            self.for_update()
+        );
+        let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await? else {
+            return Ok(ReportVerdict::Ignored("unknown key".into()));
+        };
+        if let Err(why) = Self::check_attempt(&row, attempt)? {
+            return Ok(ReportVerdict::Ignored(why));
+        }
+        let config = self.config(tx, &key.study).await?;
+        let replan = match report {
+            JobReport::Outcome(o) => {
+                bind_key(
+                    sqlx::query(concat!(
+                        "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, \
+                         patch_sha256 = $9, judged = $10, done_ms = $11, worker = NULL, lease_expires_ms = NULL WHERE ",
+                        key_is!()
+                    )),
+                    key,
+                )
+                .bind(i64::from(o.success))
+                .bind(i64::from(o.steps))
+                .bind(o.end_type.as_str())
+                .bind(o.patch_sha256.as_str())
+                .bind(o.judged.as_str())
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+                true
+            }
+            JobReport::NoOutcome { reason } => {
+                let no_outcomes = get_u32(&row, "no_outcomes")? + 1;
+                let retired = no_outcomes >= config.params.retries_before_retired;
+                bind_key(
+                    sqlx::query(concat!(
+                        "UPDATE continuations SET state = $6, no_outcomes = $7, last_reason = $8, worker = NULL, \
+                         lease_expires_ms = NULL, done_ms = $9 WHERE ",
+                        key_is!()
+                    )),
+                    key,
+                )
+                .bind(if retired { "retired" } else { "pending" })
+                .bind(i64::from(no_outcomes))
+                .bind(reason.as_str())
+                .bind(if retired { Some(now) } else { None })
+                .execute(&mut **tx)
+                .await?;
+                retired
+            }
+            JobReport::NonReplayable(why) => {
+                self.drop_non_replayable(tx, &key.study, &key.trajectory, why, now).await?;
+                false
+            }
+            JobReport::Replayed(_) | JobReport::Evaluated { .. } => unreachable!("checked by JobReport::fits"),
+        };
+        if replan {
+            self.replan(tx, &config, &key.study, &key.trajectory, &plan, now).await?;
+        }
+        Ok(ReportVerdict::Accepted)
+    }
+
+    async fn report_job(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        key: &JobKey,
+        attempt: u32,
+        report: &JobReport,
+        now: i64,
+    ) -> Result<ReportVerdict, StoreError> {
+        let study = key.study();
+        let plan = match key {
+            JobKey::Replay { trajectory, .. } => match self.lock_trajectory(tx, study, trajectory).await? {
+                Some(plan) => Some(plan),
+                None => return Ok(ReportVerdict::Ignored("unknown key".into())),
+            },
+            _ => None,
+        };
+        let sql =
+            format!(concat!("SELECT state, attempt, no_outcomes FROM jobs WHERE ", job_is!(), "{}"), self.for_update());
+        let Some(row) = bind_job(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await? else {
+            return Ok(ReportVerdict::Ignored("unknown key".into()));
+        };
+        if let Err(why) = Self::check_attempt(&row, attempt)? {
+            return Ok(ReportVerdict::Ignored(why));
+        }
+        let config = self.config(tx, study).await?;
+        if let JobReport::NoOutcome { reason } = report {
+            let no_outcomes = get_u32(&row, "no_outcomes")? + 1;
+            let retired = no_outcomes >= config.params.retries_before_retired;
+            bind_job(
+                sqlx::query(concat!(
+                    "UPDATE jobs SET state = $6, no_outcomes = $7, last_reason = $8, worker = NULL, \
+                     lease_expires_ms = NULL, done_ms = $9 WHERE ",
+                    job_is!()
+                )),
+                key,
+            )
+            .bind(if retired { "retired" } else { "pending" })
+            .bind(i64::from(no_outcomes))
+            .bind(reason.as_str())
+            .bind(if retired { Some(now) } else { None })
+            .execute(&mut **tx)
+            .await?;
+            if retired && let JobKey::Replay { trajectory, .. } = key {
+                // No replay could be carried out: no state is known to match the record, so no
+                // continuation may run from it.
+                let why = NonReplayable {
+                    step: 0,
+                    level: vcurve_record::jobs::CompareLevel::Exact,
+                    reason: format!("the replay had no outcome in {no_outcomes} attempts (last: {reason})"),
+                    recorded_excerpt: String::new(),
+                    replayed_excerpt: String::new(),
+                };
+                self.drop_non_replayable(tx, study, trajectory, &why, now).await?;
+            }
+            return Ok(ReportVerdict::Accepted);
+        }
+        bind_job(
+            sqlx::query(concat!(
+                "UPDATE jobs SET state = 'done', result_json = $6, done_ms = $7, worker = NULL, lease_expires_ms = NULL \
+                 WHERE ",
+                job_is!()
+            )),
+            key,
+        )
+        .bind(serde_json::to_string(report).map_err(corrupt)?)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        match (key, report) {
+            (JobKey::Replay { trajectory, .. }, JobReport::Replayed(replayed)) => {
+                sqlx::query("UPDATE trajectories SET state = 'running', replay_json = $1 WHERE study = $2 AND id = $3")
+                    .bind(serde_json::to_string(replayed).map_err(corrupt)?)
+                    .bind(study)
+                    .bind(trajectory)
+                    .execute(&mut **tx)
+                    .await?;
+                let plan = plan.expect("locked above");
+                self.replan(tx, &config, study, trajectory, &plan, now).await?;
+            }
+            (JobKey::Replay { trajectory, .. }, JobReport::NonReplayable(why)) => {
+                self.drop_non_replayable(tx, study, trajectory, why, now).await?;
+            }
+            _ => {}
+        }
+        Ok(ReportVerdict::Accepted)
     }
 
     async fn worker_known(
@@ -418,38 +885,66 @@ impl SqlStore {
     }
 
     async fn expire_in(&self, tx: &mut Transaction<'_, Any>, now: i64) -> Result<u32, StoreError> {
-        let done = sqlx::query(
-            "UPDATE continuations SET state = 'pending', worker = NULL, lease_expires_ms = NULL \
-             WHERE state = 'leased' AND lease_expires_ms < $1",
-        )
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-        Ok(done.rows_affected() as u32)
+        let mut expired = 0;
+        for table in ["continuations", "jobs"] {
+            let sql = format!(
+                "UPDATE {table} SET state = 'pending', worker = NULL, lease_expires_ms = NULL \
+                 WHERE state = 'leased' AND lease_expires_ms < $1"
+            );
+            expired += sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).execute(&mut **tx).await?.rows_affected() as u32;
+        }
+        Ok(expired)
     }
 }
 
-/// The condition that selects one continuation by its key, bound as `$1 … $5` by [`bind_key`].
-macro_rules! key_is {
-    () => {
-        "study = $1 AND trajectory = $2 AND series = $3 AND t = $4 AND seed = $5"
-    };
+/// Queue a job of `jobs` (not a continuation) unless it exists; returns whether it was new.
+async fn insert_job(tx: &mut Transaction<'_, Any>, key: &JobKey, now: i64) -> Result<bool, StoreError> {
+    let done = bind_job(
+        sqlx::query(
+            "INSERT INTO jobs (study, kind, subject, patch_sha256, seq, state, created_ms) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6) ON CONFLICT DO NOTHING",
+        ),
+        key,
+    )
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }
 
-type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
-
-/// Bind a continuation key as `$1 … $5` (see [`key_is!`]).
-fn bind_key<'q>(query: AnyQuery<'q>, key: &ContinuationKey) -> AnyQuery<'q> {
-    query
-        .bind(key.study.clone())
-        .bind(key.trajectory.clone())
-        .bind(key.series.as_str())
-        .bind(i64::from(key.t))
-        .bind(i64::from(key.seed))
+/// Keep a file by digest inside a transaction; returns whether it was new.
+async fn insert_file(
+    tx: &mut Transaction<'_, Any>,
+    digest: &str,
+    content: &[u8],
+    now: i64,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "INSERT INTO files (digest, size, content, created_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (digest) DO NOTHING",
+    )
+    .bind(digest)
+    .bind(content.len() as i64)
+    .bind(content.to_vec())
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }
 
 impl Store for SqlStore {
-    async fn create_study(&self, spec: &StudySpec, now: i64) -> Result<String, StoreError> {
+    async fn create_study(
+        &self,
+        spec: &StudySpec,
+        payloads: &[TrajectoryPayload],
+        now: i64,
+    ) -> Result<String, StoreError> {
+        if payloads.len() != spec.trajectories.len() {
+            return Err(StoreError::Invalid(format!(
+                "{} payloads for {} trajectories",
+                payloads.len(),
+                spec.trajectories.len()
+            )));
+        }
         let id = uuid::Uuid::new_v4().to_string();
         let config = StudyConfig {
             params: spec.thresholds.clone(),
@@ -474,7 +969,7 @@ impl Store for SqlStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        for (ord, trajectory) in spec.trajectories.iter().enumerate() {
+        for (ord, (trajectory, payload)) in spec.trajectories.iter().zip(payloads).enumerate() {
             let plan = TrajectoryPlan {
                 length: trajectory.length,
                 labels: trajectory.labels.iter().filter_map(|l| l.step).collect(),
@@ -485,18 +980,20 @@ impl Store for SqlStore {
                 .pass_rate()
                 .is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold));
             let state = if doomed { TrajectoryState::Doomed } else { TrajectoryState::Waiting };
-            let payload =
-                serde_json::json!({ "length": trajectory.length, "curve": trajectory.curve, "task": trajectory.task });
+            let bytes = payload.canonical_bytes();
+            let digest = vcurve_record::trajectory::sha256_hex(&bytes);
+            insert_file(&mut tx, &digest, &bytes, now).await?;
             sqlx::query(
-                "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, plan_json, payload_json) \
-                 VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6)",
+                "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, plan_json, payload_digest, \
+                 recorded_digest) VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6, $7)",
             )
             .bind(&id)
             .bind(&trajectory.id)
             .bind(ord as i64)
             .bind(state.as_str())
             .bind(serde_json::to_string(&plan).map_err(corrupt)?)
-            .bind(payload.to_string())
+            .bind(&digest)
+            .bind(trajectory.recorded.as_deref())
             .execute(&mut *tx)
             .await?;
         }
@@ -547,55 +1044,11 @@ impl Store for SqlStore {
             return Ok(Vec::new());
         }
         let kinds: Vec<String> = capabilities;
-        let placeholders: Vec<String> = (0..kinds.len()).map(|i| format!("${}", i + 2)).collect();
-        let sql = format!(
-            "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_json \
-             FROM continuations c \
-             JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
-             JOIN studies s ON s.id = c.study \
-             WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind IN ({}) \
-             ORDER BY tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
-             LIMIT $1{}",
-            placeholders.join(", "),
-            if self.backend == Backend::Postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
-        );
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
-        for k in &kinds {
-            q = q.bind(k.as_str());
-        }
-        let rows = q.fetch_all(&mut *tx).await?;
-        let mut jobs = Vec::with_capacity(rows.len());
-        for row in rows {
-            let key = ContinuationKey {
-                study: row.try_get("study")?,
-                trajectory: row.try_get("trajectory")?,
-                series: series_of(&row.try_get::<String, _>("series")?)?,
-                t: get_u32(&row, "t")?,
-                seed: get_u32(&row, "seed")?,
-            };
-            let attempt = get_u32(&row, "attempt")? + 1;
-            bind_key(
-                sqlx::query(concat!(
-                    "UPDATE continuations SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE ",
-                    key_is!()
-                )),
-                &key,
-            )
-            .bind(i64::from(attempt))
-            .bind(worker)
-            .bind(now + policy.timeout_ms)
-            .execute(&mut *tx)
-            .await?;
-            let config = self.config(&mut tx, &key.study).await?;
-            jobs.push(LeasedJob {
-                budget: key.series.budget(config.budget, key.t),
-                runner_kind: config.runner_kind.clone(),
-                runner_options: config.runner_options.to_string(),
-                study_seed: config.seed,
-                payload: row.try_get("payload_json")?,
-                attempt,
-                key,
-            });
+        // Replays, evaluations and base runs first: a trajectory's curve waits on its replay.
+        let mut jobs = self.claim_jobs(&mut tx, worker, max, &kinds, now, policy).await?;
+        let left = max - jobs.len() as u32;
+        if left > 0 {
+            jobs.extend(self.claim_continuations(&mut tx, worker, left, &kinds, now, policy).await?);
         }
         tx.commit().await?;
         Ok(jobs)
@@ -615,13 +1068,9 @@ impl Store for SqlStore {
         }
         let mut revoked = Vec::new();
         for job in held {
-            let done = bind_key(
-                sqlx::query(concat!(
-                    "UPDATE continuations SET lease_expires_ms = $6 WHERE ",
-                    key_is!(),
-                    " AND state = 'leased' AND attempt = $7 AND worker = $8 \
-                     AND study IN (SELECT id FROM studies WHERE state = 'running')"
-                )),
+            let done = keyed(
+                "UPDATE {table} SET lease_expires_ms = $6 WHERE {key} AND state = 'leased' AND attempt = $7 \
+                 AND worker = $8 AND study IN (SELECT id FROM studies WHERE state = 'running')",
                 &job.key,
             )
             .bind(now + policy.timeout_ms)
@@ -641,96 +1090,31 @@ impl Store for SqlStore {
         &self,
         worker: &str,
         job: &HeldJob,
-        report: &RunReport,
+        report: &JobReport,
         now: i64,
     ) -> Result<ReportVerdict, StoreError> {
+        if !report.fits(job.key.kind()) {
+            return Err(StoreError::Invalid(format!("a {} job cannot report {report:?}", job.key.kind().as_str())));
+        }
         let mut tx = self.pool.begin().await?;
-        let (study, trajectory) = (&job.key.study, &job.key.trajectory);
-        // Lock the trajectory first: reports of one trajectory replan one after the other.
-        let sql = format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{}", self.for_update());
-        let Some(tr) =
-            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut *tx).await?
-        else {
-            return Ok(ReportVerdict::Ignored("unknown key".into()));
+        let verdict = match &job.key {
+            JobKey::Continuation(key) => self.report_continuation(&mut tx, key, job.attempt, report, now).await?,
+            other => self.report_job(&mut tx, other, job.attempt, report, now).await?,
         };
-        let sql = format!(
-            concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"),
-            self.for_update()
-        );
-        let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), &job.key).fetch_optional(&mut *tx).await?
-        else {
-            return Ok(ReportVerdict::Ignored("unknown key".into()));
-        };
-        let state: String = row.try_get("state")?;
-        let attempt = get_u32(&row, "attempt")?;
-        if state == "done" || state == "retired" {
-            return Ok(ReportVerdict::Ignored("the key already has an outcome".into()));
+        if verdict == ReportVerdict::Accepted {
+            tracing::debug!(worker, key = %job.key, attempt = job.attempt, "report recorded");
+            tx.commit().await?;
         }
-        if state != "leased" || attempt != job.attempt {
-            return Ok(ReportVerdict::Ignored(format!(
-                "attempt {} is stale (current attempt {attempt}, {state})",
-                job.attempt
-            )));
-        }
-        let config = self.config(&mut tx, study).await?;
-        let replan = match report {
-            RunReport::Outcome { success, steps, end_type, patch_sha256 } => {
-                bind_key(
-                    sqlx::query(concat!(
-                        "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, patch_sha256 = $9, \
-                         done_ms = $10, worker = NULL, lease_expires_ms = NULL WHERE ",
-                        key_is!()
-                    )),
-                    &job.key,
-                )
-                .bind(i64::from(*success))
-                .bind(i64::from(*steps))
-                .bind(end_type.as_str())
-                .bind(patch_sha256.as_str())
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-                true
-            }
-            RunReport::NoOutcome { reason } => {
-                let no_outcomes = get_u32(&row, "no_outcomes")? + 1;
-                let retired = no_outcomes >= config.params.retries_before_retired;
-                bind_key(
-                    sqlx::query(concat!(
-                        "UPDATE continuations SET state = $6, no_outcomes = $7, last_reason = $8, worker = NULL, \
-                         lease_expires_ms = NULL, done_ms = $9 WHERE ",
-                        key_is!()
-                    )),
-                    &job.key,
-                )
-                .bind(if retired { "retired" } else { "pending" })
-                .bind(i64::from(no_outcomes))
-                .bind(reason.as_str())
-                .bind(if retired { Some(now) } else { None })
-                .execute(&mut *tx)
-                .await?;
-                retired
-            }
-        };
-        if replan {
-            let plan: TrajectoryPlan = serde_json::from_str(&tr.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
-            self.replan(&mut tx, &config, study, trajectory, &plan, now).await?;
-        }
-        tracing::debug!(worker, study = %study, trajectory = %trajectory, t = job.key.t, seed = job.key.seed, "report recorded");
-        tx.commit().await?;
-        Ok(ReportVerdict::Accepted)
+        Ok(verdict)
     }
 
     async fn release(&self, worker: &str, held: &[HeldJob]) -> Result<u32, StoreError> {
         let mut tx = self.pool.begin().await?;
         let mut released = 0;
         for job in held {
-            let done = bind_key(
-                sqlx::query(concat!(
-                    "UPDATE continuations SET state = 'pending', worker = NULL, lease_expires_ms = NULL WHERE ",
-                    key_is!(),
-                    " AND state = 'leased' AND attempt = $6 AND worker = $7"
-                )),
+            let done = keyed(
+                "UPDATE {table} SET state = 'pending', worker = NULL, lease_expires_ms = NULL \
+                 WHERE {key} AND state = 'leased' AND attempt = $6 AND worker = $7",
                 &job.key,
             )
             .bind(i64::from(job.attempt))
@@ -793,7 +1177,8 @@ impl Store for SqlStore {
             .try_get("n")?;
         let workers = sqlx::query(
             "SELECT w.id, w.name, w.slots, w.last_seen_ms, \
-             (SELECT COUNT(*) FROM continuations c WHERE c.worker = w.id AND c.state = 'leased') AS running \
+             (SELECT COUNT(*) FROM continuations c WHERE c.worker = w.id AND c.state = 'leased') \
+               + (SELECT COUNT(*) FROM jobs j WHERE j.worker = w.id AND j.state = 'leased') AS running \
              FROM workers w WHERE w.last_seen_ms >= $1 ORDER BY w.name, w.id",
         )
         .bind(now - policy.timeout_ms)
@@ -835,6 +1220,7 @@ impl Store for SqlStore {
             trajectories_admitted: admitted,
             trajectories_done: by_state.get("done").copied().unwrap_or(0),
             trajectories_doomed: by_state.get("doomed").copied().unwrap_or(0),
+            trajectories_non_replayable: by_state.get("non_replayable").copied().unwrap_or(0),
             stages: stages.into_iter().collect(),
             workers,
             throughput_per_min,
@@ -878,6 +1264,79 @@ impl Store for SqlStore {
             .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
         tx.commit().await?;
         StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))
+    }
+
+    async fn put_file(&self, digest: &str, content: &[u8], now: i64) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let new = insert_file(&mut tx, digest, content, now).await?;
+        tx.commit().await?;
+        Ok(new)
+    }
+
+    async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut missing = Vec::new();
+        for digest in digests {
+            let found = sqlx::query("SELECT 1 AS one FROM files WHERE digest = $1")
+                .bind(digest)
+                .fetch_optional(&self.pool)
+                .await?
+                .is_some();
+            if !found {
+                missing.push(digest.clone());
+            }
+        }
+        Ok(missing)
+    }
+
+    async fn file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let row =
+            sqlx::query("SELECT content FROM files WHERE digest = $1").bind(digest).fetch_optional(&self.pool).await?;
+        row.map(|r| r.try_get::<Vec<u8>, _>("content").map_err(StoreError::from)).transpose()
+    }
+
+    async fn enqueue(&self, keys: &[JobKey], now: i64) -> Result<u32, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut new = 0;
+        for key in keys {
+            if !matches!(key, JobKey::Evaluation { .. } | JobKey::BaseRun { .. }) {
+                return Err(StoreError::Invalid(format!(
+                    "only evaluations and base runs are queued by hand; {key} is a {}",
+                    key.kind().as_str()
+                )));
+            }
+            let row = sqlx::query("SELECT state FROM studies WHERE id = $1")
+                .bind(key.study())
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::UnknownStudy(key.study().to_string()))?;
+            if row.try_get::<String, _>("state")? != "running" {
+                return Err(StoreError::Invalid(format!("study {} is not running", key.study())));
+            }
+            new += u32::from(insert_job(&mut tx, key, now).await?);
+        }
+        tx.commit().await?;
+        Ok(new)
+    }
+
+    async fn task_jobs(&self, study: &str) -> Result<Vec<TaskJob>, StoreError> {
+        sqlx::query(
+            "SELECT study, kind, subject, patch_sha256, seq, state, attempt, result_json, last_reason FROM jobs \
+             WHERE study = $1 ORDER BY kind, subject, patch_sha256, seq",
+        )
+        .bind(study)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(TaskJob {
+                key: job_key_of(r)?,
+                state: r.try_get("state")?,
+                attempt: get_u32(r, "attempt")?,
+                result: json_column(r, "result_json")?,
+                last_reason: r.try_get("last_reason")?,
+            })
+        })
+        .collect()
     }
 
     async fn leased(&self) -> Result<Vec<(ContinuationKey, u32, String)>, StoreError> {

@@ -411,6 +411,8 @@ fn result(state: TrajectoryState, main: Vec<vcurve_method::FittedPoint>) -> Traj
         controls: Default::default(),
         first_edit: None,
         first_symptom: None,
+        non_replayable: None,
+        replay: None,
     }
 }
 

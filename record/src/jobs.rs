@@ -1,0 +1,264 @@
+//! The work a coordinator hands out and what workers report back, as the coordinator and the
+//! workers both see it. The wire types of `vcurve.v1` are converted to and from these in one
+//! module on each side.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use vcurve_method::schedule::Series;
+
+use crate::trajectory::EndType;
+
+/// The kinds of jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// A resumed run of the agent from `h_t` of a trajectory, with one seed.
+    Continuation,
+    /// Re-execute a recorded trajectory in a fresh container, verify every step, commit anchors.
+    Replay,
+    /// Judge a patch: an evaluation the patch cache asked for, or a flake re-check.
+    Evaluation,
+    /// A full run from `h_0` that records a new trajectory.
+    BaseRun,
+}
+
+impl JobKind {
+    pub const ALL: [JobKind; 4] = [JobKind::Continuation, JobKind::Replay, JobKind::Evaluation, JobKind::BaseRun];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Continuation => "continuation",
+            JobKind::Replay => "replay",
+            JobKind::Evaluation => "evaluation",
+            JobKind::BaseRun => "base_run",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobKind> {
+        JobKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// One continuation of one study: `(study, trajectory, series, t, seed)` (SPEC.md §1).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ContinuationKey {
+    pub study: String,
+    pub trajectory: String,
+    pub series: Series,
+    /// The prefix length: the continuation resumes from `h_t`.
+    pub t: u32,
+    /// The 0-based seed index within the point.
+    pub seed: u32,
+}
+
+impl fmt::Display for ContinuationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}/{}/{}", self.study, self.trajectory, self.series.as_str(), self.t, self.seed)
+    }
+}
+
+/// One job of one study, of any kind.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum JobKey {
+    Continuation(ContinuationKey),
+    Replay {
+        study: String,
+        trajectory: String,
+    },
+    /// `round` 0 is the first evaluation of a patch, 1 its flake re-check.
+    Evaluation {
+        study: String,
+        task: String,
+        patch_sha256: String,
+        round: u32,
+    },
+    BaseRun {
+        study: String,
+        task: String,
+        seed: u32,
+    },
+}
+
+impl JobKey {
+    pub fn kind(&self) -> JobKind {
+        match self {
+            JobKey::Continuation(_) => JobKind::Continuation,
+            JobKey::Replay { .. } => JobKind::Replay,
+            JobKey::Evaluation { .. } => JobKind::Evaluation,
+            JobKey::BaseRun { .. } => JobKind::BaseRun,
+        }
+    }
+
+    pub fn study(&self) -> &str {
+        match self {
+            JobKey::Continuation(k) => &k.study,
+            JobKey::Replay { study, .. } | JobKey::Evaluation { study, .. } | JobKey::BaseRun { study, .. } => study,
+        }
+    }
+
+    /// The trajectory the job works on (continuations and replays).
+    pub fn trajectory(&self) -> Option<&str> {
+        match self {
+            JobKey::Continuation(k) => Some(&k.trajectory),
+            JobKey::Replay { trajectory, .. } => Some(trajectory),
+            JobKey::Evaluation { .. } | JobKey::BaseRun { .. } => None,
+        }
+    }
+
+    /// The continuation key, for a continuation.
+    pub fn continuation(&self) -> Option<&ContinuationKey> {
+        match self {
+            JobKey::Continuation(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+impl From<ContinuationKey> for JobKey {
+    fn from(key: ContinuationKey) -> Self {
+        JobKey::Continuation(key)
+    }
+}
+
+impl fmt::Display for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JobKey::Continuation(k) => write!(f, "{k}"),
+            JobKey::Replay { study, trajectory } => write!(f, "{study}/{trajectory}/replay"),
+            JobKey::Evaluation { study, task, patch_sha256, round } => {
+                write!(f, "{study}/{task}/evaluation/{patch_sha256}/{round}")
+            }
+            JobKey::BaseRun { study, task, seed } => write!(f, "{study}/{task}/base_run/{seed}"),
+        }
+    }
+}
+
+/// A key with the attempt it was dispatched under: the same key leased again after a lost lease
+/// or a no-outcome carries a higher attempt, and every heartbeat, report and release names the
+/// attempt it is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HeldJob {
+    pub key: JobKey,
+    pub attempt: u32,
+}
+
+/// The comparison levels of replay, strictest first (SPEC.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompareLevel {
+    Exact,
+    SortedLines,
+    CharMultiset,
+    /// The recorded state fingerprint (changed paths, return code, `git diff`, `git status`).
+    Fingerprint,
+}
+
+impl CompareLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompareLevel::Exact => "exact",
+            CompareLevel::SortedLines => "sorted_lines",
+            CompareLevel::CharMultiset => "char_multiset",
+            CompareLevel::Fingerprint => "fingerprint",
+        }
+    }
+}
+
+/// How a run's patch was judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Judged {
+    /// Evaluated for this run.
+    Evaluated,
+    /// The same patch was judged before.
+    Cached,
+    /// An empty patch fails without evaluation.
+    EmptyPatch,
+}
+
+impl Judged {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Judged::Evaluated => "evaluated",
+            Judged::Cached => "cached",
+            Judged::EmptyPatch => "empty_patch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Judged> {
+        [Judged::Evaluated, Judged::Cached, Judged::EmptyPatch].into_iter().find(|j| j.as_str() == s)
+    }
+}
+
+/// A run that ended (a continuation or a base run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// `Y`: whether the patch resolved the task.
+    pub success: bool,
+    /// Steps the agent used, at most the budget.
+    pub steps: u32,
+    pub end_type: EndType,
+    /// Hex SHA-256 of the submitted patch.
+    pub patch_sha256: String,
+    pub judged: Judged,
+}
+
+/// The state reached differs from the record (SPEC.md §5): the trajectory is dropped, and no
+/// continuation ever runs from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NonReplayable {
+    /// 1-based step of the first mismatch.
+    pub step: u32,
+    /// The loosest comparison level tried at that step.
+    pub level: CompareLevel,
+    pub reason: String,
+    /// Excerpts of the recorded and the replayed observation, normalized.
+    pub recorded_excerpt: String,
+    pub replayed_excerpt: String,
+}
+
+/// A replay that reproduced every step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replayed {
+    /// The anchors committed.
+    pub anchors: Vec<u32>,
+    /// The level each step `1..=T` matched at.
+    pub levels: Vec<CompareLevel>,
+}
+
+/// What a worker reports for a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum JobReport {
+    /// A continuation or base run ended and was judged.
+    Outcome(RunOutcome),
+    /// The job had no outcome (killed, evaluation failed): the key is run again, and retired
+    /// after the retry limit.
+    NoOutcome { reason: String },
+    /// A continuation or replay met a state that differs from the record.
+    NonReplayable(NonReplayable),
+    /// A replay reproduced every step.
+    Replayed(Replayed),
+    /// An evaluation's verdict.
+    Evaluated { resolved: bool },
+}
+
+impl JobReport {
+    /// A [`JobReport::NoOutcome`] with the given reason.
+    pub fn no_outcome(reason: impl Into<String>) -> Self {
+        JobReport::NoOutcome { reason: reason.into() }
+    }
+
+    /// Whether a job of `kind` may report this; anything else is refused as a protocol error.
+    pub fn fits(&self, kind: JobKind) -> bool {
+        matches!(
+            (self, kind),
+            (JobReport::NoOutcome { .. }, _)
+                | (JobReport::Outcome(_), JobKind::Continuation | JobKind::BaseRun)
+                | (JobReport::NonReplayable(_), JobKind::Continuation | JobKind::Replay)
+                | (JobReport::Replayed(_), JobKind::Replay)
+                | (JobReport::Evaluated { .. }, JobKind::Evaluation)
+        )
+    }
+}
