@@ -1,4 +1,5 @@
--- Files by content, jobs other than continuations, and the replay states of trajectories.
+-- Files by content, jobs other than continuations, the replay states of trajectories, and
+-- progress counters.
 -- Portable SQL, like 0001.
 
 -- Uploaded files (curves, recorded trajectories) and trajectory payloads, by SHA-256. Workers
@@ -20,6 +21,16 @@ ALTER TABLE trajectories ADD COLUMN recorded_digest TEXT;
 -- non-replayable (step, level, reason, excerpts).
 ALTER TABLE trajectories ADD COLUMN replay_json TEXT;
 ALTER TABLE trajectories ADD COLUMN non_replayable_json TEXT;
+
+-- Progress without a scan per poll: each trajectory counts its continuations, maintained by the
+-- transactions that create and finish them (which lock the trajectory's row anyway). Pending
+-- ones are the requested less the finished, the dropped and the leased (counted from a small
+-- partial index).
+ALTER TABLE trajectories ADD COLUMN n_requested BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE trajectories ADD COLUMN n_done BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE trajectories ADD COLUMN n_retired BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE trajectories ADD COLUMN n_dropped BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX continuations_leased_by_study ON continuations (study) WHERE state = 'leased';
 
 -- How each outcome's patch was judged: evaluated | cached | empty_patch.
 ALTER TABLE continuations ADD COLUMN judged TEXT;

@@ -174,14 +174,14 @@ impl<S: Store> Coordinator<S> {
         job: &HeldJob,
         report: &JobReport,
     ) -> Result<ReportVerdict, CoordinatorError> {
-        let verdict = self.store.report(worker, job, report, self.now_ms()).await?;
-        match &verdict {
-            ReportVerdict::Accepted => self.work.notify_waiters(),
-            ReportVerdict::Ignored(why) => {
-                tracing::info!(worker, key = %job.key, attempt = job.attempt, why = %why, "report ignored");
-            }
+        let reported = self.store.report(worker, job, report, self.now_ms()).await?;
+        if reported.wakes {
+            self.work.notify_waiters();
         }
-        Ok(verdict)
+        if let ReportVerdict::Ignored(why) = &reported.verdict {
+            tracing::info!(worker, key = %job.key, attempt = job.attempt, why = %why, "report ignored");
+        }
+        Ok(reported.verdict)
     }
 
     pub async fn release(&self, worker: &str, held: &[HeldJob]) -> Result<u32, CoordinatorError> {

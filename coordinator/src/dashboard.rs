@@ -19,12 +19,22 @@ use tokio::net::TcpListener;
 
 use crate::core::Coordinator;
 use crate::error::CoordinatorError;
+use crate::render::TrajectorySummary;
 use crate::store::{Store, StoreError};
 
 struct Dashboard<S> {
     coordinator: Arc<Coordinator<S>>,
     token: Option<String>,
+    /// Each study's trajectory rows with the progress they were rendered at: a poll whose
+    /// progress is unchanged is answered without loading or analyzing the study again.
+    summaries: std::sync::Mutex<std::collections::HashMap<String, CachedRows>>,
 }
+
+/// A study's rendered rows and the progress they were rendered at.
+type CachedRows = (ProgressMark, Arc<Vec<TrajectorySummary>>);
+
+/// What changes whenever a study's rows can: outcomes, trajectory states and stages.
+type ProgressMark = (u64, u64, u32, u32, u32, Vec<(vcurve_method::schedule::Stage, u32)>);
 
 #[derive(Debug, Deserialize)]
 struct TokenQuery {
@@ -56,7 +66,7 @@ fn error_response(e: CoordinatorError) -> Response {
 
 /// The dashboard's routes over a coordinator.
 pub fn router<S: Store>(coordinator: Arc<Coordinator<S>>, token: Option<String>) -> Router {
-    let state = Arc::new(Dashboard { coordinator, token });
+    let state = Arc::new(Dashboard { coordinator, token, summaries: Default::default() });
     Router::new()
         .route("/", get(page::<S>))
         .route("/api/studies", get(studies::<S>))
@@ -111,12 +121,34 @@ async fn trajectories<S: Store>(
     if !authorized(&d.token, &headers, &q) {
         return unauthorized();
     }
+    // Progress comes from counters: cheap, unlike loading and analyzing the whole study.
+    let mark = match d.coordinator.progress(&study).await {
+        Ok(p) => (
+            p.done,
+            p.retired,
+            p.trajectories_done,
+            p.trajectories_admitted,
+            p.trajectories_non_replayable,
+            p.stages.clone(),
+        ),
+        Err(e) => return error_response(e),
+    };
+    let cached = d.summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&study).cloned();
+    if let Some((seen, rows)) = cached
+        && seen == mark
+    {
+        return axum::Json(rows.as_ref()).into_response();
+    }
     let record = match d.coordinator.store().study(&study).await {
         Ok(r) => r,
         Err(e) => return error_response(e.into()),
     };
     match d.coordinator.render(move |r| r.summaries(&record)).await {
-        Ok(rows) => axum::Json(rows).into_response(),
+        Ok(rows) => {
+            let rows = Arc::new(rows);
+            d.summaries.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(study, (mark, rows.clone()));
+            axum::Json(rows.as_ref()).into_response()
+        }
         Err(e) => error_response(e),
     }
 }

@@ -230,6 +230,22 @@ async fn cancel_stops_new_leases() {
     }
 }
 
+/// Progress, read from the counters the transactions keep, agrees with the stored rows.
+async fn assert_progress_counts(c: &Coordinator<SqlStore>, study: &str) {
+    let p = c.progress(study).await.unwrap();
+    let record = c.store().study(study).await.unwrap();
+    let finished: usize = record.trajectories.iter().map(|t| t.outcomes.len()).sum();
+    let retired: usize = record
+        .trajectories
+        .iter()
+        .flat_map(|t| &t.outcomes)
+        .filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired)
+        .count();
+    assert_eq!((p.done + p.retired, p.retired), (finished as u64, retired as u64));
+    let leased = c.store().leased().await.unwrap().iter().filter(|(k, _, _)| k.study == study).count();
+    assert_eq!(p.running, leased as u64);
+}
+
 /// Drive a study to the end with deterministic outcomes; return its stored record, study id
 /// blanked (exports are a pure function of it).
 async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32)]) -> StudyRecord {
@@ -239,6 +255,7 @@ async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32
         if jobs.is_empty() {
             break;
         }
+        assert_progress_counts(c, study).await;
         for job in jobs {
             let cliff = cliffs.iter().find(|(id, _)| *id == ck(&job).trajectory).unwrap().1;
             let success = step_outcome(cliff, ck(&job).t, ck(&job).seed);
@@ -246,6 +263,7 @@ async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32
         }
     }
     assert_eq!(c.progress(study).await.unwrap().state, StudyState::Done);
+    assert_progress_counts(c, study).await;
     let mut record = c.store().study(study).await.unwrap();
     record.id.clear();
     record

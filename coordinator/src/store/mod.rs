@@ -49,6 +49,26 @@ pub enum StoreError {
     UnsupportedUrl(String),
 }
 
+/// What a report did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reported {
+    pub verdict: ReportVerdict,
+    /// Whether waiting lease requests should look again: the report created work (new keys, a
+    /// key put back, a trajectory finished so another may be admitted). Most reports only add
+    /// an outcome to a stage that is still waiting on others, and wake nobody.
+    pub wakes: bool,
+}
+
+impl Reported {
+    pub fn accepted(wakes: bool) -> Self {
+        Reported { verdict: ReportVerdict::Accepted, wakes }
+    }
+
+    pub fn ignored(why: impl Into<String>) -> Self {
+        Reported { verdict: ReportVerdict::Ignored(why.into()), wakes: false }
+    }
+}
+
 /// Timing parameters of leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeasePolicy {
@@ -127,7 +147,7 @@ pub trait Store: Send + Sync + 'static {
         job: &HeldJob,
         report: &JobReport,
         now: i64,
-    ) -> impl Future<Output = Result<ReportVerdict, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Reported, StoreError>> + Send;
 
     /// Give jobs back unrun: they are re-issued, and it does not count as a no-outcome.
     fn release(&self, worker: &str, held: &[HeldJob]) -> impl Future<Output = Result<u32, StoreError>> + Send;

@@ -19,7 +19,7 @@ use vcurve_method::schedule::{Key, Outcome, Series, Stage, TrajectoryPlan, Varia
 use vcurve_record::TrajectoryPayload;
 use vcurve_record::jobs::{NonReplayable, Replayed};
 
-use super::{LeasePolicy, Store, StoreError};
+use super::{LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, JobReport, LeasedJob, Progress, ReportVerdict,
     StudyRecord, StudyState, TaskJob, TrajectoryRecord, TrajectoryState, WorkerInfo,
@@ -263,7 +263,7 @@ impl SqlStore {
 
     /// Rebuild a trajectory's schedule from its stored continuations, create the continuations it
     /// now asks for, and record its stage — and the study's end when this was its last trajectory.
-    /// Returns how many continuations were created.
+    /// Returns how many continuations were created and whether the trajectory is done.
     async fn replan(
         &self,
         tx: &mut Transaction<'_, Any>,
@@ -272,7 +272,7 @@ impl SqlStore {
         trajectory: &str,
         plan: &TrajectoryPlan,
         now: i64,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<(u64, bool), StoreError> {
         let rows = sqlx::query(
             "SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2",
         )
@@ -315,18 +315,40 @@ impl SqlStore {
             q.execute(&mut **tx).await?;
         }
         let state = if replan.done { TrajectoryState::Done } else { TrajectoryState::Running };
-        sqlx::query("UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3 WHERE study = $4 AND id = $5")
-            .bind(replan.stage.as_str())
-            .bind(planner::stage_rank(replan.stage))
-            .bind(state.as_str())
-            .bind(study)
-            .bind(trajectory)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(
+            "UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3, n_requested = n_requested + $4 \
+             WHERE study = $5 AND id = $6",
+        )
+        .bind(replan.stage.as_str())
+        .bind(planner::stage_rank(replan.stage))
+        .bind(state.as_str())
+        .bind(new.len() as i64)
+        .bind(study)
+        .bind(trajectory)
+        .execute(&mut **tx)
+        .await?;
         if replan.done {
             self.finish_if_done(tx, study, now).await?;
         }
-        Ok(new.len() as u64)
+        Ok((new.len() as u64, replan.done))
+    }
+
+    /// Add `n` to one of a trajectory's continuation counters (`n_done`, `n_retired`,
+    /// `n_dropped`), inside the transaction that changed them.
+    async fn count(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+        counter: &'static str,
+        n: u64,
+    ) -> Result<(), StoreError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let sql = format!("UPDATE trajectories SET {counter} = {counter} + $1 WHERE study = $2 AND id = $3");
+        sqlx::query(sqlx::AssertSqlSafe(sql)).bind(n as i64).bind(study).bind(trajectory).execute(&mut **tx).await?;
+        Ok(())
     }
 
     /// Mark a study done once none of its trajectories is waiting, replaying or running.
@@ -368,14 +390,16 @@ impl SqlStore {
         .bind(trajectory)
         .execute(&mut **tx)
         .await?;
-        sqlx::query(
+        let dropped = sqlx::query(
             "UPDATE continuations SET state = 'dropped', worker = NULL, lease_expires_ms = NULL \
              WHERE study = $1 AND trajectory = $2 AND state IN ('pending', 'leased')",
         )
         .bind(study)
         .bind(trajectory)
         .execute(&mut **tx)
-        .await?;
+        .await?
+        .rows_affected();
+        self.count(tx, study, trajectory, "n_dropped", dropped).await?;
         self.finish_if_done(tx, study, now).await
     }
 
@@ -468,7 +492,7 @@ impl SqlStore {
                         insert_job(tx, &JobKey::Replay { study: study.clone(), trajectory: id.clone() }, now).await?;
                         runnable += 1;
                     } else {
-                        runnable += self.replan(tx, &config, &study, &id, &plan, now).await?;
+                        runnable += self.replan(tx, &config, &study, &id, &plan, now).await?.0;
                     }
                 }
                 if take > 1 {
@@ -711,19 +735,19 @@ impl SqlStore {
         attempt: u32,
         report: &JobReport,
         now: i64,
-    ) -> Result<ReportVerdict, StoreError> {
+    ) -> Result<Reported, StoreError> {
         let Some(plan) = self.lock_trajectory(tx, &key.study, &key.trajectory).await? else {
-            return Ok(ReportVerdict::Ignored("unknown key".into()));
+            return Ok(Reported::ignored("unknown key"));
         };
         let sql = format!(
             concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"),
             self.for_update()
         );
         let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await? else {
-            return Ok(ReportVerdict::Ignored("unknown key".into()));
+            return Ok(Reported::ignored("unknown key"));
         };
         if let Err(why) = Self::check_attempt(&row, attempt)? {
-            return Ok(ReportVerdict::Ignored(why));
+            return Ok(Reported::ignored(why));
         }
         let config = self.config(tx, &key.study).await?;
         let replan = match report {
@@ -744,6 +768,7 @@ impl SqlStore {
                 .bind(now)
                 .execute(&mut **tx)
                 .await?;
+                self.count(tx, &key.study, &key.trajectory, "n_done", 1).await?;
                 true
             }
             JobReport::NoOutcome { reason } => {
@@ -763,18 +788,25 @@ impl SqlStore {
                 .bind(if retired { Some(now) } else { None })
                 .execute(&mut **tx)
                 .await?;
+                if retired {
+                    self.count(tx, &key.study, &key.trajectory, "n_retired", 1).await?;
+                }
                 retired
             }
             JobReport::NonReplayable(why) => {
                 self.drop_non_replayable(tx, &key.study, &key.trajectory, why, now).await?;
-                false
+                // The study may be over, or another trajectory admitted.
+                return Ok(Reported::accepted(true));
             }
             JobReport::Replayed(_) | JobReport::Evaluated { .. } => unreachable!("checked by JobReport::fits"),
         };
+        // A no-outcome puts its key back: work for a waiting worker.
+        let mut wakes = matches!(report, JobReport::NoOutcome { .. });
         if replan {
-            self.replan(tx, &config, &key.study, &key.trajectory, &plan, now).await?;
+            let (created, finished) = self.replan(tx, &config, &key.study, &key.trajectory, &plan, now).await?;
+            wakes |= created > 0 || finished;
         }
-        Ok(ReportVerdict::Accepted)
+        Ok(Reported::accepted(wakes))
     }
 
     async fn report_job(
@@ -784,22 +816,22 @@ impl SqlStore {
         attempt: u32,
         report: &JobReport,
         now: i64,
-    ) -> Result<ReportVerdict, StoreError> {
+    ) -> Result<Reported, StoreError> {
         let study = key.study();
         let plan = match key {
             JobKey::Replay { trajectory, .. } => match self.lock_trajectory(tx, study, trajectory).await? {
                 Some(plan) => Some(plan),
-                None => return Ok(ReportVerdict::Ignored("unknown key".into())),
+                None => return Ok(Reported::ignored("unknown key")),
             },
             _ => None,
         };
         let sql =
             format!(concat!("SELECT state, attempt, no_outcomes FROM jobs WHERE ", job_is!(), "{}"), self.for_update());
         let Some(row) = bind_job(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await? else {
-            return Ok(ReportVerdict::Ignored("unknown key".into()));
+            return Ok(Reported::ignored("unknown key"));
         };
         if let Err(why) = Self::check_attempt(&row, attempt)? {
-            return Ok(ReportVerdict::Ignored(why));
+            return Ok(Reported::ignored(why));
         }
         let config = self.config(tx, study).await?;
         if let JobReport::NoOutcome { reason } = report {
@@ -831,7 +863,7 @@ impl SqlStore {
                 };
                 self.drop_non_replayable(tx, study, trajectory, &why, now).await?;
             }
-            return Ok(ReportVerdict::Accepted);
+            return Ok(Reported::accepted(true));
         }
         bind_job(
             sqlx::query(concat!(
@@ -855,13 +887,14 @@ impl SqlStore {
                     .await?;
                 let plan = plan.expect("locked above");
                 self.replan(tx, &config, study, trajectory, &plan, now).await?;
+                Ok(Reported::accepted(true))
             }
             (JobKey::Replay { trajectory, .. }, JobReport::NonReplayable(why)) => {
                 self.drop_non_replayable(tx, study, trajectory, why, now).await?;
+                Ok(Reported::accepted(true))
             }
-            _ => {}
+            _ => Ok(Reported::accepted(false)),
         }
-        Ok(ReportVerdict::Accepted)
     }
 
     async fn worker_known(
@@ -1086,26 +1119,20 @@ impl Store for SqlStore {
         Ok(HeartbeatVerdict { revoked, unknown_worker: false })
     }
 
-    async fn report(
-        &self,
-        worker: &str,
-        job: &HeldJob,
-        report: &JobReport,
-        now: i64,
-    ) -> Result<ReportVerdict, StoreError> {
+    async fn report(&self, worker: &str, job: &HeldJob, report: &JobReport, now: i64) -> Result<Reported, StoreError> {
         if !report.fits(job.key.kind()) {
             return Err(StoreError::Invalid(format!("a {} job cannot report {report:?}", job.key.kind().as_str())));
         }
         let mut tx = self.pool.begin().await?;
-        let verdict = match &job.key {
+        let reported = match &job.key {
             JobKey::Continuation(key) => self.report_continuation(&mut tx, key, job.attempt, report, now).await?,
             other => self.report_job(&mut tx, other, job.attempt, report, now).await?,
         };
-        if verdict == ReportVerdict::Accepted {
+        if reported.verdict == ReportVerdict::Accepted {
             tracing::debug!(worker, key = %job.key, attempt = job.attempt, "report recorded");
             tx.commit().await?;
         }
-        Ok(verdict)
+        Ok(reported)
     }
 
     async fn release(&self, worker: &str, held: &[HeldJob]) -> Result<u32, StoreError> {
@@ -1143,21 +1170,19 @@ impl Store for SqlStore {
             .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
         let name: String = row.try_get("name")?;
         let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
-        let mut counts: HashMap<String, u64> = HashMap::new();
-        for r in sqlx::query("SELECT state, COUNT(*) AS n FROM continuations WHERE study = $1 GROUP BY state")
-            .bind(study)
-            .fetch_all(&mut *tx)
-            .await?
-        {
-            counts.insert(r.try_get("state")?, r.try_get::<i64, _>("n")? as u64);
-        }
+        // Counters kept by the transactions that create and finish continuations: no scan of the
+        // study's continuations per poll.
         let mut by_state: HashMap<String, u32> = HashMap::new();
         let mut stages: std::collections::BTreeMap<Stage, u32> = Default::default();
         let mut admitted = 0;
-        for r in sqlx::query("SELECT state, stage, admit_order FROM trajectories WHERE study = $1")
-            .bind(study)
-            .fetch_all(&mut *tx)
-            .await?
+        let (mut requested, mut done, mut retired, mut dropped) = (0u64, 0u64, 0u64, 0u64);
+        for r in sqlx::query(
+            "SELECT state, stage, admit_order, n_requested, n_done, n_retired, n_dropped FROM trajectories \
+             WHERE study = $1",
+        )
+        .bind(study)
+        .fetch_all(&mut *tx)
+        .await?
         {
             let s: String = r.try_get("state")?;
             if r.try_get::<Option<i64>, _>("admit_order")?.is_some() {
@@ -1167,7 +1192,18 @@ impl Store for SqlStore {
                 *stages.entry(stage_of(&r.try_get::<String, _>("stage")?)?).or_default() += 1;
             }
             *by_state.entry(s).or_default() += 1;
+            requested += r.try_get::<i64, _>("n_requested")? as u64;
+            done += r.try_get::<i64, _>("n_done")? as u64;
+            retired += r.try_get::<i64, _>("n_retired")? as u64;
+            dropped += r.try_get::<i64, _>("n_dropped")? as u64;
         }
+        // Bounded by the workers' slots, through a partial index.
+        let running = sqlx::query("SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND state = 'leased'")
+            .bind(study)
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>("n")? as u64;
+        let pending = requested.saturating_sub(done + retired + dropped + running);
         let trajectories: u32 = by_state.values().sum();
         let recent: i64 = sqlx::query("SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND done_ms >= $2")
             .bind(study)
@@ -1196,8 +1232,6 @@ impl Store for SqlStore {
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
         tx.commit().await?;
-        let get = |k: &str| counts.get(k).copied().unwrap_or(0);
-        let (done, running, pending, retired) = (get("done"), get("leased"), get("pending"), get("retired"));
         let throughput_per_min = recent as f64 / 5.0;
         let waiting = by_state.get("waiting").copied().unwrap_or(0);
         let per_trajectory =
