@@ -24,7 +24,7 @@ pub mod render;
 pub mod server;
 pub mod spec;
 pub mod store;
-#[cfg(feature = "test-support")]
+#[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 pub mod wire;
 

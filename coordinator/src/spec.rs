@@ -585,6 +585,13 @@ fn parse_trajectory(
                     format!("{path}: was not found (paths are relative to the spec file's directory)"),
                 )));
             };
+            if synthetic {
+                return Err(at(problem(
+                    "recorded",
+                    "is given, but the synthetic runner cannot replay recorded runs; use a runner that replays in \
+                     containers, or give the trajectory by length and curve",
+                )));
+            }
             let run = Trajectory::from_json(contents.as_bytes())
                 .map_err(|e| at(problem("recorded", format!("{path}: {e}"))))?;
             Some(run)

@@ -675,3 +675,55 @@ fn decoys_are_parsed_and_checked() {
     assert_mentions(&bad("  - {id: x, task: beta, length: 5, steps: 3}"), &["decoys[0].steps"]);
     assert_mentions(&rejected(&format!("{VALID}decoys: 3\n")), &["decoys must be a list"]);
 }
+
+fn recorded_files(steps: u32) -> BTreeMap<String, String> {
+    BTreeMap::from([("runs/r.json".to_string(), crate::testing::recorded_trajectory("task-r", steps))])
+}
+
+const RECORDED: &str =
+    "name: rec\nseed: 1\nrunner: {kind: docker}\ntrajectories:\n  - id: r\n    recorded: runs/r.json\n";
+
+#[test]
+fn a_recorded_run_gives_the_trajectory_its_length_task_and_digest() {
+    let files = recorded_files(12);
+    let launch = super::parse_launch(RECORDED, &|p| files.get(p).cloned()).unwrap();
+    let t = &launch.spec.trajectories[0];
+    assert_eq!((t.length, t.task.as_str()), (12, "task-r"));
+    let digest = t.recorded.clone().expect("a digest");
+    assert_eq!(launch.recorded[&digest].length(), 12);
+    let payload = &launch.payloads()[0];
+    assert_eq!(payload.recorded.as_ref().map(|r| r.digest()), Some(digest));
+    // A length that disagrees with the recorded run is an error; an equal one is fine.
+    let yaml = format!("{RECORDED}    length: 11\n");
+    let err = parse_with(&yaml, &files).unwrap_err().to_string();
+    assert!(err.contains("trajectory \"r\": length = 11 but the recorded run has 12 steps"), "{err}");
+    assert!(parse_with(&format!("{RECORDED}    length: 12\n"), &files).is_ok());
+}
+
+#[test]
+fn bad_recorded_runs_are_refused_naming_the_trajectory_and_field() {
+    let files = BTreeMap::from([("runs/r.json".to_string(), r#"{"format": "mini-swe-agent-1.1"}"#.to_string())]);
+    let err = parse_with(RECORDED, &files).unwrap_err().to_string();
+    assert!(err.contains("trajectory \"r\": recorded runs/r.json: format is \"mini-swe-agent-1.1\""), "{err}");
+    let err = parse_with(RECORDED, &BTreeMap::new()).unwrap_err().to_string();
+    assert!(err.contains("recorded runs/r.json: was not found"), "{err}");
+    let synthetic = RECORDED.replace("kind: docker", "kind: synthetic");
+    let err = parse_with(&synthetic, &recorded_files(3)).unwrap_err().to_string();
+    assert!(err.contains("the synthetic runner cannot replay recorded runs"), "{err}");
+}
+
+#[test]
+fn a_referenced_file_over_the_limit_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    let huge = std::fs::File::create(dir.path().join("runs/r.json")).unwrap();
+    huge.set_len(super::MAX_FILE_BYTES + 1).unwrap(); // sparse: nothing is written
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, RECORDED).unwrap();
+    let err = super::read_with_files(&spec).unwrap_err().to_string();
+    assert!(err.contains("over the limit of 64 MiB per file"), "{err}");
+    std::fs::remove_file(dir.path().join("runs/r.json")).unwrap();
+    std::fs::create_dir(dir.path().join("runs/r.json")).unwrap();
+    let err = super::read_with_files(&spec).unwrap_err().to_string();
+    assert!(err.contains("is not a regular file"), "{err}");
+}
