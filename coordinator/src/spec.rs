@@ -58,6 +58,7 @@ use std::path::{Path, PathBuf};
 use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{BaseRun, BaseRuns, Thresholds, ThresholdsError};
+use vcurve_record::runner::SyntheticOptions;
 pub use vcurve_record::study::{Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudySpec, TrajectorySpec};
 use vcurve_record::{Trajectory, TrajectoryPayload};
 
@@ -65,7 +66,7 @@ use vcurve_record::{Trajectory, TrajectoryPayload};
 pub const MAX_LENGTH: u32 = 100_000;
 
 /// The runner kind whose options this module validates.
-pub const SYNTHETIC: &str = "synthetic";
+pub use vcurve_record::runner::SYNTHETIC;
 
 /// Which trajectory an error is about: its id, or its position when the id is the problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +194,6 @@ const DECOY_FIELDS: &[&str] = &["id", "task", "length", "labels"];
 const CONTROL_FIELDS: &[&str] = &["sanity", "retest", "budget_control"];
 const ADMISSION_FIELDS: &[&str] = &["mode", "batch_size", "pipeline_threshold"];
 const ADMISSION_MODES: &[&str] = &["demand", "batch"];
-const SYNTHETIC_OPTIONS: &[&str] = &["duration_ms", "no_outcome_rate"];
 const BASE_RUN_FIELDS: &[&str] = &["success", "steps"];
 
 fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
@@ -351,7 +351,7 @@ fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
                         field,
                         format!(
                             "is not an option of the synthetic runner (expected one of: {})",
-                            SYNTHETIC_OPTIONS.join(", ")
+                            SyntheticOptions::FIELDS.join(", ")
                         ),
                     )));
                 }
@@ -361,7 +361,12 @@ fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
             .map_err(|e| top_error(problem(field, format!("cannot be stored as JSON: {e}"))))?;
         options.insert(key.to_string(), json);
     }
-    Ok(RunnerSpec { kind, options: serde_json::Value::Object(options) })
+    let options = serde_json::Value::Object(options);
+    if kind == SYNTHETIC {
+        // The typed options the workers read: what passed the checks above must parse.
+        SyntheticOptions::from_json(&options).map_err(|e| top_error(problem("runner", e)))?;
+    }
+    Ok(RunnerSpec { kind, options })
 }
 
 /// A parameter that may be set at the top level or in `thresholds`: its value, and the field it
