@@ -206,12 +206,13 @@ pub struct TrajectoryRow {
 /// Read a trajectories file: `vcurve export`'s `trajectories.csv` (header
 /// `trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations`),
 /// of which `trajectory,length,shape,t_star,decisive_a,decisive_b,pnr` are required. Optional
-/// columns `task`, `stratum`, `first_edit` and `first_symptom` (empty or `none`: never) feed the
-/// analyses; `concentration`, `onset`, `pnr_certified`, `restart_point` and `continuations` are
-/// checked when present. Ids must be unique and every curve quantity consistent with `T`.
+/// columns `task`, `stratum`, `first_edit` and `first_symptom` (empty or `none`: never; the column
+/// absent: not measured) feed the analyses; `concentration`, `onset`, `pnr_certified`,
+/// `restart_point` and `continuations` are checked when present. Ids must be unique and every
+/// curve quantity consistent with `T`.
 pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> {
     use vcurve_method::Shape;
-    use vcurve_method::analyses::CurveRecord;
+    use vcurve_method::analyses::{CurveRecord, Observation};
     use vcurve_method::curve::Interval;
 
     const REQUIRED: [&str; 7] = ["trajectory", "length", "shape", "t_star", "decisive_a", "decisive_b", "pnr"];
@@ -227,6 +228,12 @@ pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> 
         "continuations",
     ];
     let mut table = Table::open_with_optional(path, &REQUIRED, &OPTIONAL)?;
+    // A first edit or first symptom is measured (a step or never) only where the file has its column.
+    let given =
+        |name: &str| table.columns[REQUIRED.len() + OPTIONAL.iter().position(|c| *c == name).unwrap()].is_some();
+    let observed = (given("first_edit"), given("first_symptom"));
+    let observation =
+        |given: bool, step: Option<u32>| if given { Observation::from(step) } else { Observation::NotMeasured };
     let mut out = Vec::new();
     let mut seen: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     let rows: Vec<_> = table.rows().collect();
@@ -334,8 +341,8 @@ pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> 
                     pnr,
                     confirmed_drop: false,
                     restart_point,
-                    first_edit,
-                    first_symptom,
+                    first_edit: observation(observed.0, first_edit),
+                    first_symptom: observation(observed.1, first_symptom),
                     fit: Vec::new(),
                     points: Vec::new(),
                 },

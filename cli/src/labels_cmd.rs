@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use vcurve_method::Thresholds;
 use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, PlacementSummary, Share, place_labels};
-use vcurve_method::analyses::{AnalysisError, CurveRecord, FitValue, Label, sources_in_order};
+use vcurve_method::analyses::{AnalysisError, CurveRecord, FitValue, Label, NOT_MEASURED, sources_in_order};
 use vcurve_method::schedule::Series;
 
 use crate::cli::LabelsArgs;
@@ -214,10 +214,12 @@ pub fn table(report: &PlacementReport, order: &[String], with_curves: bool, z: f
                 row.push(s.unplaced.to_string());
             }
             if with_curves {
-                row.push(s.probed.unwrap_or(0).to_string());
+                // Not measured, never 0: without main-series points nothing is probed, and with
+                // none of a column's labels probed there are no zero drops to count.
+                row.push(s.probed.map_or_else(|| NOT_MEASURED.into(), |n| n.to_string()));
                 // As the paper prints it: zero-drop labels of every label naming a step.
-                row.push(format!("{}/{}", s.zero_drop.unwrap_or(0), s.labels));
-                row.push(s.post_cause_or_zero_drop.as_ref().map_or_else(|| "–".into(), percent));
+                row.push(s.zero_drop.map_or_else(|| NOT_MEASURED.into(), |z| format!("{z}/{}", s.labels)));
+                row.push(s.post_cause_or_zero_drop.as_ref().map_or_else(|| NOT_MEASURED.into(), percent));
             } else {
                 row.push(percent(&s.post_cause));
             }

@@ -188,7 +188,11 @@ fn places_a_hand_made_study_with_curves() {
     // probed, zero drop, drop ≥ 0.2, significant, [post-cause or zero drop, labels].
     assert_eq!(probes(&v["sources"]["J"]), json!([2, 1, 0, 0, [1, 3]]));
     assert_eq!(probes(&v["sources"]["K"]), json!([2, 0, 1, 1, [1, 2]]), "the retest series is not K's probe at 11");
-    assert_eq!(probes(&v["sources"]["L"]), json!([0, 0, 0, 0, [1, 2]]));
+    // L has no label probed: its probe counts are not measured (null), not 0.
+    assert_eq!(probes(&v["sources"]["L"]), json!([0, null, null, null, [1, 2]]));
+    for field in ["zero_drop", "large_drop", "significant"] {
+        assert_eq!(v["sources"]["L"].get(field), Some(&Value::Null), "{field} is null, not absent");
+    }
     assert_eq!(probes(&v["pooled"]), json!([4, 1, 1, 1, [3, 7]]));
     // The probes themselves.
     let labels = v["labels"].as_array().unwrap();
@@ -283,7 +287,8 @@ fn prints_table_2_with_curves() {
     let rows = rows(&text);
     assert_eq!(rows[1], ["J", "3", "1", "1", "0", "0", "0", "1", "2", "1/3", "33%", "(6–79)"], "{text}");
     assert_eq!(rows[2], ["K", "2", "0", "1", "0", "1", "0", "0", "2", "0/2", "50%", "(9–91)"], "{text}");
-    assert_eq!(rows[3], ["L", "2", "0", "0", "1", "0", "1", "1", "0", "0/2", "50%", "(9–91)"], "{text}");
+    // Nothing of L's is probed: its zero drops are not measured, not 0/2.
+    assert_eq!(rows[3], ["L", "2", "0", "0", "1", "0", "1", "1", "0", "not", "measured", "50%", "(9–91)"], "{text}");
     assert_eq!(rows[4], ["pooled", "7", "1", "2", "1", "1", "1", "2", "4", "1/7", "43%", "(16–75)"], "{text}");
     assert!(text.contains("before m ≤ a, inside a < m ≤ b, after b < m ≤ t_pnr, after PNR m > t_pnr"), "{text}");
     // Columns line up: every row is as wide as the header.
@@ -303,6 +308,38 @@ fn prints_table_2_without_curves_and_names_a_partial_pool() {
     assert_eq!(rows[4], ["pooled", "5", "1", "2", "0", "1", "0", "1", "20%", "(4–62)"], "{text}");
     assert!(text.contains("pooled: J, K"), "{text}");
     assert!(!text.contains("zero-drop"), "{text}");
+}
+
+#[test]
+fn the_neighbourhoods_of_the_first_symptom_need_its_column() {
+    // trajectories.csv as `vcurve export` writes it has no first_symptom column: not measured.
+    let v = Study::new().json(false, &[]);
+    for summary in v["sources"].as_object().unwrap().values().chain([&v["pooled"]]) {
+        assert_eq!(summary["near_t_star"], Value::Null, "{summary}");
+        assert_eq!(summary["near_symptom"], Value::Null, "{summary}");
+    }
+    // With the column, a step or `none` (silent) is measured: a's symptom at 12 is within one step
+    // of K's 11 (= t*); b is silent, c and d never show one (empty cells).
+    let trajectories = TRAJECTORIES
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let cell = match i {
+                0 => "first_symptom",
+                1 => "12",
+                2 => "none",
+                _ => "",
+            };
+            format!("{line},{cell}\n")
+        })
+        .collect::<String>();
+    let v = Study::with(&trajectories, LABELS, CURVES).json(false, &[]);
+    assert_eq!(v["sources"]["K"]["near_t_star"], json!({"hits": 1, "total": 1}));
+    assert_eq!(v["sources"]["K"]["near_symptom"], json!({"hits": 1, "total": 1}));
+    assert_eq!(v["sources"]["J"]["near_t_star"], json!({"hits": 0, "total": 1}));
+    // Pooled: a's three labels (3, 11, 19) count; only 11 is near t* = 11 or the symptom at 12.
+    assert_eq!(v["pooled"]["near_t_star"], json!({"hits": 1, "total": 3}));
+    assert_eq!(v["pooled"]["near_symptom"], json!({"hits": 1, "total": 3}));
 }
 
 // ---------------------------------------------------------------------------------------------

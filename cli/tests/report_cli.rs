@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use serde_json::json;
+
 fn vcurve(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_vcurve")).args(args).output().unwrap();
     assert!(out.status.success(), "vcurve {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -65,6 +67,29 @@ fn report_from_an_export_has_every_table_and_figure() {
     let exported: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(export.join("analyses.json")).unwrap()).unwrap();
     assert_eq!(json, exported);
+    // A demo study is not replayed: its first edits and first symptoms are not measured, and the
+    // localizers built on them say so — in the CSV, the HTML, the printed table and the JSON.
+    let localizers = std::fs::read_to_string(report.join("localizers.csv")).unwrap();
+    for name in ["first edit", "before first symptom"] {
+        let row = localizers.lines().find(|l| l.starts_with(&format!("{name},"))).unwrap();
+        let cells: Vec<&str> = row.split(',').collect();
+        assert_eq!(cells[2..], ["not measured"; 3], "{localizers}");
+        let n = cells[1];
+        assert!(n.starts_with("0 (") && n.ends_with(" not measured)"), "n = 0 proposals: {row}");
+        assert!(
+            html.contains(&format!(
+                "<tr><td>{name}</td><td>{n}</td><td>not measured</td><td>not measured</td><td>not measured</td></tr>"
+            )),
+            "{name} row in the HTML"
+        );
+        assert!(printed.lines().any(|l| l.starts_with(name) && l.contains("not measured") && !l.contains("0.00")));
+        let row = json["localizers"]["rows"].as_array().unwrap().iter().find(|r| r["name"] == name).unwrap();
+        assert_eq!(
+            (row["vc0"].clone(), row["vc1"].clone(), row["vc3"].clone()),
+            (json!(null), json!(null), json!(null))
+        );
+        assert_eq!(row["n"], 0);
+    }
     // The CSV and the HTML table say the same thing.
     let trajectories = std::fs::read_to_string(report.join("trajectories.csv")).unwrap();
     for line in trajectories.lines().skip(1) {

@@ -80,8 +80,8 @@ fn curves() -> Vec<CurveRecord> {
             pnr: int(row, "pnr"),
             confirmed_drop: row["both_ends_k32"] == "1",
             restart_point: None,
-            first_edit: optional_int(row, "first_edit"),
-            first_symptom: optional_int(row, "first_symptom"),
+            first_edit: optional_int(row, "first_edit").into(),
+            first_symptom: optional_int(row, "first_symptom").into(),
             fit: Vec::new(),
             points: Vec::new(),
         })
@@ -277,7 +277,7 @@ fn outcome(
         pass_rate,
         restart_step: step,
         restart_value: value,
-        success_kept: kept,
+        success_kept: kept.into(),
     }
 }
 

@@ -11,8 +11,10 @@ use vcurve_method::analyses::checks::{
 use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, place_labels};
 use vcurve_method::analyses::localizers::{LocalizerReport, rank_localizers};
 use vcurve_method::analyses::restart::{FIXED_STEPS, RestartReport, RestartStudy, restart_policies};
-use vcurve_method::analyses::stages::{StageCounts, StageTable, stage_table};
-use vcurve_method::analyses::{AnalysisError, BOOTSTRAP_SEED, CurveRecord, DecoyLabel, Label, Ratio};
+use vcurve_method::analyses::stages::{StageCounts, StageTable, measured_stage_table};
+use vcurve_method::analyses::{
+    AnalysisError, BOOTSTRAP_SEED, CurveRecord, DecoyLabel, Label, Measured, Observation, Ratio,
+};
 use vcurve_method::schedule::Series;
 use vcurve_method::{BaseRuns, CurveAnalysis, CurveError, Point, analyze};
 
@@ -27,25 +29,39 @@ pub enum AnalysesError {
     Analysis(#[from] AnalysisError),
 }
 
-/// Every analysis of one study.
+/// Every analysis of one study. What the study has not measured is `null` in the JSON, never an
+/// empty table of zeros.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StudyAnalyses {
     /// Labels against curves (Tables 2 and 21).
     pub labels: PlacementReport,
-    /// Restart policies offline (Tables 23–24); `None` when a labeled task has no base runs.
+    /// Restart policies offline (Tables 23–24); `None` (not measured) when a labeled task has no
+    /// base runs.
     pub restart: Option<RestartReport>,
     /// Value captured per localizer (Table 32).
     pub localizers: LocalizerReport,
     /// Checks before any claim (Table 4).
     pub checks: ChecksReport,
-    /// `t = 0` sanity (Table 18).
-    pub sanity: SanityReport,
-    /// Test–retest (Table 19).
-    pub retest: RetestReport,
-    /// Budget control (Table 20).
-    pub budget_control: BudgetControlReport,
-    /// Continuations by schedule stage (Table 13).
-    pub stages: StageTable,
+    /// `t = 0` sanity (Table 18); not measured when no trajectory carried the control.
+    pub sanity: Measured<SanityReport>,
+    /// Test–retest (Table 19); not measured when no anchor was re-screened.
+    pub retest: Measured<RetestReport>,
+    /// Budget control (Table 20); not measured when no trajectory was screened with the full budget.
+    pub budget_control: Measured<BudgetControlReport>,
+    /// Continuations by schedule stage (Table 13); not measured when no trajectory's stage counts
+    /// are known (the study's schedule cannot be rebuilt).
+    pub stages: Measured<StageTable>,
+}
+
+/// A report of a control, or not measured when the control has no rows.
+fn measured_if<T>(has_rows: bool, report: T) -> Measured<T> {
+    if has_rows { Measured::Value(report) } else { Measured::NotMeasured }
+}
+
+/// An exported first edit or first symptom: known only once the trajectory is replayed, so `None`
+/// is not measured (the export cannot yet say "never").
+fn observation(step: Option<u32>) -> Observation {
+    step.map_or(Observation::NotMeasured, Observation::At)
 }
 
 fn points(tr: &TrajectoryResult, series: Series) -> Vec<Point> {
@@ -76,8 +92,8 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         .iter()
         .map(|(tr, a)| {
             let mut r = CurveRecord::from_analysis(&tr.trajectory, &tr.task, a, params);
-            r.first_edit = tr.first_edit;
-            r.first_symptom = tr.first_symptom;
+            r.first_edit = observation(tr.first_edit);
+            r.first_symptom = observation(tr.first_symptom);
             r
         })
         .collect();
@@ -194,7 +210,7 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         cache: None,
     };
     let checks = checks::checks(&inputs, &CheckCriteria::default(), params);
-    let stages = stage_table(
+    let stages = measured_stage_table(
         &results
             .trajectories
             .iter()
@@ -205,5 +221,14 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
             })
             .collect::<Vec<_>>(),
     );
-    Ok(StudyAnalyses { labels: placement, restart, localizers, checks, sanity, retest, budget_control, stages })
+    Ok(StudyAnalyses {
+        labels: placement,
+        restart,
+        localizers,
+        checks,
+        sanity: measured_if(!sanity.rows.is_empty(), sanity),
+        retest: measured_if(!retest.rows.is_empty(), retest),
+        budget_control: measured_if(!budget_control.rows.is_empty(), budget_control),
+        stages,
+    })
 }

@@ -9,13 +9,15 @@ use std::fmt::Write as _;
 
 use vcurve_method::analyses::labels::{PlacementSummary, Share};
 use vcurve_method::analyses::restart::PolicyRow;
+use vcurve_method::analyses::{Measured, NOT_MEASURED};
 
 use crate::analyses::StudyAnalyses;
 use crate::export::{Results, TrajectoryResult};
 use crate::figures::{CurveFigure, FigureError};
 use vcurve_record::TrajectoryState;
 
-/// A table: a title, a caption saying what it reproduces, and rows of text cells.
+/// A table: a title, a caption saying what it reproduces, and rows of text cells. A cell the study
+/// has not measured reads [`NOT_MEASURED`], never 0.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
     /// File name stem of the CSV (`labels` → `labels.csv`).
@@ -24,6 +26,9 @@ pub struct Table {
     pub caption: String,
     pub headers: Vec<String>,
     pub rows: Vec<Vec<String>>,
+    /// The study has not measured what the table shows: it has no rows, and says "not measured"
+    /// where an empty table says "nothing to show" (its CSV is the header alone).
+    pub not_measured: bool,
 }
 
 fn esc(s: &str) -> String {
@@ -42,7 +47,22 @@ impl Table {
             caption: caption.into(),
             headers: headers.iter().map(|h| h.to_string()).collect(),
             rows: Vec::new(),
+            not_measured: false,
         }
+    }
+
+    /// The table of what `measured` holds, or a table marked not measured.
+    fn fill<T>(mut self, measured: Measured<&T>, fill: impl FnOnce(&mut Table, &T)) -> Self {
+        match measured {
+            Measured::Value(v) => fill(&mut self, v),
+            Measured::NotMeasured => self.not_measured = true,
+        }
+        self
+    }
+
+    /// What an empty table says.
+    fn empty(&self) -> &'static str {
+        if self.not_measured { NOT_MEASURED } else { "nothing to show" }
     }
 
     fn row(&mut self, cells: Vec<String>) {
@@ -75,7 +95,7 @@ impl Table {
             out.push_str(&line(row));
         }
         if self.rows.is_empty() {
-            out.push_str("(nothing to show)\n");
+            let _ = writeln!(out, "({})", self.empty());
         }
         out
     }
@@ -93,7 +113,7 @@ impl Table {
         out.push_str("</tr>\n");
         if self.rows.is_empty() {
             let _ =
-                writeln!(out, "<tr><td colspan=\"{}\" class=\"muted\">nothing to show</td></tr>", self.headers.len());
+                writeln!(out, "<tr><td colspan=\"{}\" class=\"muted\">{}</td></tr>", self.headers.len(), self.empty());
         }
         for row in &self.rows {
             out.push_str("<tr>");
@@ -113,6 +133,16 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 fn f2(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_string(), |v| format!("{v:.2}"))
+}
+
+/// A count the study may not have measured.
+fn count(v: Option<u32>) -> String {
+    Measured::from_option(v).to_string()
+}
+
+/// A measured value as `show` writes it, or [`NOT_MEASURED`].
+fn measured<T>(v: Measured<T>, show: impl FnOnce(T) -> String) -> String {
+    v.value().map_or_else(|| NOT_MEASURED.to_string(), show)
 }
 
 fn share(s: &Share) -> String {
@@ -188,11 +218,12 @@ fn placement_row(name: &str, s: &PlacementSummary) -> Vec<String> {
         s.after_pnr.to_string(),
         s.no_mistake.to_string(),
         s.at_t_star.to_string(),
-        opt(s.zero_drop),
-        opt(s.large_drop),
-        opt(s.significant),
-        s.post_cause_or_zero_drop.as_ref().map_or_else(|| share(&s.post_cause), share),
-        format!("{}/{}", s.near_t_star.hits, s.near_t_star.total),
+        count(s.zero_drop),
+        count(s.large_drop),
+        count(s.significant),
+        share(&s.post_cause),
+        measured(Measured::from_option(s.post_cause_or_zero_drop.as_ref()), share),
+        measured(s.near_t_star_measured(), |r| format!("{}/{}", r.hits, r.total)),
     ]
 }
 
@@ -200,7 +231,7 @@ fn labels_table(a: &StudyAnalyses) -> Table {
     let mut t = Table::new(
         "labels",
         "Labels against the curves",
-        "Where each source's first-mistake labels fall against the decisive interval (a, b] and the point of no return (the paper's Tables 2 and 21): before (m ≤ a), inside (a < m ≤ b), after (b < m ≤ t_pnr), after the PNR (m > t_pnr), no mistake; the probed drop at the label; and the share of labels that are post-cause or sit on no drop.",
+        "Where each source's first-mistake labels fall against the decisive interval (a, b] and the point of no return (the paper's Tables 2 and 21): before (m ≤ a), inside (a < m ≤ b), after (b < m ≤ t_pnr), after the PNR (m > t_pnr), no mistake; the probed drop at the label; the share of labels that are post-cause, and that are post-cause or sit on no drop. Probe counts are not measured when no label was probed, the neighbourhood of t* when no trajectory's first symptom was measured (once replayed).",
         &[
             "source",
             "trajectories",
@@ -214,6 +245,7 @@ fn labels_table(a: &StudyAnalyses) -> Table {
             "zero drop",
             "drop ≥ 0.2",
             "significant",
+            "post-cause",
             "post-cause or zero-drop",
             "within 1 of t* (runs with a symptom)",
         ],
@@ -230,6 +262,7 @@ fn policy_row(p: &PolicyRow) -> Vec<String> {
         p.name.clone(),
         format!("{}/{}", p.restarts, p.trajectories),
         p.mean_restart_step.map_or_else(|| "–".into(), |s| format!("{s:.0}")),
+        // Not measured: over no trajectory, or a judge's random run without decoys.
         format!("{:.2}", p.failed),
         format!("{:.2}", p.random),
         format!("{:+.2}", p.gain),
@@ -237,48 +270,47 @@ fn policy_row(p: &PolicyRow) -> Vec<String> {
 }
 
 fn restart_table(a: &StudyAnalyses) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "restart_policies",
         "Restart policies, offline",
-        "What each restart policy would obtain (the paper's Table 23): a restart of a failed run after h_t obtains R̂(x, B − t); value-based policies never restart a successful run. Expected success on failed runs, on a random run of the task, and the gain over never restarting.",
+        "What each restart policy would obtain (the paper's Table 23): a restart of a failed run after h_t obtains R̂(x, B − t); value-based policies never restart a successful run. Expected success on failed runs, on a random run of the task, and the gain over never restarting. A judge's random run needs its decoys (successful runs it labelled): not measured without them. The table is not measured when a labelled task has no base runs.",
         &["policy", "restarts", "mean step", "failed runs", "random run", "gain"],
-    );
-    if let Some(r) = &a.restart {
+    )
+    .fill(Measured::from_option(a.restart.as_ref()), |t, r| {
         for p in &r.policies {
             t.row(policy_row(p));
         }
-    }
-    t
+    })
 }
 
 fn decoys_table(a: &StudyAnalyses) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "decoys",
         "Judges on successful runs",
-        "Decoys are successful runs the judges labelled (the paper's Table 24): a judge's restart policy restarts a decoy at its label and loses 1 − R̂(x, B − m) in expectation.",
+        "Decoys are successful runs the judges labelled (the paper's Table 24): a judge's restart policy restarts a decoy at its label and loses 1 − R̂(x, B − m) in expectation; not measured for a judge that answered no decoy.",
         &["source", "decoys", "restarted", "expected loss"],
-    );
-    for d in a.restart.iter().flat_map(|r| &r.decoys) {
-        t.row(vec![d.source.clone(), d.decoys.to_string(), d.restarted.to_string(), f2(d.loss)]);
-    }
-    t
+    )
+    .fill(Measured::from_option(a.restart.as_ref()), |t, r| {
+        for d in &r.decoys {
+            let loss = format!("{:.2}", Measured::from_option(d.loss));
+            t.row(vec![d.source.clone(), d.decoys.to_string(), d.restarted.to_string(), loss]);
+        }
+    })
 }
 
 fn localizers_table(a: &StudyAnalyses) -> Table {
     let mut t = Table::new(
         "localizers",
         "Localizers by value captured",
-        "The share of the curve's value V(h_0) − V(h_T) captured within k steps of the proposed step (the paper's Table 32), ranked.",
+        "The share of the curve's value V(h_0) − V(h_T) captured within k steps of the proposed step (the paper's Table 32), ranked; n trajectories scored. The first edit and the first symptom are measured once a trajectory is replayed: a trajectory without them is left out of those rows (counted as not measured), and a row that scores none is not measured.",
         &["localizer", "n", "VC_0", "VC_1", "VC_3"],
     );
     for r in &a.localizers.rows {
-        t.row(vec![
-            r.name.clone(),
-            r.n.to_string(),
-            format!("{:.2}", r.vc0),
-            format!("{:.2}", r.vc1),
-            format!("{:.2}", r.vc3),
-        ]);
+        let n = match r.not_measured {
+            0 => r.n.to_string(),
+            k => format!("{} ({k} {NOT_MEASURED})", r.n),
+        };
+        t.row(vec![r.name.clone(), n, format!("{:.2}", r.vc0), format!("{:.2}", r.vc1), format!("{:.2}", r.vc3)]);
     }
     t
 }
@@ -299,37 +331,41 @@ fn checks_table(a: &StudyAnalyses) -> Table {
 }
 
 fn controls_tables(a: &StudyAnalyses) -> Vec<Table> {
-    let mut sanity = Table::new(
+    let sanity = Table::new(
         "sanity",
         "Control: t = 0 sanity",
         "Continuations from the empty history against the task's base runs, two-sided Fisher exact test (the paper's Table 18).",
         &["trajectory", "from h_0", "base runs", "p", "passes"],
-    );
-    for r in &a.sanity.rows {
-        sanity.row(vec![
-            r.trajectory.clone(),
-            format!("{}/{}", r.at_h0.hits, r.at_h0.total),
-            format!("{}/{}", r.base.hits, r.base.total),
-            format!("{:.3}", r.p_value),
-            r.passes.to_string(),
-        ]);
-    }
-    let mut retest = Table::new(
+    )
+    .fill(a.sanity.as_ref(), |t, sanity| {
+        for r in &sanity.rows {
+            t.row(vec![
+                r.trajectory.clone(),
+                format!("{}/{}", r.at_h0.hits, r.at_h0.total),
+                format!("{}/{}", r.base.hits, r.base.total),
+                format!("{:.3}", r.p_value),
+                r.passes.to_string(),
+            ]);
+        }
+    });
+    let retest = Table::new(
         "retest",
         "Control: test–retest",
         "Screening estimates from the main schedule (V̂1) and from fresh seeds (V̂2) at three anchors (the paper's Table 19).",
         &["trajectory", "t", "V̂1", "V̂2", "gap"],
-    );
-    for r in &a.retest.rows {
-        retest.row(vec![
-            r.trajectory.clone(),
-            r.t.to_string(),
-            format!("{:.2}", r.v1),
-            format!("{:.2}", r.v2),
-            format!("{:.2}", r.gap),
-        ]);
-    }
-    let mut budget = Table::new(
+    )
+    .fill(a.retest.as_ref(), |t, retest| {
+        for r in &retest.rows {
+            t.row(vec![
+                r.trajectory.clone(),
+                r.t.to_string(),
+                format!("{:.2}", r.v1),
+                format!("{:.2}", r.v2),
+                format!("{:.2}", r.gap),
+            ]);
+        }
+    });
+    let budget = Table::new(
         "budget_control",
         "Control: full budget",
         "The anchors screened with the remaining budget B − t and with the full budget B (the paper's Table 20).",
@@ -344,40 +380,43 @@ fn controls_tables(a: &StudyAnalyses) -> Vec<Table> {
             "within 3",
             "same shape",
         ],
-    );
-    for r in &a.budget_control.rows {
-        let i = &r.input;
-        budget.row(vec![
-            i.trajectory.clone(),
-            i.length.to_string(),
-            opt(i.remaining.t_star),
-            i.remaining.shape.as_str().into(),
-            opt(i.full.t_star),
-            i.full.shape.as_str().into(),
-            opt(i.final_t_star),
-            r.within_three.to_string(),
-            r.shape_agrees.to_string(),
-        ]);
-    }
+    )
+    .fill(a.budget_control.as_ref(), |t, budget| {
+        for r in &budget.rows {
+            let i = &r.input;
+            t.row(vec![
+                i.trajectory.clone(),
+                i.length.to_string(),
+                opt(i.remaining.t_star),
+                i.remaining.shape.as_str().into(),
+                opt(i.full.t_star),
+                i.full.shape.as_str().into(),
+                opt(i.final_t_star),
+                r.within_three.to_string(),
+                r.shape_agrees.to_string(),
+            ]);
+        }
+    });
     vec![sanity, retest, budget]
 }
 
 fn stages_table(a: &StudyAnalyses) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "stages",
         "Continuations by schedule stage",
-        "Where the schedule spent its continuations (the paper's Table 13).",
+        "Where the schedule spent its continuations (the paper's Table 13); not measured when the study's schedule cannot be rebuilt.",
         &["stage", "continuations", "share", "per trajectory"],
-    );
-    for r in a.stages.rows.iter().chain(std::iter::once(&a.stages.all)) {
-        t.row(vec![
-            r.stage.clone(),
-            r.continuations.to_string(),
-            format!("{:.2}", r.share),
-            format!("{:.1}", r.per_trajectory),
-        ]);
-    }
-    t
+    )
+    .fill(a.stages.as_ref(), |t, stages| {
+        for r in stages.rows.iter().chain(std::iter::once(&stages.all)) {
+            t.row(vec![
+                r.stage.clone(),
+                r.continuations.to_string(),
+                format!("{:.2}", r.share),
+                format!("{:.1}", r.per_trajectory),
+            ]);
+        }
+    })
 }
 
 /// Every table of the report, in order.
@@ -471,3 +510,6 @@ pub fn build(results: &Results, analyses: &StudyAnalyses) -> Result<Report, Figu
     files.insert("report.html".into(), html.into_bytes());
     Ok(Report { files })
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,12 +14,13 @@
 //!   `< 35%` (through [`meets_below`], so with the `1e-9` tolerance in favour of meeting it, as
 //!   every threshold: exactly 35% meets); a confirmed drop or a certified point of no return on `≥ 60%` of trajectories; every
 //!   evaluation through the cache. A check with nothing measured (replay on a synthetic study, no
-//!   sanity trajectories yet) is `not_measured`, not a failure; the verdict is `pass` only when
-//!   every check passes, `fail` when any fails, `incomplete` otherwise.
+//!   sanity trajectories yet) is `not_measured`, not a failure: its value prints as "not measured"
+//!   and is exported as `null`. The verdict is `pass` only when every check passes, `fail` when
+//!   any fails, `incomplete` otherwise.
 
 use serde::{Deserialize, Serialize};
 
-use super::{CurveRecord, Ratio};
+use super::{CurveRecord, NOT_MEASURED, Ratio};
 use crate::curve::{CurveAnalysis, Point, Shape};
 use crate::stats::TwoByTwo;
 use crate::{BaseRuns, Thresholds, meets_at_least, meets_at_most, meets_below};
@@ -306,15 +307,41 @@ pub enum Verdict {
     Incomplete,
 }
 
-/// A row of Table 4.
+/// A row of Table 4. Exported with `value: null` when the check is not measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "CheckJson", from = "CheckJson")]
 pub struct Check {
     pub id: String,
     pub check: String,
     pub criterion: String,
-    /// The measured value as the paper prints it.
+    /// The measured value as the paper prints it; [`NOT_MEASURED`] when `status` is
+    /// [`Status::NotMeasured`].
     pub value: String,
     pub status: Status,
+}
+
+/// [`Check`] as exported: the value of a check not measured is `null`, its status `not_measured`.
+#[derive(Serialize, Deserialize)]
+struct CheckJson {
+    id: String,
+    check: String,
+    criterion: String,
+    value: Option<String>,
+    status: Status,
+}
+
+impl From<Check> for CheckJson {
+    fn from(c: Check) -> Self {
+        let value = (c.status != Status::NotMeasured).then_some(c.value);
+        CheckJson { id: c.id, check: c.check, criterion: c.criterion, value, status: c.status }
+    }
+}
+
+impl From<CheckJson> for Check {
+    fn from(c: CheckJson) -> Self {
+        let value = c.value.unwrap_or_else(|| NOT_MEASURED.into());
+        Check { id: c.id, check: c.check, criterion: c.criterion, value, status: c.status }
+    }
 }
 
 /// Table 4.
@@ -353,7 +380,7 @@ pub fn checks(inputs: &CheckInputs, criteria: &CheckCriteria, params: &Threshold
             criterion,
             value: match (ratio, share) {
                 (Some(r), Some(s)) => format!("{}/{} ({})", r.hits, r.total, percent(s)),
-                _ => "not measured".into(),
+                _ => NOT_MEASURED.into(),
             },
             status: status(share.is_some(), share.is_some_and(met)),
         }
@@ -382,7 +409,7 @@ pub fn checks(inputs: &CheckInputs, criteria: &CheckCriteria, params: &Threshold
         check: format!("t = 0 sanity, {} traj.", sanity.rows.len()),
         criterion: format!("two-sided Fisher exact, p ≥ {}", params.alpha),
         value: if sanity.rows.is_empty() {
-            "not measured".into()
+            NOT_MEASURED.into()
         } else {
             format!("{}/{}", sanity.passed.hits, sanity.passed.total)
         },
@@ -396,7 +423,7 @@ pub fn checks(inputs: &CheckInputs, criteria: &CheckCriteria, params: &Threshold
         criterion: format!("median gap ≤ {}", criteria.retest_median_gap_max),
         value: match (retest.median_gap, retest.max_gap) {
             (Some(median), Some(max)) => format!("{median:.2} ({} anchors; max {max:.2})", retest.anchors),
-            _ => "not measured".into(),
+            _ => NOT_MEASURED.into(),
         },
         status: status(
             retest.median_gap.is_some(),
@@ -426,7 +453,7 @@ pub fn checks(inputs: &CheckInputs, criteria: &CheckCriteria, params: &Threshold
             Some(c) if c.evaluations > 0 => {
                 format!("{}/{} ({} unique patches)", c.through_cache, c.evaluations, c.unique_patches)
             }
-            _ => "not measured".into(),
+            _ => NOT_MEASURED.into(),
         },
         status: match inputs.cache {
             Some(c) if c.evaluations > 0 => status(true, c.through_cache == c.evaluations),
@@ -594,6 +621,37 @@ mod tests {
         assert_eq!(report.checks[0].status, Status::NotMeasured);
         assert_eq!(report.checks[0].value, "not measured");
         assert_eq!(report.verdict, Verdict::Incomplete);
+    }
+
+    #[test]
+    fn a_check_not_measured_exports_null_with_its_reason() {
+        let params = Thresholds::default();
+        let mut inputs = passing_inputs();
+        inputs.replay = None;
+        inputs.flake = None;
+        inputs.cache = None;
+        inputs.cap_hits = Some(ratio(0, 0));
+        inputs.sanity = sanity_control(&[], &params);
+        inputs.retest = retest_control(&[], &params);
+        let report = checks(&inputs, &CheckCriteria::default(), &params);
+        let json = serde_json::to_value(&report).unwrap();
+        let by_id = |id: &str| json["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap().clone();
+        for id in ["replay", "flake", "t0_sanity", "test_retest", "cap_hits", "cache"] {
+            let c = by_id(id);
+            assert_eq!(c["value"], serde_json::Value::Null, "{id}: {c}");
+            assert_eq!(c["status"], "not_measured", "{id}");
+        }
+        // Measured checks keep their value; a measured 0 is 0.
+        inputs.flake = Some(ratio(0, 46));
+        let report = checks(&inputs, &CheckCriteria::default(), &params);
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["checks"][1]["value"], "0/46 (0%)");
+        assert_eq!(json["checks"][5]["value"], "47/47 (100%)");
+        assert_eq!(json["verdict"], "incomplete");
+        // Read back, a check not measured prints as such.
+        let back: ChecksReport = serde_json::from_value(json).unwrap();
+        assert_eq!(back, report);
+        assert_eq!(back.checks[0].value, NOT_MEASURED);
     }
 
     #[test]

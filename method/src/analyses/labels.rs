@@ -5,13 +5,17 @@
 //! `before` (`m ≤ a`), `inside` (`a < m ≤ b`), `after` (`b < m ≤ t_pnr`), `after_pnr`
 //! (`m > t_pnr`), or `no_mistake`. From the paper's Tables 9–12 these rules give Tables 2, 21 and 22
 //! exactly, as do the counts of labels within one step of `t*` and of the first symptom
-//! (`|m − t*| ≤ 1`, `|m − t_sym| ≤ 1`, over labels on trajectories with a first symptom).
+//! (`|m − t*| ≤ 1`, `|m − t_sym| ≤ 1`, over labels on trajectories with a first symptom). The first
+//! symptom is measured once a trajectory is replayed: when no label of a column is on a trajectory
+//! whose first symptom was measured, both counts are not measured (`null`), not `0/0`.
 //!
 //! Where the raw points are known, the drop at the label `V̂(h_{m−1}) − V̂(h_m)` is read off them:
 //! a label is *probed* when both sides have `n ≥ K_label` (the paper: "probed at K ≥ 16 on both
 //! sides"; at `m = T` the terminal side is the known `V̂(h_T) = 0` and no Fisher test is run, one
 //! side having no counts). Zero-drop: drop `≤ 0`; large: `≥ 0.20` (`label_drop_raise`);
-//! significant: one-sided Fisher `p < α`.
+//! significant: one-sided Fisher `p < α`. Without raw points in the study the probe fields are
+//! absent; when the study has raw points but no label of a column is probed, the zero-drop, large
+//! and significant counts are not measured (`null`): nothing was probed to count.
 //!
 //! The symptom share (the paper's "H1") counts the labels that are post-cause (`after`,
 //! `after_pnr`) or probed with a zero drop, over every label that names a step; an unprobed label
@@ -24,7 +28,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AnalysisError, CurveRecord, Label, Ratio, index_trajectories, sources_in_order, validate_labels};
+use super::{
+    AnalysisError, CurveRecord, Label, Measured, Ratio, index_trajectories, sources_in_order, validate_labels,
+};
 use crate::bootstrap::{Cluster, cluster_bootstrap_share};
 use crate::curve::{Point, Shape};
 use crate::stats::{TwoByTwo, wilson};
@@ -135,7 +141,11 @@ pub struct Share {
 }
 
 /// One column of Table 21: a source, or the pooled sources.
+///
+/// Serialized with the counts not measured as `null`: the probe counts when nothing was probed,
+/// `near_t_star` and `near_symptom` when no first symptom was measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "PlacementSummaryJson", from = "PlacementSummaryJson")]
 pub struct PlacementSummary {
     /// Trajectories on which the source answered.
     pub trajectories: u32,
@@ -154,21 +164,118 @@ pub struct PlacementSummary {
     pub post_cause: Share,
     /// Labels probed at `K ≥ K_label` on both sides; the probe fields are absent when the study
     /// has no raw points at all.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub probed: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
+    /// Probed labels on a zero drop; `None` also when no label of the column is probed (not
+    /// measured, serialized as `null`).
     pub zero_drop: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub large_drop: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub significant: Option<u32>,
     /// Post-cause or probed zero-drop, of `labels` (the paper's H1 share).
-    #[serde(skip_serializing_if = "Option::is_none", default)]
     pub post_cause_or_zero_drop: Option<Share>,
-    /// Labels within one step of `t*`, on trajectories with a first symptom.
+    /// Labels within one step of `t*`, on trajectories with a first symptom. Counts only when
+    /// `symptoms_measured`: read it with [`PlacementSummary::near_t_star_measured`].
     pub near_t_star: Ratio,
-    /// Labels within one step of the first symptom, on trajectories with one.
+    /// Labels within one step of the first symptom, on trajectories with one (as `near_t_star`).
     pub near_symptom: Ratio,
+    /// Some label of the column is on a trajectory whose first symptom was measured; otherwise
+    /// `near_t_star` and `near_symptom` are not measured.
+    pub symptoms_measured: bool,
+}
+
+impl PlacementSummary {
+    /// Labels within one step of `t*` on trajectories with a first symptom, when measured.
+    pub fn near_t_star_measured(&self) -> Measured<Ratio> {
+        if self.symptoms_measured { Measured::Value(self.near_t_star) } else { Measured::NotMeasured }
+    }
+
+    /// Labels within one step of the first symptom, when measured.
+    pub fn near_symptom_measured(&self) -> Measured<Ratio> {
+        if self.symptoms_measured { Measured::Value(self.near_symptom) } else { Measured::NotMeasured }
+    }
+}
+
+/// [`PlacementSummary`] as exported: a probe field is absent when the study has no raw points,
+/// `null` when it has but nothing was probed; the neighbourhoods are `null` when not measured.
+#[derive(Serialize, Deserialize)]
+struct PlacementSummaryJson {
+    trajectories: u32,
+    labels: u32,
+    before: u32,
+    inside: u32,
+    after: u32,
+    after_pnr: u32,
+    no_mistake: u32,
+    unplaced: u32,
+    at_t_star: u32,
+    post_cause: Share,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    probed: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default, deserialize_with = "present")]
+    zero_drop: Option<Option<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none", default, deserialize_with = "present")]
+    large_drop: Option<Option<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none", default, deserialize_with = "present")]
+    significant: Option<Option<u32>>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    post_cause_or_zero_drop: Option<Share>,
+    near_t_star: Measured<Ratio>,
+    near_symptom: Measured<Ratio>,
+}
+
+/// A field that is present, `null` or not.
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(deserializer).map(Some)
+}
+
+impl From<PlacementSummary> for PlacementSummaryJson {
+    fn from(s: PlacementSummary) -> Self {
+        // Present (a count or null) exactly when the study has raw points.
+        let probe = |count: Option<u32>| s.probed.map(|_| count);
+        PlacementSummaryJson {
+            near_t_star: s.near_t_star_measured(),
+            near_symptom: s.near_symptom_measured(),
+            trajectories: s.trajectories,
+            labels: s.labels,
+            before: s.before,
+            inside: s.inside,
+            after: s.after,
+            after_pnr: s.after_pnr,
+            no_mistake: s.no_mistake,
+            unplaced: s.unplaced,
+            at_t_star: s.at_t_star,
+            post_cause: s.post_cause,
+            probed: s.probed,
+            zero_drop: probe(s.zero_drop),
+            large_drop: probe(s.large_drop),
+            significant: probe(s.significant),
+            post_cause_or_zero_drop: s.post_cause_or_zero_drop,
+        }
+    }
+}
+
+impl From<PlacementSummaryJson> for PlacementSummary {
+    fn from(j: PlacementSummaryJson) -> Self {
+        PlacementSummary {
+            trajectories: j.trajectories,
+            labels: j.labels,
+            before: j.before,
+            inside: j.inside,
+            after: j.after,
+            after_pnr: j.after_pnr,
+            no_mistake: j.no_mistake,
+            unplaced: j.unplaced,
+            at_t_star: j.at_t_star,
+            post_cause: j.post_cause,
+            probed: j.probed,
+            zero_drop: j.zero_drop.flatten(),
+            large_drop: j.large_drop.flatten(),
+            significant: j.significant.flatten(),
+            post_cause_or_zero_drop: j.post_cause_or_zero_drop,
+            symptoms_measured: j.near_t_star.is_measured() || j.near_symptom.is_measured(),
+            near_t_star: j.near_t_star.value().unwrap_or_default(),
+            near_symptom: j.near_symptom.value().unwrap_or_default(),
+        }
+    }
 }
 
 /// Tables 2 and 21.
@@ -265,9 +372,11 @@ fn summarize(
     // Per task: (post-cause, post-cause or zero-drop, labels).
     let mut by_task = BTreeMap::<&str, (u32, u32, u32)>::new();
     let (mut probed, mut zero_drop, mut large_drop, mut significant, mut at_t_star) = (0, 0, 0, 0, 0);
+    let mut symptoms_measured = false;
     for label in labels {
         let record = index[label.trajectory.as_str()];
         trajectories.insert(label.trajectory.as_str());
+        symptoms_measured |= record.first_symptom.is_measured();
         *counts.entry(label.placement).or_default() += 1;
         let task = by_task.entry(record.task.as_str()).or_default();
         let Some(m) = label.step else { continue };
@@ -283,7 +392,7 @@ fn summarize(
             large_drop += u32::from(p.large_drop);
             significant += u32::from(p.significant);
         }
-        if let Some(symptom) = record.first_symptom {
+        if let Some(symptom) = record.first_symptom.step() {
             near_t_star.count(record.t_star.is_some_and(|t| m.abs_diff(t) <= 1));
             near_symptom.count(m.abs_diff(symptom) <= 1);
         }
@@ -316,17 +425,20 @@ fn summarize(
         at_t_star,
         post_cause: share(|c| c.0),
         probed: with_points.then_some(probed),
-        zero_drop: with_points.then_some(zero_drop),
-        large_drop: with_points.then_some(large_drop),
-        significant: with_points.then_some(significant),
+        // Counts over the probed labels: not measured when none is.
+        zero_drop: (with_points && probed > 0).then_some(zero_drop),
+        large_drop: (with_points && probed > 0).then_some(large_drop),
+        significant: (with_points && probed > 0).then_some(significant),
         post_cause_or_zero_drop: with_points.then(|| share(|c| c.1)),
         near_t_star,
         near_symptom,
+        symptoms_measured,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::Observation;
     use super::super::testing::*;
     use super::*;
 
@@ -394,10 +506,11 @@ mod tests {
     #[test]
     fn summary_counts_shares_and_neighbourhoods() {
         let mut a = record("a", "x", 30, 10, 12, 20);
-        a.first_symptom = Some(18);
+        a.first_symptom = Observation::At(18);
         a.points = vec![Point { t: 2, n: 16, successes: 4 }, Point { t: 3, n: 16, successes: 6 }];
         let mut b = record("b", "y", 40, 5, 6, 8);
         b.shape = Shape::Erosion;
+        b.first_symptom = Observation::Never; // silent
         let trajectories = vec![a, b];
         let labels = vec![
             label("a", "J", Some(3)),  // before, probed zero drop (a rise)
@@ -455,6 +568,71 @@ mod tests {
         assert_eq!(json["labels"], 1);
         // One task: the bootstrap interval is the share itself.
         assert_eq!((j.post_cause.bootstrap_lo, j.post_cause.bootstrap_hi), (Some(1.0), Some(1.0)));
+    }
+
+    #[test]
+    fn without_measured_symptoms_the_neighbourhoods_are_not_measured() {
+        // Nothing replayed: no first symptom known anywhere.
+        let trajectories = vec![record("a", "x", 30, 10, 12, 20), record("b", "y", 40, 5, 6, 8)];
+        let labels = vec![label("a", "J", Some(11)), label("b", "J", Some(7))];
+        let report = place_labels(&trajectories, &labels, &PlacementOptions::default(), &params()).unwrap();
+        let j = &report.sources["J"];
+        assert!(!j.symptoms_measured);
+        assert_eq!(
+            (j.near_t_star_measured(), j.near_symptom_measured()),
+            (Measured::NotMeasured, Measured::NotMeasured)
+        );
+        let json = serde_json::to_value(j).unwrap();
+        assert_eq!(json["near_t_star"], serde_json::Value::Null);
+        assert_eq!(json["near_symptom"], serde_json::Value::Null);
+        assert!(json.get("symptoms_measured").is_none(), "the JSON says it with null");
+        assert_eq!(serde_json::from_value::<PlacementSummary>(json).unwrap(), *j);
+
+        // Measured, every run silent: a measured 0 of 0, exported as such.
+        let mut silent = trajectories.clone();
+        for r in &mut silent {
+            r.first_symptom = Observation::Never;
+        }
+        let report = place_labels(&silent, &labels, &PlacementOptions::default(), &params()).unwrap();
+        let j = &report.sources["J"];
+        assert_eq!(j.near_t_star_measured(), Measured::Value(Ratio { hits: 0, total: 0 }));
+        let json = serde_json::to_value(j).unwrap();
+        assert_eq!(json["near_t_star"], serde_json::json!({"hits": 0, "total": 0}));
+
+        // One trajectory replayed: the column counts the labels on it.
+        let mut partly = trajectories;
+        partly[0].first_symptom = Observation::At(12);
+        let report = place_labels(&partly, &labels, &PlacementOptions::default(), &params()).unwrap();
+        let j = &report.sources["J"];
+        assert_eq!(j.near_t_star_measured(), Measured::Value(Ratio { hits: 1, total: 1 }));
+        assert_eq!(j.near_symptom_measured(), Measured::Value(Ratio { hits: 1, total: 1 }));
+    }
+
+    #[test]
+    fn a_column_with_nothing_probed_has_its_probe_counts_not_measured() {
+        let mut a = record("a", "x", 30, 10, 12, 20);
+        a.points = vec![Point { t: 2, n: 16, successes: 4 }, Point { t: 3, n: 16, successes: 6 }];
+        let labels = vec![label("a", "J", Some(3)), label("a", "K", Some(25))];
+        let report = place_labels(&[a], &labels, &PlacementOptions::default(), &params()).unwrap();
+        // J is probed: its counts are measured, zeros included.
+        let j = &report.sources["J"];
+        assert_eq!((j.probed, j.zero_drop, j.large_drop, j.significant), (Some(1), Some(1), Some(0), Some(0)));
+        // K is not: 0 probed, and nothing to count zero drops among.
+        let k = &report.sources["K"];
+        assert_eq!((k.probed, k.zero_drop, k.large_drop, k.significant), (Some(0), None, None, None));
+        let json = serde_json::to_value(k).unwrap();
+        assert_eq!(json["probed"], 0);
+        for field in ["zero_drop", "large_drop", "significant"] {
+            assert_eq!(json.get(field), Some(&serde_json::Value::Null), "{field} is null, not absent or 0");
+        }
+        // The H1 share is defined with unprobed labels (they do not count): K's post-cause label.
+        assert_eq!(k.post_cause_or_zero_drop.map(|s| (s.hits, s.total)), Some((1, 1)));
+        assert_eq!(serde_json::from_value::<PlacementSummary>(json).unwrap(), *k);
+        let json = serde_json::to_value(j).unwrap();
+        assert_eq!(
+            (json["zero_drop"].clone(), json["large_drop"].clone()),
+            (serde_json::json!(1), serde_json::json!(0))
+        );
     }
 
     #[test]

@@ -12,10 +12,16 @@
 //! step (uniform on `1..=T`, drawn in trajectory-id order from ChaCha8 with a fixed seed), and the
 //! step before the first symptom (a silent run proposes nothing, scores 0). A trajectory whose fit
 //! is unknown or has no value to capture (`V(h_0) = 0`) is left out of every row.
+//!
+//! First edit and first symptom are measured only once a trajectory is replayed in a container. A
+//! trajectory on which they were not measured is left out of their rows and counted in the row's
+//! `not_measured`: a row is the mean over the trajectories it has a step (or a measured "never")
+//! for, and `n` says how many. A row that scores no trajectory has `VC_k` not measured (`null`), not
+//! 0, and proposes nothing.
 
 use serde::{Deserialize, Serialize};
 
-use super::{AnalysisError, CurveRecord, Label, index_trajectories, sources_in_order, validate_labels};
+use super::{AnalysisError, CurveRecord, Label, Measured, index_trajectories, sources_in_order, validate_labels};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -65,9 +71,14 @@ pub struct LocalizerRow {
     pub name: String,
     /// Trajectories scored.
     pub n: u32,
-    pub vc0: f64,
-    pub vc1: f64,
-    pub vc3: f64,
+    /// Trajectories with a value to capture that the localizer could not be scored on because its
+    /// input was not measured on them (the first edit, the first symptom).
+    #[serde(default)]
+    pub not_measured: u32,
+    /// Mean `VC_0` over the `n` trajectories; not measured when `n = 0`.
+    pub vc0: Measured<f64>,
+    pub vc1: Measured<f64>,
+    pub vc3: Measured<f64>,
 }
 
 /// Table 32 with every proposal behind it.
@@ -100,11 +111,19 @@ pub fn rank_localizers(
 
     let mut proposals = Vec::new();
     let mut rows = Vec::new();
-    let mut score = |localizer: Localizer, picks: Vec<(&CurveRecord, Option<u32>)>| {
+    // A pick is the proposed step (`None`: nothing proposed), or not measured.
+    let mut score = |localizer: Localizer, picks: Vec<(&CurveRecord, Measured<Option<u32>>)>| {
         let name = localizer.name();
+        let mut not_measured = 0;
         let scored: Vec<Proposal> = picks
             .into_iter()
-            .filter_map(|(record, step)| {
+            .filter_map(|(record, pick)| {
+                // A curve with no value to capture is left out of every row, measured or not.
+                record.value_captured(None, 0)?;
+                let Measured::Value(step) = pick else {
+                    not_measured += 1;
+                    return None;
+                };
                 Some(Proposal {
                     localizer: name.clone(),
                     trajectory: record.trajectory.clone(),
@@ -116,11 +135,14 @@ pub fn rank_localizers(
             })
             .collect();
         let n = scored.len();
-        let mean = |f: fn(&Proposal) -> f64| if n == 0 { 0.0 } else { scored.iter().map(f).sum::<f64>() / n as f64 };
+        let mean = |f: fn(&Proposal) -> f64| {
+            if n == 0 { Measured::NotMeasured } else { Measured::Value(scored.iter().map(f).sum::<f64>() / n as f64) }
+        };
         rows.push(LocalizerRow {
             name: name.clone(),
             localizer,
             n: n as u32,
+            not_measured,
             vc0: mean(|p| p.vc0),
             vc1: mean(|p| p.vc1),
             vc3: mean(|p| p.vc3),
@@ -129,26 +151,38 @@ pub fn rank_localizers(
     };
 
     for source in &sources {
-        let picks =
-            labels.iter().filter(|l| &l.source == source).map(|l| (index[l.trajectory.as_str()], l.step)).collect();
+        let picks = labels
+            .iter()
+            .filter(|l| &l.source == source)
+            .map(|l| (index[l.trajectory.as_str()], Measured::Value(l.step)))
+            .collect();
         score(Localizer::Source { source: source.clone() }, picks);
     }
-    let all = |f: &dyn Fn(&CurveRecord) -> Option<u32>| -> Vec<(&CurveRecord, Option<u32>)> {
+    let all = |f: &dyn Fn(&CurveRecord) -> Measured<Option<u32>>| -> Vec<(&CurveRecord, Measured<Option<u32>>)> {
         index.values().map(|&r| (r, f(r))).collect()
     };
-    score(Localizer::FirstEdit, all(&|r| r.first_edit));
-    score(Localizer::StepOne, all(&|_| Some(1)));
-    score(Localizer::RandomStep, all(&|r| Some(random[r.trajectory.as_str()])));
-    score(Localizer::BeforeFirstSymptom, all(&|r| r.first_symptom.map(|s| s.saturating_sub(1))));
+    score(Localizer::FirstEdit, all(&|r| r.first_edit.measured()));
+    score(Localizer::StepOne, all(&|_| Measured::Value(Some(1))));
+    score(Localizer::RandomStep, all(&|r| Measured::Value(Some(random[r.trajectory.as_str()]))));
+    score(Localizer::BeforeFirstSymptom, all(&|r| r.first_symptom.measured().map(|s| s.map(|s| s.saturating_sub(1)))));
 
-    rows.sort_by(|a, b| b.vc1.total_cmp(&a.vc1).then(b.vc3.total_cmp(&a.vc3)).then_with(|| a.name.cmp(&b.name)));
+    // Best first; rows that score nothing (not measured) last.
+    let key = |m: Measured<f64>| m.value().unwrap_or(f64::NEG_INFINITY);
+    rows.sort_by(|a, b| {
+        b.vc1
+            .is_measured()
+            .cmp(&a.vc1.is_measured())
+            .then(key(b.vc1).total_cmp(&key(a.vc1)))
+            .then(key(b.vc3).total_cmp(&key(a.vc3)))
+            .then_with(|| a.name.cmp(&b.name))
+    });
     Ok(LocalizerReport { rows, proposals })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::FitValue;
     use super::super::testing::*;
+    use super::super::{FitValue, Observation};
     use super::*;
 
     /// A cliff from 0.8 to 0.2 between 4 and 5, to 0 at 8; T = 10.
@@ -167,11 +201,11 @@ mod tests {
     #[test]
     fn value_captured_per_localizer() {
         let mut a = cliff("a");
-        a.first_edit = Some(5);
-        a.first_symptom = Some(9);
+        a.first_edit = Observation::At(5);
+        a.first_symptom = Observation::At(9);
         let mut b = cliff("b");
-        b.first_edit = None; // never edits
-        b.first_symptom = None; // silent
+        b.first_edit = Observation::Never; // never edits
+        b.first_symptom = Observation::Never; // silent
         let mut no_fit = cliff("c");
         no_fit.fit.clear();
         let trajectories = vec![a, b, no_fit];
@@ -203,6 +237,61 @@ mod tests {
         assert_eq!(&names[..2], &["J", "first edit"]);
         assert!(report.rows.windows(2).all(|w| w[0].vc1 >= w[1].vc1));
         assert_eq!(row("random step").n, 2);
+    }
+
+    #[test]
+    fn unmeasured_first_edit_and_symptom_score_nothing() {
+        // Nothing replayed: the first edit and the first symptom are not measured anywhere.
+        let trajectories = vec![cliff("a"), cliff("b")];
+        let labels = vec![label("a", "J", Some(5))];
+        let report = rank_localizers(&trajectories, &labels, None, 7).unwrap();
+        let row = |name: &str| report.rows.iter().find(|r| r.name == name).unwrap().clone();
+        for name in ["first edit", "before first symptom"] {
+            let r = row(name);
+            assert_eq!((r.n, r.not_measured), (0, 2), "{name}");
+            assert_eq!((r.vc0, r.vc1, r.vc3), (Measured::NotMeasured, Measured::NotMeasured, Measured::NotMeasured));
+            assert!(report.proposals.iter().all(|p| p.localizer != name), "{name} proposes nothing");
+        }
+        // Exported as null, not 0.
+        let json = serde_json::to_value(row("first edit")).unwrap();
+        assert_eq!(json["vc0"], serde_json::Value::Null);
+        assert_eq!(json["vc1"], serde_json::Value::Null);
+        assert_eq!(json["n"], 0);
+        assert_eq!(json["not_measured"], 2);
+        // Measured rows are unchanged and rank first; the unmeasured ones go last.
+        let j = row("J");
+        assert_eq!((j.n, j.not_measured), (1, 0));
+        assert!(close(j.vc0, 0.75) && close(j.vc1, 0.75) && close(j.vc3, 1.0));
+        let names: Vec<&str> = report.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(&names[3..], ["before first symptom", "first edit"]);
+        // A row round-trips through its JSON.
+        let back: LocalizerRow = serde_json::from_value(json).unwrap();
+        assert_eq!(back, row("first edit"));
+    }
+
+    #[test]
+    fn a_partly_replayed_study_averages_over_the_measured_trajectories() {
+        let mut a = cliff("a");
+        a.first_edit = Observation::At(5);
+        a.first_symptom = Observation::At(9);
+        let mut b = cliff("b");
+        b.first_edit = Observation::Never;
+        b.first_symptom = Observation::Never;
+        let c = cliff("c"); // not replayed
+        let mut no_fit = cliff("d"); // left out of every row, replayed or not
+        no_fit.fit.clear();
+        let report = rank_localizers(&[a, b, c, no_fit], &[], None, 7).unwrap();
+        let row = |name: &str| report.rows.iter().find(|r| r.name == name).unwrap().clone();
+        // Over a and b only, as if c were not in the study: a at 5 → 0.75, b never edits → 0.
+        let edit = row("first edit");
+        assert_eq!((edit.n, edit.not_measured), (2, 1));
+        assert!(close(edit.vc0, 0.375));
+        let sym = row("before first symptom");
+        assert_eq!((sym.n, sym.not_measured), (2, 1));
+        assert!(close(sym.vc0, 0.125));
+        // Step 1 and the random step need no replay: every trajectory with a fit.
+        assert_eq!((row("step 1").n, row("step 1").not_measured), (3, 0));
+        assert_eq!(report.proposals.iter().filter(|p| p.localizer == "first edit").count(), 2);
     }
 
     #[test]

@@ -40,7 +40,8 @@
 //!    the source answered, 10,000 times ([`Thresholds::bootstrap_resamples`](crate::Thresholds)),
 //!    seed [`BOOTSTRAP_SEED`].
 //! 4. **Near `t*` / near the first symptom**: `|m − t*| ≤ 1`, `|m − t_sym| ≤ 1`, over the labels on
-//!    trajectories that have a first symptom (reproduces 17/138 and 3/138).
+//!    trajectories that have a first symptom (reproduces 17/138 and 3/138). When no label of a
+//!    column is on a trajectory whose first symptom was measured, both are not measured.
 //! 5. **Restarts**: a policy restarts a failed run at step `t` only if `t < T` (the run is still
 //!    going); a run of length `T ≤ t` has ended and keeps its outcome. This is how the paper's
 //!    second policy prints `t* = T` and uncertified `t_pnr = T` as "no restart", and how fixed
@@ -59,7 +60,9 @@
 //! 7. **Localizers**: `VC_k` as [`CurveAnalysis::value_captured`](crate::CurveAnalysis), read off
 //!    the fit at resolved points; "no mistake", a run that never edits (first edit) and a silent
 //!    run (step before the first symptom) propose nothing and score 0 but count in `n`; a curve
-//!    with no value to capture (`V(h_0) = 0`) or no fit is left out. The random step is uniform on
+//!    with no value to capture (`V(h_0) = 0`) or no fit is left out. A trajectory whose first edit
+//!    (first symptom) was not measured is left out of that localizer's row and counted as not
+//!    measured; a row that scores no trajectory has `VC_k` not measured. The random step is uniform on
 //!    `1..=T`, drawn in trajectory-id order from ChaCha8 with the caller's seed (use
 //!    [`BOOTSTRAP_SEED`]). Rows are sorted by `VC_1`, then `VC_3`, then name.
 //! 8. **Checks** (Table 4): replay `≥ 70%`, flake rate `≤ 3%`, every `t = 0` sanity trajectory
@@ -75,6 +78,15 @@
 //!    `|t*_B − t*_{B−t}| ≤ 3`, two screenings without a drop agree.
 //! 10. **Stages** (Table 13): the five curve stages, sorted by total as the paper prints them;
 //!     control continuations are reported apart, not in the curves.
+//!
+//! ## Absent data
+//!
+//! A quantity the study has not measured is never reported as 0. It is [`Measured::NotMeasured`]
+//! (or an `Option` that is `None`), serialized as `null` and printed as [`NOT_MEASURED`]; a
+//! measured zero stays 0. First edit and first symptom are an [`Observation`]: not measured (the
+//! trajectory was not replayed), never, or at a step. Counts of what was looked at (`n`,
+//! trajectories, anchors) are measured even when they are 0; what is computed over them (a mean,
+//! a share, a count of hits) is not measured when there was nothing to compute it over.
 
 pub mod checks;
 pub mod labels;
@@ -84,7 +96,7 @@ pub mod stages;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::Thresholds;
 use crate::curve::{CurveAnalysis, Interval, Point, Shape};
@@ -92,6 +104,188 @@ use crate::curve::{CurveAnalysis, Interval, Point, Shape};
 /// Seed of every random draw of the analyses (cluster bootstrap, random-step localizer): the
 /// paper's synthetic-validation seed.
 pub const BOOTSTRAP_SEED: u64 = 20_260_928;
+
+/// How a quantity the study has not measured prints.
+pub const NOT_MEASURED: &str = "not measured";
+
+/// A quantity the study may not have measured. Not measured is not zero: it serializes as `null`
+/// and prints as [`NOT_MEASURED`]; a measured value serializes and prints as the value itself
+/// (`format!("{:.2}", m)` formats a measured `f64` exactly as the `f64`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Measured<T> {
+    #[default]
+    NotMeasured,
+    Value(T),
+}
+
+impl<T> From<T> for Measured<T> {
+    fn from(value: T) -> Self {
+        Measured::Value(value)
+    }
+}
+
+impl<T> Measured<T> {
+    /// `None` is not measured.
+    pub fn from_option(value: Option<T>) -> Self {
+        value.map_or(Measured::NotMeasured, Measured::Value)
+    }
+
+    /// The value, if measured.
+    pub fn value(self) -> Option<T> {
+        match self {
+            Measured::NotMeasured => None,
+            Measured::Value(v) => Some(v),
+        }
+    }
+
+    pub fn is_measured(&self) -> bool {
+        matches!(self, Measured::Value(_))
+    }
+
+    pub fn as_ref(&self) -> Measured<&T> {
+        match self {
+            Measured::NotMeasured => Measured::NotMeasured,
+            Measured::Value(v) => Measured::Value(v),
+        }
+    }
+
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Measured<U> {
+        match self {
+            Measured::NotMeasured => Measured::NotMeasured,
+            Measured::Value(v) => Measured::Value(f(v)),
+        }
+    }
+}
+
+impl std::ops::Sub<f64> for Measured<f64> {
+    type Output = Measured<f64>;
+
+    /// A measured difference, or not measured.
+    fn sub(self, rhs: f64) -> Measured<f64> {
+        self.map(|v| v - rhs)
+    }
+}
+
+impl<T: std::fmt::Display> std::fmt::Display for Measured<T> {
+    /// The value with the formatter's options (precision, sign, width), or [`NOT_MEASURED`] in
+    /// full (a precision does not cut it), aligned in the width.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Alignment;
+        match self {
+            Measured::NotMeasured => {
+                let w = f.width().unwrap_or(0);
+                match f.align() {
+                    Some(Alignment::Right) => write!(f, "{NOT_MEASURED:>w$}"),
+                    Some(Alignment::Center) => write!(f, "{NOT_MEASURED:^w$}"),
+                    _ => write!(f, "{NOT_MEASURED:<w$}"),
+                }
+            }
+            Measured::Value(v) => v.fmt(f),
+        }
+    }
+}
+
+impl<T: Serialize> Serialize for Measured<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Measured::NotMeasured => serializer.serialize_none(),
+            Measured::Value(v) => serializer.serialize_some(v),
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Measured<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Option::<T>::deserialize(deserializer).map(Measured::from_option)
+    }
+}
+
+/// A step the study observes on a trajectory by replaying it in a container: its first edit, its
+/// first symptom. Serialized as `null` (not measured), `"never"`, or the step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Observation {
+    /// The trajectory was not replayed: nothing is known.
+    #[default]
+    NotMeasured,
+    /// Measured: it never happens (a run that never edits, a silent run).
+    Never,
+    /// Measured: at this 1-based step.
+    At(u32),
+}
+
+impl Observation {
+    /// The step, when measured and it happens.
+    pub fn step(self) -> Option<u32> {
+        match self {
+            Observation::At(t) => Some(t),
+            Observation::NotMeasured | Observation::Never => None,
+        }
+    }
+
+    pub fn is_measured(self) -> bool {
+        self != Observation::NotMeasured
+    }
+
+    /// `None`: not measured; `Some(None)`: never; `Some(Some(t))`: at `t`.
+    pub fn measured(self) -> Measured<Option<u32>> {
+        match self {
+            Observation::NotMeasured => Measured::NotMeasured,
+            Observation::Never => Measured::Value(None),
+            Observation::At(t) => Measured::Value(Some(t)),
+        }
+    }
+}
+
+impl From<Option<u32>> for Observation {
+    /// A measured observation: `None` is "never".
+    fn from(step: Option<u32>) -> Self {
+        step.map_or(Observation::Never, Observation::At)
+    }
+}
+
+impl Serialize for Observation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Observation::NotMeasured => serializer.serialize_none(),
+            Observation::Never => serializer.serialize_str("never"),
+            Observation::At(t) => serializer.serialize_u32(*t),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Observation {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Observation;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("null (not measured), \"never\", or a step")
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Observation, E> {
+                Ok(Observation::NotMeasured)
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Observation, E> {
+                Ok(Observation::NotMeasured)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Observation, D::Error> {
+                deserializer.deserialize_any(Visitor)
+            }
+            fn visit_u64<E: serde::de::Error>(self, t: u64) -> Result<Observation, E> {
+                u32::try_from(t).map(Observation::At).map_err(|_| E::custom(format!("step {t} is too large")))
+            }
+            fn visit_i64<E: serde::de::Error>(self, t: i64) -> Result<Observation, E> {
+                u32::try_from(t).map(Observation::At).map_err(|_| E::custom(format!("step {t} is not a step")))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Observation, E> {
+                match s {
+                    "never" => Ok(Observation::Never),
+                    other => Err(E::custom(format!("expected null, \"never\" or a step, not {other:?}"))),
+                }
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
 
 /// The fitted value `V(h_t)` at a resolved point (the terminal point `(T, 0)` included).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -123,12 +317,14 @@ pub struct CurveRecord {
     /// The restart point `t_r`, when one exists.
     #[serde(default)]
     pub restart_point: Option<u32>,
-    /// First step after which the repository's tracked files differ; `None`: never edits.
+    /// First step after which the repository's tracked files differ; `Never`: never edits; not
+    /// measured until the trajectory is replayed.
     #[serde(default)]
-    pub first_edit: Option<u32>,
-    /// First step after the first edit with an explicit failure signal; `None`: silent run.
+    pub first_edit: Observation,
+    /// First step after the first edit with an explicit failure signal; `Never`: a silent run; not
+    /// measured until the trajectory is replayed.
     #[serde(default)]
-    pub first_symptom: Option<u32>,
+    pub first_symptom: Observation,
     /// The isotonic fit at the resolved points, sorted by `t`, ending with `(T, 0)`; empty when
     /// not known (value captured is then unavailable).
     #[serde(default)]
@@ -141,7 +337,7 @@ pub struct CurveRecord {
 
 impl CurveRecord {
     /// The record of an analyzed curve. First edit, first symptom and stratum are not part of the
-    /// analysis: set them on the result.
+    /// analysis: they are left not measured (unknown); set them on the result.
     pub fn from_analysis(
         trajectory: impl Into<String>,
         task: impl Into<String>,
@@ -164,8 +360,8 @@ impl CurveRecord {
             pnr: analysis.pnr,
             confirmed_drop,
             restart_point: analysis.restart_point,
-            first_edit: None,
-            first_symptom: None,
+            first_edit: Observation::NotMeasured,
+            first_symptom: Observation::NotMeasured,
             fit: analysis.resolved.iter().map(|r| FitValue { t: r.t, v_fit: r.v_fit }).collect(),
             points: analysis.points.iter().map(|p| Point { t: p.t, n: p.n, successes: p.successes }).collect(),
         }
@@ -339,8 +535,8 @@ pub(crate) mod testing {
             pnr,
             confirmed_drop: false,
             restart_point: None,
-            first_edit: None,
-            first_symptom: None,
+            first_edit: Observation::NotMeasured,
+            first_symptom: Observation::NotMeasured,
             fit: Vec::new(),
             points: Vec::new(),
         }
@@ -350,8 +546,27 @@ pub(crate) mod testing {
         Label { trajectory: trajectory.into(), source: source.into(), step }
     }
 
-    pub fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() < 1e-9
+    /// A value that may be measured: an `f64`, or a [`Measured`] one (not measured is close to
+    /// nothing).
+    pub trait MaybeMeasured {
+        fn measured(self) -> Option<f64>;
+    }
+
+    impl MaybeMeasured for f64 {
+        fn measured(self) -> Option<f64> {
+            Some(self)
+        }
+    }
+
+    impl MaybeMeasured for Measured<f64> {
+        fn measured(self) -> Option<f64> {
+            self.value()
+        }
+    }
+
+    /// `a` and `b` are measured and within `1e-9` of each other.
+    pub fn close(a: impl MaybeMeasured, b: impl MaybeMeasured) -> bool {
+        a.measured().zip(b.measured()).is_some_and(|(a, b)| (a - b).abs() < 1e-9)
     }
 }
 
@@ -412,6 +627,61 @@ mod tests {
         assert_eq!(record("b", "x", 10, 4, 5, 8).value_captured(Some(5), 0), None);
         r.fit = vec![FitValue { t: 0, v_fit: 0.0 }, FitValue { t: 10, v_fit: 0.0 }];
         assert_eq!(r.value_captured(Some(5), 0), None);
+    }
+
+    #[test]
+    fn measured_serializes_as_null_and_prints_not_measured() {
+        let none: Measured<f64> = Measured::NotMeasured;
+        assert_eq!(serde_json::to_string(&none).unwrap(), "null");
+        assert_eq!(serde_json::to_string(&Measured::Value(0.0)).unwrap(), "0.0", "a measured 0 is 0");
+        assert_eq!(
+            serde_json::to_string(&Measured::Value(0.1 + 0.2)).unwrap(),
+            serde_json::to_string(&(0.1 + 0.2)).unwrap()
+        );
+        assert_eq!(serde_json::from_str::<Measured<f64>>("null").unwrap(), Measured::NotMeasured);
+        assert_eq!(serde_json::from_str::<Measured<f64>>("0.25").unwrap(), Measured::Value(0.25));
+        // As the value itself, the formatter's options included; "not measured" in full.
+        for v in [0.0, 0.375, -0.041, 12.5] {
+            assert_eq!(
+                format!("{:.2}|{:+.2}|{:>8.1}", Measured::Value(v), Measured::Value(v), Measured::Value(v)),
+                format!("{v:.2}|{v:+.2}|{v:>8.1}")
+            );
+        }
+        assert_eq!(format!("{none:.2}|{none:+.2}"), "not measured|not measured");
+        assert_eq!(format!("[{none:>14}]"), "[  not measured]");
+        assert!(Measured::Value(0.0) > none, "not measured ranks below every value");
+        assert_eq!(Measured::Value(0.5) - 0.25, Measured::Value(0.25));
+        assert_eq!(none - 0.25, Measured::NotMeasured);
+    }
+
+    #[test]
+    fn observations_are_not_measured_never_or_at_a_step() {
+        let json = |o: Observation| serde_json::to_string(&o).unwrap();
+        assert_eq!(
+            (json(Observation::NotMeasured), json(Observation::Never), json(Observation::At(7))),
+            ("null".into(), "\"never\"".into(), "7".into())
+        );
+        for o in [Observation::NotMeasured, Observation::Never, Observation::At(7)] {
+            assert_eq!(serde_json::from_str::<Observation>(&json(o)).unwrap(), o);
+        }
+        assert!(serde_json::from_str::<Observation>("\"sometimes\"").is_err());
+        assert!(serde_json::from_str::<Observation>("-1").is_err());
+        assert_eq!(Observation::from(None), Observation::Never, "a measured None is never");
+        assert_eq!(Observation::from(Some(3)), Observation::At(3));
+        assert_eq!(
+            (Observation::At(3).step(), Observation::Never.step(), Observation::NotMeasured.step()),
+            (Some(3), None, None)
+        );
+        assert_eq!(Observation::NotMeasured.measured(), Measured::NotMeasured);
+        assert_eq!(Observation::Never.measured(), Measured::Value(None));
+        // A record without the fields (an older export) has them not measured.
+        let mut r = record("a", "x", 10, 4, 5, 8);
+        let mut value = serde_json::to_value(&r).unwrap();
+        assert_eq!(value["first_edit"], serde_json::Value::Null);
+        value.as_object_mut().unwrap().remove("first_edit");
+        assert_eq!(serde_json::from_value::<CurveRecord>(value).unwrap(), r);
+        r.first_symptom = Observation::Never;
+        assert_eq!(serde_json::from_value::<CurveRecord>(serde_json::to_value(&r).unwrap()).unwrap(), r);
     }
 
     #[test]

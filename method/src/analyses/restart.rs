@@ -13,8 +13,10 @@
 //! - A judge restarts at its labelled step `m` itself (Table 27's steps are the labels), and
 //!   restarts a successful run whenever it labels it: a labelled decoy loses `1 − R̂(x, B − m)`.
 //!   The loss `L` of Table 24 is the mean over every decoy the judge answered on, an unlabelled
-//!   decoy losing 0 (the only reading under which Table 24's losses give Table 23's judge rows);
-//!   a judge with no decoys loses nothing. A decoy label at or after the decoy's length (when
+//!   decoy losing 0 (the only reading under which Table 24's losses give Table 23's judge rows).
+//!   A judge that answered no decoy has its loss not measured, and with it the expected success of
+//!   the runs it would restart: its *random* and *gain* columns are not measured (its restarts and
+//!   failed-run column need no decoys). A decoy label at or after the decoy's length (when
 //!   known) is no restart. A judge's row covers the trajectories it answered on ("no mistake"
 //!   included), so a source that labelled a subset is compared with "never" on that subset.
 //! - A fixed-`t` policy restarts every run still going after step `t`, successful ones included:
@@ -27,7 +29,8 @@
 //! success of a run that would have succeeded: 1 for value-based policies, `1 − L` for a judge,
 //! `[R̂(x, t) + (p − R̂(x, t))·R̂(x, B − t)] / p` for fixed `t`), and *gain* (random minus the mean
 //! pass rate of the same trajectories, which is "never"). Averaging over trajectories, not tasks,
-//! is what gives the paper's 0.44 for "never" (over tasks: 0.47).
+//! is what gives the paper's 0.44 for "never" (over tasks: 0.47). A row over no trajectory has its
+//! columns not measured (`null`), not 0.
 //!
 //! [`evaluate_policy`] computes a row from per-trajectory outcomes, so a table can be rebuilt from
 //! published per-trajectory steps and values (Tables 26–27); [`restart_policies`] derives those
@@ -37,7 +40,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AnalysisError, CurveRecord, DecoyLabel, Label, index_trajectories, sources_in_order, validate_labels};
+use super::{
+    AnalysisError, CurveRecord, DecoyLabel, Label, Measured, index_trajectories, sources_in_order, validate_labels,
+};
 use crate::{BaseRuns, Thresholds};
 
 /// A restart policy.
@@ -83,8 +88,9 @@ pub struct PolicyOutcome {
     pub restart_step: Option<u32>,
     /// `R̂(x, B − t)` at the restart.
     pub restart_value: Option<f64>,
-    /// Expected success of a run of this task that would have succeeded on its own.
-    pub success_kept: f64,
+    /// Expected success of a run of this task that would have succeeded on its own; not measured
+    /// for a judge that answered no decoy.
+    pub success_kept: Measured<f64>,
 }
 
 impl PolicyOutcome {
@@ -93,9 +99,9 @@ impl PolicyOutcome {
         self.restart_value.unwrap_or(0.0)
     }
 
-    /// A random run of the task: `p·s + (1 − p)·f`.
-    pub fn random_outcome(&self) -> f64 {
-        self.pass_rate * self.success_kept + (1.0 - self.pass_rate) * self.failed_outcome()
+    /// A random run of the task: `p·s + (1 − p)·f`; not measured when `s` is not.
+    pub fn random_outcome(&self) -> Measured<f64> {
+        self.success_kept.map(|kept| self.pass_rate * kept + (1.0 - self.pass_rate) * self.failed_outcome())
     }
 }
 
@@ -107,14 +113,15 @@ pub struct PolicyRow {
     /// Failed trajectories restarted, of `trajectories`.
     pub restarts: u32,
     pub trajectories: u32,
-    /// Mean restart step over the restarts.
+    /// Mean restart step over the restarts (`None`: no restart).
     pub mean_restart_step: Option<f64>,
-    /// Expected success on the failed runs.
-    pub failed: f64,
-    /// Expected success on a random run of the task.
-    pub random: f64,
+    /// Expected success on the failed runs; not measured over no trajectory.
+    pub failed: Measured<f64>,
+    /// Expected success on a random run of the task; not measured over no trajectory, or when a
+    /// trajectory's kept success is not (a judge without decoys).
+    pub random: Measured<f64>,
     /// `random` minus never restarting (the mean pass rate of the same trajectories).
-    pub gain: f64,
+    pub gain: Measured<f64>,
 }
 
 /// A row of Table 24.
@@ -130,9 +137,15 @@ pub struct DecoyRow {
 }
 
 impl DecoyRow {
-    /// Expected success of a successful run under this judge: `1 − L`.
+    /// Expected success of a successful run under this judge: `1 − L`, taking a loss that was not
+    /// measured (no decoy answered) as none. [`DecoyRow::kept`] says when it is not measured.
     pub fn success_kept(&self) -> f64 {
         1.0 - self.loss.unwrap_or(0.0)
+    }
+
+    /// `1 − L`; not measured when the judge answered no decoy.
+    pub fn kept(&self) -> Measured<f64> {
+        Measured::from_option(self.loss).map(|loss| 1.0 - loss)
     }
 }
 
@@ -148,11 +161,21 @@ pub struct RestartReport {
 /// A row of Table 23 from per-trajectory outcomes.
 pub fn evaluate_policy(policy: Policy, outcomes: &[PolicyOutcome]) -> PolicyRow {
     let n = outcomes.len();
-    let mean = |f: &dyn Fn(&PolicyOutcome) -> f64| {
-        if n == 0 { 0.0 } else { outcomes.iter().map(f).sum::<f64>() / n as f64 }
+    // The mean over the outcomes: not measured over none, or when any outcome's value is not.
+    let mean = |f: &dyn Fn(&PolicyOutcome) -> Measured<f64>| {
+        if n == 0 {
+            return Measured::NotMeasured;
+        }
+        let mut sum = 0.0;
+        for o in outcomes {
+            let Measured::Value(v) = f(o) else { return Measured::NotMeasured };
+            sum += v;
+        }
+        Measured::Value(sum / n as f64)
     };
     let steps: Vec<u32> = outcomes.iter().filter_map(|o| o.restart_step).collect();
     let random = mean(&PolicyOutcome::random_outcome);
+    let never = mean(&|o| Measured::Value(o.pass_rate));
     PolicyRow {
         name: policy.name(),
         policy,
@@ -160,9 +183,12 @@ pub fn evaluate_policy(policy: Policy, outcomes: &[PolicyOutcome]) -> PolicyRow 
         trajectories: n as u32,
         mean_restart_step: (!steps.is_empty())
             .then(|| steps.iter().map(|&s| f64::from(s)).sum::<f64>() / steps.len() as f64),
-        failed: mean(&PolicyOutcome::failed_outcome),
+        failed: mean(&|o| Measured::Value(o.failed_outcome())),
         random,
-        gain: random - mean(&|o| o.pass_rate),
+        gain: match (random, never) {
+            (Measured::Value(random), Measured::Value(never)) => Measured::Value(random - never),
+            _ => Measured::NotMeasured,
+        },
     }
 }
 
@@ -244,7 +270,7 @@ pub fn restart_policies(study: &RestartStudy<'_>, params: &Thresholds) -> Result
     };
 
     // One outcome of a failed run restarted at `step` (if any, and if the run is still going).
-    let outcome = |policy: &Policy, record: &CurveRecord, step: Option<u32>, success_kept: f64| {
+    let outcome = |policy: &Policy, record: &CurveRecord, step: Option<u32>, success_kept: Measured<f64>| {
         let pass_rate = runs_of(study.base_runs, &record.task)?.pass_rate().unwrap_or(0.0);
         let step = step.filter(|&t| t < record.length);
         Ok::<_, AnalysisError>(PolicyOutcome {
@@ -272,8 +298,11 @@ pub fn restart_policies(study: &RestartStudy<'_>, params: &Thresholds) -> Result
         (Policy::DecisiveStep, |r| r.t_star),
     ];
     for (policy, step) in value_based {
-        let outcomes =
-            study.trajectories.iter().map(|r| outcome(&policy, r, step(r), 1.0)).collect::<Result<Vec<_>, _>>()?;
+        let outcomes = study
+            .trajectories
+            .iter()
+            .map(|r| outcome(&policy, r, step(r), 1.0.into()))
+            .collect::<Result<Vec<_>, _>>()?;
         push(policy, outcomes);
     }
 
@@ -285,7 +314,7 @@ pub fn restart_policies(study: &RestartStudy<'_>, params: &Thresholds) -> Result
             .labels
             .iter()
             .filter(|l| &l.source == source)
-            .map(|l| outcome(&policy, index[l.trajectory.as_str()], l.step, row.success_kept()))
+            .map(|l| outcome(&policy, index[l.trajectory.as_str()], l.step, row.kept()))
             .collect::<Result<Vec<_>, _>>()?;
         push(policy, outcomes);
         decoys.push(row);
@@ -303,7 +332,7 @@ pub fn restart_policies(study: &RestartStudy<'_>, params: &Thresholds) -> Result
                 let finished = runs.restart_value(i64::from(t)).unwrap_or(0.0);
                 let again = runs.restart_value(i64::from(budget) - i64::from(t)).unwrap_or(0.0);
                 let kept = if p > 0.0 { (finished + (p - finished) * again) / p } else { 1.0 };
-                outcome(&policy, r, Some(t), kept)
+                outcome(&policy, r, Some(t), kept.into())
             })
             .collect::<Result<Vec<_>, _>>()?;
         push(policy, outcomes);
@@ -420,7 +449,7 @@ mod tests {
             pass_rate: p,
             restart_step: step,
             restart_value: value,
-            success_kept: 1.0,
+            success_kept: Measured::Value(1.0),
         };
         let row = evaluate_policy(
             Policy::DecisiveStep,
@@ -431,6 +460,74 @@ mod tests {
         assert!(close(row.random, (0.75 + 0.25 + 0.75) / 3.0));
         assert!(close(row.gain, 0.25 / 3.0));
         assert_eq!(evaluate_policy(Policy::Never, &[]).mean_restart_step, None);
+    }
+
+    #[test]
+    fn a_judge_without_decoys_has_its_random_run_not_measured() {
+        let records = study_records();
+        let labels = vec![label("a", "J", Some(12)), label("b", "J", None)];
+        let base = base();
+        let study = RestartStudy {
+            trajectories: &records,
+            labels: &labels,
+            decoys: &[],
+            base_runs: &base,
+            judges: None,
+            fixed_steps: &[10],
+        };
+        let report = restart_policies(&study, &Thresholds::default()).unwrap();
+        let row = |name: &str| report.policies.iter().find(|r| r.name == name).unwrap().clone();
+        assert_eq!(report.decoys, vec![DecoyRow { source: "J".into(), decoys: 0, restarted: 0, loss: None }]);
+        assert_eq!(report.decoys[0].kept(), Measured::NotMeasured);
+        // What happens to the failed runs needs no decoys: measured as with them.
+        let j = row("label, J");
+        assert_eq!((j.restarts, j.trajectories, j.mean_restart_step), (1, 2, Some(12.0)));
+        assert!(close(j.failed, 0.25));
+        // What happens to a run that would have succeeded is not known: not 1 − 0.
+        assert_eq!((j.random, j.gain), (Measured::NotMeasured, Measured::NotMeasured));
+        let json = serde_json::to_value(&j).unwrap();
+        assert_eq!((json["random"].clone(), json["gain"].clone()), (serde_json::Value::Null, serde_json::Value::Null));
+        assert_eq!(json["failed"], 0.25);
+        let cells: Vec<&PolicyOutcome> = report.per_trajectory.iter().filter(|o| o.policy == "label, J").collect();
+        assert!(cells.iter().all(|o| o.success_kept == Measured::NotMeasured && !o.random_outcome().is_measured()));
+        assert_eq!(serde_json::to_value(cells[0]).unwrap()["success_kept"], serde_json::Value::Null);
+        // The value-based and fixed policies do not depend on decoys.
+        let never = row("never");
+        assert!(close(never.random, (0.5 + 0.25) / 2.0) && close(never.gain, 0.0));
+        assert!(row("fixed t=10").random.is_measured());
+        // Round trip.
+        assert_eq!(serde_json::from_value::<PolicyRow>(json).unwrap(), j);
+    }
+
+    #[test]
+    fn a_policy_over_no_trajectory_measures_nothing() {
+        let row = evaluate_policy(Policy::Label { source: "J".into() }, &[]);
+        assert_eq!((row.restarts, row.trajectories, row.mean_restart_step), (0, 0, None));
+        assert_eq!(
+            (row.failed, row.random, row.gain),
+            (Measured::NotMeasured, Measured::NotMeasured, Measured::NotMeasured)
+        );
+        let json = serde_json::to_value(&row).unwrap();
+        for field in ["failed", "random", "gain"] {
+            assert_eq!(json[field], serde_json::Value::Null, "{field}");
+        }
+        // As the tables print it.
+        assert_eq!(format!("{:.2} {:+.2}", row.failed, row.gain), "not measured not measured");
+        // A measured 0 stays 0.
+        let never = evaluate_policy(
+            Policy::Never,
+            &[PolicyOutcome {
+                policy: "never".into(),
+                trajectory: "t".into(),
+                task: "x".into(),
+                pass_rate: 0.5,
+                restart_step: None,
+                restart_value: None,
+                success_kept: Measured::Value(1.0),
+            }],
+        );
+        assert_eq!(format!("{:.2} {:.2} {:+.2}", never.failed, never.random, never.gain), "0.00 0.50 +0.00");
+        assert_eq!(serde_json::to_value(&never).unwrap()["failed"], 0.0);
     }
 
     #[test]

@@ -6,11 +6,15 @@
 //! apart, as the paper does. Rows are sorted by their total, largest first (ties in schedule
 //! order), as the paper prints them; "per trajectory" is the stage's total over the number of
 //! trajectories.
+//!
+//! Without any trajectory's stage counts (a study whose schedule cannot be rebuilt) the table is
+//! not measured: [`measured_stage_table`] says so, rather than five rows of 0.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::Measured;
 use crate::schedule::Stage;
 
 /// The continuations of one trajectory by stage.
@@ -93,6 +97,11 @@ pub fn stage_table(trajectories: &[StageCounts]) -> StageTable {
     }
 }
 
+/// [`stage_table`], or not measured when no trajectory's stage counts are known.
+pub fn measured_stage_table(trajectories: &[StageCounts]) -> Measured<StageTable> {
+    if trajectories.is_empty() { Measured::NotMeasured } else { Measured::Value(stage_table(trajectories)) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::close;
@@ -121,6 +130,18 @@ mod tests {
         // Curves: a 160, b 224, c 96.
         assert_eq!((cost.min, cost.max), (96, 224));
         assert!(close(cost.median, 160.0) && close(cost.mean, 160.0));
+    }
+
+    #[test]
+    fn without_stage_counts_the_table_is_not_measured() {
+        assert_eq!(measured_stage_table(&[]), Measured::NotMeasured);
+        assert_eq!(serde_json::to_value(measured_stage_table(&[])).unwrap(), serde_json::Value::Null);
+        let measured = [counts("a", &[(Stage::Screen, 96)])];
+        assert_eq!(measured_stage_table(&measured), Measured::Value(stage_table(&measured)));
+        assert_eq!(
+            serde_json::to_value(measured_stage_table(&measured)).unwrap(),
+            serde_json::to_value(stage_table(&measured)).unwrap()
+        );
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! The report says "not measured" where the study has not measured, on a synthetic study built
+//! by hand: two cliffs, one judge, no replay (so no first edit or first symptom), no decoys, no
+//! controls, no stage counts.
+
+use serde_json::{Value, json};
+use vcurve_method::analyses::localizers::rank_localizers;
+use vcurve_method::analyses::{BOOTSTRAP_SEED, CurveRecord, Label, Measured, NOT_MEASURED};
+use vcurve_method::schedule::{Controls, Series, Stage};
+use vcurve_method::{BaseRun, BaseRuns, Point, Thresholds, analyze};
+use vcurve_record::TrajectoryState;
+
+use super::*;
+use crate::analyses::analyses;
+
+const BUDGET: u32 = 100;
+
+/// A cliff of length 20 dropping from 6/8 to 1/8 between `drop − 1` and `drop`.
+fn cliff(drop: u32) -> Vec<Point> {
+    let mut points: Vec<Point> = (0..drop).step_by(2).map(|t| Point { t, n: 16, successes: 12 }).collect();
+    points.extend((drop..20).step_by(2).map(|t| Point { t, n: 16, successes: 1 }));
+    points.push(Point { t: drop - 1, n: 32, successes: 24 });
+    points.push(Point { t: drop, n: 32, successes: 2 });
+    points.sort_by_key(|p| p.t);
+    points.dedup_by_key(|p| p.t);
+    points
+}
+
+/// One trajectory's entry in `results.json`, from its main series (what an export writes, without
+/// a replay: first edit and first symptom `null`).
+fn trajectory(id: &str, points: &[Point], labels: &[(&str, Option<u32>)]) -> Value {
+    let params = Thresholds::default();
+    let base = BaseRuns((0..8).map(|i| BaseRun { success: i < 4, steps: 20 + 5 * i }).collect());
+    let a = analyze(20, points, Some(&base), BUDGET, &params).unwrap();
+    json!({
+        "trajectory": id,
+        "task": id,
+        "state": TrajectoryState::Done,
+        "stage": Stage::Done,
+        "length": 20,
+        "shape": a.shape,
+        "v0_fit": a.v0_fit(),
+        "concentration": a.concentration,
+        "t_star": a.t_star,
+        "decisive_a": a.decisive_interval.map(|i| i.a),
+        "decisive_b": a.decisive_interval.map(|i| i.b),
+        "onset": a.onset,
+        "pnr": a.pnr,
+        "pnr_certified": a.pnr_certified,
+        "restart_point": a.restart_point,
+        "continuations": points.iter().map(|p| p.n).sum::<u32>(),
+        "retired": 0,
+        "cap_hits": 0,
+        "continuations_by_stage": {},
+        "labels": labels,
+        "series": { serde_json::to_value(Series::Main).unwrap().as_str().unwrap(): a.points },
+        "base_runs": base,
+        "controls": Controls::default(),
+        "first_edit": null,
+        "first_symptom": null,
+    })
+}
+
+fn synthetic() -> Results {
+    let trajectories = vec![
+        trajectory("syn-1", &cliff(8), &[("judge", Some(8))]),
+        trajectory("syn-2", &cliff(13), &[("judge", Some(3))]),
+    ];
+    serde_json::from_value(json!({
+        "name": "synthetic",
+        "schedule": "none",
+        "budget": BUDGET,
+        "thresholds": Thresholds::default(),
+        "trajectories": trajectories,
+    }))
+    .unwrap()
+}
+
+fn table<'a>(tables: &'a [Table], name: &str) -> &'a Table {
+    tables.iter().find(|t| t.name == name).unwrap()
+}
+
+fn row<'a>(t: &'a Table, first: &str) -> &'a [String] {
+    t.rows.iter().find(|r| r[0] == first).unwrap_or_else(|| panic!("no row {first} in {}", t.name))
+}
+
+#[test]
+fn the_first_edit_localizer_of_a_study_without_replay_reads_not_measured() {
+    let results = synthetic();
+    let a = analyses(&results).unwrap();
+    let tables = tables(&results, &a);
+    let localizers = table(&tables, "localizers");
+
+    // The rows: not measured, with the trajectories left out; n = 0 proposals.
+    for name in ["first edit", "before first symptom"] {
+        assert_eq!(
+            row(localizers, name),
+            [name, "0 (2 not measured)", NOT_MEASURED, NOT_MEASURED, NOT_MEASURED],
+            "{name}"
+        );
+    }
+    // The CSV says the same.
+    let csv = localizers.csv();
+    assert!(csv.lines().any(|l| l == "first edit,0 (2 not measured),not measured,not measured,not measured"), "{csv}");
+    assert!(!csv.lines().any(|l| l.starts_with("first edit,") && l.contains("0.00")), "{csv}");
+    // So does the HTML report.
+    let report = build(&results, &a).unwrap();
+    let html = String::from_utf8(report.files["report.html"].clone()).unwrap();
+    assert!(
+        html.contains(
+            "<tr><td>first edit</td><td>0 (2 not measured)</td><td>not measured</td><td>not measured</td><td>not measured</td></tr>"
+        ),
+        "{html}"
+    );
+    assert_eq!(report.files["localizers.csv"], csv.into_bytes());
+    // And the export: null, not 0.
+    let json = serde_json::to_value(&a).unwrap();
+    let first_edit = json["localizers"]["rows"].as_array().unwrap().iter().find(|r| r["name"] == "first edit").unwrap();
+    assert_eq!(
+        (first_edit["vc0"].clone(), first_edit["vc1"].clone(), first_edit["vc3"].clone()),
+        (Value::Null, Value::Null, Value::Null)
+    );
+    assert_eq!((first_edit["n"].clone(), first_edit["not_measured"].clone()), (json!(0), json!(2)));
+    assert!(a.localizers.proposals.iter().all(|p| p.localizer != "first edit"));
+
+    // What is measured prints as before: the judge's and step 1's rows are the values of the
+    // analysis, at two decimals.
+    let records: Vec<CurveRecord> = results
+        .trajectories
+        .iter()
+        .map(|tr| {
+            let points: Vec<Point> =
+                tr.series[&Series::Main].iter().map(|p| Point { t: p.t, n: p.n, successes: p.successes }).collect();
+            let base = Some(&tr.base_runs);
+            let analysis = analyze(tr.length, &points, base, BUDGET, &results.thresholds).unwrap();
+            CurveRecord::from_analysis(&tr.trajectory, &tr.task, &analysis, &results.thresholds)
+        })
+        .collect();
+    let labels = [
+        Label { trajectory: "syn-1".into(), source: "judge".into(), step: Some(8) },
+        Label { trajectory: "syn-2".into(), source: "judge".into(), step: Some(3) },
+    ];
+    let direct = rank_localizers(&records, &labels, None, BOOTSTRAP_SEED).unwrap();
+    assert_eq!(direct, a.localizers);
+    for name in ["judge", "step 1", "random step"] {
+        let r = direct.rows.iter().find(|r| r.name == name).unwrap();
+        assert!(r.vc1.is_measured() && r.n == 2, "{name}");
+        let printed = [
+            r.name.clone(),
+            "2".into(),
+            format!("{:.2}", r.vc0.value().unwrap()),
+            format!("{:.2}", r.vc1.value().unwrap()),
+            format!("{:.2}", r.vc3.value().unwrap()),
+        ];
+        assert_eq!(row(localizers, name), printed, "{name}");
+    }
+    let judge = direct.rows.iter().find(|r| r.name == "judge").unwrap();
+    assert!(judge.vc0 > Measured::Value(0.3), "the judge names syn-1's decisive step: {judge:?}");
+}
+
+#[test]
+fn every_table_says_not_measured_where_the_study_has_not_measured() {
+    let results = synthetic();
+    let a = analyses(&results).unwrap();
+    let tables = tables(&results, &a);
+
+    // Labels: no raw-point probe is missing here (the study has points), but no first symptom.
+    let labels = table(&tables, "labels");
+    let judge = row(labels, "judge");
+    let near = labels.headers.iter().position(|h| h.starts_with("within 1 of t*")).unwrap();
+    assert_eq!(judge[near], NOT_MEASURED, "{judge:?}");
+    let json = serde_json::to_value(&a).unwrap();
+    assert_eq!(json["labels"]["sources"]["judge"]["near_t_star"], Value::Null);
+    assert_eq!(json["labels"]["pooled"]["near_symptom"], Value::Null);
+
+    // Restart policies: the judge answered no decoy, so its random run is not measured.
+    let restart = table(&tables, "restart_policies");
+    let j = row(restart, "label, judge");
+    assert_eq!(&j[4..], [NOT_MEASURED, NOT_MEASURED], "{j:?}");
+    assert_ne!(j[3], NOT_MEASURED, "the failed runs need no decoys");
+    assert_ne!(row(restart, "never")[4], NOT_MEASURED);
+    assert_eq!(row(table(&tables, "decoys"), "judge")[3], NOT_MEASURED);
+    let judge_row =
+        json["restart"]["policies"].as_array().unwrap().iter().find(|p| p["name"] == "label, judge").unwrap();
+    assert_eq!((judge_row["random"].clone(), judge_row["gain"].clone()), (Value::Null, Value::Null));
+
+    // Checks: replay, flake, cache and the controls are not measured: null with the reason.
+    let checks = json["checks"]["checks"].as_array().unwrap();
+    for id in ["replay", "flake", "t0_sanity", "test_retest", "cache"] {
+        let c = checks.iter().find(|c| c["id"] == id).unwrap();
+        assert_eq!((c["value"].clone(), c["status"].clone()), (Value::Null, json!("not_measured")), "{id}");
+    }
+    assert!(row(table(&tables, "checks"), "Replay match").contains(&NOT_MEASURED.to_string()));
+
+    // No trajectory carried a control, no stage counts: the tables are not measured, not zeros.
+    for name in ["sanity", "retest", "budget_control", "stages"] {
+        let t = table(&tables, name);
+        assert!(t.not_measured && t.rows.is_empty(), "{name}");
+        assert!(t.html().contains("<td colspan=") && t.html().contains(">not measured</td>"), "{name}");
+        assert!(t.text().ends_with("(not measured)\n"), "{name}");
+        assert_eq!(t.csv().lines().count(), 1, "{name}: the header alone");
+        assert_eq!(json[name], Value::Null, "{name}");
+    }
+    assert!(!table(&tables, "localizers").not_measured);
+
+    // The export reads back to the same tables.
+    let back: StudyAnalyses = serde_json::from_value(json).unwrap();
+    assert_eq!(back, a);
+    assert_eq!(super::tables(&results, &back), tables);
+}
