@@ -12,9 +12,7 @@ use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, place_l
 use vcurve_method::analyses::localizers::{LocalizerReport, rank_localizers};
 use vcurve_method::analyses::restart::{FIXED_STEPS, RestartReport, RestartStudy, restart_policies};
 use vcurve_method::analyses::stages::{StageCounts, StageTable, measured_stage_table};
-use vcurve_method::analyses::{
-    AnalysisError, BOOTSTRAP_SEED, CurveRecord, DecoyLabel, Label, Measured, Observation, Ratio,
-};
+use vcurve_method::analyses::{AnalysisError, BOOTSTRAP_SEED, CurveRecord, DecoyLabel, Label, Measured, Ratio};
 use vcurve_method::schedule::Series;
 use vcurve_method::{BaseRuns, CurveAnalysis, CurveError, Point, analyze};
 
@@ -60,10 +58,6 @@ fn measured_if<T>(has_rows: bool, report: T) -> Measured<T> {
 
 /// An exported first edit or first symptom: known only once the trajectory is replayed, so `None`
 /// is not measured (the export cannot yet say "never").
-fn observation(step: Option<u32>) -> Observation {
-    step.map_or(Observation::NotMeasured, Observation::At)
-}
-
 fn points(tr: &TrajectoryResult, series: Series) -> Vec<Point> {
     tr.series
         .get(&series)
@@ -92,8 +86,8 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         .iter()
         .map(|(tr, a)| {
             let mut r = CurveRecord::from_analysis(&tr.trajectory, &tr.task, a, params);
-            r.first_edit = observation(tr.first_edit);
-            r.first_symptom = observation(tr.first_symptom);
+            r.first_edit = tr.first_edit;
+            r.first_symptom = tr.first_symptom;
             r
         })
         .collect();

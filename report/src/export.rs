@@ -49,10 +49,15 @@ pub struct TrajectoryResult {
     pub base_runs: vcurve_method::BaseRuns,
     /// The controls this trajectory carried (SPEC.md §7).
     pub controls: vcurve_method::schedule::Controls,
-    /// The first step after which the working tree differs (known once replayed in a container).
-    pub first_edit: Option<u32>,
-    /// The first step after the first edit whose observation shows a failure signal.
-    pub first_symptom: Option<u32>,
+    /// The first step after which the working tree differs: measured once the trajectory is
+    /// replayed in a container; `null` (not measured) until then, `"never"` for a run that never
+    /// edits.
+    #[serde(default)]
+    pub first_edit: vcurve_method::analyses::Observation,
+    /// The first step after the first edit whose observation shows a failure signal (`null`: not
+    /// measured, `"never"`: a silent run).
+    #[serde(default)]
+    pub first_symptom: vcurve_method::analyses::Observation,
     /// Why the trajectory was dropped as non-replayable (step, level, reason, excerpts), when it
     /// was: it has no curve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,8 +153,8 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             series,
             base_runs: tspec.base_runs.clone(),
             controls: record.plan.controls,
-            first_edit: None,
-            first_symptom: None,
+            first_edit: Default::default(),
+            first_symptom: Default::default(),
             non_replayable: record.non_replayable.clone(),
             replay: record.replay.clone(),
         });

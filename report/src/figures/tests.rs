@@ -409,8 +409,8 @@ fn result(state: TrajectoryState, main: Vec<vcurve_method::FittedPoint>) -> Traj
         series: if main.is_empty() { BTreeMap::new() } else { BTreeMap::from([(Series::Main, main)]) },
         base_runs: Default::default(),
         controls: Default::default(),
-        first_edit: None,
-        first_symptom: None,
+        first_edit: Default::default(),
+        first_symptom: Default::default(),
         non_replayable: None,
         replay: None,
     }
