@@ -1,6 +1,5 @@
 //! Argument parsing and dispatch for the `vcurve` binary.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,6 +7,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::input;
+use crate::output;
 
 /// vcurve: where did an AI coding agent lose its task?
 #[derive(Debug, Parser)]
@@ -326,25 +326,21 @@ fn run_bench_schedule(args: &BenchScheduleArgs) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let reports: Vec<_> =
         variants.iter().map(|v| crate::bench_schedule::run(*v, &params, args.per_family, args.seed)).collect();
-    let mut out = std::io::stdout().lock();
     if args.json {
         if args.schedule == "all" {
-            serde_json::to_writer_pretty(&mut out, &reports)?;
+            output::println(serde_json::to_string_pretty(&reports)?)
         } else {
-            serde_json::to_writer_pretty(&mut out, &reports[0])?;
+            output::println(serde_json::to_string_pretty(&reports[0])?)
         }
-        writeln!(out)?;
     } else {
-        write!(out, "{}", crate::bench_schedule::table(&reports))?;
-        writeln!(
-            out,
-            "{} curves per family, seed {}, {:.1} s",
+        output::print(format!(
+            "{}{} curves per family, seed {}, {:.1} s\n",
+            crate::bench_schedule::table(&reports),
             args.per_family,
             args.seed,
             started.elapsed().as_secs_f64()
-        )?;
+        ))
     }
-    Ok(())
 }
 
 fn run_analyze(args: &AnalyzeArgs) -> anyhow::Result<()> {
@@ -355,10 +351,7 @@ fn run_analyze(args: &AnalyzeArgs) -> anyhow::Result<()> {
     let report = vcurve_method::analyze(args.length, &points, base_runs.as_ref(), budget, &params)
         .map(crate::analyze::AnalyzeReport::from)
         .with_context(|| format!("{}", args.points.display()))?;
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, &report)?;
-    writeln!(out)?;
-    Ok(())
+    output::println(serde_json::to_string_pretty(&report)?)
 }
 
 fn host_name() -> String {
@@ -409,21 +402,21 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             config.shutdown_grace = std::time::Duration::from_secs(a.shutdown_grace_s);
             commands::run_worker(config).await?;
         }
-        Command::Launch(a) => println!("{}", commands::launch(&a.spec, &a.remote.connection()?).await?),
+        Command::Launch(a) => output::println(commands::launch(&a.spec, &a.remote.connection()?).await?)?,
         Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,
         Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
         Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,
         Command::Analyses(a) => commands::print_analyses(&a.source, a.json).await?,
         Command::Report(a) => {
             let path = commands::report(&a.source, &a.out).await?;
-            println!("{}", path.display());
+            output::println(path.display().to_string())?;
         }
         Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,
         Command::Bench(BenchCommand::Dispatch(a)) => {
-            println!(
+            output::println(format!(
                 "{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}",
                 "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms"
-            );
+            ))?;
             for &workers in &a.workers {
                 let dir = tempfile::tempdir()?;
                 let url = a
@@ -432,9 +425,9 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                     .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.sqlite").display()));
                 let r = crate::bench_dispatch::run(&url, workers, a.continuations).await?;
                 if a.json {
-                    println!("{}", serde_json::to_string(&r)?);
+                    output::println(serde_json::to_string(&r)?)?;
                 } else {
-                    println!(
+                    output::println(format!(
                         "{:<9} {:>7} {:>13} {:>8.2} {:>10.1} {:>9.2} {:>9.2}",
                         r.store,
                         r.workers,
@@ -443,7 +436,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                         r.per_second,
                         r.latency_p50_ms,
                         r.latency_p99_ms
-                    );
+                    ))?;
                 }
             }
         }
@@ -459,7 +452,11 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
 fn error_chain(e: &anyhow::Error) -> String {
     let mut message = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        // A gRPC status reads better as its message and code than as tonic's Debug-like form.
+        let text = match cause.downcast_ref::<tonic::Status>() {
+            Some(status) => format!("{} ({:?})", status.message(), status.code()),
+            None => cause.to_string(),
+        };
         if !message.contains(&text) {
             if !message.is_empty() {
                 message.push_str(": ");
@@ -475,9 +472,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => run_analyze(&args),
-        Command::Labels(args) => crate::labels_cmd::run(&args)
-            .map_err(anyhow::Error::from)
-            .and_then(|text| Ok(std::io::stdout().lock().write_all(text.as_bytes())?)),
+        Command::Labels(args) => crate::labels_cmd::run(&args).map_err(anyhow::Error::from).and_then(output::print),
         Command::Bench(BenchCommand::Schedule(args)) => run_bench_schedule(&args),
         command => {
             let server = matches!(command, Command::Coordinator(_) | Command::Worker(_));
@@ -489,23 +484,11 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        // Output piped into a command that stopped reading (`vcurve analyses … | head`).
-        Err(e)
-            if e.chain().any(|c| {
-                let pipe = std::io::ErrorKind::BrokenPipe;
-                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == pipe)
-                    || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(pipe))
-            }) =>
-        {
-            ExitCode::SUCCESS
-        }
+        // Output piped into a command that stopped reading (`vcurve analyses … | head`): only a
+        // write to standard output counts, never a broken connection to the coordinator.
+        Err(e) if output::is_stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            // A gRPC status reads better as its message than as tonic's full Debug-like form.
-            let message = match e.downcast_ref::<tonic::Status>() {
-                Some(status) => format!("{} ({:?})", status.message(), status.code()),
-                None => error_chain(&e),
-            };
-            eprintln!("vcurve: error: {message}");
+            eprintln!("vcurve: error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }

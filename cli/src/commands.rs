@@ -1,7 +1,6 @@
 //! The networked commands of the `vcurve` binary: coordinator, worker, launch, status, export,
 //! cancel, studies.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +10,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vcurve_proto::v1;
 
 use crate::client::{self, Connection};
+use crate::output;
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeOptions, Tokens};
 use vcurve_coordinator::spec;
@@ -138,12 +138,17 @@ pub async fn run_worker(config: vcurve_worker::WorkerConfig) -> anyhow::Result<(
     Ok(())
 }
 
+/// Context for an error of a call to the coordinator: names it.
+fn at(connection: &Connection) -> impl Fn() -> String + '_ {
+    move || format!("the coordinator at {}", connection.url)
+}
+
 pub async fn launch(spec_path: &Path, connection: &Connection) -> anyhow::Result<String> {
     // Validate locally first: a bad spec is reported with its file's path, before any network.
     let (yaml, files) = spec::read_with_files(spec_path)?;
     spec::parse(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
     let mut client = client::study_client(connection).await?;
-    Ok(client::upload_and_launch(&mut client, yaml, &files).await?)
+    client::upload_and_launch(&mut client, yaml, &files).await.with_context(at(connection))
 }
 
 fn progress_json(p: &v1::Progress) -> serde_json::Value {
@@ -246,28 +251,26 @@ pub async fn status(study: &str, connection: &Connection, json: bool, watch: boo
     let mut client = client::study_client(connection).await?;
     let request = v1::ProgressRequest { study: study.to_string() };
     if !watch {
-        let p = client.get_progress(request).await?.into_inner();
-        let mut out = std::io::stdout().lock();
-        if json {
-            writeln!(out, "{}", serde_json::to_string_pretty(&progress_json(&p))?)?;
+        let p = client.get_progress(request).await.with_context(at(connection))?.into_inner();
+        return if json {
+            output::println(serde_json::to_string_pretty(&progress_json(&p))?)
         } else {
-            write!(out, "{}", progress_text(&p))?;
-        }
-        return Ok(());
+            output::print(progress_text(&p))
+        };
     }
-    let mut stream = client.watch_progress(request).await?.into_inner();
+    let mut stream = client.watch_progress(request).await.with_context(at(connection))?.into_inner();
     let bars = (!json).then(ProgressBars::new);
     let mut last = None;
-    while let Some(p) = stream.message().await? {
+    while let Some(p) = stream.message().await.with_context(at(connection))? {
         match &bars {
             Some(b) => b.update(&p),
-            None => println!("{}", serde_json::to_string(&progress_json(&p))?),
+            None => output::println(serde_json::to_string(&progress_json(&p))?)?,
         }
         last = Some(p);
     }
     if let (Some(b), Some(p)) = (&bars, &last) {
         b.finish();
-        print!("{}", progress_text(p));
+        output::print(progress_text(p))?;
     }
     Ok(())
 }
@@ -296,11 +299,17 @@ pub fn write_files(out: &Path, files: impl IntoIterator<Item = (String, Vec<u8>)
 
 pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow::Result<()> {
     let mut client = client::study_client(connection).await?;
-    let files = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
+    let files = client
+        .export(v1::ExportRequest { study: study.to_string() })
+        .await
+        .with_context(at(connection))?
+        .into_inner()
+        .files;
+    let mut listing = String::new();
     for path in write_files(out, files.into_iter().map(|f| (f.name, f.contents)))? {
-        println!("{}", path.display());
+        listing.push_str(&format!("{}\n", path.display()));
     }
-    Ok(())
+    output::print(listing)
 }
 
 /// A study's results and analyses: from a coordinator's export of `study`, or from an export
@@ -324,8 +333,14 @@ async fn results_and_analyses(
             (results, analyses)
         }
         (Some(study), None) => {
-            let mut client = client::study_client(&source.remote.connection()?).await?;
-            let files = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
+            let connection = source.remote.connection()?;
+            let mut client = client::study_client(&connection).await?;
+            let files = client
+                .export(v1::ExportRequest { study: study.to_string() })
+                .await
+                .with_context(at(&connection))?
+                .into_inner()
+                .files;
             let get = |name: &str| {
                 files
                     .iter()
@@ -350,39 +365,45 @@ pub async fn report(source: &crate::cli::StudySource, out: &Path) -> anyhow::Res
 /// `vcurve analyses`: print every table of a study's analyses (or their JSON).
 pub async fn print_analyses(source: &crate::cli::StudySource, json: bool) -> anyhow::Result<()> {
     let (results, analyses) = results_and_analyses(source).await?;
-    let mut out = std::io::stdout().lock();
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&analyses)?)?;
+        output::println(serde_json::to_string_pretty(&analyses)?)
     } else {
-        for table in vcurve_report::html::tables(&results, &analyses) {
-            writeln!(out, "{}", table.text())?;
-        }
+        let tables: Vec<String> =
+            vcurve_report::html::tables(&results, &analyses).iter().map(|t| format!("{}\n", t.text())).collect();
+        output::print(tables.concat())
     }
-    Ok(())
 }
 
 pub async fn cancel(study: &str, connection: &Connection) -> anyhow::Result<()> {
     let mut client = client::study_client(connection).await?;
-    let state = client.cancel(v1::CancelRequest { study: study.to_string() }).await?.into_inner().state;
-    println!("study {study}: {state}");
-    Ok(())
+    let state = client
+        .cancel(v1::CancelRequest { study: study.to_string() })
+        .await
+        .with_context(at(connection))?
+        .into_inner()
+        .state;
+    output::println(format!("study {study}: {state}"))
 }
 
 pub async fn studies(connection: &Connection, json: bool) -> anyhow::Result<()> {
     let mut client = client::study_client(connection).await?;
-    let studies = client.list_studies(v1::ListStudiesRequest {}).await?.into_inner().studies;
+    let studies =
+        client.list_studies(v1::ListStudiesRequest {}).await.with_context(at(connection))?.into_inner().studies;
     if json {
         let all: Vec<_> = studies.iter().map(progress_json).collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        output::println(serde_json::to_string_pretty(&all)?)
     } else {
-        for p in &studies {
-            println!(
-                "{}  {:<10} {:<20} {}/{} trajectories",
-                p.study, p.state, p.name, p.trajectories_done, p.trajectories
-            );
-        }
+        let lines: Vec<String> = studies
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}  {:<10} {:<20} {}/{} trajectories\n",
+                    p.study, p.state, p.name, p.trajectories_done, p.trajectories
+                )
+            })
+            .collect();
+        output::print(lines.concat())
     }
-    Ok(())
 }
 
 /// Keep `Arc` in scope for callers that build coordinators by hand.

@@ -188,7 +188,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
     for p in written {
         let _ = writeln!(out, "  {}", p.display());
     }
-    print!("{out}");
+    crate::output::print(out)?;
     Ok(table)
 }
 

@@ -9,7 +9,7 @@
 //! [`client`] to reach a coordinator; [`render`] is the [`Renderer`](vcurve_coordinator::Renderer)
 //! the coordinator is served with; [`demo`], [`labels_cmd`], [`analyze`] (with [`input`] for
 //! users' files), [`bench_schedule`] and [`bench_dispatch`] are one command each; [`telemetry`]
-//! sets up logging. `anyhow` is used here and nowhere in the libraries.
+//! sets up logging; [`output`] writes results to standard output. `anyhow` is used here and nowhere in the libraries.
 
 pub mod analyze;
 pub mod bench_dispatch;
@@ -20,5 +20,6 @@ pub mod commands;
 pub mod demo;
 pub mod input;
 pub mod labels_cmd;
+pub mod output;
 pub mod render;
 pub mod telemetry;
