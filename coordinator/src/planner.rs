@@ -33,14 +33,33 @@ pub fn stage_rank(stage: Stage) -> i64 {
     Stage::ALL.iter().position(|s| *s == stage).unwrap_or(0) as i64
 }
 
-/// The controls the `rank`-th admitted trajectory (0-based) of a study carries: the first ones in
-/// processing order (SPEC.md §7).
+/// The controls the `rank`-th (0-based) trajectory of a study in processing order carries: the
+/// first ones get them (SPEC.md §7).
 pub fn controls_for(rank: u32, counts: &ControlCounts) -> Controls {
     Controls {
         sanity: rank < counts.sanity,
         retest: rank < counts.retest,
         budget_control: rank < counts.budget_control,
     }
+}
+
+/// The controls of each trajectory of a study, decided once at launch from the spec alone: the
+/// processing order is the spec's order, and a doomed trajectory (`doomed[i]`) is never admitted,
+/// so it carries none and the controls go to the next ones. Deciding them before any lease makes
+/// them the same however many coordinators serve the study, restarted or not, and whatever order
+/// their leases interleave in.
+pub fn controls_at_launch(doomed: &[bool], counts: &ControlCounts) -> Vec<Controls> {
+    let mut rank = 0;
+    doomed
+        .iter()
+        .map(|&doomed| {
+            if doomed {
+                return Controls::default();
+            }
+            rank += 1;
+            controls_for(rank - 1, counts)
+        })
+        .collect()
 }
 
 /// How many trajectories to admit now.
@@ -112,5 +131,18 @@ mod tests {
         assert_eq!(controls_for(0, &counts), Controls { sanity: true, retest: true, budget_control: false });
         assert_eq!(controls_for(1, &counts), Controls { sanity: false, retest: true, budget_control: false });
         assert_eq!(controls_for(2, &counts), Controls::default());
+    }
+
+    #[test]
+    fn controls_at_launch_skip_doomed_trajectories() {
+        let counts = ControlCounts { sanity: 1, retest: 2, budget_control: 1 };
+        let all = Controls { sanity: true, retest: true, budget_control: true };
+        let retest = Controls { retest: true, ..Controls::default() };
+        assert_eq!(
+            controls_at_launch(&[true, false, true, false, false], &counts),
+            vec![Controls::default(), all, Controls::default(), retest, Controls::default()]
+        );
+        assert_eq!(controls_at_launch(&[true, true], &counts), vec![Controls::default(); 2]);
+        assert!(controls_at_launch(&[], &counts).is_empty());
     }
 }

@@ -4,7 +4,7 @@
 //! work on both); where they differ — claiming work with `FOR UPDATE SKIP LOCKED`, connection
 //! settings, migrations — [`Backend`] says which. SQLite runs on a single connection, so its
 //! transactions are serialized; PostgreSQL serializes the transactions that touch one trajectory
-//! by locking its row first.
+//! by locking its row first, and those that admit into one study by locking the study's row.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -405,6 +405,19 @@ impl SqlStore {
 
     /// Admit trajectories as each running study's admission rule asks (see
     /// [`planner::admission`]).
+    ///
+    /// Concurrent leases — of one coordinator or of several on one store — admit into a study one
+    /// after the other: under the study row's lock, the admitting transaction reads the next rank
+    /// from the row's `admitted` counter and makes the batch rule's in-flight check, and every
+    /// statement after the lock sees what the admitter before it committed (READ COMMITTED). So
+    /// ranks are unique, trajectories are admitted in spec order, and the rule is applied to what
+    /// was admitted, not to a stale count. Controls are not decided here: they were stored with
+    /// each trajectory's plan at launch (see [`planner::controls_at_launch`]).
+    ///
+    /// The lock is taken only when a first look without it finds something to admit, so leases
+    /// with nothing to admit go on to claim work without waiting for each other. Lock order:
+    /// studies (oldest first), then their waiting trajectories — rows that no report locks, since
+    /// reports lock only admitted trajectories (and their studies' rows last, when they end them).
     async fn admit(&self, tx: &mut Transaction<'_, Any>, now: i64, policy: LeasePolicy) -> Result<(), StoreError> {
         // Only studies that still have trajectories to admit; once every trajectory is in, a
         // lease costs this one query here.
@@ -421,6 +434,98 @@ impl SqlStore {
         if studies.is_empty() {
             return Ok(());
         }
+        let (mut free, mut runnable) = self.demand(tx, now, policy).await?;
+        for study in studies {
+            let config = self.config(tx, &study).await?;
+            let in_flight = self.in_flight(tx, &study).await?;
+            if planner::admission(&config.admission, in_flight, runnable, free) == AdmitDecision::Nothing {
+                continue;
+            }
+            let sql = format!(
+                "SELECT admitted, controls_at_launch FROM studies WHERE id = $1 AND state = 'running'{}",
+                self.for_update()
+            );
+            let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).fetch_optional(&mut **tx).await? else {
+                continue; // cancelled or ended meanwhile
+            };
+            let first_rank: i64 = row.try_get("admitted")?;
+            let controls_at_launch = row.try_get::<i64, _>("controls_at_launch")? != 0;
+            let mut rank = first_rank;
+            // Under the lock, the demand as it is now: other admitters may have met it meanwhile.
+            (free, runnable) = self.demand(tx, now, policy).await?;
+            loop {
+                let in_flight = self.in_flight(tx, &study).await?;
+                let take = match planner::admission(&config.admission, in_flight, runnable, free) {
+                    AdmitDecision::Nothing => break,
+                    AdmitDecision::One => 1,
+                    AdmitDecision::Batch(n) => n,
+                };
+                let sql = format!(
+                    "SELECT id, plan_json, recorded_digest FROM trajectories WHERE study = $1 AND state = 'waiting' \
+                     ORDER BY ord LIMIT $2{}",
+                    self.for_update()
+                );
+                let waiting = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(&study)
+                    .bind(i64::from(take))
+                    .fetch_all(&mut **tx)
+                    .await?;
+                if waiting.is_empty() {
+                    break;
+                }
+                for row in waiting {
+                    let id: String = row.try_get("id")?;
+                    let mut plan: TrajectoryPlan =
+                        serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
+                    if !controls_at_launch {
+                        // A study stored before controls were decided at launch: by rank, the
+                        // rule it was launched under.
+                        let rank = u32::try_from(rank).map_err(|_| corrupt(format!("admission rank {rank}")))?;
+                        plan.controls = planner::controls_for(rank, &config.controls);
+                    }
+                    // A recorded run is replayed first: no continuation before its states are
+                    // known to match the record (SPEC.md §5).
+                    let recorded = row.try_get::<Option<String>, _>("recorded_digest")?.is_some();
+                    let state = if recorded { TrajectoryState::Replaying } else { TrajectoryState::Running };
+                    sqlx::query("UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3 WHERE study = $4 AND id = $5")
+                        .bind(state.as_str())
+                        .bind(rank)
+                        .bind(serde_json::to_string(&plan).map_err(corrupt)?)
+                        .bind(&study)
+                        .bind(&id)
+                        .execute(&mut **tx)
+                        .await?;
+                    rank += 1;
+                    if recorded {
+                        insert_job(tx, &JobKey::Replay { study: study.clone(), trajectory: id.clone() }, now).await?;
+                        runnable += 1;
+                    } else {
+                        runnable += self.replan(tx, &config, &study, &id, &plan, now).await?.0;
+                    }
+                }
+                if take > 1 {
+                    break;
+                }
+            }
+            if rank > first_rank {
+                sqlx::query("UPDATE studies SET admitted = $1 WHERE id = $2")
+                    .bind(rank)
+                    .bind(&study)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What demand admission weighs, over every running study: the free worker slots (of workers
+    /// seen within a lease timeout) and the runnable jobs.
+    async fn demand(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        now: i64,
+        policy: LeasePolicy,
+    ) -> Result<(u64, u64), StoreError> {
         let counts = sqlx::query(
             "SELECT \
                (SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM workers WHERE last_seen_ms >= $1) AS slots, \
@@ -435,72 +540,19 @@ impl SqlStore {
         .fetch_one(&mut **tx)
         .await?;
         let (slots, leased): (i64, i64) = (counts.try_get("slots")?, counts.try_get("leased")?);
-        let free = (slots - leased).max(0) as u64;
-        let mut runnable = counts.try_get::<i64, _>("runnable")? as u64;
-        for study in studies {
-            let config = self.config(tx, &study).await?;
-            loop {
-                let in_flight: i64 = sqlx::query(
-                    "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('running', 'replaying')",
-                )
-                .bind(&study)
-                .fetch_one(&mut **tx)
-                .await?
-                .try_get("n")?;
-                let take = match planner::admission(&config.admission, in_flight as u32, runnable, free) {
-                    AdmitDecision::Nothing => break,
-                    AdmitDecision::One => 1,
-                    AdmitDecision::Batch(n) => n,
-                };
-                let sql = format!(
-                    "SELECT id, plan_json, recorded_digest FROM trajectories WHERE study = $1 AND state = 'waiting' ORDER BY ord LIMIT $2{}",
-                    if self.backend == Backend::Postgres { " FOR UPDATE SKIP LOCKED" } else { "" }
-                );
-                let waiting = sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(&study)
-                    .bind(i64::from(take))
-                    .fetch_all(&mut **tx)
-                    .await?;
-                if waiting.is_empty() {
-                    break;
-                }
-                for row in waiting {
-                    let id: String = row.try_get("id")?;
-                    let mut plan: TrajectoryPlan =
-                        serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
-                    let rank: i64 = sqlx::query(
-                        "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND admit_order IS NOT NULL",
-                    )
-                    .bind(&study)
-                    .fetch_one(&mut **tx)
-                    .await?
-                    .try_get("n")?;
-                    plan.controls = planner::controls_for(rank as u32, &config.controls);
-                    // A recorded run is replayed first: no continuation before its states are
-                    // known to match the record (SPEC.md §5).
-                    let recorded = row.try_get::<Option<String>, _>("recorded_digest")?.is_some();
-                    let state = if recorded { TrajectoryState::Replaying } else { TrajectoryState::Running };
-                    sqlx::query("UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3 WHERE study = $4 AND id = $5")
-                        .bind(state.as_str())
-                        .bind(rank)
-                        .bind(serde_json::to_string(&plan).map_err(corrupt)?)
-                        .bind(&study)
-                        .bind(&id)
-                        .execute(&mut **tx)
-                        .await?;
-                    if recorded {
-                        insert_job(tx, &JobKey::Replay { study: study.clone(), trajectory: id.clone() }, now).await?;
-                        runnable += 1;
-                    } else {
-                        runnable += self.replan(tx, &config, &study, &id, &plan, now).await?.0;
-                    }
-                }
-                if take > 1 {
-                    break;
-                }
-            }
-        }
-        Ok(())
+        Ok(((slots - leased).max(0) as u64, counts.try_get::<i64, _>("runnable")?.max(0) as u64))
+    }
+
+    /// A study's trajectories in flight (admitted, not finished), for the batch rule.
+    async fn in_flight(&self, tx: &mut Transaction<'_, Any>, study: &str) -> Result<u32, StoreError> {
+        let n: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('running', 'replaying')",
+        )
+        .bind(study)
+        .fetch_one(&mut **tx)
+        .await?
+        .try_get("n")?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     /// A study's spec, trajectories and outcomes — all of them, or only trajectory `only` (then
@@ -991,8 +1043,8 @@ impl Store for SqlStore {
         };
         let mut tx = self.pool.begin().await?;
         sqlx::query(
-            "INSERT INTO studies (id, name, spec_json, config_json, runner_kind, state, created_ms) \
-             VALUES ($1, $2, $3, $4, $5, 'running', $6)",
+            "INSERT INTO studies (id, name, spec_json, config_json, runner_kind, state, created_ms, controls_at_launch) \
+             VALUES ($1, $2, $3, $4, $5, 'running', $6, 1)",
         )
         .bind(&id)
         .bind(&spec.name)
@@ -1002,16 +1054,24 @@ impl Store for SqlStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        let doomed: Vec<bool> = spec
+            .trajectories
+            .iter()
+            .map(|t| {
+                t.base_runs
+                    .pass_rate()
+                    .is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold))
+            })
+            .collect();
+        // Which trajectories carry which control is decided here, once, from the spec alone.
+        let controls = planner::controls_at_launch(&doomed, &spec.controls);
         for (ord, (trajectory, payload)) in spec.trajectories.iter().zip(payloads).enumerate() {
             let plan = TrajectoryPlan {
                 length: trajectory.length,
                 labels: trajectory.labels.iter().filter_map(|l| l.step).collect(),
-                controls: Default::default(),
+                controls: controls[ord],
             };
-            let doomed = trajectory
-                .base_runs
-                .pass_rate()
-                .is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold));
+            let doomed = doomed[ord];
             let state = if doomed { TrajectoryState::Doomed } else { TrajectoryState::Waiting };
             let bytes = payload.canonical_bytes();
             let digest = vcurve_record::trajectory::sha256_hex(&bytes);
@@ -1030,9 +1090,7 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await?;
         }
-        if spec.trajectories.iter().all(|t| {
-            t.base_runs.pass_rate().is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold))
-        }) {
+        if doomed.iter().all(|&d| d) {
             sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2")
                 .bind(now)
                 .bind(&id)
