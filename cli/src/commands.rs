@@ -168,6 +168,11 @@ fn progress_json(p: &v1::Progress) -> serde_json::Value {
             "id": w.worker_id, "name": w.name, "slots": w.slots, "running": w.running, "last_seen_ms_ago": w.last_seen_ms_ago,
         })).collect::<Vec<_>>(),
         "throughput_per_min": p.throughput_per_min,
+        "trajectories_non_replayable": p.trajectories_non_replayable,
+        "waiting_for_runner": (!p.waiting_for_runner.is_empty()).then_some(&p.waiting_for_runner),
+        "lease_latency_ms": (p.leases_measured > 0).then(|| serde_json::json!({
+            "p50": p.lease_p50_ms, "p99": p.lease_p99_ms, "leases": p.leases_measured,
+        })),
         "eta_seconds": (p.eta_seconds >= 0.0).then_some(p.eta_seconds),
     })
 }
@@ -183,8 +188,23 @@ fn eta(p: &v1::Progress) -> String {
 fn progress_text(p: &v1::Progress) -> String {
     let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
     let slots: u32 = p.workers.iter().map(|w| w.slots).sum();
+    let latency = if p.leases_measured > 0 {
+        format!("lease latency p50 {:.1} ms, p99 {:.1} ms ({} leases)", p.lease_p50_ms, p.lease_p99_ms, p.leases_measured)
+    } else {
+        "lease latency not measured (no lease handed out work in the last 5 minutes)".to_string()
+    };
+    let waiting = if p.waiting_for_runner.is_empty() {
+        String::new()
+    } else {
+        format!("  waiting for a worker offering `{}`: no live worker offers it\n", p.waiting_for_runner)
+    };
+    let dropped = if p.trajectories_non_replayable > 0 {
+        format!(", {} non-replayable", p.trajectories_non_replayable)
+    } else {
+        String::new()
+    };
     format!(
-        "study {} ({}): {}\n  trajectories: {} done, {} admitted, {} in all; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n  workers: {} with {} slots; throughput {:.1}/min; ETA {}\n",
+        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
         p.name,
         p.study,
         p.state,

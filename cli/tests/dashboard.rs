@@ -109,6 +109,9 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     let studies: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(studies[0]["name"], "dash-study");
     assert!(studies[0]["done"].as_u64().unwrap() > 0, "{body}");
+    // The worker leased work, so this coordinator measured its lease latency; its runner is offered.
+    assert!(studies[0]["lease_latency"]["leases"].as_u64().unwrap() > 0, "{body}");
+    assert!(studies[0]["waiting_for_runner"].is_null(), "{body}");
     let (status, svg) = get(&web_addr, &format!("/api/studies/{study}/figures/alpha.svg?token=c-token")).await;
     assert_eq!(status, 200, "{svg}");
     assert!(svg.contains("<svg") && svg.contains("alpha"), "{svg}");
@@ -122,6 +125,7 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     assert!(dom.contains(&study), "study id missing");
     assert!(dom.contains("class=\"state\""), "progress missing:\n{dom}");
     assert!(dom.contains("V-curve of alpha"), "curve figure missing:\n{dom}");
+    assert!(dom.contains("lease latency p50"), "lease latency missing:\n{dom}");
     let refreshes: u32 = dom
         .split("data-refreshes=\"")
         .nth(1)

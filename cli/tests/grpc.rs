@@ -33,6 +33,8 @@ async fn start(store: SqlStore, options: ServeOptions) -> Running {
         max_lease_wait: Duration::from_millis(200),
     };
     let coordinator = Coordinator::new(store, timing, vcurve_cli::render::ReportRenderer::shared());
+    // The runner double of the recorded-trajectory tests below.
+    coordinator.accept_runner_kind("double");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let scheme = if options.tls.is_some() { "https://localhost" } else { "http://127.0.0.1" };
     let url = format!("{scheme}:{}", listener.local_addr().unwrap().port());

@@ -79,7 +79,16 @@ pub struct Coordinator<S> {
     /// Wakes lease requests waiting for work whenever work may have appeared.
     work: Notify,
     renderer: Arc<dyn Renderer>,
+    /// The runner kinds a study may name: the ones this build offers, and any a test adds.
+    runner_kinds: std::sync::RwLock<std::collections::BTreeSet<String>>,
+    /// `(when, milliseconds)` of recent leases that handed out work.
+    lease_latencies: std::sync::Mutex<std::collections::VecDeque<(i64, f64)>>,
 }
+
+/// How long lease latencies are kept for progress.
+const LATENCY_WINDOW_MS: i64 = 300_000;
+/// At most this many latencies are kept (the oldest go first).
+const MAX_LATENCIES: usize = 100_000;
 
 impl<S: Store> Coordinator<S> {
     /// A coordinator over `store`, rendering results with `renderer`.
@@ -89,7 +98,46 @@ impl<S: Store> Coordinator<S> {
 
     /// A coordinator on a given clock (tests use [`Clock::manual`]).
     pub fn with_clock(store: S, timing: Timing, clock: Clock, renderer: Arc<dyn Renderer>) -> Arc<Self> {
-        Arc::new(Coordinator { store, clock, timing, work: Notify::new(), renderer })
+        let runner_kinds = vcurve_record::runner::KINDS.iter().map(|k| k.to_string()).collect();
+        Arc::new(Coordinator {
+            store,
+            clock,
+            timing,
+            work: Notify::new(),
+            renderer,
+            runner_kinds: std::sync::RwLock::new(runner_kinds),
+            lease_latencies: Default::default(),
+        })
+    }
+
+    /// Accept studies naming runner `kind` besides the ones this build offers (for tests whose
+    /// workers run a test double).
+    pub fn accept_runner_kind(&self, kind: &str) {
+        self.runner_kinds.write().unwrap_or_else(std::sync::PoisonError::into_inner).insert(kind.to_string());
+    }
+
+    fn record_lease_latency(&self, ms: f64) {
+        let now = self.now_ms();
+        let mut latencies = self.lease_latencies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        latencies.push_back((now, ms));
+        while latencies.len() > MAX_LATENCIES || latencies.front().is_some_and(|(t, _)| *t < now - LATENCY_WINDOW_MS) {
+            latencies.pop_front();
+        }
+    }
+
+    /// p50 and p99 of the leases that handed out work in the last five minutes.
+    fn lease_latency(&self) -> Option<crate::model::LeaseLatency> {
+        let now = self.now_ms();
+        let latencies = self.lease_latencies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ms: Vec<f64> =
+            latencies.iter().filter(|(t, _)| *t >= now - LATENCY_WINDOW_MS).map(|(_, ms)| *ms).collect();
+        if ms.is_empty() {
+            return None;
+        }
+        ms.sort_by(f64::total_cmp);
+        // Nearest rank.
+        let rank = |q: f64| ms[((q * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        Some(crate::model::LeaseLatency { p50_ms: rank(0.50), p99_ms: rank(0.99), leases: ms.len() as u64 })
     }
 
     /// Run `render` over the renderer on the blocking pool: rendering is study-sized work and
@@ -146,13 +194,18 @@ impl<S: Store> Coordinator<S> {
 
     /// Lease up to `max` jobs, waiting up to `wait` for work to appear.
     pub async fn lease(&self, worker: &str, max: u32, wait: Duration) -> Result<Vec<LeasedJob>, CoordinatorError> {
-        let deadline = Instant::now() + wait.min(self.timing.max_lease_wait);
+        let started = Instant::now();
+        let deadline = started + wait.min(self.timing.max_lease_wait);
         loop {
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let jobs = self.store.lease(worker, max, self.now_ms(), self.timing.lease).await?;
-            if !jobs.is_empty() || Instant::now() >= deadline {
+            if !jobs.is_empty() {
+                self.record_lease_latency(started.elapsed().as_secs_f64() * 1000.0);
+                return Ok(jobs);
+            }
+            if Instant::now() >= deadline {
                 return Ok(jobs);
             }
             // Leases expire and trajectories get admitted with time too: look again now and then.
@@ -193,10 +246,21 @@ impl<S: Store> Coordinator<S> {
     /// Validate and store a study; nothing is stored when the spec is invalid.
     pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
         let (yaml, files) = (yaml.to_string(), files.clone());
+        let kinds = self.runner_kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         // Recorded trajectories are megabytes of JSON: parse them off the async runtime.
         let launch = tokio::task::spawn_blocking(move || crate::spec::parse_launch(&yaml, &|p| files.get(p).cloned()))
             .await
             .map_err(|e| CoordinatorError::Internal(format!("parsing the spec panicked: {e}")))??;
+        let kind = &launch.spec.runner.kind;
+        if !kinds.contains(kind) {
+            return Err(CoordinatorError::Spec(crate::spec::SpecError::Field {
+                field: "runner.kind".into(),
+                message: format!(
+                    "= {kind:?} is not a runner this build offers (it offers: {})",
+                    kinds.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
+                ),
+            }));
+        }
         let payloads = launch.payloads();
         let spec = launch.spec;
         let id = self.store.create_study(&spec, &payloads, self.now_ms()).await?;
@@ -265,7 +329,9 @@ impl<S: Store> Coordinator<S> {
     }
 
     pub async fn progress(&self, study: &str) -> Result<Progress, CoordinatorError> {
-        Ok(self.store.progress(study, self.now_ms(), self.timing.lease).await?)
+        let mut progress = self.store.progress(study, self.now_ms(), self.timing.lease).await?;
+        progress.lease_latency = self.lease_latency();
+        Ok(progress)
     }
 
     pub async fn list(&self) -> Result<Vec<Progress>, CoordinatorError> {

@@ -231,7 +231,9 @@ async function refresh() {
       parts.push("<div class=\"study\" data-study=\"" + esc(p.study) + "\"><h2>" + esc(p.name) + " <span class=muted>" + esc(p.study) + "</span></h2>" +
         "<p>state <b class=\"state\">" + esc(p.state) + "</b> · trajectories <span class=\"trajectories-done\">" + p.trajectories_done + "</span>/" + p.trajectories + " done (" + p.trajectories_admitted + " admitted) · in progress by stage: " + stages + "</p>" +
         "<div class=\"bar\"><div style=\"width:" + (100*share).toFixed(1) + "%\"></div></div>" +
-        "<p>continuations: <span class=\"done\">" + p.done + "</span> done, " + p.running + " running, " + p.pending + " pending, " + p.retired + " retired · throughput " + p.throughput_per_min.toFixed(1) + "/min · ETA " + eta(p.eta_seconds) + "</p>" +
+        (p.waiting_for_runner ? "<p class=\"waiting\"><b>waiting for a worker offering <code>" + esc(p.waiting_for_runner) + "</code></b>: no live worker offers it</p>" : "") +
+        "<p>continuations: <span class=\"done\">" + p.done + "</span> done, " + p.running + " running, " + p.pending + " pending, " + p.retired + " retired · throughput " + p.throughput_per_min.toFixed(1) + "/min · ETA " + eta(p.eta_seconds) + " · " +
+        (p.lease_latency ? "lease latency p50 " + p.lease_latency.p50_ms.toFixed(1) + " ms, p99 " + p.lease_latency.p99_ms.toFixed(1) + " ms" : "lease latency not measured") + "</p>" +
         "<table>" + workers + "</table><div class=\"gallery\">" + gallery + "</div></div>");
     }
     document.getElementById("studies").innerHTML = parts.join("") || "<p>no studies yet</p>";

@@ -62,6 +62,8 @@ pub struct WorkerInfo {
     pub slots: u32,
     pub running: u32,
     pub last_seen_ms_ago: u64,
+    /// The runner kinds it offers.
+    pub capabilities: Vec<String>,
 }
 
 /// A study's progress at one moment.
@@ -86,8 +88,22 @@ pub struct Progress {
     /// Trajectories by stage (admitted ones; finished ones count as `done`).
     pub stages: Vec<(Stage, u32)>,
     pub workers: Vec<WorkerInfo>,
-    /// Outcomes per minute over the last five minutes.
+    /// Outcomes per minute over the last five minutes of the study's run, or over its whole run
+    /// when it ran for less.
     pub throughput_per_min: f64,
     /// Estimated seconds to finish; `None` when unknown (no throughput yet).
     pub eta_seconds: Option<f64>,
+    /// The study's runner kind when no live worker offers it (its work waits for one).
+    pub waiting_for_runner: Option<String>,
+    /// This coordinator's lease latency over the last five minutes; `None` when not measured.
+    pub lease_latency: Option<LeaseLatency>,
+}
+
+/// Latency of leases that handed out work (request to answer, long-poll waiting included).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LeaseLatency {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Leases measured.
+    pub leases: u64,
 }

@@ -62,6 +62,31 @@ pub fn controls_at_launch(doomed: &[bool], counts: &ControlCounts) -> Vec<Contro
         .collect()
 }
 
+/// The stretch of a study's run its throughput is measured over: the last five minutes before
+/// it ended (or now, while it runs), or its whole run when it ran for less.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThroughputWindow {
+    pub start_ms: i64,
+    pub end_ms: i64,
+}
+
+impl ThroughputWindow {
+    /// The longest window: five minutes.
+    pub const MAX_MS: i64 = 300_000;
+
+    pub fn of(created_ms: i64, finished_ms: Option<i64>, now_ms: i64) -> Self {
+        let end_ms = finished_ms.unwrap_or(now_ms).max(created_ms);
+        ThroughputWindow { start_ms: created_ms.max(end_ms - Self::MAX_MS), end_ms }
+    }
+
+    /// `count` outcomes in the window, per minute of it. A window shorter than a second counts
+    /// as a second, so the first outcomes of a study do not read as millions per minute.
+    pub fn per_minute(&self, count: u64) -> f64 {
+        let minutes = (self.end_ms - self.start_ms).max(1_000) as f64 / 60_000.0;
+        count as f64 / minutes
+    }
+}
+
 /// How many trajectories to admit now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdmitDecision {
@@ -123,6 +148,20 @@ mod tests {
         let batch = Admission::Batch { batch_size: 10, pipeline_threshold: 3 };
         assert_eq!(admission(&batch, 2, 0, 0), AdmitDecision::Batch(10));
         assert_eq!(admission(&batch, 3, 0, 100), AdmitDecision::Nothing);
+    }
+
+    #[test]
+    fn throughput_is_over_the_time_the_study_actually_ran() {
+        // 2,240 continuations in 5.7 s: 23,579 per minute, not 448.
+        let w = ThroughputWindow::of(0, Some(5_700), 60_000);
+        assert_eq!((w.start_ms, w.end_ms), (0, 5_700));
+        assert!((w.per_minute(2_240) - 2_240.0 / (5.7 / 60.0)).abs() < 1e-6);
+        // A long study: the last five minutes.
+        let w = ThroughputWindow::of(0, None, 3_600_000);
+        assert_eq!((w.start_ms, w.end_ms), (3_300_000, 3_600_000));
+        assert_eq!(w.per_minute(500), 100.0);
+        // At launch: a second at least.
+        assert_eq!(ThroughputWindow::of(10, None, 10).per_minute(1), 60.0);
     }
 
     #[test]

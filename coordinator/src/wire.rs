@@ -200,9 +200,14 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
                 slots: w.slots,
                 running: w.running,
                 last_seen_ms_ago: w.last_seen_ms_ago,
+                capabilities: w.capabilities.clone(),
             })
             .collect(),
         throughput_per_min: p.throughput_per_min,
         eta_seconds: p.eta_seconds.unwrap_or(-1.0),
+        waiting_for_runner: p.waiting_for_runner.clone().unwrap_or_default(),
+        lease_p50_ms: p.lease_latency.map_or(-1.0, |l| l.p50_ms),
+        lease_p99_ms: p.lease_latency.map_or(-1.0, |l| l.p99_ms),
+        leases_measured: p.lease_latency.map_or(0, |l| l.leases),
     }
 }

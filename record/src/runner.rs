@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 /// The runner kind whose outcomes are a pure function of the key (testing, capacity planning).
 pub const SYNTHETIC: &str = "synthetic";
 
+/// The runner kinds this build offers: a study naming another is refused at launch.
+pub const KINDS: &[&str] = &[SYNTHETIC];
+
 /// The options of the `synthetic` runner.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]

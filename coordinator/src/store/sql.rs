@@ -1221,13 +1221,19 @@ impl Store for SqlStore {
 
     async fn progress(&self, study: &str, now: i64, policy: LeasePolicy) -> Result<Progress, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT name, state FROM studies WHERE id = $1")
+        let row = sqlx::query("SELECT name, state, runner_kind, created_ms, finished_ms FROM studies WHERE id = $1")
             .bind(study)
             .fetch_optional(&mut *tx)
             .await?
             .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
         let name: String = row.try_get("name")?;
         let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+        let runner_kind: String = row.try_get("runner_kind")?;
+        let window = planner::ThroughputWindow::of(
+            row.try_get("created_ms")?,
+            row.try_get::<Option<i64>, _>("finished_ms")?,
+            now,
+        );
         // Counters kept by the transactions that create and finish continuations: no scan of the
         // study's continuations per poll.
         let mut by_state: HashMap<String, u32> = HashMap::new();
@@ -1263,14 +1269,16 @@ impl Store for SqlStore {
             .try_get::<i64, _>("n")? as u64;
         let pending = requested.saturating_sub(done + retired + dropped + running);
         let trajectories: u32 = by_state.values().sum();
-        let recent: i64 = sqlx::query("SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND done_ms >= $2")
-            .bind(study)
-            .bind(now - 300_000)
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get("n")?;
+        let recent: i64 =
+            sqlx::query("SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND done_ms >= $2 AND done_ms <= $3")
+                .bind(study)
+                .bind(window.start_ms)
+                .bind(window.end_ms)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get("n")?;
         let workers = sqlx::query(
-            "SELECT w.id, w.name, w.slots, w.last_seen_ms, \
+            "SELECT w.id, w.name, w.slots, w.last_seen_ms, w.capabilities, \
              (SELECT COUNT(*) FROM continuations c WHERE c.worker = w.id AND c.state = 'leased') \
                + (SELECT COUNT(*) FROM jobs j WHERE j.worker = w.id AND j.state = 'leased') AS running \
              FROM workers w WHERE w.last_seen_ms >= $1 ORDER BY w.name, w.id",
@@ -1286,11 +1294,19 @@ impl Store for SqlStore {
                 slots: get_u32(r, "slots")?,
                 running: get_u32(r, "running")?,
                 last_seen_ms_ago: (now - r.try_get::<i64, _>("last_seen_ms")?).max(0) as u64,
+                capabilities: r
+                    .try_get::<String, _>("capabilities")?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
         tx.commit().await?;
-        let throughput_per_min = recent as f64 / 5.0;
+        let throughput_per_min = window.per_minute(recent as u64);
+        let offered = workers.iter().any(|w| w.capabilities.contains(&runner_kind));
+        let waiting_for_runner = (state == StudyState::Running && !offered).then_some(runner_kind);
         let waiting = by_state.get("waiting").copied().unwrap_or(0);
         let per_trajectory =
             if admitted > 0 { (done + running + pending + retired) as f64 / f64::from(admitted) } else { 300.0 };
@@ -1317,6 +1333,8 @@ impl Store for SqlStore {
             workers,
             throughput_per_min,
             eta_seconds,
+            waiting_for_runner,
+            lease_latency: None,
         })
     }
 
