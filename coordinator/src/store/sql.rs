@@ -780,6 +780,33 @@ impl SqlStore {
         })
     }
 
+    /// Record a no-outcome of a job of either table: the key is run again, or retired once it has
+    /// had as many no-outcomes as the study allows. Returns whether it was retired, and how many
+    /// no-outcomes it has had.
+    async fn no_outcome(
+        tx: &mut Transaction<'_, Any>,
+        key: &JobKey,
+        row: &AnyRow,
+        reason: &str,
+        config: &StudyConfig,
+        now: i64,
+    ) -> Result<(bool, u32), StoreError> {
+        let no_outcomes = get_u32(row, "no_outcomes")? + 1;
+        let retired = no_outcomes >= config.params.retries_before_retired;
+        keyed(
+            "UPDATE {table} SET state = $6, no_outcomes = $7, last_reason = $8, worker = NULL, \
+             lease_expires_ms = NULL, done_ms = $9 WHERE {key}",
+            key,
+        )
+        .bind(if retired { "retired" } else { "pending" })
+        .bind(i64::from(no_outcomes))
+        .bind(reason)
+        .bind(if retired { Some(now) } else { None })
+        .execute(&mut **tx)
+        .await?;
+        Ok((retired, no_outcomes))
+    }
+
     async fn report_continuation(
         &self,
         tx: &mut Transaction<'_, Any>,
@@ -824,22 +851,8 @@ impl SqlStore {
                 true
             }
             JobReport::NoOutcome { reason } => {
-                let no_outcomes = get_u32(&row, "no_outcomes")? + 1;
-                let retired = no_outcomes >= config.params.retries_before_retired;
-                bind_key(
-                    sqlx::query(concat!(
-                        "UPDATE continuations SET state = $6, no_outcomes = $7, last_reason = $8, worker = NULL, \
-                         lease_expires_ms = NULL, done_ms = $9 WHERE ",
-                        key_is!()
-                    )),
-                    key,
-                )
-                .bind(if retired { "retired" } else { "pending" })
-                .bind(i64::from(no_outcomes))
-                .bind(reason.as_str())
-                .bind(if retired { Some(now) } else { None })
-                .execute(&mut **tx)
-                .await?;
+                let job = JobKey::Continuation(key.clone());
+                let (retired, _) = Self::no_outcome(tx, &job, &row, reason, &config, now).await?;
                 if retired {
                     self.count(tx, &key.study, &key.trajectory, "n_retired", 1).await?;
                 }
@@ -887,22 +900,7 @@ impl SqlStore {
         }
         let config = self.config(tx, study).await?;
         if let JobReport::NoOutcome { reason } = report {
-            let no_outcomes = get_u32(&row, "no_outcomes")? + 1;
-            let retired = no_outcomes >= config.params.retries_before_retired;
-            bind_job(
-                sqlx::query(concat!(
-                    "UPDATE jobs SET state = $6, no_outcomes = $7, last_reason = $8, worker = NULL, \
-                     lease_expires_ms = NULL, done_ms = $9 WHERE ",
-                    job_is!()
-                )),
-                key,
-            )
-            .bind(if retired { "retired" } else { "pending" })
-            .bind(i64::from(no_outcomes))
-            .bind(reason.as_str())
-            .bind(if retired { Some(now) } else { None })
-            .execute(&mut **tx)
-            .await?;
+            let (retired, no_outcomes) = Self::no_outcome(tx, key, &row, reason, &config, now).await?;
             if retired && let JobKey::Replay { trajectory, .. } = key {
                 // No replay could be carried out: no state is known to match the record, so no
                 // continuation may run from it.
