@@ -49,10 +49,7 @@ pub struct CoordinatorArgs {
 
 pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some((
-            std::fs::read(cert).with_context(|| format!("cannot read --tls-cert {}", cert.display()))?,
-            std::fs::read(key).with_context(|| format!("cannot read --tls-key {}", key.display()))?,
-        )),
+        (Some(cert), Some(key)) => Some(read_tls_files(cert, key)?),
         (None, None) => None,
         _ => bail!("--tls-cert and --tls-key go together"),
     };
@@ -115,6 +112,22 @@ pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
     }
     served?;
     Ok(())
+}
+
+/// Read `--tls-cert` and `--tls-key` and check that they can be served, before the store is opened
+/// or anything listens; the error names the file at fault.
+fn read_tls_files(cert: &Path, key: &Path) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let cert_pem = std::fs::read(cert).with_context(|| format!("cannot read --tls-cert {}", cert.display()))?;
+    let key_pem = std::fs::read(key).with_context(|| format!("cannot read --tls-key {}", key.display()))?;
+    if let Err(e) = server::check_tls(&cert_pem, &key_pem) {
+        let files = match e.file() {
+            server::TlsFile::Certificate => format!("--tls-cert {}", cert.display()),
+            server::TlsFile::Key => format!("--tls-key {}", key.display()),
+            server::TlsFile::Both => format!("--tls-cert {} and --tls-key {}", cert.display(), key.display()),
+        };
+        bail!("{files}: {e}");
+    }
+    Ok((cert_pem, key_pem))
 }
 
 /// A store URL without its password, for messages.

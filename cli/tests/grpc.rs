@@ -296,3 +296,126 @@ async fn a_file_over_the_limit_is_refused_before_it_is_sent() {
     assert!(err.contains("runs/huge.json") && err.contains("over the coordinator's limit of 64 MiB"), "{err}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn one_token_for_both_roles_is_refused_on_a_public_listener() {
+    let ts = TestStore::sqlite().await;
+    let same = Tokens { worker: Some("one-secret".into()), client: Some("one-secret".into()) };
+    let serve = |address: &'static str, tokens: Tokens| {
+        let store = ts.store.clone();
+        async move {
+            let coordinator = Coordinator::new(store, Timing::default(), vcurve_cli::render::ReportRenderer::shared());
+            let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+            server::serve(coordinator, listener, ServeOptions { tokens, tls: None }, async {}).await
+        }
+    };
+    let err = serve("0.0.0.0:0", same.clone()).await.unwrap_err().to_string();
+    assert!(err.contains("the same token") && err.contains("workers") && err.contains("clients"), "{err}");
+    // On loopback one token for both roles is the user's call; distinct tokens serve anywhere.
+    serve("127.0.0.1:0", same).await.unwrap();
+    serve("0.0.0.0:0", tokens()).await.unwrap();
+}
+
+/// A certificate for `localhost` and its key, as PEM.
+fn identity() -> (String, String) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    (cert.cert.pem(), cert.signing_key.serialize_pem())
+}
+
+#[tokio::test]
+async fn tls_files_that_do_not_parse_are_refused_at_start() {
+    let (cert, key) = identity();
+    let (_, other_key) = identity();
+    let not_der = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+    let cases = [
+        ("garbage\n", key.as_str(), "no PEM certificate"),
+        (key.as_str(), key.as_str(), "no PEM certificate"),
+        (not_der, key.as_str(), "not a valid certificate"),
+        (cert.as_str(), "garbage\n", "no PEM private key"),
+        (cert.as_str(), cert.as_str(), "no PEM private key"),
+        (cert.as_str(), other_key.as_str(), "does not match"),
+    ];
+    let ts = TestStore::sqlite().await;
+    for (cert_pem, key_pem, expected) in cases {
+        let coordinator =
+            Coordinator::new(ts.store.clone(), Timing::default(), vcurve_cli::render::ReportRenderer::shared());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tls = Some((cert_pem.as_bytes().to_vec(), key_pem.as_bytes().to_vec()));
+        let options = ServeOptions { tokens: tokens(), tls };
+        let err = server::serve(coordinator, listener, options, std::future::pending()).await.unwrap_err().to_string();
+        assert!(err.contains(expected), "{expected:?}: {err}");
+    }
+
+    // `vcurve coordinator` names the file, before it opens the store or listens.
+    let dir = tempfile::tempdir().unwrap();
+    let (garbage, key_file) = (dir.path().join("garbage.pem"), dir.path().join("key.pem"));
+    std::fs::write(&garbage, "garbage\n").unwrap();
+    std::fs::write(&key_file, &key).unwrap();
+    let store = dir.path().join("store.sqlite");
+    let args = vcurve_cli::commands::CoordinatorArgs {
+        store: format!("sqlite://{}", store.display()),
+        listen: "127.0.0.1:0".into(),
+        tokens: Tokens::default(),
+        tls_cert: Some(garbage.clone()),
+        tls_key: Some(key_file),
+        lease_timeout: Duration::from_secs(30),
+        heartbeat_interval: Duration::from_secs(10),
+        dashboard: None,
+    };
+    let err = format!("{:#}", vcurve_cli::commands::run_coordinator(args).await.unwrap_err());
+    assert!(err.contains(&format!("--tls-cert {}", garbage.display())) && err.contains("no PEM certificate"), "{err}");
+    assert!(!store.exists(), "the store was opened before the TLS files were checked");
+}
+
+#[tokio::test]
+async fn a_client_ca_file_that_does_not_parse_is_refused_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, key) = identity();
+    let files = [
+        ("garbage.pem", "garbage\n".to_string(), "no PEM certificate"),
+        ("key.pem", key, "no PEM certificate"),
+        ("bad.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into(), "not a valid certificate"),
+    ];
+    // Nothing listens there: the file is refused before any connection is tried.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("https://localhost:{port}");
+    for (name, contents, expected) in files {
+        let path = dir.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        let connection = Connection { url: url.clone(), token: None, tls_ca: Some(path.clone()) };
+        let err = client::study_client(&connection).await.unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()) && err.contains(expected), "{expected:?}: {err}");
+    }
+}
+
+/// The error of one `ListStudies` through the CLI's client, as the binary prints it.
+async fn list_error(url: &str, tls_ca: Option<std::path::PathBuf>) -> String {
+    let connection = Connection { url: url.into(), token: Some("client-secret".into()), tls_ca };
+    match client::study_client(&connection).await {
+        Err(e) => e.to_string(),
+        Ok(mut c) => c.list_studies(v1::ListStudiesRequest {}).await.unwrap_err().message().to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_client_meeting_the_other_protocol_is_told_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = identity();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &cert).unwrap();
+    let ts = TestStore::sqlite().await;
+
+    // Plaintext client, TLS coordinator.
+    let tls = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls: Some((cert.into(), key.into())) }).await;
+    let plain = tls.url.replace("https://localhost", "http://127.0.0.1");
+    let err = list_error(&plain, None).await;
+    assert_eq!(err, format!("the coordinator at {plain} speaks TLS: use https:// and --tls-ca"));
+    tls.stop().await;
+
+    // TLS client, plaintext coordinator.
+    let plaintext = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls: None }).await;
+    let https = plaintext.url.replace("http://127.0.0.1", "https://localhost");
+    let err = list_error(&https, Some(ca)).await;
+    assert_eq!(err, format!("the coordinator at {https} does not speak TLS: use http://, without --tls-ca"));
+    plaintext.stop().await;
+}

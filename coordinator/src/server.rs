@@ -70,18 +70,97 @@ pub struct ServeOptions {
 pub enum ServeError {
     #[error("refusing to listen on {0} without worker and client tokens: set both, or listen on a loopback address")]
     TokensRequired(SocketAddr),
+    #[error(
+        "refusing to listen on {0} with the same token for workers and clients: a worker could act as a client (launch, export, cancel); give each role its own token"
+    )]
+    SameToken(SocketAddr),
+    #[error("cannot serve TLS: {0}")]
+    Tls(#[from] TlsFilesError),
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("cannot read the listener's address: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// Refuse a listener on a non-loopback address without both tokens.
+/// Refuse a listener on a non-loopback address without both tokens, or with one token for both
+/// roles (which would let every worker launch, export and cancel studies).
 pub fn check_exposure(addr: SocketAddr, tokens: &Tokens) -> Result<(), ServeError> {
-    if !addr.ip().is_loopback() && (tokens.worker.is_none() || tokens.client.is_none()) {
-        return Err(ServeError::TokensRequired(addr));
+    if addr.ip().is_loopback() {
+        return Ok(());
     }
-    Ok(())
+    match (&tokens.worker, &tokens.client) {
+        (Some(worker), Some(client)) if worker.as_bytes().ct_eq(client.as_bytes()).into() => {
+            Err(ServeError::SameToken(addr))
+        }
+        (Some(_), Some(_)) => Ok(()),
+        _ => Err(ServeError::TokensRequired(addr)),
+    }
+}
+
+/// Which of the two TLS files a [`TlsFilesError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFile {
+    Certificate,
+    Key,
+    /// Each file parses, but they do not go together.
+    Both,
+}
+
+/// Why a PEM certificate chain and key cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsFilesError {
+    #[error("the certificate file holds no PEM certificate (-----BEGIN CERTIFICATE-----)")]
+    NoCertificate,
+    #[error("certificate {index} of the certificate file is not a valid certificate: {reason}")]
+    BadCertificate { index: usize, reason: String },
+    #[error("the key file holds no PEM private key (-----BEGIN PRIVATE KEY-----, RSA or EC)")]
+    NoKey,
+    #[error("the key file's private key cannot be used: {0}")]
+    BadKey(String),
+    #[error("the private key does not match the certificate (the first one of the certificate file)")]
+    Mismatch,
+}
+
+impl TlsFilesError {
+    /// The file to name in a message.
+    pub fn file(&self) -> TlsFile {
+        match self {
+            Self::NoCertificate | Self::BadCertificate { .. } => TlsFile::Certificate,
+            Self::NoKey | Self::BadKey(_) => TlsFile::Key,
+            Self::Mismatch => TlsFile::Both,
+        }
+    }
+}
+
+/// Check that `cert_pem` holds a certificate chain and `key_pem` the private key of its first
+/// certificate, so that a server with them can complete a handshake. tonic checks less, and says
+/// "peer sent no certificates" for a certificate file it could not read.
+pub fn check_tls(cert_pem: &[u8], key_pem: &[u8]) -> Result<(), TlsFilesError> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let mut chain = Vec::new();
+    for (i, cert) in CertificateDer::pem_slice_iter(cert_pem).enumerate() {
+        let bad = |reason: String| TlsFilesError::BadCertificate { index: i + 1, reason };
+        let cert = cert.map_err(|e| bad(e.to_string()))?;
+        // Parsing it as a trust anchor reads the whole certificate structure.
+        rustls::RootCertStore::empty().add(cert.clone()).map_err(|e| bad(e.to_string()))?;
+        chain.push(cert);
+    }
+    if chain.is_empty() {
+        return Err(TlsFilesError::NoCertificate);
+    }
+    let key = match PrivateKeyDer::from_pem_slice(key_pem) {
+        Ok(key) => key,
+        Err(rustls::pki_types::pem::Error::NoItemsFound) => return Err(TlsFilesError::NoKey),
+        Err(e) => return Err(TlsFilesError::BadKey(e.to_string())),
+    };
+    let provider = rustls::crypto::ring::default_provider();
+    let key = provider.key_provider.load_private_key(key).map_err(|e| TlsFilesError::BadKey(e.to_string()))?;
+    match rustls::sign::CertifiedKey::new(chain, key).keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
+        Err(_) => Err(TlsFilesError::Mismatch),
+    }
 }
 
 /// Serve the worker and study services on `listener` until `shutdown` resolves.
@@ -93,6 +172,11 @@ pub async fn serve<S: Store>(
 ) -> Result<(), ServeError> {
     let addr = listener.local_addr()?;
     check_exposure(addr, &options.tokens)?;
+    let mut builder = Server::builder();
+    if let Some((cert, key)) = &options.tls {
+        check_tls(cert, key)?;
+        builder = builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
+    }
     let sweeper = coordinator.spawn_sweeper();
     let worker_token = options.tokens.worker.clone();
     let client_token = options.tokens.client.clone();
@@ -103,10 +187,6 @@ pub async fn serve<S: Store>(
     let studies = InterceptedService::new(StudyServiceServer::new(StudyApi { coordinator }), move |r: Request<()>| {
         check_bearer(&r, &client_token).map(|_| r)
     });
-    let mut builder = Server::builder();
-    if let Some((cert, key)) = &options.tls {
-        builder = builder.tls_config(ServerTlsConfig::new().identity(Identity::from_pem(cert, key)))?;
-    }
     tracing::info!(%addr, tls = options.tls.is_some(), "coordinator listening");
     // Small request/response messages: without TCP_NODELAY, Nagle's algorithm and delayed ACKs
     // add ~40 ms to every lease.
@@ -300,5 +380,30 @@ impl<S: Store> StudyService for StudyApi<S> {
     ) -> Result<Response<v1::ListStudiesResponse>, Status> {
         let studies = self.coordinator.list().await?;
         Ok(Response::new(v1::ListStudiesResponse { studies: studies.iter().map(wire::progress_to_wire).collect() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_public_listener_needs_two_distinct_tokens() {
+        let tokens = |worker: Option<&str>, client: Option<&str>| Tokens {
+            worker: worker.map(str::to_owned),
+            client: client.map(str::to_owned),
+        };
+        let public: SocketAddr = "0.0.0.0:7070".parse().unwrap();
+        let loopback: SocketAddr = "127.0.0.1:7070".parse().unwrap();
+        assert!(check_exposure(public, &tokens(Some("w"), Some("c"))).is_ok());
+        for missing in [tokens(None, Some("c")), tokens(Some("w"), None), tokens(None, None)] {
+            assert!(matches!(check_exposure(public, &missing), Err(ServeError::TokensRequired(_))));
+        }
+        let err = check_exposure(public, &tokens(Some("s3cret"), Some("s3cret"))).unwrap_err();
+        assert!(matches!(err, ServeError::SameToken(_)), "{err}");
+        assert!(!err.to_string().contains("s3cret"), "the message shows the token: {err}");
+        // On loopback, one token (or none) for both roles is the user's call.
+        assert!(check_exposure(loopback, &tokens(Some("same"), Some("same"))).is_ok());
+        assert!(check_exposure(loopback, &tokens(None, None)).is_ok());
     }
 }

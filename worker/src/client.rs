@@ -1,11 +1,13 @@
 //! The connection to the coordinator: channel and TLS setup, the bearer-token interceptor, one
-//! deadline per RPC, status classification, and the backoff used between retries.
+//! deadline per RPC, status classification (with the count of rejections in a row), and the
+//! backoff used between retries.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::future::Future;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tonic::metadata::{Ascii, MetadataValue};
@@ -66,6 +68,10 @@ type Client = WorkerServiceClient<InterceptedService<Channel, BearerAuth>>;
 #[derive(Clone, Debug)]
 pub(crate) struct Coordinator {
     client: Client,
+    /// The coordinator's URL, for messages and for probing it.
+    url: Arc<str>,
+    /// Calls rejected in a row (token or TLS), shared by every clone.
+    rejections: Arc<AtomicU32>,
 }
 
 impl Coordinator {
@@ -88,6 +94,8 @@ impl Coordinator {
                     let pem = tokio::fs::read(path)
                         .await
                         .map_err(|e| WorkerError::Tls(format!("cannot read CA file {}: {e}", path.display())))?;
+                    // tonic skips what does not parse, which would leave nothing to trust.
+                    check_ca(&pem).map_err(|e| WorkerError::Tls(format!("CA file {}: {e}", path.display())))?;
                     tls = tls.ca_certificate(Certificate::from_pem(pem));
                 }
                 None => tracing::warn!(
@@ -97,12 +105,16 @@ impl Coordinator {
             endpoint = endpoint.tls_config(tls).map_err(|e| WorkerError::Tls(e.to_string()))?;
         }
         let auth = BearerAuth::new(config.token.as_deref())?;
-        Ok(Self { client: WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), auth) })
+        Ok(Self {
+            client: WorkerServiceClient::with_interceptor(endpoint.connect_lazy(), auth),
+            url: config.coordinator.as_str().into(),
+            rejections: Arc::default(),
+        })
     }
 
     pub(crate) async fn register(&self, request: v1::RegisterRequest) -> Result<v1::RegisterResponse, WorkerError> {
         let mut client = self.client.clone();
-        call("Register", RPC_TIMEOUT, client.register(request)).await
+        self.call("Register", RPC_TIMEOUT, client.register(request)).await
     }
 
     pub(crate) async fn lease(
@@ -111,22 +123,22 @@ impl Coordinator {
         wait: Duration,
     ) -> Result<v1::LeaseResponse, WorkerError> {
         let mut client = self.client.clone();
-        call("Lease", RPC_TIMEOUT + wait, client.lease(request)).await
+        self.call("Lease", RPC_TIMEOUT + wait, client.lease(request)).await
     }
 
     pub(crate) async fn heartbeat(&self, request: v1::HeartbeatRequest) -> Result<v1::HeartbeatResponse, WorkerError> {
         let mut client = self.client.clone();
-        call("Heartbeat", RPC_TIMEOUT, client.heartbeat(request)).await
+        self.call("Heartbeat", RPC_TIMEOUT, client.heartbeat(request)).await
     }
 
     pub(crate) async fn report(&self, request: v1::ReportRequest) -> Result<v1::ReportResponse, WorkerError> {
         let mut client = self.client.clone();
-        call("Report", RPC_TIMEOUT, client.report(request)).await
+        self.call("Report", RPC_TIMEOUT, client.report(request)).await
     }
 
     pub(crate) async fn release(&self, request: v1::ReleaseRequest) -> Result<v1::ReleaseResponse, WorkerError> {
         let mut client = self.client.clone();
-        call("Release", RPC_TIMEOUT, client.release(request)).await
+        self.call("Release", RPC_TIMEOUT, client.release(request)).await
     }
 
     /// A trajectory payload's bytes by digest, gathered from its chunks.
@@ -141,23 +153,134 @@ impl Coordinator {
             }
             Ok::<_, tonic::Status>(tonic::Response::new(bytes))
         };
-        call("GetTrajectory", FETCH_TIMEOUT, fetch).await
+        self.call("GetTrajectory", FETCH_TIMEOUT, fetch).await
     }
 }
 
 /// How long fetching one trajectory payload may take (tens of MB over a slow link).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
 
-async fn call<T>(
-    rpc: &'static str,
-    deadline: Duration,
-    response: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, WorkerError> {
-    match tokio::time::timeout(deadline, response).await {
-        Err(_) => Err(WorkerError::Timeout { rpc, after: deadline }),
-        Ok(Err(status)) => Err(WorkerError::from_status(rpc, &status)),
-        Ok(Ok(response)) => Ok(response.into_inner()),
+impl Coordinator {
+    async fn call<T>(
+        &self,
+        rpc: &'static str,
+        deadline: Duration,
+        response: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, WorkerError> {
+        let status = match tokio::time::timeout(deadline, response).await {
+            Err(_) => return Err(WorkerError::Timeout { rpc, after: deadline }),
+            Ok(Ok(response)) => {
+                self.rejections.store(0, Ordering::Relaxed);
+                return Ok(response.into_inner());
+            }
+            Ok(Err(status)) => status,
+        };
+        // A status the transport made up carries its cause; one the coordinator sent does not.
+        let answered = std::error::Error::source(&status).is_none();
+        let error = match tls_failure(&self.url, &status).await {
+            Some(message) => WorkerError::TlsRejected { rpc, message, attempt: 1 },
+            None => WorkerError::from_status(rpc, &status),
+        };
+        if error.is_rejection() {
+            Err(error.with_attempt(self.rejections.fetch_add(1, Ordering::Relaxed).saturating_add(1)))
+        } else {
+            if answered {
+                // The coordinator took the worker's TLS and token to answer at all.
+                self.rejections.store(0, Ordering::Relaxed);
+            }
+            Err(error)
+        }
     }
+}
+
+/// Check that a CA file holds at least one PEM certificate, and that each of them parses.
+fn check_ca(pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, cert) in CertificateDer::pem_slice_iter(pem).enumerate() {
+        let bad = |e: &dyn fmt::Display| format!("certificate {} is not a valid certificate: {e}", i + 1);
+        roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+    }
+    if roots.is_empty() {
+        return Err("no PEM certificate (-----BEGIN CERTIFICATE-----) in it".to_owned());
+    }
+    Ok(())
+}
+
+/// When a call to the coordinator at `url` failed in the transport because of TLS — the handshake
+/// failed, or only one side speaks TLS — what happened and what to change.
+async fn tls_failure(url: &str, status: &tonic::Status) -> Option<String> {
+    let cause = std::error::Error::source(status)?;
+    if let Some(tls) = rustls_error(cause) {
+        return Some(match tls {
+            // The answer to the ClientHello was not TLS at all.
+            rustls::Error::InvalidMessage(_) => {
+                format!("the coordinator at {url} does not speak TLS: use http://, without --tls-ca")
+            }
+            rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+                format!(
+                    "the coordinator at {url} presented a certificate the worker does not trust ({tls}): check --tls-ca"
+                )
+            }
+            other => format!("the TLS handshake with the coordinator at {url} failed: {other}"),
+        });
+    }
+    // A plaintext HTTP/2 preface sent to a TLS server only breaks the connection; ask it.
+    let authority = url.strip_prefix("http://")?.split('/').next()?;
+    speaks_tls(authority).await.then(|| format!("the coordinator at {url} speaks TLS: use https:// and --tls-ca"))
+}
+
+/// The TLS error somewhere in an error's chain. `io::Error` does not list the error it wraps as its
+/// source, so each one is looked into.
+fn rustls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        let inner = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+        if let Some(tls) = inner.and_then(|inner| inner.downcast_ref::<rustls::Error>()) {
+            return Some(tls);
+        }
+        next = e.source();
+    }
+    None
+}
+
+/// How long probing a coordinator for TLS may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the server at `authority` (`host:port`, port 80 if none) answers a TLS ClientHello
+/// with a TLS record. A plaintext HTTP/2 server answers with a frame, or closes.
+async fn speaks_tls(authority: &str) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let address = if authority.rsplit(':').next().is_some_and(|p| p.parse::<u16>().is_ok()) {
+        authority.to_owned()
+    } else {
+        format!("{authority}:80")
+    };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+        stream.write_all(&client_hello()).await.ok()?;
+        let mut head = [0u8; 2];
+        stream.read_exact(&mut head).await.ok()?;
+        // Content type handshake (22) or alert (21), then major version 3.
+        Some(matches!(head, [21 | 22, 3]))
+    };
+    matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Some(true)))
+}
+
+/// A minimal TLS 1.2 ClientHello record: a TLS server answers it with a ServerHello or an alert.
+fn client_hello() -> Vec<u8> {
+    let mut body = vec![3, 3]; // TLS 1.2
+    body.extend([0x5a; 32]); // random
+    body.push(0); // no session id
+    body.extend([0, 4, 0xc0, 0x2f, 0x13, 0x01]); // ECDHE-RSA-AES128-GCM-SHA256, TLS_AES_128_GCM_SHA256
+    body.extend([1, 0]); // null compression
+    let mut record = vec![22, 3, 1, 0, body.len() as u8 + 4, 1, 0, 0, body.len() as u8];
+    record.extend(body);
+    record
 }
 
 /// Capped exponential backoff with jitter, for retrying RPCs while the coordinator is away.

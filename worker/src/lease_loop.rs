@@ -85,8 +85,9 @@ pub struct WorkerSummary {
 /// with `config.slots` at once. When `shutdown` resolves: stops leasing, lets running jobs finish
 /// and be reported for up to `config.shutdown_grace`, cancels the rest and releases them.
 ///
-/// Returns an error only for the fatal [`WorkerError`]s (bad configuration, rejected token,
-/// refused registration); transport errors are retried for as long as it takes.
+/// Returns an error only for the fatal [`WorkerError`]s (bad configuration or CA file, refused
+/// registration, and a token or TLS handshake rejected [`WorkerError::REJECTED_ATTEMPTS`] calls in
+/// a row); transport errors are retried for as long as it takes.
 ///
 /// Must run inside a tokio runtime. Dropping the future instead of resolving `shutdown` cancels
 /// every job at once and releases nothing (their leases expire).
@@ -513,7 +514,7 @@ impl Shared {
                     }
                 }
                 Err(error) => {
-                    if matches!(error, WorkerError::Unauthenticated { .. }) {
+                    if error.is_rejection() {
                         self.set_fatal(error);
                         // Left held as abandoned: the worker stops and cannot release it.
                         if let Some(entry) = lock(&self.held).get_mut(held) {
@@ -730,7 +731,7 @@ async fn heartbeat_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 }
             }
             Err(WorkerError::UnknownWorker { .. }) => shared.reregister(generation, &stop).await,
-            Err(error @ WorkerError::Unauthenticated { .. }) => {
+            Err(error) if error.is_rejection() && !error.is_retryable() => {
                 shared.set_fatal(error);
                 return;
             }

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -63,6 +64,10 @@ struct Fake {
     fail_reports: AtomicU32,
     report_calls: AtomicU32,
     lease_calls: AtomicU32,
+    /// Register calls, answered or refused.
+    register_calls: AtomicU32,
+    /// TCP connections accepted, whether or not a TLS handshake or an RPC followed.
+    connections: AtomicU32,
     refuse_register: bool,
     heartbeat_ms: u32,
     /// GetTrajectory calls, by digest.
@@ -95,6 +100,7 @@ struct FakeService(Arc<Fake>);
 #[tonic::async_trait]
 impl WorkerService for FakeService {
     async fn register(&self, request: Request<v1::RegisterRequest>) -> Result<Response<v1::RegisterResponse>, Status> {
+        self.0.register_calls.fetch_add(1, Ordering::SeqCst);
         Fake::check_token(&request)?;
         if self.0.refuse_register {
             return Err(Status::failed_precondition("protocol version 1.0 is not supported"));
@@ -232,10 +238,14 @@ impl Server {
         if let Some(tls) = tls {
             builder = builder.tls_config(tls).expect("server TLS config");
         }
+        let fake = fake.clone();
+        let incoming = TcpListenerStream::new(listener).inspect(move |_| {
+            fake.connections.fetch_add(1, Ordering::SeqCst);
+        });
         let task = tokio::spawn(async move {
             builder
                 .add_service(service)
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;
                 })
                 .await
@@ -763,4 +773,191 @@ async fn no_lease_is_asked_for_after_shutdown_even_with_free_slots() {
     // The running job, plus at most the in-flight lease's batch (3 free slots), given back.
     assert!((1..=4).contains(&summary.released), "{summary:?}");
     assert_eq!(summary.reported, 0);
+}
+
+/// A CA and a certificate for `localhost` it signed, with its key: the TLS side of a fake
+/// coordinator, and the PEM file a worker would trust it through.
+struct Pki {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+impl Pki {
+    fn new() -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_owned()]).unwrap().signed_by(&key, &ca).unwrap();
+        Self { ca_pem: ca.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() }
+    }
+
+    fn server_tls(&self) -> tonic::transport::ServerTlsConfig {
+        let identity = tonic::transport::Identity::from_pem(&self.cert_pem, &self.key_pem);
+        tonic::transport::ServerTlsConfig::new().identity(identity)
+    }
+}
+
+/// A fake coordinator serving TLS with `pki`'s certificate, on `127.0.0.1`.
+async fn start_tls_fake(pki: &Pki) -> (Arc<Fake>, u16, Server) {
+    let fake = Arc::new(Fake::new(vec![]));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = Server::start_with(&fake, listener, Some(pki.server_tls())).await;
+    (fake, port, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_file_that_does_not_parse_is_refused_at_start() {
+    let pki = Pki::new();
+    let (fake, port, server) = start_tls_fake(&pki).await;
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("garbage.pem", "garbage\n".to_owned(), "no PEM certificate"),
+        ("key.pem", pki.key_pem.clone(), "no PEM certificate"),
+        (
+            "bad.pem",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".to_owned(),
+            "not a valid certificate",
+        ),
+    ];
+    let probe = Arc::new(Probe::default());
+    for (name, contents, expected) in files {
+        let path = dir.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        let mut config = config(([127, 0, 0, 1], port).into(), 1);
+        config.coordinator = format!("https://localhost:{port}");
+        config.tls_ca = Some(path.clone());
+        let (_shutdown, worker) = spawn_worker(config, runners(&probe));
+        let error = finish(worker).await.unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, WorkerError::Tls(_)), "{message}");
+        assert!(message.contains(&path.display().to_string()) && message.contains(expected), "{expected:?}: {message}");
+    }
+    assert_eq!(fake.connections.load(Ordering::SeqCst), 0, "refused before any connection");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_certificate_or_a_rejected_token_stops_the_worker_after_a_few_attempts() {
+    const BOUND: u32 = WorkerError::REJECTED_ATTEMPTS;
+    let probe = Arc::new(Probe::default());
+    let dir = tempfile::tempdir().unwrap();
+
+    // The coordinator's certificate is signed by a CA the worker does not trust.
+    let (pki, other) = (Pki::new(), Pki::new());
+    let (fake, port, server) = start_tls_fake(&pki).await;
+    let untrusted = dir.path().join("other-ca.pem");
+    std::fs::write(&untrusted, &other.ca_pem).unwrap();
+    let mut config_tls = config(([127, 0, 0, 1], port).into(), 1);
+    config_tls.coordinator = format!("https://localhost:{port}");
+    config_tls.tls_ca = Some(untrusted);
+    let (_shutdown, worker) = spawn_worker(config_tls, runners(&probe));
+    let error = finish(worker).await.unwrap_err();
+    let message = error.to_string();
+    assert!(!error.is_retryable(), "{message}");
+    assert!(message.contains("certificate") && message.contains("--tls-ca"), "{message}");
+    let connections = fake.connections.load(Ordering::SeqCst);
+    assert!((1..=BOUND).contains(&connections), "{connections} connections");
+    server.stop().await;
+
+    // A token the coordinator rejects.
+    let (fake, addr, server) = start_fake(Fake::new(vec![])).await;
+    let mut wrong = config(addr, 1);
+    wrong.token = Some("not-the-token".into());
+    let (_shutdown, worker) = spawn_worker(wrong, runners(&probe));
+    let error = finish(worker).await.unwrap_err();
+    assert!(matches!(error, WorkerError::Unauthenticated { rpc: "Register", .. }), "{error}");
+    assert_eq!(fake.register_calls.load(Ordering::SeqCst), BOUND);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_meeting_the_other_protocol_is_told_so() {
+    let pki = Pki::new();
+    let probe = Arc::new(Probe::default());
+
+    // Plaintext worker, TLS coordinator.
+    let (_fake, port, server) = start_tls_fake(&pki).await;
+    let url = format!("http://127.0.0.1:{port}");
+    let mut plain = config(([127, 0, 0, 1], port).into(), 1);
+    plain.coordinator = url.clone();
+    let (_shutdown, worker) = spawn_worker(plain, runners(&probe));
+    let error = finish(worker).await.unwrap_err();
+    assert!(!error.is_retryable(), "{error}");
+    assert!(
+        error.to_string().contains(&format!("the coordinator at {url} speaks TLS: use https:// and --tls-ca")),
+        "{error}"
+    );
+    server.stop().await;
+
+    // TLS worker, plaintext coordinator.
+    let (_fake, addr, server) = start_fake(Fake::new(vec![])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    let url = format!("https://localhost:{}", addr.port());
+    let mut tls = config(addr, 1);
+    tls.coordinator = url.clone();
+    tls.tls_ca = Some(ca);
+    let (_shutdown, worker) = spawn_worker(tls, runners(&probe));
+    let error = finish(worker).await.unwrap_err();
+    assert!(!error.is_retryable(), "{error}");
+    assert!(
+        error.to_string().contains(&format!("the coordinator at {url} does not speak TLS: use http://")),
+        "{error}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_dropped_before_any_answer_are_retried_past_the_rejection_bound() {
+    const BOUND: u32 = WorkerError::REJECTED_ATTEMPTS;
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).unwrap();
+    for tls in [false, true] {
+        // A coordinator restarting: the port accepts and at once closes every connection.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let dropped = Arc::new(AtomicU32::new(0));
+        let dropping = tokio::spawn({
+            let dropped = dropped.clone();
+            async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    drop(stream);
+                    dropped.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        let probe = Arc::new(Probe::default());
+        let mut config = config(addr, 1);
+        if tls {
+            config.coordinator = format!("https://localhost:{}", addr.port());
+            config.tls_ca = Some(ca.clone());
+        }
+        let (shutdown, worker) = spawn_worker(config, runners(&probe));
+        // An attempt past the bound; over plaintext each failed attempt also probes for TLS.
+        let connections_per_attempt = if tls { 1 } else { 2 };
+        eventually("an attempt past the bound", Duration::from_secs(10), || {
+            dropped.load(Ordering::SeqCst) >= (BOUND + 1) * connections_per_attempt
+        })
+        .await;
+        assert!(!worker.is_finished(), "tls {tls}: the worker gave up on a transient failure");
+        dropping.abort();
+        let _ = dropping.await;
+
+        // The coordinator is back: the worker registers and carries on.
+        let fake = Arc::new(Fake::new(vec![probe_job(0, 5)]));
+        let listener = TcpListener::bind(addr).await.unwrap();
+        let server = Server::start_with(&fake, listener, tls.then(|| pki.server_tls())).await;
+        eventually("the job reported", Duration::from_secs(10), || fake.ledger().reports.len() == 1).await;
+        shutdown.cancel();
+        let summary = finish(worker).await.unwrap();
+        server.stop().await;
+        assert_eq!((summary.registrations, summary.reported), (1, 1), "tls {tls}");
+    }
 }
