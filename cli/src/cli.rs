@@ -450,21 +450,24 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
 /// An error and its causes on one line, leaving out a cause whose text the message already holds
 /// (many errors print their source in their own message too).
 fn error_chain(e: &anyhow::Error) -> String {
-    let mut message = String::new();
+    let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
         // A gRPC status reads better as its message and code than as tonic's Debug-like form.
         let text = match cause.downcast_ref::<tonic::Status>() {
             Some(status) => format!("{} ({:?})", status.message(), status.code()),
             None => cause.to_string(),
         };
-        if !message.contains(&text) {
-            if !message.is_empty() {
-                message.push_str(": ");
-            }
-            message.push_str(&text);
+        if parts.iter().any(|p| p.contains(&text)) {
+            continue;
+        }
+        // A cause that repeats its context ("the coordinator at X" → "the coordinator at X speaks
+        // TLS: …") says it better alone.
+        match parts.last_mut() {
+            Some(last) if text.contains(last.as_str()) => *last = text,
+            _ => parts.push(text),
         }
     }
-    message
+    parts.join(": ")
 }
 
 /// Parse the command line, run it, and turn any error into a message on stderr and exit code 1.
@@ -491,5 +494,21 @@ pub fn main() -> ExitCode {
             eprintln!("vcurve: error: {}", error_chain(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[test]
+    fn an_error_reads_as_one_line_without_repeats() {
+        let inner = anyhow::anyhow!("the coordinator at http://h:1 speaks TLS: use https:// and --tls-ca");
+        let e = inner.context("the coordinator at http://h:1");
+        assert_eq!(error_chain(&e), "the coordinator at http://h:1 speaks TLS: use https:// and --tls-ca");
+        let e = anyhow::anyhow!("connection refused").context("cannot connect: connection refused").context("launch");
+        assert_eq!(error_chain(&e), "launch: cannot connect: connection refused");
+        let e = anyhow::Error::new(tonic::Status::not_found("no study x")).context("the coordinator at http://h:1");
+        assert_eq!(error_chain(&e), "the coordinator at http://h:1: no study x (NotFound)");
     }
 }

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tonic::codegen::{BoxFuture, Service, StdError, http};
 use tonic::service::interceptor::InterceptedService;
@@ -82,7 +81,7 @@ pub async fn channel(c: &Connection) -> Result<CoordinatorChannel, ConnectError>
         if let Some(path) = &c.tls_ca {
             let pem = std::fs::read(path).map_err(|source| ConnectError::Ca { path: path.clone(), source })?;
             // tonic skips what does not parse, which would leave nothing to trust.
-            check_ca(&pem).map_err(|reason| ConnectError::BadCa { path: path.clone(), reason })?;
+            vcurve_worker::tls::check_ca(&pem).map_err(|reason| ConnectError::BadCa { path: path.clone(), reason })?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
         endpoint = endpoint.tls_config(tls).map_err(|source| ConnectError::Url { url: c.url.clone(), source })?;
@@ -129,23 +128,8 @@ impl Service<http::Request<tonic::body::Body>> for CoordinatorChannel {
     }
 }
 
-/// Check that a CA file holds at least one PEM certificate, and that each of them parses.
-fn check_ca(pem: &[u8]) -> Result<(), String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject as _;
-    let mut roots = rustls::RootCertStore::empty();
-    for (i, cert) in CertificateDer::pem_slice_iter(pem).enumerate() {
-        let bad = |e: &dyn std::fmt::Display| format!("certificate {} is not a valid certificate: {e}", i + 1);
-        roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
-    }
-    if roots.is_empty() {
-        return Err("no PEM certificate (-----BEGIN CERTIFICATE-----) in it".to_owned());
-    }
-    Ok(())
-}
-
 /// When a connection to the coordinator at `url` failed with `error`: whether that is because
-/// only one side speaks TLS, as one line saying what to change. (The worker has the same check.)
+/// only one side speaks TLS, as one line saying what to change.
 async fn protocol_mismatch(url: &str, error: &(dyn std::error::Error + Send + Sync + 'static)) -> Option<String> {
     if url.starts_with("https://") {
         return answered_not_tls(error)
@@ -153,50 +137,14 @@ async fn protocol_mismatch(url: &str, error: &(dyn std::error::Error + Send + Sy
     }
     // A plaintext HTTP/2 preface sent to a TLS server only breaks the connection; ask it.
     let authority = url.strip_prefix("http://")?.split('/').next()?;
-    speaks_tls(authority).await.then(|| format!("the coordinator at {url} speaks TLS: use https:// and --tls-ca"))
+    vcurve_worker::tls::speaks_tls(authority)
+        .await
+        .then(|| format!("the coordinator at {url} speaks TLS: use https:// and --tls-ca"))
 }
 
-/// Whether rustls failed because the answer to its ClientHello was not TLS at all. (`io::Error`
-/// does not list the error it wraps as its source, so each one is looked into.)
+/// Whether rustls failed because the answer to its ClientHello was not TLS at all.
 fn answered_not_tls(error: &(dyn std::error::Error + 'static)) -> bool {
-    std::iter::successors(Some(error), |e| e.source()).any(|e| {
-        let tls = e.downcast_ref::<rustls::Error>().or_else(|| {
-            e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()?.downcast_ref::<rustls::Error>())
-        });
-        matches!(tls, Some(rustls::Error::InvalidMessage(_)))
-    })
-}
-
-/// Whether the server at `authority` (`host:port`, port 80 if none) answers a TLS ClientHello
-/// with a TLS record, within 2 s. A plaintext HTTP/2 server answers with a frame, or closes.
-async fn speaks_tls(authority: &str) -> bool {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let address = if authority.rsplit(':').next().is_some_and(|p| p.parse::<u16>().is_ok()) {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
-    };
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
-        stream.write_all(&client_hello()).await.ok()?;
-        let mut head = [0u8; 2];
-        stream.read_exact(&mut head).await.ok()?;
-        // Content type handshake (22) or alert (21), then major version 3.
-        Some(matches!(head, [21 | 22, 3]))
-    };
-    matches!(tokio::time::timeout(Duration::from_secs(2), probe).await, Ok(Some(true)))
-}
-
-/// A minimal TLS 1.2 ClientHello record: a TLS server answers it with a ServerHello or an alert.
-fn client_hello() -> Vec<u8> {
-    let mut body = vec![3, 3]; // TLS 1.2
-    body.extend([0x5a; 32]); // random
-    body.push(0); // no session id
-    body.extend([0, 4, 0xc0, 0x2f, 0x13, 0x01]); // ECDHE-RSA-AES128-GCM-SHA256, TLS_AES_128_GCM_SHA256
-    body.extend([1, 0]); // null compression
-    let mut record = vec![22, 3, 1, 0, body.len() as u8 + 4, 1, 0, 0, body.len() as u8];
-    record.extend(body);
-    record
+    matches!(vcurve_worker::tls::rustls_error(error), Some(rustls::Error::InvalidMessage(_)))
 }
 
 /// The bearer interceptor for a token.

@@ -38,6 +38,8 @@
 //! - [`synthetic`]: the `synthetic` runner, whose outcomes are a pure function of the key.
 //! - `lease_loop`: [`run`] and its tasks (lease loop, heartbeat loop, one task per job).
 //! - `client`: the channel, TLS, the bearer token interceptor, deadlines and backoff.
+//! - [`tls`]: TLS checks shared with the command line (a CA file that parses, whether a server
+//!   speaks TLS).
 //! - `wire`: the only module that converts between `vcurve.v1` wire types and the worker's.
 //! - [`WorkerConfig`], [`WorkerError`].
 //!
@@ -51,6 +53,7 @@ mod error;
 mod lease_loop;
 pub mod runner;
 pub mod synthetic;
+pub mod tls;
 mod wire;
 
 pub use config::WorkerConfig;
