@@ -2,41 +2,80 @@
 //!
 //! Every error names the file and, where there is one, the line (1-based, the header is line 1)
 //! and the column, so a user with a 10,000-row export can go straight to the bad row.
+//!
+//! Every file is read whole by [`read_bounded`]: only a regular file (`/dev/zero`, a FIFO or a
+//! directory is refused before it is opened), of at most its kind's limit — [`MAX_CSV_BYTES`]
+//! for the tables, [`MAX_THRESHOLDS_BYTES`] for a thresholds file, [`MAX_SMALL_FILE_BYTES`] for
+//! tokens, certificates and keys, [`MAX_EXPORT_JSON_BYTES`] for an export's JSON; a thresholds
+//! file's YAML may nest at most [`MAX_YAML_DEPTH`] levels, checked before it is parsed. Study specs
+//! and the curves they name are read by [`vcurve_coordinator::spec::read_with_files`], under the
+//! limits of [`vcurve_coordinator::spec`].
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
+pub use vcurve_coordinator::spec::MAX_YAML_DEPTH;
+use vcurve_coordinator::spec::bounds::{self, ReadError};
 use vcurve_method::{BaseRun, BaseRuns, Point, Thresholds};
+
+/// The largest CSV table: points, base runs, labels, and an export's `trajectories.csv` and
+/// `curves.csv`. 256 MiB is some 3 times the `curves.csv` of the largest study a spec can hold
+/// (1.8 KB per trajectory in the demo's export).
+pub const MAX_CSV_BYTES: u64 = 256 << 20;
+
+/// The largest thresholds file (`--thresholds`): the parameters fit in 30 lines.
+pub const MAX_THRESHOLDS_BYTES: u64 = 1 << 20;
+
+/// The largest token, TLS certificate, key or CA file: a PEM chain is a few kilobytes.
+pub const MAX_SMALL_FILE_BYTES: u64 = 1 << 20;
+
+/// The largest `results.json` or `analyses.json` read from an export folder (`--from`): some 3
+/// times the `results.json` of the largest study a spec can hold (8 KB per trajectory in the
+/// demo's export).
+pub const MAX_EXPORT_JSON_BYTES: u64 = 1 << 30;
 
 /// A user's file that could not be read as what it should be.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
+    /// Missing, unreadable, not a regular file, over its limit, or (YAML) nested too deeply.
     #[error("{path}: cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read { path: PathBuf, source: ReadError },
     #[error("{path}: {message}")]
     File { path: PathBuf, message: String },
     #[error("{path} line {line}: {message}")]
     Line { path: PathBuf, line: u64, message: String },
 }
 
+/// Read `path` whole: a regular file of at most `limit` bytes (see the module's documentation).
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    bounds::read_bounded(path, limit).map_err(|source| InputError::Read { path: path.into(), source })
+}
+
+/// Read a token, TLS certificate, key or CA file: at most [`MAX_SMALL_FILE_BYTES`].
+pub fn read_small_file(path: &Path) -> Result<Vec<u8>, InputError> {
+    read_bounded(path, MAX_SMALL_FILE_BYTES)
+}
+
+/// Read `results.json` or `analyses.json` from an export folder: at most
+/// [`MAX_EXPORT_JSON_BYTES`].
+pub fn read_export_json(path: &Path) -> Result<Vec<u8>, InputError> {
+    read_bounded(path, MAX_EXPORT_JSON_BYTES)
+}
+
 /// A CSV file with named, required columns, read row by row with line numbers.
 struct Table {
     path: PathBuf,
-    reader: csv::Reader<std::fs::File>,
+    reader: csv::Reader<std::io::Cursor<Vec<u8>>>,
     /// The required columns' positions, then the optional ones' (`None`: not in the header).
     columns: Vec<Option<usize>>,
 }
 
 impl Table {
-    fn open(path: &Path, required: &[&str]) -> Result<Self, InputError> {
-        Self::open_with_optional(path, required, &[])
-    }
-
-    /// Like [`Table::open`], with optional columns too: each row's fields are the required ones,
-    /// then the optional ones, an absent optional column reading as empty.
-    fn open_with_optional(path: &Path, required: &[&str], optional: &[&str]) -> Result<Self, InputError> {
-        let file = std::fs::File::open(path).map_err(|source| InputError::Read { path: path.into(), source })?;
-        let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(file);
+    /// The table in `text` (the contents of `path`), with `required` columns, and optional
+    /// columns too: each row's fields are the required ones, then the optional ones, an absent
+    /// optional column reading as empty.
+    fn new(path: &Path, text: Vec<u8>, required: &[&str], optional: &[&str]) -> Result<Self, InputError> {
+        let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(std::io::Cursor::new(text));
         let expected = required.join(",");
         let file_error = |message: String| InputError::File { path: path.into(), message };
         let headers = reader.headers().map_err(|e| file_error(format!("cannot read the header: {e}")))?.clone();
@@ -108,7 +147,12 @@ fn count(column: &str, raw: &str) -> Result<u32, String> {
 
 /// Read a points file (`t,n,successes`) for a trajectory of length `length`.
 pub fn read_points(path: &Path, length: u32) -> Result<Vec<Point>, InputError> {
-    let mut table = Table::open(path, &["t", "n", "successes"])?;
+    points_from(path, read_bounded(path, MAX_CSV_BYTES)?, length)
+}
+
+/// [`read_points`] of the contents `text` of `path`.
+fn points_from(path: &Path, text: Vec<u8>, length: u32) -> Result<Vec<Point>, InputError> {
+    let mut table = Table::new(path, text, &["t", "n", "successes"], &[])?;
     let mut points = Vec::new();
     let mut seen: HashSet<u32> = HashSet::new();
     let rows: Vec<_> = table.rows().collect();
@@ -145,7 +189,12 @@ fn success(raw: &str) -> Result<bool, String> {
 
 /// Read a base-runs file (`success,steps`).
 pub fn read_base_runs(path: &Path) -> Result<BaseRuns, InputError> {
-    let mut table = Table::open(path, &["success", "steps"])?;
+    base_runs_from(path, read_bounded(path, MAX_CSV_BYTES)?)
+}
+
+/// [`read_base_runs`] of the contents `text` of `path`.
+fn base_runs_from(path: &Path, text: Vec<u8>) -> Result<BaseRuns, InputError> {
+    let mut table = Table::new(path, text, &["success", "steps"], &[])?;
     let mut runs = Vec::new();
     let rows: Vec<_> = table.rows().collect();
     for row in rows {
@@ -162,8 +211,17 @@ pub fn read_base_runs(path: &Path) -> Result<BaseRuns, InputError> {
 /// Read and validate a thresholds file; no file means the paper's values.
 pub fn read_thresholds(path: Option<&Path>) -> Result<Thresholds, InputError> {
     let Some(path) = path else { return Ok(Thresholds::default()) };
-    let text = std::fs::read_to_string(path).map_err(|source| InputError::Read { path: path.into(), source })?;
-    Thresholds::from_yaml(&text).map_err(|e| InputError::File { path: path.into(), message: e.to_string() })
+    let text = bounds::read_text(path, MAX_THRESHOLDS_BYTES)
+        .map_err(|source| InputError::Read { path: path.into(), source })?;
+    thresholds_from(path, &text)
+}
+
+/// [`read_thresholds`] of the contents `text` of `path`: its size and depth are checked before
+/// the YAML is parsed.
+fn thresholds_from(path: &Path, text: &str) -> Result<Thresholds, InputError> {
+    bounds::check_yaml(text, MAX_THRESHOLDS_BYTES, MAX_YAML_DEPTH)
+        .map_err(|source| InputError::Read { path: path.into(), source })?;
+    Thresholds::from_yaml(text).map_err(|e| InputError::File { path: path.into(), message: e.to_string() })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -211,6 +269,11 @@ pub struct TrajectoryRow {
 /// `restart_point` and `continuations` are checked when present. Ids must be unique and every
 /// curve quantity consistent with `T`.
 pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> {
+    trajectories_from(path, read_bounded(path, MAX_CSV_BYTES)?)
+}
+
+/// [`read_trajectories`] of the contents `text` of `path`.
+fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, InputError> {
     use vcurve_method::Shape;
     use vcurve_method::analyses::{CurveRecord, Observation};
     use vcurve_method::curve::Interval;
@@ -227,7 +290,7 @@ pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> 
         "restart_point",
         "continuations",
     ];
-    let mut table = Table::open_with_optional(path, &REQUIRED, &OPTIONAL)?;
+    let mut table = Table::new(path, text, &REQUIRED, &OPTIONAL)?;
     // A first edit or first symptom is measured (a step or never) only where the file has its column.
     let given =
         |name: &str| table.columns[REQUIRED.len() + OPTIONAL.iter().position(|c| *c == name).unwrap()].is_some();
@@ -390,7 +453,12 @@ fn label_step(raw: &str) -> Result<Option<u32>, String> {
 /// is within its length is for the caller to check against the trajectories ([`LabelRow::line`]
 /// names the row).
 pub fn read_labels(path: &Path) -> Result<Vec<LabelRow>, InputError> {
-    let mut table = Table::open_with_optional(path, &["trajectory", "source", "step"], &["task"])?;
+    labels_from(path, read_bounded(path, MAX_CSV_BYTES)?)
+}
+
+/// [`read_labels`] of the contents `text` of `path`.
+fn labels_from(path: &Path, text: Vec<u8>) -> Result<Vec<LabelRow>, InputError> {
+    let mut table = Table::new(path, text, &["trajectory", "source", "step"], &["task"])?;
     let mut out = Vec::new();
     let mut seen: std::collections::HashMap<(String, String), u64> = std::collections::HashMap::new();
     let rows: Vec<_> = table.rows().collect();
@@ -437,8 +505,13 @@ pub struct CurvePointRow {
 /// successes and `v_fit` in `[0, 1]`, once per trajectory, series and step; whether `t` is before
 /// its trajectory's end is for the caller to check.
 pub fn read_curves(path: &Path) -> Result<Vec<CurvePointRow>, InputError> {
+    curves_from(path, read_bounded(path, MAX_CSV_BYTES)?)
+}
+
+/// [`read_curves`] of the contents `text` of `path`.
+fn curves_from(path: &Path, text: Vec<u8>) -> Result<Vec<CurvePointRow>, InputError> {
     use vcurve_method::schedule::Series;
-    let mut table = Table::open(path, &["trajectory", "series", "t", "n", "successes", "v_fit"])?;
+    let mut table = Table::new(path, text, &["trajectory", "series", "t", "n", "successes", "v_fit"], &[])?;
     let mut out = Vec::new();
     let mut seen: std::collections::HashMap<(String, Series, u32), u64> = std::collections::HashMap::new();
     let rows: Vec<_> = table.rows().collect();
@@ -476,3 +549,6 @@ pub fn read_curves(path: &Path) -> Result<Vec<CurvePointRow>, InputError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests;

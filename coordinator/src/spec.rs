@@ -50,6 +50,10 @@
 //!   mistake"; an empty label (`null`) is rejected rather than read as either.
 //! - Runner kinds other than `synthetic` are passed through with their options untouched (the
 //!   worker that runs them validates them); the synthetic runner's options are checked here.
+//! - Inputs are bounded ([`bounds`]): the spec and the files it names must be regular files, the
+//!   spec at most [`MAX_SPEC_BYTES`] and each file it names at most [`MAX_FILE_BYTES`]; the YAML
+//!   may nest at most [`MAX_YAML_DEPTH`] levels, which [`parse`] checks before parsing it: a text
+//!   outside the limits is refused in milliseconds whatever its size or depth.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -64,6 +68,23 @@ use vcurve_record::{Trajectory, TrajectoryPayload};
 
 /// The longest trajectory a spec may declare.
 pub const MAX_LENGTH: u32 = 100_000;
+
+pub mod bounds;
+pub use bounds::ReadError;
+
+/// The largest study spec: 16 MiB, 40,000 trajectories or more (the demo's take 380 bytes each
+/// with their labels; curves are files of their own, limited by [`MAX_FILE_BYTES`]).
+pub const MAX_SPEC_BYTES: u64 = 16 << 20;
+
+/// The largest file a spec may reference (a curve or a recorded trajectory). Recorded runs of
+/// real agents with their message lists are megabytes to tens of megabytes.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// How deeply a spec's YAML may nest collections ([`bounds::yaml_depth`]). A study spec needs 5
+/// (study → trajectories → trajectory → base runs → base run) and another runner's options a few
+/// more. Checked before parsing: the parser would load every level of a deeper text before its
+/// own limit of 128 refuses it, at microseconds a level ([`bounds`]).
+pub const MAX_YAML_DEPTH: usize = 64;
 
 /// The runner kind whose options this module validates.
 pub use vcurve_record::runner::SYNTHETIC;
@@ -89,8 +110,12 @@ impl fmt::Display for TrajectoryRef {
 /// names); nothing was stored.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
+    /// The spec file is not a regular file, too large, not UTF-8, or too deeply nested.
     #[error("cannot read the study spec {}: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    Read { path: PathBuf, source: ReadError },
+    /// The spec's text is too large or too deeply nested to be parsed.
+    #[error("the study spec was not parsed: {0}")]
+    Bounds(ReadError),
     #[error("the study spec is not valid YAML: {0}")]
     Yaml(String),
     /// A study-level field.
@@ -131,13 +156,15 @@ impl Launch {
 }
 
 /// Parse and validate a spec whose referenced files are looked up through `file` (a path
-/// relative to the spec, as written in it → the file's contents).
+/// relative to the spec, as written in it → the file's contents). A text over [`MAX_SPEC_BYTES`]
+/// or nested deeper than [`MAX_YAML_DEPTH`] is refused before it is parsed.
 pub fn parse(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<StudySpec, SpecError> {
     parse_launch(yaml, file).map(|l| l.spec)
 }
 
 /// [`parse`], keeping the recorded runs the trajectories name.
 pub fn parse_launch(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
+    bounds::check_yaml(yaml, MAX_SPEC_BYTES, MAX_YAML_DEPTH).map_err(SpecError::Bounds)?;
     let mut doc: Value = serde_norway::from_str(yaml).map_err(|e| SpecError::Yaml(e.to_string()))?;
     doc.apply_merge().map_err(|e| SpecError::Yaml(e.to_string()))?;
     let top = match &doc {
@@ -155,9 +182,12 @@ pub fn parse_launch(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result
 
 /// Read a spec file and every file it references, for a client that sends them to the
 /// coordinator: the YAML, and a map from each path as written in the spec to its contents.
-/// Problems other than unreadable files are left to [`parse`].
+/// Problems other than unreadable files (and YAML nested too deeply to look into) are left to
+/// [`parse`].
 pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>), SpecError> {
-    let yaml = std::fs::read_to_string(path).map_err(|source| SpecError::Read { path: path.into(), source })?;
+    let refused = |source| SpecError::Read { path: path.into(), source };
+    let yaml = bounds::read_text(path, MAX_SPEC_BYTES).map_err(refused)?;
+    bounds::check_yaml(&yaml, MAX_SPEC_BYTES, MAX_YAML_DEPTH).map_err(refused)?;
     let dir = path.parent().unwrap_or(Path::new(""));
     let mut files = BTreeMap::new();
     for (trajectory, field, path) in file_references(&yaml) {
@@ -801,26 +831,9 @@ fn parse_curve(contents: &str, length: u32) -> Result<Vec<f64>, (Option<u64>, St
     Ok(values.into_iter().map(|v| v.map_or(0.0, |(v, _)| v)).collect())
 }
 
-/// The largest file a spec may reference (a curve or a recorded trajectory). Recorded runs of
-/// real agents with their message lists are megabytes to tens of megabytes.
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
-
 /// Read a referenced file: a regular file of at most [`MAX_FILE_BYTES`], UTF-8.
 fn read_limited(path: &Path) -> Result<String, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(format!(
-            "{} is {} bytes, over the limit of {} MiB per file",
-            path.display(),
-            meta.len(),
-            MAX_FILE_BYTES >> 20
-        ));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|e| format!("{} is not UTF-8 text: {e}", path.display()))
+    bounds::read_text(path, MAX_FILE_BYTES).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 /// The files a spec names (`curve` and `recorded` of each trajectory), with the trajectory and

@@ -1,5 +1,7 @@
 use std::collections::BTreeMap;
 
+use proptest::prelude::*;
+
 use super::*;
 
 /// A curve file for `length` steps with `v = f(t)`.
@@ -721,9 +723,282 @@ fn a_referenced_file_over_the_limit_is_refused_before_it_is_read() {
     let spec = dir.path().join("spec.yaml");
     std::fs::write(&spec, RECORDED).unwrap();
     let err = super::read_with_files(&spec).unwrap_err().to_string();
-    assert!(err.contains("over the limit of 64 MiB per file"), "{err}");
+    assert_mentions(&err, &["runs/r.json", "67108865 bytes", "over the limit of 67108864 bytes (64 MiB)"]);
     std::fs::remove_file(dir.path().join("runs/r.json")).unwrap();
     std::fs::create_dir(dir.path().join("runs/r.json")).unwrap();
     let err = super::read_with_files(&spec).unwrap_err().to_string();
-    assert!(err.contains("is not a regular file"), "{err}");
+    assert_mentions(&err, &["runs/r.json", "it is a directory, not a regular file"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded inputs: only regular files, each under a size limit; YAML under a depth limit, checked
+// before it is parsed.
+
+/// A FIFO at `path` (nothing ever writes to it: opening it for reading would block forever).
+fn fifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().expect("run mkfifo");
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+#[test]
+fn a_spec_that_is_not_a_regular_file_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("spec.fifo");
+    fifo(&pipe);
+    let cases =
+        [(Path::new("/dev/zero"), "a character device"), (dir.path(), "a directory"), (pipe.as_path(), "a FIFO")];
+    for (path, found) in cases {
+        let err = super::read_with_files(path).unwrap_err().to_string();
+        assert_mentions(&err, &["the study spec", &path.display().to_string(), found, "not a regular file"]);
+    }
+}
+
+#[test]
+fn a_spec_over_the_size_limit_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.yaml");
+    let huge = std::fs::File::create(&path).unwrap();
+    huge.set_len(super::MAX_SPEC_BYTES + 1).unwrap(); // sparse: nothing is written
+    let err = super::read_with_files(&path).unwrap_err().to_string();
+    assert_mentions(&err, &["the study spec", "huge.yaml", "16777217 bytes", "over the limit", "16 MiB"]);
+}
+
+#[test]
+fn a_curve_that_is_not_a_regular_file_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    fifo(&dir.path().join("alpha.fifo"));
+    for (curve, found) in [("/dev/zero", "a character device"), ("alpha.fifo", "a FIFO")] {
+        let spec = dir.path().join("spec.yaml");
+        std::fs::write(&spec, edit("curve: curves/alpha.csv", &format!("curve: {curve}"))).unwrap();
+        let err = super::read_with_files(&spec).unwrap_err().to_string();
+        assert_mentions(&err, &["trajectory \"alpha\"", curve, found, "not a regular file"]);
+    }
+}
+
+/// Deeply nested YAML of each kind: flow sequences, flow mappings, block sequences, and block
+/// mappings `depth` levels deep (these need `depth²/2` bytes of indentation, so at most 700).
+fn deep_yaml(depth: usize) -> Vec<(&'static str, String)> {
+    vec![
+        ("flow sequences", "[".repeat(depth)),
+        ("flow sequences with blanks", "[ ".repeat(depth)),
+        ("flow mappings", "{a: ".repeat(depth)),
+        ("block sequences", format!("{}x\n", "- ".repeat(depth))),
+        ("block mappings", (0..depth.min(700)).map(|i| format!("{}a:\n", " ".repeat(i))).collect()),
+    ]
+}
+
+#[test]
+fn a_deeply_nested_spec_is_refused_before_it_is_parsed() {
+    for (kind, yaml) in deep_yaml(100_000) {
+        let err = rejected(&yaml);
+        assert_mentions(&err, &["levels deep", "over the limit of 64 levels"]);
+        let found = if kind == "block mappings" { "700 levels" } else { "100000 levels" };
+        assert!(err.contains(found), "{kind}: {err}");
+    }
+    // Through the file, the message names it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deep.yaml");
+    std::fs::write(&path, "[".repeat(100_000)).unwrap();
+    let err = super::read_with_files(&path).unwrap_err().to_string();
+    assert_mentions(&err, &["the study spec", "deep.yaml", "100000 levels deep", "over the limit of 64 levels"]);
+}
+
+#[test]
+fn nesting_up_to_the_limit_is_parsed() {
+    // Not a study spec, but YAML: the error is about the document, not its depth.
+    for (kind, yaml) in deep_yaml(64) {
+        let err = rejected(&yaml);
+        assert!(!err.contains("levels deep"), "{kind}: {err}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties: whatever the text, `parse` and the curve reader return (no panic, no hang), and what
+// they accept is valid.
+
+/// Pieces of YAML and of spec values, to write into specs.
+const PIECES: &[&str] = &[
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ": ",
+    "- ",
+    "? ",
+    "'",
+    "\"",
+    "#",
+    "|",
+    ">",
+    "&a ",
+    "*a",
+    "<<: *a",
+    "!t ",
+    " ",
+    "  ",
+    "\t",
+    "\n",
+    "\n  ",
+    "\n    ",
+    "---\n",
+    "~",
+    "null",
+    "0",
+    "1",
+    "-1",
+    "7",
+    "100001",
+    "4294967296",
+    "1e3",
+    "0.5",
+    ".nan",
+    "true",
+    "none",
+    "id: ",
+    "length: ",
+    "curve: ",
+    "labels: ",
+    "base_runs: ",
+    "task: ",
+    "recorded: ",
+    "runner: ",
+    "kind: ",
+    "synthetic",
+    "docker",
+    "thresholds: ",
+    "controls: ",
+    "admission: ",
+    "decoys: ",
+    "curves/alpha.csv",
+    "curves/beta.csv",
+    "alpha",
+    "beta",
+    "é",
+    "\u{0}",
+];
+
+/// An edit of a text: at a position, remove some characters and put a piece in.
+fn edits() -> impl Strategy<Value = Vec<(prop::sample::Index, usize, &'static str)>> {
+    prop::collection::vec((any::<prop::sample::Index>(), 0usize..4, prop::sample::select(PIECES)), 1..6)
+}
+
+fn apply(text: &str, edits: &[(prop::sample::Index, usize, &str)]) -> String {
+    let mut chars: Vec<char> = text.chars().collect();
+    for (at, remove, piece) in edits {
+        let at = at.index(chars.len() + 1);
+        let end = (at + remove).min(chars.len());
+        chars.splice(at..end, piece.chars());
+    }
+    chars.into_iter().collect()
+}
+
+/// What an accepted spec promises.
+fn check_accepted(spec: &StudySpec) -> Result<(), TestCaseError> {
+    prop_assert!(!spec.trajectories.is_empty());
+    for t in &spec.trajectories {
+        prop_assert!((1..=MAX_LENGTH).contains(&t.length));
+        if let Some(curve) = &t.curve {
+            prop_assert_eq!(curve.len(), t.length as usize);
+            prop_assert!(curve.iter().all(|v| (0.0..=1.0).contains(v)));
+        }
+        for label in &t.labels {
+            prop_assert!(label.step.is_none_or(|m| (1..=t.length).contains(&m)));
+        }
+    }
+    Ok(())
+}
+
+/// A curve file's text: a header and rows of fields drawn from numbers and not-numbers.
+fn curve_text() -> impl Strategy<Value = String> {
+    let field = prop::sample::select(
+        &[
+            "0",
+            "1",
+            "2",
+            "3",
+            "9",
+            "10",
+            "-1",
+            "0.5",
+            "1.0",
+            "1.5",
+            "1e0",
+            "NaN",
+            "inf",
+            "",
+            "\"3\"",
+            "a",
+            " 4 ",
+            "0x1",
+            "18446744073709551616",
+            "\u{feff}0",
+            "é",
+        ][..],
+    );
+    let header = prop::sample::select(&["t,v", "v,t", "t,v,x", "", "t", "t,t,v", "\u{feff}t,v", "T,V"][..]);
+    let row = prop::collection::vec(field, 0..4).prop_map(|fields| fields.join(","));
+    let newline = prop::sample::select(&["\n", "\r\n", "\r"][..]);
+    (header, prop::collection::vec(row, 0..14), newline).prop_map(|(header, rows, newline)| {
+        std::iter::once(header.to_string()).chain(rows).collect::<Vec<_>>().join(newline)
+    })
+}
+
+/// Pieces of CSV, to write into curve files.
+const CSV_PIECES: &[&str] =
+    &[",", "\n", "\r\n", "\"", "0", "1", "9", "0.5", "-", "e", "NaN", " ", "t", "v", "\u{feff}", "é", ",,"];
+
+/// A trajectory's length and a curve file for it: made of pieces, valid, or valid then edited.
+fn curve_case() -> impl Strategy<Value = (u32, String)> {
+    (6u32..14).prop_flat_map(|length| {
+        let valid = prop::collection::vec(0.0f64..=1.0, length as usize)
+            .prop_map(move |values| curve_csv(length, |t| values[t as usize]));
+        let edits =
+            prop::collection::vec((any::<prop::sample::Index>(), 0usize..3, prop::sample::select(CSV_PIECES)), 1..4);
+        let edited = (valid.clone(), edits).prop_map(|(text, edits)| apply(&text, &edits));
+        (Just(length), prop_oneof![curve_text(), valid, edited])
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4_000))]
+
+    #[test]
+    fn any_edit_of_a_valid_spec_is_parsed_or_refused(edits in edits()) {
+        let yaml = apply(VALID, &edits);
+        match parse_with(&yaml, &valid_files()) {
+            Ok(spec) => check_accepted(&spec)?,
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+
+    #[test]
+    fn any_spec_of_syntax_pieces_is_parsed_or_refused(pieces in prop::collection::vec(prop::sample::select(PIECES), 0..64)) {
+        let yaml = format!("name: x\nseed: 1\n{}", pieces.concat());
+        match parse_with(&yaml, &valid_files()) {
+            Ok(spec) => check_accepted(&spec)?,
+            Err(e) => prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+
+    #[test]
+    fn any_curve_file_is_read_or_refused_with_its_line((length, text) in curve_case()) {
+        match parse_curve(&text, length) {
+            Ok(values) => {
+                prop_assert_eq!(values.len(), length as usize);
+                prop_assert!(values.iter().all(|v| (0.0..=1.0).contains(v)), "{:?}", values);
+            }
+            Err((line, message)) => {
+                prop_assert!(line.is_none_or(|l| l >= 1), "line {:?}", line);
+                prop_assert!(!message.is_empty());
+            }
+        }
+        // The same text as alpha's curve file, through the whole spec.
+        let mut files = valid_files();
+        files.insert("curves/alpha.csv".into(), text);
+        match parse_with(&edit("length: 10", &format!("length: {length}")), &files) {
+            Ok(spec) => check_accepted(&spec)?,
+            Err(e) => prop_assert!(e.to_string().contains("alpha"), "{}", e),
+        }
+    }
 }
