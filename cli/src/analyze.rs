@@ -1,8 +1,13 @@
 //! `vcurve analyze`: the estimator on a points file, as one JSON object.
 
+use std::path::PathBuf;
+
+use anyhow::Context as _;
 use serde::Serialize;
 use vcurve_method::curve::Interval;
 use vcurve_method::{CurveAnalysis, FittedPoint, Shape};
+
+use crate::{input, output};
 
 /// The JSON document `vcurve analyze` prints. Field names are part of the CLI's contract.
 #[derive(Debug, Serialize)]
@@ -46,4 +51,35 @@ impl From<CurveAnalysis> for AnalyzeReport {
             points: a.points,
         }
     }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AnalyzeArgs {
+    /// CSV with header `t,n,successes`: continuations and successes from each prefix h_t.
+    #[arg(long, value_name = "POINTS.csv")]
+    pub points: PathBuf,
+    /// The failed trajectory's length T (its terminal point V(h_T) = 0 is never sampled).
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u32).range(1..))]
+    pub length: u32,
+    /// CSV with header `success,steps`: the task's base runs, for the restart point.
+    #[arg(long, value_name = "BASE.csv")]
+    pub base_runs: Option<PathBuf>,
+    /// Step budget B of a run [default: the thresholds' `budget`, 100].
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..))]
+    pub budget: Option<u32>,
+    /// YAML file overriding the method's parameters (docs/method.md §8).
+    #[arg(long, value_name = "FILE")]
+    pub thresholds: Option<PathBuf>,
+}
+
+/// `vcurve analyze`: analyze the points and print the report as JSON.
+pub fn run(args: &AnalyzeArgs) -> anyhow::Result<()> {
+    let params = input::read_thresholds(args.thresholds.as_deref())?;
+    let points = input::read_points(&args.points, args.length)?;
+    let base_runs = args.base_runs.as_deref().map(input::read_base_runs).transpose()?;
+    let budget = args.budget.unwrap_or(params.budget);
+    let report = vcurve_method::analyze(args.length, &points, base_runs.as_ref(), budget, &params)
+        .map(AnalyzeReport::from)
+        .with_context(|| format!("{}", args.points.display()))?;
+    output::println(serde_json::to_string_pretty(&report)?)
 }

@@ -148,3 +148,20 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
         latency_p99_ms: quantile_ms(&latencies, 0.99),
     })
 }
+
+#[derive(Debug, clap::Args)]
+pub struct BenchDispatchArgs {
+    /// Virtual workers of one slot each (several runs: --workers 1,16,256).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1u32, 16, 256])]
+    pub workers: Vec<u32>,
+    /// Continuations to lease and report in each run.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub continuations: u64,
+    /// The store: postgres://… (a database the bench may fill) or sqlite://PATH; a fresh
+    /// temporary SQLite file by default.
+    #[arg(long)]
+    pub store: Option<String>,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

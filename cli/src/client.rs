@@ -51,8 +51,8 @@ pub type StudyClient = StudyServiceClient<InterceptedService<CoordinatorChannel,
 pub enum ConnectError {
     #[error("invalid coordinator URL {url:?}: {source}")]
     Url { url: String, source: tonic::transport::Error },
-    #[error("cannot read the CA certificate {path}: {source}")]
-    Ca { path: PathBuf, source: std::io::Error },
+    #[error("the CA certificate: {reason}")]
+    Ca { reason: String },
     #[error("the CA certificate {path} cannot be used: {reason}")]
     BadCa { path: PathBuf, reason: String },
     #[error("--tls-ca is set but the coordinator URL {url} is not https://")]
@@ -79,7 +79,7 @@ pub async fn channel(c: &Connection) -> Result<CoordinatorChannel, ConnectError>
         // Without --tls-ca only the roots built into tonic are trusted (none in vcurve's build).
         let mut tls = ClientTlsConfig::new().with_enabled_roots();
         if let Some(path) = &c.tls_ca {
-            let pem = std::fs::read(path).map_err(|source| ConnectError::Ca { path: path.clone(), source })?;
+            let pem = vcurve_worker::tls::read_pem(path).map_err(|reason| ConnectError::Ca { reason })?;
             // tonic skips what does not parse, which would leave nothing to trust.
             vcurve_worker::tls::check_ca(&pem).map_err(|reason| ConnectError::BadCa { path: path.clone(), reason })?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
@@ -222,12 +222,13 @@ pub async fn upload_and_launch(
 pub fn read_token(file: Option<&Path>, env: &str) -> anyhow::Result<Option<String>> {
     use anyhow::Context;
     let token = match file {
-        Some(path) => Some(
-            std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the token file {}", path.display()))?
-                .trim()
-                .to_string(),
-        ),
+        Some(path) => {
+            let bytes =
+                crate::input::read_small_file(path).with_context(|| format!("the token file {}", path.display()))?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| anyhow::anyhow!("the token file {} is not UTF-8 text", path.display()))?;
+            Some(text.trim().to_string())
+        }
         None => std::env::var(env).ok().map(|t| t.trim().to_string()),
     };
     match token {
@@ -235,5 +236,29 @@ pub fn read_token(file: Option<&Path>, env: &str) -> anyhow::Result<Option<Strin
             anyhow::bail!("the token (from {}) is empty", file.map_or(env.to_string(), |p| p.display().to_string()))
         }
         t => Ok(t),
+    }
+}
+
+/// How to reach a coordinator as a client.
+#[derive(Debug, clap::Args)]
+pub struct Remote {
+    /// The coordinator's URL.
+    #[arg(long, env = "VCURVE_COORDINATOR", default_value = "http://127.0.0.1:7070")]
+    pub coordinator: String,
+    /// File holding the client bearer token [default: $VCURVE_CLIENT_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA certificate to trust for an https:// coordinator.
+    #[arg(long, env = "VCURVE_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl Remote {
+    pub fn connection(&self) -> anyhow::Result<Connection> {
+        Ok(Connection {
+            url: self.coordinator.clone(),
+            token: read_token(self.token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
+            tls_ca: self.tls_ca.clone(),
+        })
     }
 }

@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vcurve_proto::v1;
 
+use crate::client::Remote;
 use crate::client::{self, Connection};
 use crate::output;
 use vcurve_coordinator::core::{Coordinator, Timing};
@@ -35,7 +36,7 @@ pub async fn shutdown_signal() {
 
 /// What `vcurve coordinator` needs.
 #[derive(Debug, Clone)]
-pub struct CoordinatorArgs {
+pub struct CoordinatorSettings {
     pub store: String,
     pub listen: String,
     pub tokens: Tokens,
@@ -47,7 +48,7 @@ pub struct CoordinatorArgs {
     pub dashboard: Option<String>,
 }
 
-pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
+pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(read_tls_files(cert, key)?),
         (None, None) => None,
@@ -117,8 +118,8 @@ pub async fn run_coordinator(args: CoordinatorArgs) -> anyhow::Result<()> {
 /// Read `--tls-cert` and `--tls-key` and check that they can be served, before the store is opened
 /// or anything listens; the error names the file at fault.
 fn read_tls_files(cert: &Path, key: &Path) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-    let cert_pem = std::fs::read(cert).with_context(|| format!("cannot read --tls-cert {}", cert.display()))?;
-    let key_pem = std::fs::read(key).with_context(|| format!("cannot read --tls-key {}", key.display()))?;
+    let cert_pem = crate::input::read_small_file(cert).with_context(|| format!("--tls-cert {}", cert.display()))?;
+    let key_pem = crate::input::read_small_file(key).with_context(|| format!("--tls-key {}", key.display()))?;
     if let Err(e) = server::check_tls(&cert_pem, &key_pem) {
         let files = match e.file() {
             server::TlsFile::Certificate => format!("--tls-cert {}", cert.display()),
@@ -202,7 +203,10 @@ fn progress_text(p: &v1::Progress) -> String {
     let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
     let slots: u32 = p.workers.iter().map(|w| w.slots).sum();
     let latency = if p.leases_measured > 0 {
-        format!("lease latency p50 {:.1} ms, p99 {:.1} ms ({} leases)", p.lease_p50_ms, p.lease_p99_ms, p.leases_measured)
+        format!(
+            "lease latency p50 {:.1} ms, p99 {:.1} ms ({} leases)",
+            p.lease_p50_ms, p.lease_p99_ms, p.leases_measured
+        )
     } else {
         "lease latency not measured (no lease handed out work in the last 5 minutes)".to_string()
     };
@@ -348,13 +352,13 @@ pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow:
 /// A study's results and analyses: from a coordinator's export of `study`, or from an export
 /// folder.
 async fn results_and_analyses(
-    source: &crate::cli::StudySource,
+    source: &StudySource,
 ) -> anyhow::Result<(vcurve_report::export::Results, vcurve_report::analyses::StudyAnalyses)> {
     Ok(match (source.study.as_deref(), source.from.as_deref()) {
         (_, Some(dir)) => {
             let read = |name: &str| {
                 let path = dir.join(name);
-                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+                crate::input::read_export_json(&path).with_context(|| format!("cannot read {}", path.display()))
             };
             let results: vcurve_report::export::Results = serde_json::from_slice(&read("results.json")?)
                 .with_context(|| format!("{}/results.json is not a vcurve export", dir.display()))?;
@@ -388,7 +392,7 @@ async fn results_and_analyses(
 }
 
 /// `vcurve report`: write the report of a study.
-pub async fn report(source: &crate::cli::StudySource, out: &Path) -> anyhow::Result<PathBuf> {
+pub async fn report(source: &StudySource, out: &Path) -> anyhow::Result<PathBuf> {
     let (results, analyses) = results_and_analyses(source).await?;
     let report = vcurve_report::html::build(&results, &analyses)?;
     write_files(out, report.files)?;
@@ -396,7 +400,7 @@ pub async fn report(source: &crate::cli::StudySource, out: &Path) -> anyhow::Res
 }
 
 /// `vcurve analyses`: print every table of a study's analyses (or their JSON).
-pub async fn print_analyses(source: &crate::cli::StudySource, json: bool) -> anyhow::Result<()> {
+pub async fn print_analyses(source: &StudySource, json: bool) -> anyhow::Result<()> {
     let (results, analyses) = results_and_analyses(source).await?;
     if json {
         output::println(serde_json::to_string_pretty(&analyses)?)
@@ -441,3 +445,137 @@ pub async fn studies(connection: &Connection, json: bool) -> anyhow::Result<()> 
 
 /// Keep `Arc` in scope for callers that build coordinators by hand.
 pub type SharedCoordinator = Arc<Coordinator<SqlStore>>;
+
+#[derive(Debug, clap::Args)]
+pub struct CoordinatorArgs {
+    /// The store: postgres://USER:PASSWORD@HOST/DB, or sqlite://PATH for the embedded store.
+    #[arg(long, env = "VCURVE_STORE", default_value = "sqlite://vcurve.sqlite")]
+    pub store: String,
+    /// Address to listen on. A non-loopback address requires both tokens.
+    #[arg(long, env = "VCURVE_LISTEN", default_value = "127.0.0.1:7070")]
+    pub listen: String,
+    /// File holding the worker bearer token [default: $VCURVE_WORKER_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub worker_token_file: Option<PathBuf>,
+    /// File holding the client bearer token [default: $VCURVE_CLIENT_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub client_token_file: Option<PathBuf>,
+    /// PEM certificate chain: serve TLS (with --tls-key).
+    #[arg(long, env = "VCURVE_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "VCURVE_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// A lease not extended by a heartbeat for this long expires and its key is re-issued.
+    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(200..=86_400_000))]
+    pub lease_timeout_ms: u64,
+    /// How often workers heartbeat.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(50..=3_600_000))]
+    pub heartbeat_ms: u64,
+    /// Also serve the live dashboard (a read-only web page; client token required) here.
+    #[arg(long, env = "VCURVE_DASHBOARD", value_name = "ADDR")]
+    pub dashboard: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// The coordinator's URL.
+    #[arg(long, env = "VCURVE_COORDINATOR", default_value = "http://127.0.0.1:7070")]
+    pub coordinator: String,
+    /// Continuations run at once.
+    #[arg(long, env = "VCURVE_SLOTS", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub slots: u32,
+    /// The worker's name in progress reports [default: the host name].
+    #[arg(long, env = "VCURVE_WORKER_NAME")]
+    pub name: Option<String>,
+    /// File holding the worker bearer token [default: $VCURVE_WORKER_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA certificate to trust for an https:// coordinator.
+    #[arg(long, env = "VCURVE_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// On SIGTERM, let running continuations finish this long before releasing them.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_grace_s: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// The study spec (YAML); curve files are read relative to it.
+    pub spec: PathBuf,
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StudyArgs {
+    /// The study id `vcurve launch` printed.
+    pub study: String,
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The study id `vcurve launch` printed.
+    pub study: String,
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Follow progress until the study ends (live bars; JSON lines with --json).
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The study id `vcurve launch` printed.
+    pub study: String,
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Folder to write curves.csv, trajectories.csv and results.json into.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// Where a study's results come from: a coordinator's export, or an export folder.
+#[derive(Debug, clap::Args)]
+pub struct StudySource {
+    /// The study id `vcurve launch` printed (its export is fetched from the coordinator).
+    #[arg(required_unless_present = "from")]
+    pub study: Option<String>,
+    /// Read an export folder (`vcurve export --out DIR`) instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "study")]
+    pub from: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub source: StudySource,
+    /// Folder to write report.html, the tables as CSV and figures/ into.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AnalysesArgs {
+    #[command(flatten)]
+    pub source: StudySource,
+    /// Print the analyses as JSON (as analyses.json).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StudiesArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -227,3 +227,22 @@ fn summary(out: &Path, trajectories: &[DemoTrajectory]) -> anyhow::Result<String
     }
     Ok(table)
 }
+
+#[derive(Debug, clap::Args)]
+pub struct DemoCommand {
+    /// Folder for the exports, the study spec and the embedded store.
+    #[arg(long, default_value = "vcurve-out")]
+    pub out: PathBuf,
+    /// In-process workers.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: u32,
+    /// Slots per worker.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub slots: u32,
+    /// Built-in synthetic trajectories to study.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub trajectories: u32,
+    /// Simulated work per continuation, in milliseconds.
+    #[arg(long, default_value_t = 2)]
+    pub duration_ms: u64,
+}

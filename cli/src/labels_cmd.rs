@@ -20,7 +20,6 @@ use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, Placeme
 use vcurve_method::analyses::{AnalysisError, CurveRecord, FitValue, Label, NOT_MEASURED, sources_in_order};
 use vcurve_method::schedule::Series;
 
-use crate::cli::LabelsArgs;
 use crate::input::{self, InputError};
 
 /// Why `vcurve labels` refused its input. All are fatal: fix the files or the arguments.
@@ -357,4 +356,27 @@ d,25,doomed,,,,,,,,,0
         let err = load(&args(trajectories, split, None), &Thresholds::default()).unwrap_err();
         assert!(err.to_string().contains("split.csv line 3: task `w` of `b` differs from `y` on line 2"), "{err}");
     }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LabelsArgs {
+    /// `vcurve export`'s trajectories.csv (an optional `task` column names each trajectory's task).
+    #[arg(long, value_name = "TRAJECTORIES.csv")]
+    pub trajectories: PathBuf,
+    /// CSV with header `trajectory,source,step`: each source's first-mistake label, a 1-based
+    /// step or `none`.
+    #[arg(long, value_name = "LABELS.csv")]
+    pub labels: PathBuf,
+    /// `vcurve export`'s curves.csv: adds the probed drop at each label.
+    #[arg(long, value_name = "CURVES.csv")]
+    pub curves: Option<PathBuf>,
+    /// A source pooled into the pooled row; repeat for several [default: every source].
+    #[arg(long, value_name = "SOURCE")]
+    pub pool: Vec<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// YAML file overriding the method's parameters (docs/method.md §8).
+    #[arg(long, value_name = "FILE")]
+    pub thresholds: Option<PathBuf>,
 }

@@ -5,11 +5,13 @@
 //! (run continuations), `vcurve-report` (results, analyses, report, figures) and `vcurve-method`
 //! (analyze, bench schedule). `vcurve demo` wires all of them into one process.
 //!
-//! Layout: [`cli`] parses and dispatches; [`commands`] holds the networked commands, with
-//! [`client`] to reach a coordinator; [`render`] is the [`Renderer`](vcurve_coordinator::Renderer)
-//! the coordinator is served with; [`demo`], [`labels_cmd`], [`analyze`] (with [`input`] for
-//! users' files), [`bench_schedule`] and [`bench_dispatch`] are one command each; [`telemetry`]
-//! sets up logging; [`output`] writes results to standard output. `anyhow` is used here and nowhere in the libraries.
+//! Layout: [`cli`] parses the command line and dispatches, and each command's module owns its
+//! clap arguments: [`commands`] the networked commands, with [`client`] to reach a coordinator
+//! (and the `--coordinator` arguments every client shares); [`demo`], [`labels_cmd`], [`analyze`]
+//! (with [`input`] for users' files), [`bench_schedule`] and [`bench_dispatch`] one command each.
+//! [`render`] is the [`Renderer`](vcurve_coordinator::Renderer) the coordinator is served with;
+//! [`telemetry`] sets up logging; [`output`] writes results to standard output. `anyhow` is used
+//! here and nowhere in the libraries.
 
 pub mod analyze;
 pub mod bench_dispatch;

@@ -352,7 +352,7 @@ async fn tls_files_that_do_not_parse_are_refused_at_start() {
     std::fs::write(&garbage, "garbage\n").unwrap();
     std::fs::write(&key_file, &key).unwrap();
     let store = dir.path().join("store.sqlite");
-    let args = vcurve_cli::commands::CoordinatorArgs {
+    let args = vcurve_cli::commands::CoordinatorSettings {
         store: format!("sqlite://{}", store.display()),
         listen: "127.0.0.1:0".into(),
         tokens: Tokens::default(),

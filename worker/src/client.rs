@@ -19,7 +19,7 @@ use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
-use crate::tls::{check_ca, rustls_error, speaks_tls};
+use crate::tls::{check_ca, read_pem, rustls_error, speaks_tls};
 
 /// The deadline of every RPC but `Lease`, whose deadline adds the long-poll wait.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,9 +92,7 @@ impl Coordinator {
             let mut tls = ClientTlsConfig::new().with_enabled_roots();
             match &config.tls_ca {
                 Some(path) => {
-                    let pem = tokio::fs::read(path)
-                        .await
-                        .map_err(|e| WorkerError::Tls(format!("cannot read CA file {}: {e}", path.display())))?;
+                    let pem = read_pem(path).map_err(|e| WorkerError::Tls(format!("CA file: {e}")))?;
                     // tonic skips what does not parse, which would leave nothing to trust.
                     check_ca(&pem).map_err(|e| WorkerError::Tls(format!("CA file {}: {e}", path.display())))?;
                     tls = tls.ca_certificate(Certificate::from_pem(pem));

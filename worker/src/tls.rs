@@ -4,7 +4,24 @@
 //! error".
 
 use std::fmt;
+use std::path::Path;
 use std::time::Duration;
+
+/// The largest PEM file (a CA certificate) read.
+pub const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// Read a PEM file: a regular file of at most [`MAX_PEM_BYTES`] (never a device, a FIFO or a
+/// directory, which could hang or fill the memory).
+pub fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > MAX_PEM_BYTES {
+        return Err(format!("{} is {} bytes, over the limit of {MAX_PEM_BYTES} bytes", path.display(), meta.len()));
+    }
+    std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
 
 /// Check that a CA file holds at least one PEM certificate, and that each of them parses.
 pub fn check_ca(pem: &[u8]) -> Result<(), String> {
