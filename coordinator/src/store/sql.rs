@@ -655,18 +655,7 @@ impl SqlStore {
         for row in rows {
             let key = job_key_of(&row)?;
             let attempt = get_u32(&row, "attempt")? + 1;
-            bind_job(
-                sqlx::query(concat!(
-                    "UPDATE jobs SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE ",
-                    job_is!()
-                )),
-                &key,
-            )
-            .bind(i64::from(attempt))
-            .bind(worker)
-            .bind(now + policy.timeout_ms)
-            .execute(&mut **tx)
-            .await?;
+            mark_leased(tx, &key, attempt, worker, now + policy.timeout_ms).await?;
             let config = self.config(tx, key.study()).await?;
             let anchors = match row.try_get::<Option<String>, _>("plan_json")? {
                 Some(plan) if key.kind() == JobKind::Replay => {
@@ -725,18 +714,9 @@ impl SqlStore {
                 seed: get_u32(&row, "seed")?,
             };
             let attempt = get_u32(&row, "attempt")? + 1;
-            bind_key(
-                sqlx::query(concat!(
-                    "UPDATE continuations SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE ",
-                    key_is!()
-                )),
-                &key,
-            )
-            .bind(i64::from(attempt))
-            .bind(worker)
-            .bind(now + policy.timeout_ms)
-            .execute(&mut **tx)
-            .await?;
+            let job = JobKey::Continuation(key);
+            mark_leased(tx, &job, attempt, worker, now + policy.timeout_ms).await?;
+            let JobKey::Continuation(key) = job else { unreachable!("built above") };
             let config = self.config(tx, &key.study).await?;
             jobs.push(LeasedJob {
                 budget: key.series.budget(config.budget, key.t),
@@ -978,6 +958,23 @@ impl SqlStore {
         }
         Ok(expired)
     }
+}
+
+/// Lease a claimed job of either table to `worker` under `attempt`, until `expires_ms`.
+async fn mark_leased(
+    tx: &mut Transaction<'_, Any>,
+    key: &JobKey,
+    attempt: u32,
+    worker: &str,
+    expires_ms: i64,
+) -> Result<(), StoreError> {
+    keyed("UPDATE {table} SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE {key}", key)
+        .bind(i64::from(attempt))
+        .bind(worker)
+        .bind(expires_ms)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// Queue a job of `jobs` (not a continuation) unless it exists; returns whether it was new.
