@@ -24,8 +24,6 @@ pub enum JobKind {
 }
 
 impl JobKind {
-    pub const ALL: [JobKind; 4] = [JobKind::Continuation, JobKind::Replay, JobKind::Evaluation, JobKind::BaseRun];
-
     pub fn as_str(self) -> &'static str {
         match self {
             JobKind::Continuation => "continuation",
@@ -33,10 +31,6 @@ impl JobKind {
             JobKind::Evaluation => "evaluation",
             JobKind::BaseRun => "base_run",
         }
-    }
-
-    pub fn parse(s: &str) -> Option<JobKind> {
-        JobKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 
@@ -184,10 +178,6 @@ impl Judged {
             Judged::Cached => "cached",
             Judged::EmptyPatch => "empty_patch",
         }
-    }
-
-    pub fn parse(s: &str) -> Option<Judged> {
-        [Judged::Evaluated, Judged::Cached, Judged::EmptyPatch].into_iter().find(|j| j.as_str() == s)
     }
 }
 

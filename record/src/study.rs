@@ -172,11 +172,6 @@ impl TrajectoryState {
         TrajectoryState::ALL.into_iter().find(|x| x.as_str() == s)
     }
 
-    /// Whether nothing more will be run for the trajectory.
-    pub fn is_final(self) -> bool {
-        matches!(self, TrajectoryState::Done | TrajectoryState::Doomed | TrajectoryState::NonReplayable)
-    }
-
     /// Whether the trajectory has a curve to analyze (it was admitted and not dropped).
     pub fn has_curve(self) -> bool {
         matches!(self, TrajectoryState::Running | TrajectoryState::Done)

@@ -82,15 +82,6 @@ pub enum EndType {
 }
 
 impl EndType {
-    pub const ALL: [EndType; 6] = [
-        EndType::Submitted,
-        EndType::StepCap,
-        EndType::CostLimit,
-        EndType::ContextWindow,
-        EndType::FormatError,
-        EndType::Error,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             EndType::Submitted => "submitted",
@@ -100,10 +91,6 @@ impl EndType {
             EndType::FormatError => "format_error",
             EndType::Error => "error",
         }
-    }
-
-    pub fn parse(s: &str) -> Option<EndType> {
-        EndType::ALL.into_iter().find(|e| e.as_str() == s)
     }
 }
 

@@ -714,19 +714,19 @@ impl SqlStore {
                 seed: get_u32(&row, "seed")?,
             };
             let attempt = get_u32(&row, "attempt")? + 1;
-            let job = JobKey::Continuation(key);
-            mark_leased(tx, &job, attempt, worker, now + policy.timeout_ms).await?;
-            let JobKey::Continuation(key) = job else { unreachable!("built above") };
             let config = self.config(tx, &key.study).await?;
+            let budget = key.series.budget(config.budget, key.t);
+            let key = JobKey::Continuation(key);
+            mark_leased(tx, &key, attempt, worker, now + policy.timeout_ms).await?;
             jobs.push(LeasedJob {
-                budget: key.series.budget(config.budget, key.t),
+                budget,
                 runner_kind: config.runner_kind.clone(),
                 runner_options: config.runner_options.to_string(),
                 study_seed: config.seed,
                 trajectory_digest: row.try_get("payload_digest")?,
                 anchors: Vec::new(),
                 attempt,
-                key: key.into(),
+                key,
             });
         }
         Ok(jobs)
