@@ -49,7 +49,9 @@
 mod cache;
 mod client;
 mod config;
+pub mod container;
 mod error;
+pub mod exec;
 mod lease_loop;
 pub mod runner;
 pub mod synthetic;

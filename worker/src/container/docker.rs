@@ -1,0 +1,1 @@
+//! Docker Engine through bollard (being written).

@@ -1,0 +1,1 @@
+//! An in-memory runtime for unit tests (being written).

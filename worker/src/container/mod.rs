@@ -1,0 +1,241 @@
+//! The container seam: everything the worker does with containers goes through
+//! [`ContainerRuntime`]. [`docker::DockerRuntime`] is the one real implementation (bollard appears
+//! nowhere else); [`double::FakeRuntime`] is the test double for unit tests of replay, snapshots and
+//! agent runs.
+//!
+//! A container is created *and started* by [`ContainerRuntime::create`] from a [`ContainerSpec`]:
+//! networking disabled, memory and pids limits, no privileges, no new privileges, labelled so that
+//! a worker restarted after a crash finds and removes what it left behind ([`labels`]).
+//!
+//! Commands run through [`ContainerRuntime::exec`] only: one path for recorded runs, replays,
+//! continuations and evaluations. A command that outlives its timeout is killed inside the
+//! container together with its whole process group, and the exec reports `timed_out`.
+
+pub mod docker;
+pub mod double;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+/// Label keys every container and snapshot image of vcurve carries.
+pub mod labels {
+    /// Marks every container and image vcurve made (value `"1"`).
+    pub const MANAGED: &str = "vcurve.managed";
+    /// The worker's name (stable across restarts of the worker on one host): what reaping matches.
+    pub const WORKER: &str = "vcurve.worker";
+    /// The job the container serves (its key as text).
+    pub const JOB: &str = "vcurve.job";
+    /// The study the container serves.
+    pub const STUDY: &str = "vcurve.study";
+    /// On snapshot images: the trajectory digest and the step `t` the image holds.
+    pub const SNAPSHOT_TRAJECTORY: &str = "vcurve.snapshot.trajectory";
+    pub const SNAPSHOT_T: &str = "vcurve.snapshot.t";
+}
+
+/// How to create a container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerSpec {
+    /// The image (a task image or a snapshot).
+    pub image: String,
+    /// The memory limit in bytes (swap included: no swap beyond it).
+    pub memory_bytes: u64,
+    /// The largest number of processes.
+    pub pids_limit: i64,
+    /// Labels, [`labels`] among them.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// One command to run in a running container.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecRequest {
+    /// The argument vector, e.g. `["bash", "-c", "ls"]`.
+    pub argv: Vec<String>,
+    /// Variables set for the command, on top of the image's environment.
+    pub env: BTreeMap<String, String>,
+    /// The working directory.
+    pub workdir: String,
+    /// The command, and everything it started, is killed when this runs out.
+    pub timeout: Duration,
+}
+
+/// What a command printed and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// stdout and stderr merged in the order they were written, as raw bytes.
+    pub output: Vec<u8>,
+    /// The exit code; `None` when the command was killed by its timeout.
+    pub exit_code: Option<i64>,
+    /// Whether the timeout killed it.
+    pub timed_out: bool,
+}
+
+/// One entry of a container diff against its image.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Change {
+    pub path: String,
+    pub kind: ChangeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ChangeKind {
+    Modified,
+    Added,
+    Deleted,
+}
+
+/// An image vcurve made, as listed by [`ContainerRuntime::images`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// The reference it was committed under, e.g. `vcurve-snapshot:abc…-15`.
+    pub reference: String,
+    /// Its own size on disk in bytes (the layer it adds over its parent).
+    pub size_bytes: u64,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Why a runtime operation failed. Every one of them is an infrastructure failure: the job that
+/// met it has no outcome and is run again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// The image does not exist locally (nothing can be pulled: there is no registry).
+    #[error("no image {0:?} on this host")]
+    NoImage(String),
+    /// The container is gone (removed, or killed by the kernel's OOM killer as a whole).
+    #[error("container {0} is gone")]
+    Gone(String),
+    /// Anything else the engine answered, with its message.
+    #[error("container runtime: {0}")]
+    Engine(String),
+}
+
+/// The container runtime (Docker Engine through bollard in production).
+///
+/// Futures are boxed so that the trait stays dyn-compatible (`Arc<dyn ContainerRuntime>`).
+pub trait ContainerRuntime: Send + Sync {
+    /// Create and start a container; returns its id.
+    fn create<'a>(&'a self, spec: &'a ContainerSpec) -> BoxFuture<'a, Result<String, RuntimeError>>;
+
+    /// Run a command in a running container (see the module docs for timeouts).
+    fn exec<'a>(
+        &'a self,
+        container: &'a str,
+        request: &'a ExecRequest,
+    ) -> BoxFuture<'a, Result<ExecOutput, RuntimeError>>;
+
+    /// Write a file into a running container (parents created), owned by root with `mode`.
+    fn put_file<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+        content: &'a [u8],
+        mode: u32,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
+    /// The container's changes against its image, sorted by path.
+    fn diff<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<Vec<Change>, RuntimeError>>;
+
+    /// Commit the container as the image `reference` (`repo:tag`) with `labels`; the container
+    /// keeps running. Returns the image id.
+    fn commit<'a>(
+        &'a self,
+        container: &'a str,
+        reference: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<String, RuntimeError>>;
+
+    /// Kill and remove a container with its anonymous volumes; a container already gone is not an
+    /// error.
+    fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
+    /// Whether an image exists locally.
+    fn image_exists<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>>;
+
+    /// Remove an image; one already gone is not an error.
+    fn remove_image<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
+    /// The ids of the containers (running or not) carrying every label of `filter`.
+    fn containers<'a>(
+        &'a self,
+        filter: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>>;
+
+    /// The images carrying every label of `filter`.
+    fn images<'a>(
+        &'a self,
+        filter: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<Vec<ImageInfo>, RuntimeError>>;
+}
+
+/// A running container that is removed when its job ends, whatever the outcome.
+///
+/// Call [`Container::remove`] on the normal path. When the guard is dropped without it (the job's
+/// future was cancelled, the worker is shutting down) the removal is spawned on the current tokio
+/// runtime, so no container outlives its job.
+pub struct Container {
+    runtime: Arc<dyn ContainerRuntime>,
+    id: Option<String>,
+}
+
+impl Container {
+    /// Create and start a container from `spec`.
+    pub async fn start(runtime: Arc<dyn ContainerRuntime>, spec: &ContainerSpec) -> Result<Container, RuntimeError> {
+        let id = runtime.create(spec).await?;
+        Ok(Container { runtime, id: Some(id) })
+    }
+
+    /// The container's id.
+    pub fn id(&self) -> &str {
+        self.id.as_deref().expect("a container guard holds its id until it is removed")
+    }
+
+    pub fn runtime(&self) -> &Arc<dyn ContainerRuntime> {
+        &self.runtime
+    }
+
+    pub async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput, RuntimeError> {
+        self.runtime.exec(self.id(), request).await
+    }
+
+    pub async fn put_file(&self, path: &str, content: &[u8], mode: u32) -> Result<(), RuntimeError> {
+        self.runtime.put_file(self.id(), path, content, mode).await
+    }
+
+    pub async fn diff(&self) -> Result<Vec<Change>, RuntimeError> {
+        self.runtime.diff(self.id()).await
+    }
+
+    pub async fn commit(&self, reference: &str, labels: &BTreeMap<String, String>) -> Result<String, RuntimeError> {
+        self.runtime.commit(self.id(), reference, labels).await
+    }
+
+    /// Remove the container now.
+    pub async fn remove(mut self) -> Result<(), RuntimeError> {
+        match self.id.take() {
+            Some(id) => self.runtime.remove(&id).await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let runtime = self.runtime.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn(async move {
+                        if let Err(e) = runtime.remove(&id).await {
+                            tracing::warn!(container = %id, error = %e, "cannot remove a container whose job ended");
+                        }
+                    });
+                }
+                Err(_) => {
+                    tracing::warn!(container = %id, "container left behind: no runtime to remove it; the worker reaps it at its next start")
+                }
+            }
+        }
+    }
+}
