@@ -12,6 +12,7 @@
 
 pub mod jobs;
 pub mod payload;
+pub mod replay;
 pub mod runner;
 pub mod study;
 pub mod trajectory;
