@@ -319,6 +319,16 @@ impl<S: Store> Coordinator<S> {
             .ok_or_else(|| CoordinatorError::NotFound(format!("no trajectory or file with digest {digest}")))
     }
 
+    /// The verdict of a patch already judged in a study (the patch cache, SPEC.md §6).
+    pub async fn verdict(&self, study: &str, task: &str, patch_sha256: &str) -> Result<Option<bool>, CoordinatorError> {
+        if !vcurve_record::trajectory::is_digest(patch_sha256) {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "{patch_sha256:?} is not a SHA-256 digest (64 lowercase hex)"
+            )));
+        }
+        Ok(self.store.verdict(study, task, patch_sha256).await?)
+    }
+
     /// Queue evaluations and base runs (see [`Store::enqueue`]).
     pub async fn enqueue(&self, keys: &[crate::model::JobKey]) -> Result<u32, CoordinatorError> {
         let n = self.store.enqueue(keys, self.now_ms()).await?;

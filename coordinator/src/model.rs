@@ -97,6 +97,9 @@ pub struct Progress {
     pub waiting_for_runner: Option<String>,
     /// This coordinator's lease latency over the last five minutes; `None` when not measured.
     pub lease_latency: Option<LeaseLatency>,
+    /// How the study's patches were judged (the patch cache); `None` for a runner that judges
+    /// none (synthetic). `empty_patches` is not counted here (exports count it).
+    pub evaluation: Option<vcurve_record::EvaluationStats>,
 }
 
 /// Latency of leases that handed out work (request to answer, long-poll waiting included).

@@ -258,6 +258,22 @@ impl<S: Store> WorkerService for WorkerApi<S> {
 
     type GetTrajectoryStream = ChunkStream;
 
+    async fn put_file(
+        &self,
+        request: Request<tonic::Streaming<v1::UploadChunk>>,
+    ) -> Result<Response<v1::UploadResponse>, Status> {
+        receive_upload(&self.coordinator, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn lookup_verdict(
+        &self,
+        request: Request<v1::VerdictRequest>,
+    ) -> Result<Response<v1::VerdictResponse>, Status> {
+        let r = request.into_inner();
+        let verdict = self.coordinator.verdict(&r.study, &r.task, &r.patch_sha256).await?;
+        Ok(Response::new(v1::VerdictResponse { known: verdict.is_some(), resolved: verdict.unwrap_or(false) }))
+    }
+
     async fn get_trajectory(
         &self,
         request: Request<v1::GetTrajectoryRequest>,
@@ -265,6 +281,41 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         let bytes = self.coordinator.file(&request.into_inner().digest).await?;
         Ok(Response::new(chunked(bytes)))
     }
+}
+
+/// Receive one uploaded file (a client's spec file, a worker's patch or recorded run): the first
+/// chunk states its SHA-256 and size, both checked against what arrives.
+async fn receive_upload<S: Store>(
+    coordinator: &Coordinator<S>,
+    mut stream: tonic::Streaming<v1::UploadChunk>,
+) -> Result<v1::UploadResponse, Status> {
+    let limit = crate::spec::MAX_FILE_BYTES;
+    let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
+    let (digest, size) = (first.sha256, first.size);
+    if !vcurve_record::trajectory::is_digest(&digest) {
+        return Err(Status::invalid_argument(format!("{digest:?} is not a SHA-256 digest (64 lowercase hex)")));
+    }
+    if size > limit {
+        return Err(Status::invalid_argument(format!(
+            "a file of {size} bytes is over the limit of {} MiB per file",
+            limit >> 20
+        )));
+    }
+    let mut content = first.data;
+    while let Some(chunk) = stream.message().await? {
+        if (content.len() + chunk.data.len()) as u64 > size {
+            return Err(Status::invalid_argument(format!("the upload is longer than the {size} bytes it announced")));
+        }
+        content.extend_from_slice(&chunk.data);
+    }
+    if content.len() as u64 != size {
+        return Err(Status::invalid_argument(format!(
+            "the upload ended after {} of the {size} bytes it announced",
+            content.len()
+        )));
+    }
+    let stored = coordinator.upload(&digest, &content).await?;
+    Ok(v1::UploadResponse { sha256: digest, size, stored })
 }
 
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::Chunk, Status>> + Send>>;
@@ -289,36 +340,7 @@ impl<S: Store> StudyService for StudyApi<S> {
         &self,
         request: Request<tonic::Streaming<v1::UploadChunk>>,
     ) -> Result<Response<v1::UploadResponse>, Status> {
-        let limit = crate::spec::MAX_FILE_BYTES;
-        let mut stream = request.into_inner();
-        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
-        let (digest, size) = (first.sha256, first.size);
-        if !vcurve_record::trajectory::is_digest(&digest) {
-            return Err(Status::invalid_argument(format!("{digest:?} is not a SHA-256 digest (64 lowercase hex)")));
-        }
-        if size > limit {
-            return Err(Status::invalid_argument(format!(
-                "a file of {size} bytes is over the limit of {} MiB per file",
-                limit >> 20
-            )));
-        }
-        let mut content = first.data;
-        while let Some(chunk) = stream.message().await? {
-            if (content.len() + chunk.data.len()) as u64 > size {
-                return Err(Status::invalid_argument(format!(
-                    "the upload is longer than the {size} bytes it announced"
-                )));
-            }
-            content.extend_from_slice(&chunk.data);
-        }
-        if content.len() as u64 != size {
-            return Err(Status::invalid_argument(format!(
-                "the upload ended after {} of the {size} bytes it announced",
-                content.len()
-            )));
-        }
-        let stored = self.coordinator.upload(&digest, &content).await?;
-        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
+        receive_upload(&self.coordinator, request.into_inner()).await.map(Response::new)
     }
 
     async fn has_files(&self, request: Request<v1::HasFilesRequest>) -> Result<Response<v1::HasFilesResponse>, Status> {

@@ -48,8 +48,8 @@
 //!   A curve is required for the `synthetic` runner and validated the same way for any other.
 //! - Labels are `source: step` with a 1-based step in `1..=length`, or `source: none` for "no
 //!   mistake"; an empty label (`null`) is rejected rather than read as either.
-//! - Runner kinds other than `synthetic` are passed through with their options untouched (the
-//!   worker that runs them validates them); the synthetic runner's options are checked here.
+//! - The options of the `synthetic` and `agent` runners are checked here (`agent`:
+//!   `vcurve_record::runner::AgentOptions`); another kind's options are passed through untouched.
 //! - Inputs are bounded ([`bounds`]): the spec and the files it names must be regular files, the
 //!   spec at most [`MAX_SPEC_BYTES`] and each file it names at most [`MAX_FILE_BYTES`]; the YAML
 //!   may nest at most [`MAX_YAML_DEPTH`] levels, which [`parse`] checks before parsing it: a text
@@ -62,7 +62,7 @@ use std::path::{Path, PathBuf};
 use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{BaseRun, BaseRuns, Thresholds, ThresholdsError};
-use vcurve_record::runner::SyntheticOptions;
+use vcurve_record::runner::{AGENT, AgentOptions, SyntheticOptions};
 pub use vcurve_record::study::{Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudySpec, TrajectorySpec};
 use vcurve_record::{Trajectory, TrajectoryPayload};
 
@@ -392,6 +392,9 @@ fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
         options.insert(key.to_string(), json);
     }
     let options = serde_json::Value::Object(options);
+    if kind == AGENT {
+        AgentOptions::from_json(&options).map_err(|e| top_error(problem("runner", e)))?;
+    }
     if kind == SYNTHETIC {
         // The typed options the workers read: what passed the checks above must parse.
         SyntheticOptions::from_json(&options).map_err(|e| top_error(problem("runner", e)))?;

@@ -209,5 +209,13 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
         lease_p50_ms: p.lease_latency.map_or(-1.0, |l| l.p50_ms),
         lease_p99_ms: p.lease_latency.map_or(-1.0, |l| l.p99_ms),
         leases_measured: p.lease_latency.map_or(0, |l| l.leases),
+        evaluation: p.evaluation.map(|e| v1::EvaluationStats {
+            evaluated_runs: e.evaluated_runs,
+            cache_hits: e.cache_hits,
+            unique_patches: e.unique_patches,
+            evaluations: e.evaluations,
+            flake_checks: e.flake_checks,
+            flakes: e.flakes,
+        }),
     }
 }

@@ -19,7 +19,7 @@ pub mod trajectory;
 
 pub use payload::TrajectoryPayload;
 pub use study::{
-    Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudyRecord, StudySpec, StudyState, TrajectoryRecord,
-    TrajectorySpec, TrajectoryState,
+    Admission, ControlCounts, DecoySpec, EvaluationStats, Label, RunnerSpec, StudyRecord, StudySpec, StudyState,
+    TrajectoryRecord, TrajectorySpec, TrajectoryState,
 };
 pub use trajectory::{Action, EndType, Evaluator, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};

@@ -1,13 +1,19 @@
 //! Typed options of the agent runners a study can name, validated at launch: a bad option is
 //! refused by `vcurve launch` naming the field, never discovered later as a retired key.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// The runner kind whose outcomes are a pure function of the key (testing, capacity planning).
 pub const SYNTHETIC: &str = "synthetic";
 
+/// The runner kind that runs a real agent process in containers (docs/agent-protocol.md): replays
+/// recorded runs, resumes the agent from a step, judges its patch through the study's cache.
+pub const AGENT: &str = "agent";
+
 /// The runner kinds this build offers: a study naming another is refused at launch.
-pub const KINDS: &[&str] = &[SYNTHETIC];
+pub const KINDS: &[&str] = &[SYNTHETIC, AGENT];
 
 /// The options of the `synthetic` runner.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -40,5 +46,137 @@ impl SyntheticOptions {
             ));
         }
         Ok(parsed)
+    }
+}
+
+/// The options of the `agent` runner (the study spec's `runner:` map).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentOptions {
+    /// The agent process's argument vector, e.g. `["python3", "-m", "vcurve_agents.scripted"]`,
+    /// run in the worker's working directory.
+    pub command: Vec<String>,
+    /// Variables added to the agent process's environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The model settings handed to the agent as written (`start.model`).
+    #[serde(default = "empty_object")]
+    pub model: serde_json::Value,
+    /// The memory limit of every container, in MiB.
+    #[serde(default = "AgentOptions::default_memory_mb")]
+    pub memory_mb: u64,
+    /// The largest number of processes in a container.
+    #[serde(default = "AgentOptions::default_pids_limit")]
+    pub pids_limit: u32,
+    /// A run (the agent process from start to final) longer than this is killed: no outcome.
+    #[serde(default = "AgentOptions::default_run_timeout_s")]
+    pub run_timeout_s: u64,
+    /// Keep every continuation's transcript (its full message list), stored by digest.
+    #[serde(default)]
+    pub keep_transcripts: bool,
+    /// The share of unique patches evaluated a second time as a flake check (SPEC.md §6).
+    #[serde(default = "AgentOptions::default_flake_recheck_rate")]
+    pub flake_recheck_rate: f64,
+    /// Above this flake rate every patch is evaluated twice.
+    #[serde(default = "AgentOptions::default_flake_threshold")]
+    pub flake_threshold: f64,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+impl AgentOptions {
+    /// The option names, for error messages.
+    pub const FIELDS: &'static [&'static str] = &[
+        "command",
+        "env",
+        "model",
+        "memory_mb",
+        "pids_limit",
+        "run_timeout_s",
+        "keep_transcripts",
+        "flake_recheck_rate",
+        "flake_threshold",
+    ];
+
+    fn default_memory_mb() -> u64 {
+        2048
+    }
+
+    fn default_pids_limit() -> u32 {
+        1024
+    }
+
+    fn default_run_timeout_s() -> u64 {
+        3600
+    }
+
+    fn default_flake_recheck_rate() -> f64 {
+        0.10
+    }
+
+    fn default_flake_threshold() -> f64 {
+        0.03
+    }
+
+    /// Parse and validate the options JSON (`kind` is ignored); the error names the field.
+    pub fn from_json(options: &serde_json::Value) -> Result<Self, String> {
+        let mut options = options.clone();
+        if let Some(map) = options.as_object_mut() {
+            map.remove("kind");
+        } else {
+            return Err(format!("invalid agent runner options: expected a mapping with `command`, got {options}"));
+        }
+        let parsed = Self::deserialize(&options).map_err(|e| format!("invalid agent runner options: {e}"))?;
+        let bad = |field: &str, message: String| Err(format!("invalid agent runner options: {field} {message}"));
+        if parsed.command.is_empty() || parsed.command[0].trim().is_empty() {
+            return bad("command", "must name a program, e.g. [python3, -m, vcurve_agents.scripted]".into());
+        }
+        if !parsed.model.is_object() {
+            return bad("model", format!("must be a mapping of model settings, got {}", parsed.model));
+        }
+        if !(64..=1 << 20).contains(&parsed.memory_mb) {
+            return bad("memory_mb", format!("= {} is outside [64, 1048576]", parsed.memory_mb));
+        }
+        if !(16..=1 << 20).contains(&parsed.pids_limit) {
+            return bad("pids_limit", format!("= {} is outside [16, 1048576]", parsed.pids_limit));
+        }
+        if !(1..=7 * 24 * 3600).contains(&parsed.run_timeout_s) {
+            return bad("run_timeout_s", format!("= {} is outside [1, 604800]", parsed.run_timeout_s));
+        }
+        for (field, value) in
+            [("flake_recheck_rate", parsed.flake_recheck_rate), ("flake_threshold", parsed.flake_threshold)]
+        {
+            if !(0.0..=1.0).contains(&value) {
+                return bad(field, format!("= {value} is outside [0, 1]"));
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn agent_options_take_defaults_and_name_bad_fields() {
+        let o = AgentOptions::from_json(&json!({"kind": "agent", "command": ["python3", "-m", "x"]})).unwrap();
+        assert_eq!(o.memory_mb, 2048);
+        assert_eq!(o.flake_recheck_rate, 0.10);
+        assert_eq!(o.model, json!({}));
+        for (options, field) in [
+            (json!({}), "command"),
+            (json!({"command": []}), "command"),
+            (json!({"command": ["x"], "memory_mb": 1}), "memory_mb"),
+            (json!({"command": ["x"], "model": 3}), "model"),
+            (json!({"command": ["x"], "flake_threshold": 2.0}), "flake_threshold"),
+            (json!({"command": ["x"], "colour": "red"}), "colour"),
+        ] {
+            let e = AgentOptions::from_json(&options).unwrap_err();
+            assert!(e.contains(field), "{e} should name {field}");
+        }
     }
 }

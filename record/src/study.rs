@@ -202,4 +202,44 @@ pub struct StudyRecord {
     pub state: StudyState,
     pub spec: StudySpec,
     pub trajectories: Vec<TrajectoryRecord>,
+    /// How the study's patches were judged (SPEC.md §6).
+    pub evaluation: EvaluationStats,
+}
+
+/// How a study's patches were judged: through the patch cache, evaluated, re-checked for flakes
+/// (SPEC.md §6, the Table 4 checks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvaluationStats {
+    /// Runs whose patch was evaluated for them.
+    pub evaluated_runs: u64,
+    /// Runs judged by a verdict already in the cache.
+    pub cache_hits: u64,
+    /// Runs whose empty patch failed without evaluation.
+    pub empty_patches: u64,
+    /// Distinct non-empty patches judged.
+    pub unique_patches: u64,
+    /// Evaluations carried out in all: the runs' own and the flake re-checks.
+    pub evaluations: u64,
+    /// Evaluations of a patch after its first (re-checks, and concurrent first evaluations).
+    pub flake_checks: u64,
+    /// Of those, the ones whose verdict differed from the first.
+    pub flakes: u64,
+}
+
+impl EvaluationStats {
+    /// Runs judged in all (each through the cache: evaluated once, a hit, or an empty patch).
+    pub fn judged_runs(&self) -> u64 {
+        self.evaluated_runs + self.cache_hits + self.empty_patches
+    }
+
+    /// The share of flake checks that disagreed; `None` when none was made (not measured).
+    pub fn flake_rate(&self) -> Option<f64> {
+        (self.flake_checks > 0).then(|| self.flakes as f64 / self.flake_checks as f64)
+    }
+
+    /// The share of judged runs that needed no evaluation of their own; `None` with no run.
+    pub fn saved_share(&self) -> Option<f64> {
+        let judged = self.judged_runs();
+        (judged > 0).then(|| (self.cache_hits + self.empty_patches) as f64 / judged as f64)
+    }
 }

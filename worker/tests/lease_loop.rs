@@ -197,6 +197,17 @@ impl WorkerService for FakeService {
     type GetTrajectoryStream =
         std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::Chunk, Status>> + Send + 'static>>;
 
+    async fn put_file(
+        &self,
+        _: Request<tonic::Streaming<v1::UploadChunk>>,
+    ) -> Result<Response<v1::UploadResponse>, Status> {
+        Err(Status::unimplemented("the synthetic runner uploads no file"))
+    }
+
+    async fn lookup_verdict(&self, _: Request<v1::VerdictRequest>) -> Result<Response<v1::VerdictResponse>, Status> {
+        Err(Status::unimplemented("the synthetic runner judges no patch"))
+    }
+
     async fn get_trajectory(
         &self,
         request: Request<v1::GetTrajectoryRequest>,

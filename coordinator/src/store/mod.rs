@@ -100,6 +100,14 @@ pub trait Store: Send + Sync + 'static {
     /// The digests among `digests` the store does not hold.
     fn missing_files(&self, digests: &[String]) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
+    /// The verdict of a patch already judged in the study's patch cache (SPEC.md §6).
+    fn verdict(
+        &self,
+        study: &str,
+        task: &str,
+        patch_sha256: &str,
+    ) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send;
+
     /// A file by its digest.
     fn file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 

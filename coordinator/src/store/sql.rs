@@ -19,6 +19,8 @@ use vcurve_method::schedule::{Key, Outcome, Series, Stage, TrajectoryPlan, Varia
 use vcurve_record::TrajectoryPayload;
 use vcurve_record::jobs::{NonReplayable, Replayed};
 
+mod verdicts;
+
 use super::{LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, JobReport, LeasedJob, Progress, ReportVerdict,
@@ -353,8 +355,10 @@ impl SqlStore {
 
     /// Mark a study done once none of its trajectories is waiting, replaying or running.
     async fn finish_if_done(&self, tx: &mut Transaction<'_, Any>, study: &str, now: i64) -> Result<(), StoreError> {
+        // Open trajectories, and jobs still to run (flake re-checks, base runs).
         let open: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')",
+            "SELECT (SELECT COUNT(*) FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')) \
+             + (SELECT COUNT(*) FROM jobs WHERE study = $1 AND state IN ('pending', 'leased')) AS n",
         )
         .bind(study)
         .fetch_one(&mut **tx)
@@ -614,8 +618,17 @@ impl SqlStore {
                 id,
             });
         }
+        let mut evaluation = self.verdict_totals(&mut *tx, study).await?;
+        evaluation.empty_patches = sqlx::query(
+            "SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND state = 'done' AND judged = 'empty_patch'",
+        )
+        .bind(study)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get::<i64, _>("n")?
+        .max(0) as u64;
         tx.commit().await?;
-        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories })
+        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories, evaluation })
     }
 
     /// `IN ($first, …)` over the runner kinds a worker offers.
@@ -636,7 +649,8 @@ impl SqlStore {
         policy: LeasePolicy,
     ) -> Result<Vec<LeasedJob>, StoreError> {
         let sql = format!(
-            "SELECT j.study, j.kind, j.subject, j.patch_sha256, j.seq, j.attempt, tr.payload_digest, tr.plan_json \
+            "SELECT j.study, j.kind, j.subject, j.patch_sha256, j.seq, j.attempt, \
+             COALESCE(tr.payload_digest, j.payload_digest) AS payload_digest, tr.plan_json \
              FROM jobs j \
              JOIN studies s ON s.id = j.study \
              LEFT JOIN trajectories tr ON j.kind = 'replay' AND tr.study = j.study AND tr.id = j.subject \
@@ -748,6 +762,33 @@ impl SqlStore {
         Ok(Some(serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?))
     }
 
+    /// A trajectory's task and payload digest. A trajectory stored before the `task` column
+    /// takes its task from the spec.
+    async fn task_of(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+    ) -> Result<(String, Option<String>), StoreError> {
+        let row = sqlx::query("SELECT task, payload_digest FROM trajectories WHERE study = $1 AND id = $2")
+            .bind(study)
+            .bind(trajectory)
+            .fetch_one(&mut **tx)
+            .await?;
+        let payload: Option<String> = row.try_get("payload_digest")?;
+        if let Some(task) = row.try_get::<Option<String>, _>("task")? {
+            return Ok((task, payload));
+        }
+        let spec: String = sqlx::query("SELECT spec_json FROM studies WHERE id = $1")
+            .bind(study)
+            .fetch_one(&mut **tx)
+            .await?
+            .try_get("spec_json")?;
+        let spec: StudySpec = serde_json::from_str(&spec).map_err(corrupt)?;
+        let task = spec.trajectories.iter().find(|t| t.id == trajectory).map(|t| t.task.clone());
+        Ok((task.unwrap_or_else(|| trajectory.to_string()), payload))
+    }
+
     /// Whether a job row may take a report for `attempt`: `Err` carries why not.
     fn check_attempt(row: &AnyRow, attempt: u32) -> Result<Result<(), String>, StoreError> {
         let state: String = row.try_get("state")?;
@@ -809,6 +850,7 @@ impl SqlStore {
             return Ok(Reported::ignored(why));
         }
         let config = self.config(tx, &key.study).await?;
+        let mut rechecks = false;
         let replan = match report {
             JobReport::Outcome(o) => {
                 bind_key(
@@ -828,6 +870,11 @@ impl SqlStore {
                 .execute(&mut **tx)
                 .await?;
                 self.count(tx, &key.study, &key.trajectory, "n_done", 1).await?;
+                if config.runner_kind == vcurve_record::runner::AGENT {
+                    let (task, payload) = self.task_of(tx, &key.study, &key.trajectory).await?;
+                    let run = verdicts::RunOf { study: &key.study, task: &task, payload: payload.as_deref() };
+                    rechecks = self.judge_run(tx, &config, run, o, now).await?;
+                }
                 true
             }
             JobReport::NoOutcome { reason } => {
@@ -845,8 +892,8 @@ impl SqlStore {
             }
             JobReport::Replayed(_) | JobReport::Evaluated { .. } => unreachable!("checked by JobReport::fits"),
         };
-        // A no-outcome puts its key back: work for a waiting worker.
-        let mut wakes = matches!(report, JobReport::NoOutcome { .. });
+        // A no-outcome puts its key back, a re-check is new work: either wakes a waiting worker.
+        let mut wakes = matches!(report, JobReport::NoOutcome { .. }) || rechecks;
         if replan {
             let (created, finished) = self.replan(tx, &config, &key.study, &key.trajectory, &plan, now).await?;
             wakes |= created > 0 || finished;
@@ -892,6 +939,8 @@ impl SqlStore {
                     replayed_excerpt: String::new(),
                 };
                 self.drop_non_replayable(tx, study, trajectory, &why, now).await?;
+            } else if retired {
+                self.finish_if_done(tx, study, now).await?;
             }
             return Ok(Reported::accepted(true));
         }
@@ -923,7 +972,15 @@ impl SqlStore {
                 self.drop_non_replayable(tx, study, trajectory, why, now).await?;
                 Ok(Reported::accepted(true))
             }
-            _ => Ok(Reported::accepted(false)),
+            (JobKey::Evaluation { task, patch_sha256, .. }, JobReport::Evaluated { resolved }) => {
+                self.record_recheck(tx, study, task, patch_sha256, *resolved).await?;
+                self.finish_if_done(tx, study, now).await?;
+                Ok(Reported::accepted(false))
+            }
+            _ => {
+                self.finish_if_done(tx, study, now).await?;
+                Ok(Reported::accepted(false))
+            }
         }
     }
 
@@ -990,6 +1047,15 @@ async fn insert_job(tx: &mut Transaction<'_, Any>, key: &JobKey, now: i64) -> Re
     .execute(&mut **tx)
     .await?;
     Ok(done.rows_affected() > 0)
+}
+
+/// Name the payload that carries a job's task (evaluations, base runs).
+async fn set_job_payload(tx: &mut Transaction<'_, Any>, key: &JobKey, payload: Option<&str>) -> Result<(), StoreError> {
+    bind_job(sqlx::query(concat!("UPDATE jobs SET payload_digest = $6 WHERE ", job_is!())), key)
+        .bind(payload.map(str::to_string))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }
 
 /// Keep a file by digest inside a transaction; returns whether it was new.
@@ -1073,7 +1139,7 @@ impl Store for SqlStore {
             insert_file(&mut tx, &digest, &bytes, now).await?;
             sqlx::query(
                 "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, plan_json, payload_digest, \
-                 recorded_digest) VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6, $7)",
+                 recorded_digest, task) VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6, $7, $8)",
             )
             .bind(&id)
             .bind(&trajectory.id)
@@ -1082,6 +1148,7 @@ impl Store for SqlStore {
             .bind(serde_json::to_string(&plan).map_err(corrupt)?)
             .bind(&digest)
             .bind(trajectory.recorded.as_deref())
+            .bind(&trajectory.task)
             .execute(&mut *tx)
             .await?;
         }
@@ -1272,6 +1339,11 @@ impl Store for SqlStore {
                 .fetch_one(&mut *tx)
                 .await?
                 .try_get("n")?;
+        let evaluation = if runner_kind == vcurve_record::runner::AGENT {
+            Some(self.verdict_totals(&mut *tx, study).await?)
+        } else {
+            None
+        };
         let workers = sqlx::query(
             "SELECT w.id, w.name, w.slots, w.last_seen_ms, w.capabilities, \
              (SELECT COUNT(*) FROM continuations c WHERE c.worker = w.id AND c.state = 'leased') \
@@ -1330,6 +1402,7 @@ impl Store for SqlStore {
             eta_seconds,
             waiting_for_runner,
             lease_latency: None,
+            evaluation,
         })
     }
 
@@ -1397,6 +1470,10 @@ impl Store for SqlStore {
         let row =
             sqlx::query("SELECT content FROM files WHERE digest = $1").bind(digest).fetch_optional(&self.pool).await?;
         row.map(|r| r.try_get::<Vec<u8>, _>("content").map_err(StoreError::from)).transpose()
+    }
+
+    async fn verdict(&self, study: &str, task: &str, patch_sha256: &str) -> Result<Option<bool>, StoreError> {
+        self.lookup_verdict(study, task, patch_sha256).await
     }
 
     async fn enqueue(&self, keys: &[JobKey], now: i64) -> Result<u32, StoreError> {
