@@ -46,11 +46,13 @@
 //! The Docker runtime (replay, fingerprints) and the real agent runners come later, behind the
 //! same [`AgentRunner`] trait.
 
+pub mod agent;
 mod cache;
 mod client;
 mod config;
 pub mod container;
 mod error;
+pub mod evaluate;
 pub mod exec;
 mod lease_loop;
 pub mod runner;

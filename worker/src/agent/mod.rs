@@ -1,0 +1,583 @@
+//! The worker's side of the agent process protocol `vcurve.agent.v1` (docs/agent-protocol.md):
+//! [`run_agent`] starts one agent process for one run (a base run from `h_0` or a continuation
+//! from `h_t`), answers its `exec`s through the one exec path ([`crate::exec::run_command`]),
+//! collects its `step`s and its `final`, and checks every message on the way.
+//!
+//! # What is checked
+//!
+//! - Every stdout line is one JSON object (at most [`MAX_LINE_BYTES`] before its `\n`; the last
+//!   line may lack the `\n`) with a string `"type"`: `exec`, `step` or `final`. Fields the protocol
+//!   does not define are ignored.
+//! - `exec.command` is a string, `exec.timeout_s` a positive finite number (capped at
+//!   [`crate::exec::MAX_TIMEOUT_S`]; the action records the timeout applied).
+//! - `step.messages` is a non-empty array of JSON objects; the step count never exceeds the
+//!   budget. The `exec`s since the previous `step` are the step's actions. `exec`s after the last
+//!   `step` and before `final` (say, a `git diff` to build the submission) belong to no step: they
+//!   are kept in [`AgentRun::trailing_actions`], not in any step.
+//! - `final.end_type` is one of the end types, `final.submission` a string or null,
+//!   `final.messages` an array of JSON objects equal (as JSON values) to
+//!   `prefix ++ own ++ step_1 ++ … ++ step_n ++ trailing`: it starts with the prefix the agent was
+//!   handed; `own` (the agent's own system prompt and task) may be non-empty only when that prefix
+//!   is empty; the steps' messages follow in order; `trailing` messages after the last step (a
+//!   scaffold's exit notice) belong to no step.
+//! - Nothing follows `final` on stdout.
+//!
+//! Any violation, a process that exits or closes its pipes before `final`, or one killed by a
+//! signal is a no-outcome ([`AgentFailure`]), its reason naming what was wrong and ending with
+//! the last 4 KiB of the agent's stderr.
+//!
+//! # After `final`
+//!
+//! The worker closes the agent's stdin and waits up to [`AgentLimits::exit_grace`] (10 s) for it
+//! to exit, killing it then. The run is decided by its valid `final`: how the process ended
+//! afterwards — a non-zero status, a signal, the kill after the grace — does not undo it (the
+//! agent never touches the container, so nothing it does after `final` can change the run); it
+//! is recorded in [`AgentRun::exit`] and logged at `warn`.
+//!
+//! # Processes
+//!
+//! The agent runs in its own process group; on every failure path the whole group is killed
+//! (SIGKILL) and the child is reaped. The child is also killed if the future is dropped.
+
+mod lines;
+mod messages;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use vcurve_record::{Action, EndType, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};
+
+use crate::container::Container;
+use crate::exec::{MAX_TIMEOUT_S, run_command};
+use lines::{LineError, LineReader, Tail, last_bytes};
+use messages::{AgentMessage, exec_result_message, locate_steps, parse_message, start_message};
+
+pub use messages::PROTOCOL;
+
+/// The longest line the agent may write (before its `\n`).
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+/// How much of the agent's stderr is kept.
+pub const STDERR_TAIL_BYTES: usize = 64 << 10;
+/// How long an agent may take to exit after its `final`.
+pub const EXIT_GRACE: Duration = Duration::from_secs(10);
+/// How much of the stderr tail a failure's reason carries.
+const REASON_STDERR_BYTES: usize = 4 << 10;
+/// How long to wait for a killed process to be reaped, and for its stderr to drain.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+const STDERR_DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// The process to start: the study's `runner.command`, `runner.env` and working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCommand {
+    /// The argument vector, e.g. `["python3", "-m", "vcurve_agents.scripted"]`.
+    pub argv: Vec<String>,
+    /// Variables added to the worker's environment.
+    pub env: BTreeMap<String, String>,
+    /// The working directory; `None` is the worker's.
+    pub cwd: Option<PathBuf>,
+}
+
+/// Everything one run is started with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentStart {
+    pub command: AgentCommand,
+    /// The task (its id, workdir and problem statement go into `start`; commands run in its
+    /// workdir).
+    pub task: Task,
+    /// How the agent's commands are run (the trajectory's interpreter; the default for base runs
+    /// of tasks without a recorded run).
+    pub interpreter: Interpreter,
+    /// The message prefix the agent resumes from (empty for a base run without recorded initial
+    /// messages).
+    pub messages: Vec<Value>,
+    /// Steps already taken in the prefix.
+    pub t: u32,
+    /// Steps the agent may still take.
+    pub budget: u32,
+    /// The run's sampling seed.
+    pub seed: u64,
+    /// The study's `runner.model` object, passed through.
+    pub model: Value,
+}
+
+/// The bounds of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentLimits {
+    /// The whole run, from spawning the process to its `final` (the study's
+    /// `runner.run_timeout_s`).
+    pub run_timeout: Duration,
+    /// How long the process may take to exit after `final` ([`EXIT_GRACE`]).
+    pub exit_grace: Duration,
+    /// The longest stdout line ([`MAX_LINE_BYTES`]).
+    pub max_line_bytes: usize,
+    /// How much stderr is kept ([`STDERR_TAIL_BYTES`]).
+    pub stderr_tail_bytes: usize,
+}
+
+impl AgentLimits {
+    /// The protocol's limits with the given run timeout.
+    pub fn new(run_timeout: Duration) -> Self {
+        AgentLimits {
+            run_timeout,
+            exit_grace: EXIT_GRACE,
+            max_line_bytes: MAX_LINE_BYTES,
+            stderr_tail_bytes: STDERR_TAIL_BYTES,
+        }
+    }
+}
+
+/// How the agent process ended after its `final`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentExit {
+    /// It exited with this status (0 is what the protocol asks for).
+    Exited(i32),
+    /// A signal ended it.
+    Signaled(i32),
+    /// It had not exited within the grace and was killed.
+    KilledAfterGrace,
+}
+
+impl std::fmt::Display for AgentExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AgentExit::Exited(code) => write!(f, "exited with status {code}"),
+            AgentExit::Signaled(sig) => write!(f, "was killed by {}", signal_name(*sig)),
+            AgentExit::KilledAfterGrace => {
+                f.write_str("had not exited within the grace after its final and was killed")
+            }
+        }
+    }
+}
+
+/// A run that ended with a valid `final`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentRun {
+    /// The whole message list (`final.messages`), prefix included.
+    pub messages: Vec<Value>,
+    /// Messages before the first step: the prefix's length, or, for an empty prefix, the agent's
+    /// own initial messages (system prompt and task).
+    pub initial_messages: usize,
+    /// The steps this run took (after the prefix's `t`), their `messages_end` indices into
+    /// [`AgentRun::messages`], fingerprints `None`.
+    pub steps: Vec<Step>,
+    /// `steps.len()`, at most the budget.
+    pub steps_used: u32,
+    pub end_type: EndType,
+    /// The submitted patch; empty when none.
+    pub submission: String,
+    /// Commands run after the last step and before `final`; they belong to no step.
+    pub trailing_actions: Vec<Action>,
+    /// The `t` the run started from.
+    pub t: u32,
+    /// How the process ended after `final`.
+    pub exit: AgentExit,
+    /// The last bytes of the agent's stderr ([`AgentLimits::stderr_tail_bytes`]).
+    pub stderr_tail: String,
+}
+
+impl AgentRun {
+    /// The base run as a recorded trajectory: the run must start from `t = 0`; `fingerprints`
+    /// is empty (none recorded) or holds one entry per step. The result passes
+    /// [`Trajectory::validate`] (a run of zero steps does not: a trajectory has at least one).
+    pub fn into_trajectory(
+        self,
+        task: Task,
+        interpreter: Interpreter,
+        fingerprints: Vec<Option<Fingerprint>>,
+    ) -> Result<Trajectory, TrajectoryError> {
+        let field = |field: &str, message: String| TrajectoryError::Field { field: field.into(), message };
+        if self.t != 0 {
+            return Err(field("t", format!("= {}: only a base run (t = 0) is recorded as a trajectory", self.t)));
+        }
+        if !fingerprints.is_empty() && fingerprints.len() != self.steps.len() {
+            return Err(field(
+                "fingerprints",
+                format!(
+                    "has {} entries for {} steps (give none or one per step)",
+                    fingerprints.len(),
+                    self.steps.len()
+                ),
+            ));
+        }
+        let mut steps = self.steps;
+        for (step, fingerprint) in steps.iter_mut().zip(fingerprints) {
+            step.fingerprint = fingerprint;
+        }
+        let trajectory = Trajectory {
+            format: vcurve_record::trajectory::FORMAT.to_string(),
+            task,
+            interpreter,
+            messages: self.messages,
+            initial_messages: self.initial_messages,
+            steps,
+            end_type: self.end_type,
+            submission: (!self.submission.is_empty()).then_some(self.submission),
+        };
+        trajectory.validate()?;
+        Ok(trajectory)
+    }
+}
+
+/// Why a run has no outcome. Every variant but `Cancelled` is reported as a no-outcome with
+/// [`AgentFailure::reason`] and the key is run again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentFailure {
+    /// The agent broke the protocol (a bad line, a message out of order, too many steps, a
+    /// `final` that does not fit, an exit before `final`).
+    #[error("the agent broke the protocol: {reason}")]
+    Protocol { reason: String },
+    /// A signal killed the agent before its `final` (the memory limit, the kernel).
+    #[error("the agent was killed: {reason}")]
+    Killed { reason: String },
+    /// The run outlived its timeout and was killed.
+    #[error("the agent run timed out: {reason}")]
+    Timeout { reason: String },
+    /// The container or the host failed (a runtime error during an exec, the agent could not be
+    /// started).
+    #[error("infrastructure failure: {reason}")]
+    Infrastructure { reason: String },
+    /// The caller cancelled the run; the agent was killed.
+    #[error("the agent run was cancelled")]
+    Cancelled,
+}
+
+impl AgentFailure {
+    /// The no-outcome reason to report.
+    pub fn reason(&self) -> String {
+        self.to_string()
+    }
+}
+
+/// How the conversation stopped short of a valid `final`.
+enum Stop {
+    Cancelled,
+    Timeout,
+    Violation(String),
+    /// The process ended (or closed its pipes) before `final`.
+    Ended(String, Option<ExitStatus>),
+    Infrastructure(String),
+}
+
+/// What a valid `final` delivered.
+struct Collected {
+    messages: Vec<Value>,
+    initial_messages: usize,
+    steps: Vec<Step>,
+    end_type: EndType,
+    submission: String,
+    trailing_actions: Vec<Action>,
+}
+
+struct AgentIo {
+    stdin: Option<ChildStdin>,
+    lines: LineReader<BufReader<ChildStdout>>,
+}
+
+impl AgentIo {
+    async fn send(&mut self, message: &Value) -> std::io::Result<()> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdin is closed"));
+        };
+        let mut bytes = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
+        stdin.write_all(&bytes).await?;
+        stdin.flush().await
+    }
+
+    /// The next line, a bad one as a violation; `None` at the end of stdout.
+    async fn next_line(&mut self, max: usize) -> Result<Option<Vec<u8>>, Stop> {
+        match self.lines.next_line().await {
+            Ok(line) => Ok(line),
+            Err(LineError::TooLong) => Err(Stop::Violation(format!(
+                "line {} of the agent's output is longer than {max} bytes",
+                self.lines.line_no + 1
+            ))),
+            Err(LineError::Io(e)) => Err(Stop::Violation(format!("cannot read the agent's output: {e}"))),
+        }
+    }
+}
+
+/// Run one agent process to its `final` (see the module docs for what is checked).
+pub async fn run_agent(
+    container: &Container,
+    start: AgentStart,
+    limits: AgentLimits,
+    cancel: CancellationToken,
+) -> Result<AgentRun, AgentFailure> {
+    if cancel.is_cancelled() {
+        return Err(AgentFailure::Cancelled);
+    }
+    let deadline = Instant::now() + limits.run_timeout;
+    let Some((program, args)) = start.command.argv.split_first() else {
+        return Err(AgentFailure::Infrastructure { reason: "the agent command is empty".into() });
+    };
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .envs(&start.command.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    if let Some(cwd) = &start.command.cwd {
+        command.current_dir(cwd);
+    }
+    let mut child = command.spawn().map_err(|e| AgentFailure::Infrastructure {
+        reason: format!("cannot start the agent {:?}: {e}", start.command.argv),
+    })?;
+    let group = child.id();
+    let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+    else {
+        kill(&mut child, group).await;
+        return Err(AgentFailure::Infrastructure { reason: "the agent's pipes were not set up".into() });
+    };
+    let tail = Tail::new(limits.stderr_tail_bytes);
+    let stderr_task = tokio::spawn(tail.clone().drain(stderr));
+    let mut io = AgentIo {
+        stdin: Some(stdin),
+        lines: LineReader::new(BufReader::with_capacity(64 << 10, stdout), limits.max_line_bytes),
+    };
+
+    let conversation = tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(Stop::Cancelled),
+        () = tokio::time::sleep_until(deadline) => Err(Stop::Timeout),
+        r = converse(container, &start, &limits, &mut io, &mut child) => r,
+    };
+    let collected = match conversation {
+        Ok(collected) => collected,
+        Err(stop) => {
+            drop(io);
+            kill(&mut child, group).await;
+            let _ = tokio::time::timeout(STDERR_DRAIN_WAIT, stderr_task).await;
+            return Err(failure(stop, &limits, &tail.snapshot()));
+        }
+    };
+
+    // After final: close stdin, let it exit, refuse anything more on stdout.
+    io.stdin = None;
+    let max = limits.max_line_bytes;
+    let after = async {
+        match io.next_line(max).await? {
+            Some(line) => Err(Stop::Violation(format!(
+                "line {} of the agent's output follows its final message: {}",
+                io.lines.line_no,
+                messages::excerpt(&line)
+            ))),
+            None => Ok(child.wait().await),
+        }
+    };
+    let ended = tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(Stop::Cancelled),
+        r = tokio::time::timeout(limits.exit_grace, after) => match r {
+            Ok(Ok(Ok(status))) => Ok(exit_of(status)),
+            Ok(Ok(Err(e))) => Err(Stop::Infrastructure(format!("cannot wait for the agent process: {e}"))),
+            Ok(Err(stop)) => Err(stop),
+            Err(_) => Ok(AgentExit::KilledAfterGrace),
+        },
+    };
+    drop(io);
+    let exit = match ended {
+        Ok(AgentExit::KilledAfterGrace) => {
+            kill(&mut child, group).await;
+            AgentExit::KilledAfterGrace
+        }
+        Ok(exit) => exit,
+        Err(stop) => {
+            kill(&mut child, group).await;
+            let _ = tokio::time::timeout(STDERR_DRAIN_WAIT, stderr_task).await;
+            return Err(failure(stop, &limits, &tail.snapshot()));
+        }
+    };
+    // Leave nothing of a finished agent behind (its group's background processes).
+    kill_group(group);
+    let _ = tokio::time::timeout(STDERR_DRAIN_WAIT, stderr_task).await;
+    let stderr_tail = tail.snapshot();
+    if exit != AgentExit::Exited(0) {
+        tracing::warn!(task = %start.task.id, %exit, stderr = %last_bytes(&stderr_tail, REASON_STDERR_BYTES),
+            "the agent process did not exit cleanly after a valid final; the run stands");
+    }
+    Ok(AgentRun {
+        steps_used: collected.steps.len() as u32,
+        messages: collected.messages,
+        initial_messages: collected.initial_messages,
+        steps: collected.steps,
+        end_type: collected.end_type,
+        submission: collected.submission,
+        trailing_actions: collected.trailing_actions,
+        t: start.t,
+        exit,
+        stderr_tail,
+    })
+}
+
+/// The conversation from `start` to a valid `final`.
+async fn converse(
+    container: &Container,
+    start: &AgentStart,
+    limits: &AgentLimits,
+    io: &mut AgentIo,
+    child: &mut Child,
+) -> Result<Collected, Stop> {
+    if let Err(e) = io.send(&start_message(start)).await {
+        return Err(ended_early(child, limits, &format!("the agent closed its input before start ({e})")).await);
+    }
+    let mut pending: Vec<Action> = Vec::new();
+    let mut steps: Vec<(Vec<Action>, Vec<Value>)> = Vec::new();
+    loop {
+        let Some(line) = io.next_line(limits.max_line_bytes).await? else {
+            let what = format!("the agent's output ended after {} steps, before its final message", steps.len());
+            return Err(ended_early(child, limits, &what).await);
+        };
+        let line_no = io.lines.line_no;
+        let message = parse_message(&line).map_err(|e| Stop::Violation(format!("line {line_no}: {e}")))?;
+        match message {
+            AgentMessage::Exec { command, timeout_s } => {
+                let applied = timeout_s.min(MAX_TIMEOUT_S);
+                let observed = run_command(container, &start.task, &start.interpreter, &command, applied)
+                    .await
+                    .map_err(|e| Stop::Infrastructure(format!("the container failed running {command:?}: {e}")))?;
+                if let Err(e) = io.send(&exec_result_message(&observed)).await {
+                    let what = format!("the agent closed its input before the result of exec {command:?} ({e})");
+                    return Err(ended_early(child, limits, &what).await);
+                }
+                pending.push(Action {
+                    command,
+                    timeout_s: applied,
+                    output: observed.output,
+                    returncode: observed.returncode,
+                    timed_out: observed.timed_out,
+                    exception: None,
+                });
+            }
+            AgentMessage::Step { messages } => {
+                if steps.len() as u64 >= u64::from(start.budget) {
+                    return Err(Stop::Violation(format!(
+                        "line {line_no}: step {} is beyond the budget of {} steps",
+                        steps.len() + 1,
+                        start.budget
+                    )));
+                }
+                steps.push((std::mem::take(&mut pending), messages));
+            }
+            AgentMessage::Final { end_type, submission, messages } => {
+                let carried: Vec<Vec<Value>> = steps.iter().map(|(_, m)| m.clone()).collect();
+                let initial_messages = locate_steps(&start.messages, &carried, &messages)
+                    .map_err(|e| Stop::Violation(format!("line {line_no}: {e}")))?;
+                let mut end = initial_messages;
+                let steps = steps
+                    .into_iter()
+                    .map(|(actions, carried)| {
+                        end += carried.len();
+                        Step { actions, messages_end: end, fingerprint: None }
+                    })
+                    .collect();
+                return Ok(Collected {
+                    messages,
+                    initial_messages,
+                    steps,
+                    end_type,
+                    submission,
+                    trailing_actions: pending,
+                });
+            }
+        }
+    }
+}
+
+/// The process stopped talking before `final`: see how it ended (waiting up to the exit grace).
+async fn ended_early(child: &mut Child, limits: &AgentLimits, what: &str) -> Stop {
+    match tokio::time::timeout(limits.exit_grace, child.wait()).await {
+        Ok(Ok(status)) => Stop::Ended(what.to_string(), Some(status)),
+        Ok(Err(e)) => Stop::Infrastructure(format!("{what}; cannot wait for the agent process: {e}")),
+        Err(_) => Stop::Ended(format!("{what}, and the process was still running {:?} later", limits.exit_grace), None),
+    }
+}
+
+fn failure(stop: Stop, limits: &AgentLimits, stderr_tail: &str) -> AgentFailure {
+    let with_stderr = |reason: String| {
+        let tail = last_bytes(stderr_tail.trim_end(), REASON_STDERR_BYTES);
+        if tail.is_empty() {
+            format!("{reason}; the agent wrote nothing to stderr")
+        } else {
+            format!("{reason}; agent stderr (last {REASON_STDERR_BYTES} bytes at most):\n{tail}")
+        }
+    };
+    match stop {
+        Stop::Cancelled => AgentFailure::Cancelled,
+        Stop::Timeout => AgentFailure::Timeout {
+            reason: with_stderr(format!(
+                "the run took longer than its {} s and was killed",
+                limits.run_timeout.as_secs_f64()
+            )),
+        },
+        Stop::Violation(reason) => AgentFailure::Protocol { reason: with_stderr(reason) },
+        Stop::Infrastructure(reason) => AgentFailure::Infrastructure { reason: with_stderr(reason) },
+        Stop::Ended(what, status) => match status.map(|s| (s.signal(), s.code())) {
+            Some((Some(sig), _)) => AgentFailure::Killed {
+                reason: with_stderr(format!("{what}: the process was killed by {}", signal_name(sig))),
+            },
+            Some((None, Some(code))) => {
+                AgentFailure::Protocol { reason: with_stderr(format!("{what}: the process exited with status {code}")) }
+            }
+            _ => AgentFailure::Protocol { reason: with_stderr(what) },
+        },
+    }
+}
+
+fn exit_of(status: ExitStatus) -> AgentExit {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => AgentExit::Exited(code),
+        (None, Some(sig)) => AgentExit::Signaled(sig),
+        (None, None) => AgentExit::Exited(-1),
+    }
+}
+
+/// Kill the agent and its process group (`group`: the agent's pid, taken at spawn, since a reaped
+/// child no longer has one), and reap it.
+async fn kill(child: &mut Child, group: Option<u32>) {
+    let _ = child.start_kill();
+    kill_group(group);
+    let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+}
+
+/// SIGKILL whatever is left of the agent's process group.
+fn kill_group(group: Option<u32>) {
+    if let Some(pid) = group.and_then(|id| i32::try_from(id).ok()).and_then(rustix::process::Pid::from_raw) {
+        // The group may be empty by now; that is not an error worth reporting.
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return format!("signal {sig}"),
+    };
+    format!("signal {sig} ({name})")
+}
