@@ -55,6 +55,7 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use vcurve_record::runner::AgentOptions;
 use vcurve_record::{Action, EndType, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};
 
 use crate::container::Container;
@@ -85,6 +86,13 @@ pub struct AgentCommand {
     pub env: BTreeMap<String, String>,
     /// The working directory; `None` is the worker's.
     pub cwd: Option<PathBuf>,
+}
+
+impl AgentCommand {
+    /// The study's `runner.command` and `runner.env`, run in the worker's working directory.
+    pub fn from_options(options: &AgentOptions) -> Self {
+        AgentCommand { argv: options.command.clone(), env: options.env.clone(), cwd: None }
+    }
 }
 
 /// Everything one run is started with.
@@ -125,6 +133,11 @@ pub struct AgentLimits {
 }
 
 impl AgentLimits {
+    /// The protocol's limits with the study's `runner.run_timeout_s`.
+    pub fn from_options(options: &AgentOptions) -> Self {
+        Self::new(Duration::from_secs(options.run_timeout_s))
+    }
+
     /// The protocol's limits with the given run timeout.
     pub fn new(run_timeout: Duration) -> Self {
         AgentLimits {

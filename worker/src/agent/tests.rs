@@ -421,3 +421,20 @@ async fn a_budget_of_zero_allows_a_final_without_steps() {
     let err = run.into_trajectory(task(), Interpreter::default(), vec![]).unwrap_err();
     assert!(err.to_string().contains("steps is empty"), "{err}");
 }
+
+#[test]
+fn commands_and_limits_come_from_the_study_options() {
+    let options = vcurve_record::runner::AgentOptions::from_json(&json!({
+        "command": ["python3", "-m", "vcurve_agents.scripted"],
+        "env": {"PYTHONPATH": "agents"},
+        "run_timeout_s": 90,
+    }))
+    .unwrap();
+    let command = AgentCommand::from_options(&options);
+    assert_eq!(command.argv, vec!["python3", "-m", "vcurve_agents.scripted"]);
+    assert_eq!(command.env.get("PYTHONPATH").map(String::as_str), Some("agents"));
+    assert_eq!(command.cwd, None);
+    let limits = AgentLimits::from_options(&options);
+    assert_eq!(limits, AgentLimits::new(Duration::from_secs(90)));
+    assert_eq!((limits.exit_grace, limits.max_line_bytes, limits.stderr_tail_bytes), (EXIT_GRACE, 64 << 20, 64 << 10));
+}
