@@ -120,6 +120,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
                         end_type: v1::EndType::Submitted.into(),
                         judged: v1::Judged::Evaluated.into(),
                         patch_sha256: String::new(),
+                        recorded_digest: String::new(),
                     })),
                     duration_ms: 0,
                 })

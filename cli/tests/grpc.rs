@@ -101,6 +101,7 @@ async fn clients_and_workers_need_their_own_tokens() {
             end_type: v1::EndType::Submitted.into(),
             patch_sha256: String::new(),
             judged: v1::Judged::Evaluated.into(),
+            recorded_digest: String::new(),
         })),
         duration_ms: 1,
     };

@@ -30,6 +30,7 @@ async fn finished_study(c: &Coordinator<SqlStore>, trajectories: &[Tr]) -> Strin
                 end_type: EndType::Submitted,
                 patch_sha256: format!("{k}"),
                 judged: Judged::Evaluated,
+                recorded: None,
             });
             let held = HeldJob { key: job.key.clone(), attempt: job.attempt };
             assert_eq!(c.report(&w, &held, &report).await.unwrap(), ReportVerdict::Accepted);

@@ -63,7 +63,9 @@ use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{BaseRun, BaseRuns, Thresholds, ThresholdsError};
 use vcurve_record::runner::{AGENT, AgentOptions, SyntheticOptions};
-pub use vcurve_record::study::{Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudySpec, TrajectorySpec};
+pub use vcurve_record::study::{
+    Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudySpec, TaskRuns, TrajectorySpec,
+};
 use vcurve_record::{Trajectory, TrajectoryPayload};
 
 /// The longest trajectory a spec may declare.
@@ -150,6 +152,7 @@ impl Launch {
                 length: t.length,
                 curve: t.curve.clone(),
                 recorded: t.recorded.as_ref().and_then(|d| self.recorded.get(d)).cloned(),
+                task_def: None,
             })
             .collect()
     }
@@ -200,6 +203,16 @@ pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>)
         })?;
         files.insert(path, text);
     }
+    for (index, path) in task_references(&yaml) {
+        if files.contains_key(&path) {
+            continue;
+        }
+        let text = read_limited(&dir.join(&path)).map_err(|message| SpecError::Field {
+            field: format!("tasks[{index}].task"),
+            message: format!("{path}: {message}"),
+        })?;
+        files.insert(path, text);
+    }
     Ok((yaml, files))
 }
 
@@ -217,8 +230,22 @@ pub fn load_launch(path: &Path) -> Result<Launch, SpecError> {
 // ---------------------------------------------------------------------------------------------
 // The study
 
-const TOP_FIELDS: &[&str] =
-    &["name", "seed", "budget", "schedule", "runner", "thresholds", "controls", "admission", "trajectories", "decoys"];
+const TOP_FIELDS: &[&str] = &[
+    "name",
+    "seed",
+    "budget",
+    "schedule",
+    "runner",
+    "thresholds",
+    "controls",
+    "admission",
+    "trajectories",
+    "decoys",
+    "tasks",
+];
+const TASK_FIELDS: &[&str] = &["task", "base_runs"];
+/// The most base runs a study may ask of one task.
+pub const MAX_BASE_RUNS: u32 = 1000;
 const TRAJECTORY_FIELDS: &[&str] = &["id", "task", "length", "curve", "labels", "base_runs", "recorded"];
 const DECOY_FIELDS: &[&str] = &["id", "task", "length", "labels"];
 const CONTROL_FIELDS: &[&str] = &["sanity", "retest", "budget_control"];
@@ -248,21 +275,30 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
 
     let runner = parse_runner(required(top, "runner", "")?)?;
 
-    // The trajectory count bounds the control counts, so look at the list's shape first.
-    let entries = match required(top, "trajectories", "")? {
-        Value::Sequence(entries) if entries.is_empty() => {
-            return Err(top_error(problem("trajectories", "is empty; a study needs at least one trajectory")));
+    let tasks = parse_tasks(top, &runner, file)?;
+    // The trajectory count bounds the control counts, so look at the list's shape first. Every
+    // base run may fail and become a trajectory.
+    let no_entries: &[Value] = &[];
+    let entries: &[Value] = match get(top, "trajectories") {
+        None if !tasks.is_empty() => no_entries,
+        None => return Err(top_error(missing("trajectories"))),
+        Some(Value::Sequence(entries)) if entries.is_empty() && tasks.is_empty() => {
+            return Err(top_error(problem(
+                "trajectories",
+                "is empty; a study needs at least one trajectory, or tasks to make base runs of",
+            )));
         }
-        Value::Sequence(entries) => entries,
-        other => {
+        Some(Value::Sequence(entries)) => entries,
+        Some(other) => {
             return Err(top_error(problem(
                 "trajectories",
                 format!("must be a list of trajectories, found {}", show(other)),
             )));
         }
     };
+    let possible: usize = entries.len() + tasks.iter().map(|t| t.base_runs as usize).sum::<usize>();
 
-    let (thresholds, controls, admission) = parse_parameters(top, entries.len())?;
+    let (thresholds, controls, admission) = parse_parameters(top, possible)?;
     let budget = thresholds.budget;
 
     let synthetic = runner.kind == SYNTHETIC;
@@ -320,9 +356,110 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
         }
     };
 
-    let spec =
-        StudySpec { name, seed, budget, schedule, runner, thresholds, controls, admission, trajectories, decoys };
+    let spec = StudySpec {
+        name,
+        seed,
+        budget,
+        schedule,
+        runner,
+        thresholds,
+        controls,
+        admission,
+        trajectories,
+        decoys,
+        tasks,
+    };
     Ok(Launch { spec, recorded })
+}
+
+/// `tasks:`: each entry names a task file (the task as JSON: id, image, workdir, evaluator,
+/// problem_statement) and how many base runs to make of it.
+fn parse_tasks(
+    top: &Mapping,
+    runner: &RunnerSpec,
+    file: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<TaskRuns>, SpecError> {
+    let entries = match get(top, "tasks") {
+        None => return Ok(Vec::new()),
+        Some(Value::Sequence(entries)) => entries,
+        Some(other) => {
+            return Err(top_error(problem(
+                "tasks",
+                format!("must be a list like [{{task: tasks/calc.json, base_runs: 8}}]; found {}", show(other)),
+            )));
+        }
+    };
+    if !entries.is_empty() && runner.kind == SYNTHETIC {
+        return Err(top_error(problem(
+            "tasks",
+            "is given, but the synthetic runner cannot make base runs; use the agent runner",
+        )));
+    }
+    let mut tasks: Vec<TaskRuns> = Vec::with_capacity(entries.len());
+    for (index, entry) in entries.iter().enumerate() {
+        let at = |p: Problem| SpecError::Field { field: format!("tasks[{index}].{}", p.field), message: p.message };
+        let Value::Mapping(map) = entry else {
+            return Err(at(problem(
+                "entry",
+                format!("must be a mapping with task and base_runs; found {}", show(entry)),
+            )));
+        };
+        check_keys(map, TASK_FIELDS, "", "a task entry").map_err(at)?;
+        let path = text(get(map, "task").ok_or_else(|| at(missing("task")))?, "task").map_err(at)?;
+        let Some(contents) = file(&path) else {
+            return Err(at(problem(
+                "task",
+                format!("{path}: was not found (paths are relative to the spec file's directory)"),
+            )));
+        };
+        let task: vcurve_record::Task = serde_json::from_str(&contents)
+            .map_err(|e| at(problem("task", format!("{path}: not a task (id, image, workdir, evaluator): {e}"))))?;
+        check_task(&task).map_err(|m| at(problem("task", format!("{path}: {m}"))))?;
+        let base_runs = uint(
+            get(map, "base_runs").ok_or_else(|| at(missing("base_runs")))?,
+            "base_runs",
+            1,
+            u64::from(MAX_BASE_RUNS),
+        )
+        .map_err(at)? as u32;
+        if let Some(first) = tasks.iter().position(|t| t.task.id == task.id) {
+            return Err(at(problem(
+                "task",
+                format!("{path}: task {:?} appears twice (tasks[{first}] and tasks[{index}])", task.id),
+            )));
+        }
+        tasks.push(TaskRuns { task, base_runs });
+    }
+    Ok(tasks)
+}
+
+/// What a task definition must hold for a worker to run it.
+fn check_task(task: &vcurve_record::Task) -> Result<(), String> {
+    if !valid_name(&task.id) {
+        return Err(format!("id {:?} must be a non-empty name of letters, digits, and . _ - characters", task.id));
+    }
+    if task.image.trim().is_empty() {
+        return Err("image is empty".into());
+    }
+    if !task.workdir.starts_with('/') {
+        return Err(format!("workdir {:?} must be an absolute path", task.workdir));
+    }
+    match &task.evaluator {
+        vcurve_record::Evaluator::Command { command, timeout_s } => {
+            if command.trim().is_empty() {
+                return Err("evaluator.command is empty".into());
+            }
+            if *timeout_s == 0 {
+                return Err("evaluator.timeout_s must be at least 1".into());
+            }
+        }
+        vcurve_record::Evaluator::Swebench { instance_id } => {
+            if instance_id.trim().is_empty() {
+                return Err("evaluator.instance_id is empty".into());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
@@ -861,6 +998,20 @@ fn file_references(yaml: &str) -> Vec<(TrajectoryRef, &'static str, String)> {
         }
     }
     out
+}
+
+/// The task files a spec names (`task` of each `tasks` entry), with the entry's index.
+fn task_references(yaml: &str) -> Vec<(usize, String)> {
+    let Ok(mut doc) = serde_norway::from_str::<Value>(yaml) else { return Vec::new() };
+    if doc.apply_merge().is_err() {
+        return Vec::new();
+    }
+    let Some(entries) = doc.get("tasks").and_then(Value::as_sequence) else { return Vec::new() };
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.get("task").and_then(Value::as_str).map(|p| (i, p.to_string())))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -155,6 +155,11 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
             end_type: end_type_from_wire(o.end_type)?,
             patch_sha256: o.patch_sha256,
             judged: judged_from_wire(o.judged)?,
+            recorded: match o.recorded_digest.as_str() {
+                "" => None,
+                d if vcurve_record::trajectory::is_digest(d) => Some(d.to_string()),
+                d => return Err(Status::invalid_argument(format!("recorded_digest {d:?} is not a SHA-256 digest"))),
+            },
         })),
         Some(R::NoOutcome(n)) => Ok(JobReport::NoOutcome { reason: n.reason }),
         Some(R::NonReplayable(n)) => Ok(JobReport::NonReplayable(NonReplayable {

@@ -192,6 +192,10 @@ pub struct RunOutcome {
     /// Hex SHA-256 of the submitted patch.
     pub patch_sha256: String,
     pub judged: Judged,
+    /// The digest of a file the worker uploaded with the run: a base run's recorded trajectory
+    /// (`vcurve.trajectory.v1`), or a continuation's transcript when the study keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<String>,
 }
 
 /// The state reached differs from the record (SPEC.md §5): the trajectory is dropped, and no

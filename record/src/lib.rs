@@ -20,6 +20,6 @@ pub mod trajectory;
 pub use payload::TrajectoryPayload;
 pub use study::{
     Admission, ControlCounts, DecoySpec, EvaluationStats, Label, RunnerSpec, StudyRecord, StudySpec, StudyState,
-    TrajectoryRecord, TrajectorySpec, TrajectoryState,
+    TaskRuns, TrajectoryRecord, TrajectorySpec, TrajectoryState,
 };
 pub use trajectory::{Action, EndType, Evaluator, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};

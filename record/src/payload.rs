@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::trajectory::{Trajectory, TrajectoryError, sha256_hex};
+use crate::trajectory::{Task, Trajectory, TrajectoryError, sha256_hex};
 
 /// A trajectory as the runners need it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,9 +24,29 @@ pub struct TrajectoryPayload {
     /// The recorded run, where the study gives one (replayed, then resumed from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<Trajectory>,
+    /// The task itself, for jobs on a task without a recorded run of it (base runs): its image,
+    /// working directory and evaluator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_def: Option<Task>,
 }
 
 impl TrajectoryPayload {
+    /// The payload of a task's base runs.
+    pub fn of_task(task: &Task) -> TrajectoryPayload {
+        TrajectoryPayload {
+            task: task.id.clone(),
+            length: 0,
+            curve: None,
+            recorded: None,
+            task_def: Some(task.clone()),
+        }
+    }
+
+    /// The task definition: the recorded run's, or the one carried for base runs.
+    pub fn task_def(&self) -> Option<&Task> {
+        self.recorded.as_ref().map(|r| &r.task).or(self.task_def.as_ref())
+    }
+
     /// The canonical encoding the digest is taken over.
     pub fn canonical_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a payload always serializes")
@@ -58,7 +78,13 @@ mod tests {
 
     #[test]
     fn fetched_bytes_are_checked_against_their_digest() {
-        let p = TrajectoryPayload { task: "t".into(), length: 2, curve: Some(vec![0.5, 0.0]), recorded: None };
+        let p = TrajectoryPayload {
+            task: "t".into(),
+            length: 2,
+            curve: Some(vec![0.5, 0.0]),
+            recorded: None,
+            task_def: None,
+        };
         let bytes = p.canonical_bytes();
         assert_eq!(TrajectoryPayload::from_fetched(&bytes, &p.digest()).unwrap(), p);
         let mut tampered = bytes.clone();

@@ -32,6 +32,17 @@ pub struct StudySpec {
     /// restart policy that restarts a decoy forfeits a success.
     #[serde(default)]
     pub decoys: Vec<DecoySpec>,
+    /// Tasks the study makes base runs of (SPEC.md §7): every failed base run becomes a
+    /// trajectory of the study, with `R̂(x, b)` from the task's base runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskRuns>,
+}
+
+/// A task and how many base runs from `h_0` to make of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRuns {
+    pub task: crate::Task,
+    pub base_runs: u32,
 }
 
 /// A successful run of a study's task that judges labelled.

@@ -126,7 +126,13 @@ mod tests {
     use super::*;
 
     fn payload(task: &str, n: usize) -> (String, Vec<u8>) {
-        let p = TrajectoryPayload { task: task.into(), length: n as u32, curve: Some(vec![0.5; n]), recorded: None };
+        let p = TrajectoryPayload {
+            task: task.into(),
+            length: n as u32,
+            curve: Some(vec![0.5; n]),
+            recorded: None,
+            task_def: None,
+        };
         (p.digest(), p.canonical_bytes())
     }
 

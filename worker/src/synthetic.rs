@@ -109,6 +109,7 @@ pub fn synthetic_result(job: &JobSpec) -> JobReport {
         end_type,
         patch_sha256: hex(&Sha256::digest(patch.as_bytes())),
         judged: Judged::Evaluated,
+        recorded: None,
     })
 }
 
@@ -190,6 +191,7 @@ mod tests {
                 length,
                 curve: Some(curve),
                 recorded: None,
+                task_def: None,
             })),
             anchors: vec![],
         }
@@ -222,6 +224,7 @@ mod tests {
                 end_type: EndType::Submitted,
                 patch_sha256: "d15a4ada167cd6a4cb1c433432b331304bf97b1c0ef6cb09d9acfa224163cc64".into(),
                 judged: Judged::Evaluated,
+                recorded: None,
             })
         );
         curve[12] = 0.73; // u > 0.73: failure
@@ -347,7 +350,13 @@ mod tests {
             assert!(r.contains(expected), "{options}: {r}");
         }
         let mut j = job(k.clone(), 1, json!({}), ok_curve.clone());
-        j.trajectory = Some(Arc::new(TrajectoryPayload { task: "t".into(), length: 3, curve: None, recorded: None }));
+        j.trajectory = Some(Arc::new(TrajectoryPayload {
+            task: "t".into(),
+            length: 3,
+            curve: None,
+            recorded: None,
+            task_def: None,
+        }));
         assert!(reason(synthetic_result(&j)).contains("no curve"));
         j.trajectory = None;
         assert!(reason(synthetic_result(&j)).contains("no curve"));

@@ -150,6 +150,7 @@ pub(crate) fn report_to_wire(
             end_type: end_type_to_wire(o.end_type).into(),
             patch_sha256: o.patch_sha256.clone(),
             judged: judged_to_wire(o.judged).into(),
+            recorded_digest: o.recorded.clone().unwrap_or_default(),
         }),
         JobReport::NoOutcome { reason } => R::NoOutcome(v1::NoOutcome { reason: reason.clone() }),
         JobReport::NonReplayable(n) => R::NonReplayable(v1::NonReplayable {

@@ -285,7 +285,13 @@ async fn start_fake(fake: Fake) -> (Arc<Fake>, SocketAddr, Server) {
 
 /// The one trajectory payload the fake coordinator serves.
 fn curve_payload() -> TrajectoryPayload {
-    TrajectoryPayload { task: "task".into(), length: 4, curve: Some(vec![0.9, 0.7, 0.5, 0.1]), recorded: None }
+    TrajectoryPayload {
+        task: "task".into(),
+        length: 4,
+        curve: Some(vec![0.9, 0.7, 0.5, 0.1]),
+        recorded: None,
+        task_def: None,
+    }
 }
 
 fn job(trajectory: &str, seed: u32, attempt: u32, kind: &str, options: &str) -> v1::Job {
@@ -353,6 +359,7 @@ impl AgentRunner for ProbeRunner {
                 end_type: EndType::Submitted,
                 patch_sha256: "probe".into(),
                 judged: Judged::Evaluated,
+                recorded: None,
             })
         })
     }

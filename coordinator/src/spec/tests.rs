@@ -1002,3 +1002,64 @@ proptest! {
         }
     }
 }
+
+const TASKS: &str = r#"
+name: base
+seed: 7
+runner: {kind: agent, command: [python3, -m, vcurve_agents.scripted], model: {q: 0.7}}
+controls: {sanity: 2}
+tasks:
+  - task: tasks/calc.json
+    base_runs: 8
+"#;
+
+fn task_files(task: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("tasks/calc.json".to_string(), task.to_string())])
+}
+
+const CALC: &str = r#"{"id": "calc-1", "image": "vcurve-task-calc:abc", "workdir": "/testbed",
+  "evaluator": {"kind": "command", "command": "python3 -m unittest", "timeout_s": 60}}"#;
+
+#[test]
+fn a_study_of_tasks_needs_no_trajectories_and_counts_its_base_runs_for_controls() {
+    let spec = parse_with(TASKS, &task_files(CALC)).unwrap();
+    assert!(spec.trajectories.is_empty());
+    assert_eq!(spec.tasks.len(), 1);
+    assert_eq!((spec.tasks[0].task.id.as_str(), spec.tasks[0].base_runs), ("calc-1", 8));
+    assert_eq!(spec.controls.sanity, 2, "up to 8 base runs may fail and be trajectories");
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<StudySpec>(&json).unwrap(), spec);
+}
+
+#[test]
+fn bad_tasks_are_refused_naming_the_entry() {
+    let files = task_files(CALC);
+    for (yaml, parts) in [
+        (TASKS.replace("base_runs: 8", "base_runs: 0"), &["tasks[0].base_runs"][..]),
+        (TASKS.replace("    base_runs: 8\n", ""), &["tasks[0].base_runs", "missing"][..]),
+        (TASKS.replace("tasks/calc.json", "tasks/none.json"), &["tasks[0].task", "tasks/none.json", "not found"][..]),
+        (
+            TASKS.replace(
+                "kind: agent, command: [python3, -m, vcurve_agents.scripted], model: {q: 0.7}",
+                "kind: synthetic",
+            ),
+            &["tasks", "synthetic"][..],
+        ),
+        (TASKS.replace("sanity: 2", "sanity: 9"), &["controls.sanity", "8"][..]),
+        (format!("{TASKS}  - task: tasks/calc.json\n    base_runs: 2\n"), &["tasks[1].task", "twice"][..]),
+    ] {
+        assert_mentions(&rejected_with(&yaml, &files), parts);
+    }
+    for (task, parts) in [
+        (CALC.replace("/testbed", "testbed"), &["tasks[0].task", "workdir"][..]),
+        (CALC.replace("\"timeout_s\": 60", "\"timeout_s\": 0"), &["timeout_s"][..]),
+        (CALC.replace("\"image\"", "\"imag\""), &["tasks[0].task", "imag"][..]),
+        ("{".to_string(), &["tasks[0].task", "not a task"][..]),
+    ] {
+        assert_mentions(&rejected_with(TASKS, &task_files(&task)), parts);
+    }
+    assert_mentions(
+        &rejected_with(&TASKS.replace("command: [python3, -m, vcurve_agents.scripted], ", ""), &files),
+        &["runner", "command"],
+    );
+}

@@ -13,7 +13,7 @@ mod sql;
 
 use std::future::Future;
 
-pub use sql::{Backend, SqlStore};
+pub use sql::{Backend, SqlStore, base_run_trajectory_id};
 
 use vcurve_record::TrajectoryPayload;
 

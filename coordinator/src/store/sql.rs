@@ -19,8 +19,6 @@ use vcurve_method::schedule::{Key, Outcome, Series, Stage, TrajectoryPlan, Varia
 use vcurve_record::TrajectoryPayload;
 use vcurve_record::jobs::{NonReplayable, Replayed};
 
-mod verdicts;
-
 use super::{LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, JobReport, LeasedJob, Progress, ReportVerdict,
@@ -42,6 +40,12 @@ macro_rules! job_is {
         "study = $1 AND kind = $2 AND subject = $3 AND patch_sha256 = $4 AND seq = $5"
     };
 }
+
+// After the macros above, which they use.
+mod base_runs;
+mod verdicts;
+
+pub use base_runs::base_run_trajectory_id;
 
 type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
 
@@ -928,7 +932,10 @@ impl SqlStore {
         let config = self.config(tx, study).await?;
         if let JobReport::NoOutcome { reason } = report {
             let (retired, no_outcomes) = Self::no_outcome(tx, key, &row, reason, &config, now).await?;
-            if retired && let JobKey::Replay { trajectory, .. } = key {
+            if retired && let JobKey::BaseRun { task, .. } = key {
+                self.take_base_runs(tx, &config, study, task, now).await?;
+                self.finish_if_done(tx, study, now).await?;
+            } else if retired && let JobKey::Replay { trajectory, .. } = key {
                 // No replay could be carried out: no state is known to match the record, so no
                 // continuation may run from it.
                 let why = NonReplayable {
@@ -971,6 +978,17 @@ impl SqlStore {
             (JobKey::Replay { trajectory, .. }, JobReport::NonReplayable(why)) => {
                 self.drop_non_replayable(tx, study, trajectory, why, now).await?;
                 Ok(Reported::accepted(true))
+            }
+            (JobKey::BaseRun { task, .. }, JobReport::Outcome(o)) => {
+                let mut wakes = false;
+                if config.runner_kind == vcurve_record::runner::AGENT {
+                    let payload = self.job_payload(tx, key).await?;
+                    let run = verdicts::RunOf { study, task, payload: payload.as_deref() };
+                    wakes |= self.judge_run(tx, &config, run, o, now).await?;
+                }
+                wakes |= self.take_base_runs(tx, &config, study, task, now).await? > 0;
+                self.finish_if_done(tx, study, now).await?;
+                Ok(Reported::accepted(wakes))
             }
             (JobKey::Evaluation { task, patch_sha256, .. }, JobReport::Evaluated { resolved }) => {
                 self.record_recheck(tx, study, task, patch_sha256, *resolved).await?;
@@ -1152,7 +1170,8 @@ impl Store for SqlStore {
             .execute(&mut *tx)
             .await?;
         }
-        if doomed.iter().all(|&d| d) {
+        self.queue_base_runs(&mut tx, &id, spec, now).await?;
+        if doomed.iter().all(|&d| d) && spec.tasks.is_empty() {
             sqlx::query("UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2")
                 .bind(now)
                 .bind(&id)
