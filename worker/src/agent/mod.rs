@@ -350,6 +350,8 @@ pub async fn run_agent(
         reason: format!("cannot start the agent {:?}: {e}", start.command.argv),
     })?;
     let group = child.id();
+    // Whatever happens from here on, even a drop of this future, nothing of the group survives.
+    let _group_guard = GroupGuard(group);
     let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
         kill(&mut child, group).await;
@@ -448,10 +450,12 @@ async fn converse(
         return Err(ended_early(child, limits, &format!("the agent closed its input before start ({e})")).await);
     }
     let mut pending: Vec<Action> = Vec::new();
-    let mut steps: Vec<(Vec<Action>, Vec<Value>)> = Vec::new();
+    // Each step's actions and the messages it carried.
+    let mut step_actions: Vec<Vec<Action>> = Vec::new();
+    let mut step_messages: Vec<Vec<Value>> = Vec::new();
     loop {
         let Some(line) = io.next_line(limits.max_line_bytes).await? else {
-            let what = format!("the agent's output ended after {} steps, before its final message", steps.len());
+            let what = format!("the agent's output ended after {} steps, before its final message", step_actions.len());
             return Err(ended_early(child, limits, &what).await);
         };
         let line_no = io.lines.line_no;
@@ -476,22 +480,23 @@ async fn converse(
                 });
             }
             AgentMessage::Step { messages } => {
-                if steps.len() as u64 >= u64::from(start.budget) {
+                if step_actions.len() as u64 >= u64::from(start.budget) {
                     return Err(Stop::Violation(format!(
                         "line {line_no}: step {} is beyond the budget of {} steps",
-                        steps.len() + 1,
+                        step_actions.len() + 1,
                         start.budget
                     )));
                 }
-                steps.push((std::mem::take(&mut pending), messages));
+                step_actions.push(std::mem::take(&mut pending));
+                step_messages.push(messages);
             }
             AgentMessage::Final { end_type, submission, messages } => {
-                let carried: Vec<Vec<Value>> = steps.iter().map(|(_, m)| m.clone()).collect();
-                let initial_messages = locate_steps(&start.messages, &carried, &messages)
+                let initial_messages = locate_steps(&start.messages, &step_messages, &messages)
                     .map_err(|e| Stop::Violation(format!("line {line_no}: {e}")))?;
                 let mut end = initial_messages;
-                let steps = steps
+                let steps = step_actions
                     .into_iter()
+                    .zip(&step_messages)
                     .map(|(actions, carried)| {
                         end += carried.len();
                         Step { actions, messages_end: end, fingerprint: None }
@@ -564,6 +569,16 @@ async fn kill(child: &mut Child, group: Option<u32>) {
     let _ = child.start_kill();
     kill_group(group);
     let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
+}
+
+/// Kills what is left of the agent's process group when dropped (`kill_on_drop` kills the agent
+/// alone).
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
 }
 
 /// SIGKILL whatever is left of the agent's process group.

@@ -357,17 +357,7 @@ async fn a_hanging_agent_times_out_and_its_process_group_is_killed() {
         other => panic!("expected Timeout, got {other:?}"),
     }
     assert!(began.elapsed() < Duration::from_secs(5), "{:?}", began.elapsed());
-    let pid = std::fs::read_to_string(&pid_file).unwrap();
-    // The background child was killed with the group (a zombie until init reaps it at most).
-    let alive = (0..50).all(|_| {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let running = !state.is_empty() && !state.contains(") Z ");
-        if running {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        running
-    });
-    assert!(!alive, "the agent's child {pid} outlived it");
+    assert_dead(&pid_file);
 }
 
 #[tokio::test]
@@ -437,4 +427,29 @@ fn commands_and_limits_come_from_the_study_options() {
     let limits = AgentLimits::from_options(&options);
     assert_eq!(limits, AgentLimits::new(Duration::from_secs(90)));
     assert_eq!((limits.exit_grace, limits.max_line_bytes, limits.stderr_tail_bytes), (EXIT_GRACE, 64 << 20, 64 << 10));
+}
+
+/// The process whose pid `pid_file` holds is gone (or a zombie) within a second.
+fn assert_dead(pid_file: &Path) {
+    let pid = std::fs::read_to_string(pid_file).unwrap();
+    let dead = (0..50).any(|_| {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let dead = state.is_empty() || state.contains(") Z ");
+        if !dead {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        dead
+    });
+    assert!(dead, "the agent's child {pid} outlived it");
+}
+
+#[tokio::test]
+async fn dropping_the_run_kills_the_agent_and_its_process_group() {
+    let f = fixture().await;
+    let pid_file = f.dir.path().join("child.pid");
+    let mut s = start(&f.script, "group", &[]);
+    s.command.argv.push(pid_file.display().to_string());
+    let run = run_agent(&f.container, s, limits(), CancellationToken::new());
+    assert!(tokio::time::timeout(Duration::from_millis(1500), run).await.is_err(), "the agent hangs");
+    assert_dead(&pid_file);
 }
