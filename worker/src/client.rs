@@ -156,6 +156,61 @@ impl Coordinator {
     }
 }
 
+impl crate::services::JobServices for Coordinator {
+    fn lookup_verdict<'a>(
+        &'a self,
+        study: &'a str,
+        task: &'a str,
+        patch_sha256: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<bool>, String>> {
+        Box::pin(async move {
+            let mut client = self.client.clone();
+            let request = v1::VerdictRequest {
+                study: study.to_owned(),
+                task: task.to_owned(),
+                patch_sha256: patch_sha256.to_owned(),
+            };
+            let answer = self
+                .call("LookupVerdict", RPC_TIMEOUT, client.lookup_verdict(request))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(answer.known.then_some(answer.resolved))
+        })
+    }
+
+    fn put_file<'a>(&'a self, content: &'a [u8]) -> futures::future::BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let digest = vcurve_record::trajectory::sha256_hex(content);
+            let size = content.len() as u64;
+            let mut chunks: Vec<v1::UploadChunk> = content
+                .chunks(vcurve_proto::CHUNK_BYTES)
+                .map(|c| v1::UploadChunk { data: c.to_vec(), ..Default::default() })
+                .collect();
+            if chunks.is_empty() {
+                chunks.push(v1::UploadChunk::default());
+            }
+            chunks[0].sha256 = digest.clone();
+            chunks[0].size = size;
+            let mut client = self.client.clone();
+            self.call("PutFile", FETCH_TIMEOUT, client.put_file(futures::stream::iter(chunks)))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(digest)
+        })
+    }
+
+    fn fetch_file<'a>(&'a self, digest: &'a str) -> futures::future::BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let bytes = self.get_trajectory(digest).await.map_err(|e| e.to_string())?;
+            let found = vcurve_record::trajectory::sha256_hex(&bytes);
+            if found != digest {
+                return Err(format!("fetched bytes have digest {found}, not {digest}"));
+            }
+            Ok(bytes)
+        })
+    }
+}
+
 /// How long fetching one trajectory payload may take (tens of MB over a slow link).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(300);
 

@@ -101,6 +101,10 @@ pub async fn run(
         return Err(WorkerError::Config("no agent runners: at least one kind is needed".into()));
     }
     let coordinator = Coordinator::connect(&config).await?;
+    let services: Arc<dyn crate::services::JobServices> = Arc::new(coordinator.clone());
+    for runner in runners.all() {
+        runner.attach(services.clone());
+    }
     let shared = Arc::new(Shared::new(config, runners, coordinator));
     let mut shutdown = std::pin::pin!(shutdown);
 

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::TrajectoryPayload;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 
+use crate::services::JobServices;
 use crate::synthetic::SyntheticRunner;
 
 /// Everything a runner is given for one job.
@@ -61,6 +62,12 @@ pub trait AgentRunner: Send + Sync {
 
     /// Run one job to its report.
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport>;
+
+    /// Hand the runner the coordinator's services (verdicts, files), once, when the worker
+    /// starts. Runners that need none ignore it.
+    fn attach(&self, services: Arc<dyn JobServices>) {
+        let _ = services;
+    }
 }
 
 /// The runners a worker offers, by kind. Their kinds are the capabilities the worker registers
@@ -100,6 +107,11 @@ impl Runners {
     /// The kinds offered, sorted.
     pub fn kinds(&self) -> Vec<&'static str> {
         self.by_kind.keys().copied().collect()
+    }
+
+    /// Every runner, for handing them the coordinator's services.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn AgentRunner>> {
+        self.by_kind.values()
     }
 
     /// Whether no runner is registered.
