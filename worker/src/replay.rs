@@ -1,0 +1,975 @@
+//! Replay (SPEC.md §5): re-execute a trajectory's recorded actions in a container and check, step
+//! by step, that the state reached is the recorded one.
+//!
+//! Every recorded action runs through [`exec::run_command`] — the one exec path — with its
+//! recorded timeout, in the task's working directory. Its output is compared with the recorded one
+//! after normalization at the three levels (`exact`, `sorted_lines`, `char_multiset`; a step's
+//! level is the loosest its actions needed), its return code and its `timed_out` flag exactly
+//! ([`Normalizer::compare_action`]). Where the trajectory carries a recorded [`Fingerprint`] the
+//! state after the step is measured and compared too ([`Normalizer::check_fingerprint`]). The
+//! first mismatch makes the trajectory [`NonReplayable`] and stops the replay: nothing after it
+//! runs.
+//!
+//! ## Fingerprints and the cumulative change set
+//!
+//! A fingerprint's changed paths are relative to the **task image**, but a container's diff is
+//! against the image it was created from, which may be a snapshot `h_s`. So a replay carries a
+//! [`ChangeSet`]: the snapshot's own changes against the task image (stored on the snapshot image
+//! as the label [`CHANGES_LABEL`] when it was committed), composed with the container's diff
+//! ([`ChangeSet::then`]) whenever the state is measured. A file the snapshot added and the replay
+//! deleted is then no change at all, as a diff of one container from the task image would say.
+//!
+//! Measuring costs a container diff (seconds on a real engine), so it happens only at steps whose
+//! fingerprint is compared, at every step when the caller asks for fingerprints to be recorded
+//! ([`FingerprintMode::RecordMissing`]), and when an anchor is committed; `git diff` and
+//! `git status` run through the exec path too, with git's optional locks off so that measuring
+//! writes nothing, and they are not steps.
+//!
+//! Errors of the container runtime are [`ReplayError`]s: infrastructure, the job has no outcome
+//! and is run again. A mismatch is an outcome: [`Verdict::NonReplayable`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::future::BoxFuture;
+use vcurve_record::jobs::{CompareLevel, NonReplayable, Replayed};
+use vcurve_record::replay::{GIT_DIFF_COMMAND, GIT_STATUS_COMMAND, fingerprint_paths, is_excluded_path};
+use vcurve_record::{Fingerprint, Trajectory};
+
+pub use vcurve_record::replay::Normalizer;
+
+use crate::container::{Change, ChangeKind, Container, ContainerSpec, RuntimeError};
+use crate::exec;
+use crate::snapshots::SnapshotCache;
+
+/// The label of a snapshot image that holds its changes against the task image
+/// ([`ChangeSet::to_label`]).
+pub const CHANGES_LABEL: &str = "vcurve.snapshot.changes";
+
+/// The timeout of the `git diff` and `git status` a fingerprint is measured with.
+pub const GIT_TIMEOUT_S: f64 = 120.0;
+
+/// Where the state is measured during a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FingerprintMode {
+    /// Only at steps with a recorded fingerprint, to compare it.
+    CompareOnly,
+    /// At every step: compare the recorded ones, and record one where the trajectory has none.
+    RecordMissing,
+}
+
+/// A replay's result when no runtime error stopped it.
+#[derive(Debug)]
+pub enum Verdict<T> {
+    /// Every step replayed reproduced the record.
+    Reproduced(T),
+    /// The first step that did not, and why.
+    NonReplayable(NonReplayable),
+}
+
+impl<T> Verdict<T> {
+    /// The reproduced value, if any.
+    pub fn reproduced(self) -> Option<T> {
+        match self {
+            Verdict::Reproduced(t) => Some(t),
+            Verdict::NonReplayable(_) => None,
+        }
+    }
+}
+
+/// Why a replay could not be carried out. Every variant is an infrastructure failure or a bad
+/// request, never a statement about the trajectory: the job has no outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The container runtime failed (retryable: run the job again).
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The steps asked for do not exist in the trajectory (a caller's bug).
+    #[error("cannot replay steps {from}+1..={to} of a trajectory of {length} steps")]
+    Range { from: u32, to: u32, length: u32 },
+    /// A snapshot's name or labels are unusable (the message says which).
+    #[error("snapshot: {0}")]
+    Snapshot(String),
+}
+
+/// A container's changes against the task image, path by path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeSet {
+    changes: BTreeMap<String, ChangeKind>,
+}
+
+impl ChangeSet {
+    /// No change: the task image itself.
+    pub fn new() -> ChangeSet {
+        ChangeSet::default()
+    }
+
+    /// The changes of a container created from the task image.
+    pub fn from_changes(changes: &[Change]) -> ChangeSet {
+        ChangeSet::new().then(changes)
+    }
+
+    /// These changes followed by `layer`, a diff against an image holding them: what a diff
+    /// against the task image would list.
+    ///
+    /// - deleted: whatever this set had under the path goes; a path this set added is no change,
+    ///   any other is deleted;
+    /// - added: a path this set deleted was modified, any other added;
+    /// - modified: a path this set added stays added, any other is modified.
+    pub fn then(&self, layer: &[Change]) -> ChangeSet {
+        let mut changes = self.changes.clone();
+        for change in layer {
+            let path = change.path.as_str();
+            let before = changes.get(path).copied();
+            match change.kind {
+                ChangeKind::Deleted => {
+                    let prefix = format!("{}/", path.trim_end_matches('/'));
+                    changes.retain(|p, _| !p.starts_with(&prefix));
+                    if before == Some(ChangeKind::Added) {
+                        changes.remove(path);
+                    } else {
+                        changes.insert(path.to_owned(), ChangeKind::Deleted);
+                    }
+                }
+                ChangeKind::Added => {
+                    let kind =
+                        if before == Some(ChangeKind::Deleted) { ChangeKind::Modified } else { ChangeKind::Added };
+                    changes.insert(path.to_owned(), kind);
+                }
+                ChangeKind::Modified => {
+                    let kind = if before == Some(ChangeKind::Added) { ChangeKind::Added } else { ChangeKind::Modified };
+                    changes.insert(path.to_owned(), kind);
+                }
+            }
+        }
+        ChangeSet { changes }.compact()
+    }
+
+    /// Drop what lies below an excluded path (a cache, a log, a temporary directory): it never
+    /// counts, and the excluded path itself still tells [`fingerprint_paths`] that its parent
+    /// directory changed only through it.
+    fn compact(mut self) -> ChangeSet {
+        let excluded_ancestor = |path: &str| {
+            let mut dir = path;
+            while let Some(i) = dir.rfind('/') {
+                dir = &dir[..i];
+                if dir.is_empty() {
+                    return false;
+                }
+                if is_excluded_path(dir) {
+                    return true;
+                }
+            }
+            false
+        };
+        self.changes.retain(|p, _| !excluded_ancestor(p));
+        self
+    }
+
+    pub fn len(&self) -> usize {
+        self.changes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// The changed paths and how each changed.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, ChangeKind)> {
+        self.changes.iter().map(|(p, k)| (p.as_str(), *k))
+    }
+
+    /// The paths a fingerprint compares ([`fingerprint_paths`]).
+    pub fn fingerprint_paths(&self) -> Vec<String> {
+        fingerprint_paths(self.changes.keys().map(String::as_str))
+    }
+
+    /// The text form stored in [`CHANGES_LABEL`]: one `A`, `C` or `D`, a space and the path a
+    /// line, as `docker diff` prints them.
+    pub fn to_label(&self) -> String {
+        let mut out = String::new();
+        for (path, kind) in &self.changes {
+            out.push(match kind {
+                ChangeKind::Added => 'A',
+                ChangeKind::Modified => 'C',
+                ChangeKind::Deleted => 'D',
+            });
+            out.push(' ');
+            out.push_str(path);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Parse [`ChangeSet::to_label`]'s form; the error names the line.
+    pub fn from_label(label: &str) -> Result<ChangeSet, String> {
+        let mut changes = BTreeMap::new();
+        for (i, line) in label.lines().enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let (kind, path) =
+                line.split_once(' ').ok_or_else(|| format!("line {}: {line:?} is not `K /path`", i + 1))?;
+            let kind = match kind {
+                "A" => ChangeKind::Added,
+                "C" => ChangeKind::Modified,
+                "D" => ChangeKind::Deleted,
+                other => return Err(format!("line {}: change kind {other:?} is not A, C or D", i + 1)),
+            };
+            if !path.starts_with('/') {
+                return Err(format!("line {}: path {path:?} is not absolute", i + 1));
+            }
+            changes.insert(path.to_owned(), kind);
+        }
+        Ok(ChangeSet { changes })
+    }
+}
+
+/// How a container is created for a replay or a continuation: everything of its
+/// [`ContainerSpec`] but the image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerLimits {
+    pub memory_bytes: u64,
+    pub pids_limit: i64,
+    /// The labels of the job (managed, worker, job, study).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl ContainerLimits {
+    pub fn spec(&self, image: &str) -> ContainerSpec {
+        ContainerSpec {
+            image: image.to_owned(),
+            memory_bytes: self.memory_bytes,
+            pids_limit: self.pids_limit,
+            labels: self.labels.clone(),
+        }
+    }
+}
+
+/// A replay in progress over one container: [`Replay::step`] replays the next step. The state
+/// stands at `h_t` ([`Replay::t`]) after every step that reproduced the record.
+pub struct Replay<'a> {
+    container: &'a Container,
+    trajectory: &'a Trajectory,
+    normalizer: &'a Normalizer,
+    mode: FingerprintMode,
+    /// The changes of the container's image against the task image.
+    base: ChangeSet,
+    t: u32,
+    /// The cumulative changes measured at step `.0`.
+    measured: Option<(u32, ChangeSet)>,
+    levels: Vec<CompareLevel>,
+    fingerprints: BTreeMap<u32, Fingerprint>,
+    failed: bool,
+}
+
+/// What a replay of steps `from+1..=to` reproduced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayedSteps {
+    pub from: u32,
+    pub to: u32,
+    /// The level of each step `from+1..=to`, in order.
+    pub levels: Vec<CompareLevel>,
+    /// The fingerprints measured at steps that had none recorded
+    /// ([`FingerprintMode::RecordMissing`]), by step.
+    pub fingerprints: BTreeMap<u32, Fingerprint>,
+}
+
+impl<'a> Replay<'a> {
+    /// A replay of `trajectory` in `container`, whose state is `h_from`; `base` holds the changes
+    /// of the container's image against the task image (empty for the task image).
+    pub fn new(
+        container: &'a Container,
+        trajectory: &'a Trajectory,
+        normalizer: &'a Normalizer,
+        mode: FingerprintMode,
+        from: u32,
+        base: ChangeSet,
+    ) -> Result<Replay<'a>, ReplayError> {
+        if from > trajectory.length() {
+            return Err(ReplayError::Range { from, to: from, length: trajectory.length() });
+        }
+        Ok(Replay {
+            container,
+            trajectory,
+            normalizer,
+            mode,
+            base,
+            t: from,
+            measured: None,
+            levels: Vec::new(),
+            fingerprints: BTreeMap::new(),
+            failed: false,
+        })
+    }
+
+    /// The step the state stands at.
+    pub fn t(&self) -> u32 {
+        self.t
+    }
+
+    pub fn container(&self) -> &'a Container {
+        self.container
+    }
+
+    /// The container's changes against the task image at `h_t`, measured once per step (one
+    /// container diff).
+    pub async fn changes(&mut self) -> Result<ChangeSet, RuntimeError> {
+        if let Some((t, changes)) = &self.measured
+            && *t == self.t
+        {
+            return Ok(changes.clone());
+        }
+        let diff = self.container.diff().await?;
+        let changes = self.base.then(&diff);
+        self.measured = Some((self.t, changes.clone()));
+        Ok(changes)
+    }
+
+    /// Measure the state: the changed paths, `returncode`, `git diff` and `git status`.
+    async fn fingerprint(&mut self, returncode: Option<i32>) -> Result<Fingerprint, RuntimeError> {
+        let changed_paths = self.changes().await?.fingerprint_paths();
+        let task = &self.trajectory.task;
+        let interpreter = &self.trajectory.interpreter;
+        let git_diff = exec::run_command(self.container, task, interpreter, GIT_DIFF_COMMAND, GIT_TIMEOUT_S).await?;
+        let git_status =
+            exec::run_command(self.container, task, interpreter, GIT_STATUS_COMMAND, GIT_TIMEOUT_S).await?;
+        Ok(Fingerprint { changed_paths, returncode, git_diff: git_diff.output, git_status: git_status.output })
+    }
+
+    /// Replay step `t + 1`: `Ok(None)` when it reproduced the record (the state is now at
+    /// `h_{t+1}`), `Ok(Some(_))` at the first mismatch. After a mismatch or an error the replay is
+    /// over and every further call is refused.
+    pub async fn step(&mut self) -> Result<Option<NonReplayable>, ReplayError> {
+        let length = self.trajectory.length();
+        if self.failed || self.t >= length {
+            return Err(ReplayError::Range { from: self.t, to: self.t + 1, length });
+        }
+        // Until the step is through, a failure leaves the state somewhere between two steps.
+        self.failed = true;
+        let n = self.t + 1;
+        let step = &self.trajectory.steps[self.t as usize];
+        let mut level = CompareLevel::Exact;
+        let mut last_code = None;
+        for action in &step.actions {
+            let observed = exec::run_command(
+                self.container,
+                &self.trajectory.task,
+                &self.trajectory.interpreter,
+                &action.command,
+                action.timeout_s,
+            )
+            .await?;
+            match self.normalizer.compare_action(action, &observed.output, observed.returncode, observed.timed_out) {
+                Ok(l) => level = level.max(l),
+                Err(mismatch) => return Ok(Some(mismatch.at_step(n))),
+            }
+            last_code = observed.returncode;
+        }
+        self.t = n;
+        let measure = step.fingerprint.is_some() || self.mode == FingerprintMode::RecordMissing;
+        if measure {
+            let measured = self.fingerprint(last_code).await?;
+            match &step.fingerprint {
+                Some(recorded) => {
+                    if let Err(mismatch) = self.normalizer.check_fingerprint(recorded, &measured) {
+                        return Ok(Some(mismatch.at_step(n)));
+                    }
+                }
+                None => {
+                    self.fingerprints.insert(n, measured);
+                }
+            }
+        }
+        self.levels.push(level);
+        self.failed = false;
+        Ok(None)
+    }
+
+    /// What the steps replayed so far reproduced.
+    pub fn finish(self, from: u32) -> ReplayedSteps {
+        ReplayedSteps { from, to: self.t, levels: self.levels, fingerprints: self.fingerprints }
+    }
+}
+
+/// What the caller does each time the replay reaches a step (e.g. commit an anchor).
+pub trait OnStep: Send {
+    /// Called after step `replay.t()` reproduced the record.
+    fn reached<'r>(&'r mut self, replay: &'r mut Replay<'_>) -> BoxFuture<'r, Result<(), ReplayError>>;
+}
+
+/// Nothing to do at any step.
+impl OnStep for () {
+    fn reached<'r>(&'r mut self, _replay: &'r mut Replay<'_>) -> BoxFuture<'r, Result<(), ReplayError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Replay steps `from+1..=to` of `trajectory` in `container`, whose state is `h_from` (`base`: the
+/// changes of its image against the task image), calling `on_step` after each step that
+/// reproduced the record.
+#[allow(clippy::too_many_arguments)]
+pub async fn replay_steps(
+    container: &Container,
+    trajectory: &Trajectory,
+    from: u32,
+    to: u32,
+    normalizer: &Normalizer,
+    fingerprints: FingerprintMode,
+    base: ChangeSet,
+    on_step: &mut dyn OnStep,
+) -> Result<Verdict<ReplayedSteps>, ReplayError> {
+    if from > to || to > trajectory.length() {
+        return Err(ReplayError::Range { from, to, length: trajectory.length() });
+    }
+    let mut replay = Replay::new(container, trajectory, normalizer, fingerprints, from, base)?;
+    while replay.t() < to {
+        if let Some(mismatch) = replay.step().await? {
+            return Ok(Verdict::NonReplayable(mismatch));
+        }
+        on_step.reached(&mut replay).await?;
+    }
+    Ok(Verdict::Reproduced(replay.finish(from)))
+}
+
+/// A whole trajectory replayed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrajectoryReplay {
+    /// The report of the replay job: the anchors committed and each step's level.
+    pub replayed: Replayed,
+    /// The fingerprints measured where the trajectory had none
+    /// ([`FingerprintMode::RecordMissing`]).
+    pub fingerprints: BTreeMap<u32, Fingerprint>,
+}
+
+/// Commits the anchors a whole-trajectory replay passes.
+struct CommitAnchors<'c> {
+    cache: &'c SnapshotCache,
+    digest: &'c str,
+    anchors: BTreeSet<u32>,
+    committed: Vec<u32>,
+}
+
+impl OnStep for CommitAnchors<'_> {
+    fn reached<'r>(&'r mut self, replay: &'r mut Replay<'_>) -> BoxFuture<'r, Result<(), ReplayError>> {
+        Box::pin(async move {
+            let t = replay.t();
+            if !self.anchors.contains(&t) {
+                return Ok(());
+            }
+            if !self.cache.holds(self.digest, t) {
+                let changes = replay.changes().await?;
+                self.cache.commit(replay.container(), self.digest, t, &changes).await?;
+            }
+            self.committed.push(t);
+            Ok(())
+        })
+    }
+}
+
+/// The `replay` job: replay the whole trajectory in a fresh container of the task image and commit
+/// it at every anchor `t > 0` of `anchors` (`h_0` is the task image itself) into `cache` — each
+/// snapshot one layer over the task image, committed from the one container as the replay passes
+/// it. Anchors the cache holds already are not committed again. A non-replayable trajectory's
+/// snapshots are removed: no continuation will run from them.
+pub async fn replay_trajectory(
+    cache: &SnapshotCache,
+    trajectory: &Trajectory,
+    digest: &str,
+    anchors: &[u32],
+    normalizer: &Normalizer,
+    fingerprints: FingerprintMode,
+    limits: &ContainerLimits,
+) -> Result<Verdict<TrajectoryReplay>, ReplayError> {
+    let length = trajectory.length();
+    if let Some(&bad) = anchors.iter().find(|&&t| t > length) {
+        return Err(ReplayError::Range { from: 0, to: bad, length });
+    }
+    SnapshotCache::reference(digest, 0)?;
+    let container = Container::start(cache.runtime().clone(), &limits.spec(&trajectory.task.image)).await?;
+    let mut hook = CommitAnchors {
+        cache,
+        digest,
+        anchors: anchors.iter().copied().filter(|&t| t > 0).collect(),
+        committed: Vec::new(),
+    };
+    let verdict =
+        replay_steps(&container, trajectory, 0, length, normalizer, fingerprints, ChangeSet::new(), &mut hook).await;
+    let removed = container.remove().await;
+    let verdict = verdict?;
+    removed?;
+    Ok(match verdict {
+        Verdict::Reproduced(steps) => Verdict::Reproduced(TrajectoryReplay {
+            replayed: Replayed { anchors: hook.committed, levels: steps.levels },
+            fingerprints: steps.fingerprints,
+        }),
+        Verdict::NonReplayable(mismatch) => {
+            cache.forget(digest).await;
+            Verdict::NonReplayable(mismatch)
+        }
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use vcurve_record::trajectory::{EndType, Evaluator, FORMAT, Interpreter, Step, Task};
+    use vcurve_record::{Action, Fingerprint};
+
+    use super::*;
+    use crate::container::ContainerRuntime;
+    use crate::container::double::{Call, FakeRuntime, Op};
+
+    pub(crate) const IMAGE: &str = "vcurve/task:demo";
+
+    pub(crate) fn limits() -> ContainerLimits {
+        ContainerLimits { memory_bytes: 1 << 30, pids_limit: 512, labels: BTreeMap::new() }
+    }
+
+    /// A fake runtime holding the task image: a repository with two files.
+    pub(crate) fn runtime() -> Arc<FakeRuntime> {
+        let rt = Arc::new(FakeRuntime::new());
+        rt.add_image(IMAGE, [("/testbed/a.py", "print('a')\n"), ("/testbed/README", "demo\n")]);
+        rt
+    }
+
+    fn task() -> Task {
+        Task {
+            id: "demo-1".into(),
+            image: IMAGE.into(),
+            workdir: "/testbed".into(),
+            evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
+            problem_statement: None,
+        }
+    }
+
+    /// Record a trajectory by running `steps` (each a list of commands with timeouts) in a fresh
+    /// container of the task image, with a fingerprint after each step when `fingerprints`.
+    pub(crate) async fn record(rt: &Arc<FakeRuntime>, steps: &[&[(&str, f64)]], fingerprints: bool) -> Trajectory {
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let container = Container::start(runtime, &limits().spec(IMAGE)).await.unwrap();
+        let mut trajectory = Trajectory {
+            format: FORMAT.into(),
+            task: task(),
+            interpreter: Interpreter::default(),
+            messages: vec![serde_json::json!({"role": "system"}), serde_json::json!({"role": "user"})],
+            initial_messages: 2,
+            steps: Vec::new(),
+            end_type: EndType::StepCap,
+            submission: None,
+        };
+        let normalizer = Normalizer::default();
+        for commands in steps {
+            let mut actions = Vec::new();
+            for (command, timeout_s) in *commands {
+                let o = exec::run_command(&container, &trajectory.task, &trajectory.interpreter, command, *timeout_s)
+                    .await
+                    .unwrap();
+                actions.push(Action {
+                    command: (*command).into(),
+                    timeout_s: *timeout_s,
+                    output: o.output,
+                    returncode: o.returncode,
+                    timed_out: o.timed_out,
+                    exception: None,
+                });
+            }
+            trajectory.messages.push(serde_json::json!({"role": "assistant"}));
+            trajectory.messages.push(serde_json::json!({"role": "user"}));
+            let messages_end = trajectory.messages.len();
+            trajectory.steps.push(Step { actions, messages_end, fingerprint: None });
+            if fingerprints {
+                let mut replay = Replay::new(
+                    &container,
+                    &trajectory,
+                    &normalizer,
+                    FingerprintMode::CompareOnly,
+                    0,
+                    ChangeSet::new(),
+                )
+                .unwrap();
+                let code = trajectory.steps.last().unwrap().actions.last().and_then(|a| a.returncode);
+                let fp = replay.fingerprint(code).await.unwrap();
+                trajectory.steps.last_mut().unwrap().fingerprint = Some(fp);
+            }
+        }
+        container.remove().await.unwrap();
+        trajectory.validate().unwrap();
+        rt.clear_calls();
+        trajectory
+    }
+
+    async fn replay_all(
+        rt: &Arc<FakeRuntime>,
+        trajectory: &Trajectory,
+        mode: FingerprintMode,
+    ) -> Result<Verdict<ReplayedSteps>, ReplayError> {
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let container = Container::start(runtime, &limits().spec(IMAGE)).await.unwrap();
+        let normalizer = Normalizer::default();
+        let out =
+            replay_steps(&container, trajectory, 0, trajectory.length(), &normalizer, mode, ChangeSet::new(), &mut ())
+                .await;
+        container.remove().await.unwrap();
+        out
+    }
+
+    fn reproduced(v: Result<Verdict<ReplayedSteps>, ReplayError>) -> ReplayedSteps {
+        match v.unwrap() {
+            Verdict::Reproduced(s) => s,
+            Verdict::NonReplayable(n) => panic!("non-replayable: {n:?}"),
+        }
+    }
+
+    fn non_replayable(v: Result<Verdict<ReplayedSteps>, ReplayError>) -> NonReplayable {
+        match v.unwrap() {
+            Verdict::Reproduced(s) => panic!("reproduced: {s:?}"),
+            Verdict::NonReplayable(n) => n,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exact_replay_runs_just_the_recorded_commands() {
+        let rt = runtime();
+        let t = record(&rt, &[&[("echo hi > b.txt", 10.0)], &[("cat b.txt", 10.0), ("ls", 5.0)], &[]], false).await;
+        let steps = reproduced(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
+        assert_eq!(steps.levels, vec![CompareLevel::Exact; 3]);
+        assert!(steps.fingerprints.is_empty());
+        assert_eq!(rt.commands(), vec!["echo hi > b.txt", "cat b.txt", "ls"]);
+        // No fingerprint recorded or asked for: no diff.
+        assert_eq!(rt.count(Op::Diff), 0);
+        // Each command with its recorded timeout, in the working directory, through the interpreter.
+        let execs: Vec<(Vec<String>, String, Duration)> = rt
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Exec { argv, workdir, timeout, .. } => Some((argv, workdir, timeout)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            execs[2],
+            (vec!["bash".into(), "-c".into(), "ls".into()], "/testbed".into(), Duration::from_secs(5))
+        );
+    }
+
+    #[tokio::test]
+    async fn reordered_lines_and_characters_match_at_looser_levels() {
+        let rt = runtime();
+        let t = record(
+            &rt,
+            &[
+                &[("shuffle w x y z", 10.0)],
+                &[("echo same", 10.0), ("scramble abcd", 10.0)],
+                &[("shuffle p q", 10.0), ("echo ok", 10.0)],
+            ],
+            false,
+        )
+        .await;
+        let steps = reproduced(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
+        // The fake's call counter moved on since the recording: every shuffle and scramble differs.
+        assert_eq!(
+            steps.levels,
+            vec![CompareLevel::SortedLines, CompareLevel::CharMultiset, CompareLevel::SortedLines]
+        );
+    }
+
+    #[tokio::test]
+    async fn normalization_masks_what_varies_with_a_context() {
+        let rt = runtime();
+        let t = record(&rt, &[&[("date", 10.0)], &[("echo pid 1234", 10.0)]], false).await;
+        let mut t2 = t.clone();
+        t2.steps[1].actions[0].output = "pid 999\n".into();
+        let steps = reproduced(replay_all(&rt, &t2, FingerprintMode::CompareOnly).await);
+        assert_eq!(steps.levels, vec![CompareLevel::Exact, CompareLevel::Exact]);
+        assert_ne!(t.steps[0].actions[0].output, "Tue Dec  1 11:15:01 UTC 2026\n");
+    }
+
+    #[tokio::test]
+    async fn a_random_token_is_non_replayable_at_its_step_and_nothing_after_runs() {
+        let rt = runtime();
+        let t = record(
+            &rt,
+            &[
+                &[("echo start", 10.0)],
+                &[("echo x > f; random", 10.0)],
+                &[("echo later", 10.0)],
+                &[("echo last", 10.0)],
+            ],
+            false,
+        )
+        .await;
+        let n = non_replayable(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
+        assert_eq!(n.step, 2);
+        assert_eq!(n.level, CompareLevel::CharMultiset);
+        assert!(n.reason.contains("output differs"), "{}", n.reason);
+        assert_eq!(n.recorded_excerpt, t.steps[1].actions[0].output);
+        assert_ne!(n.replayed_excerpt, n.recorded_excerpt);
+        assert_eq!(rt.commands(), vec!["echo start", "echo x > f; random"]);
+    }
+
+    #[tokio::test]
+    async fn a_recorded_timeout_is_replayed_with_its_timeout_and_partial_output() {
+        let rt = runtime();
+        let t = record(&rt, &[&[("echo started; sleep 100", 5.0)], &[("echo after", 10.0)]], false).await;
+        let a = &t.steps[0].actions[0];
+        assert!(a.timed_out && a.returncode.is_none() && a.output == "started\n");
+        let steps = reproduced(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
+        assert_eq!(steps.levels, vec![CompareLevel::Exact; 2]);
+        assert!(rt.calls().contains(&Call::Exec {
+            container: match &rt.calls()[0] {
+                Call::Create { container, .. } => container.clone(),
+                other => panic!("{other:?}"),
+            },
+            argv: vec!["bash".into(), "-c".into(), "echo started; sleep 100".into()],
+            workdir: "/testbed".into(),
+            timeout: Duration::from_secs(5),
+        }));
+        // A command that finished in the record but times out in the replay is a mismatch.
+        let mut t2 = t.clone();
+        t2.steps[0].actions[0].timed_out = false;
+        t2.steps[0].actions[0].returncode = Some(0);
+        let n = non_replayable(replay_all(&rt, &t2, FingerprintMode::CompareOnly).await);
+        assert_eq!((n.step, n.level), (1, CompareLevel::Exact));
+        assert!(n.reason.contains("the replayed command timed out"), "{}", n.reason);
+    }
+
+    #[tokio::test]
+    async fn a_different_return_code_is_a_mismatch() {
+        let rt = runtime();
+        let mut t = record(&rt, &[&[("cat missing", 10.0)]], false).await;
+        t.steps[0].actions[0].returncode = Some(0);
+        let n = non_replayable(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
+        assert!(n.reason.contains("return code 0 recorded, 1 replayed"), "{}", n.reason);
+    }
+
+    #[tokio::test]
+    async fn recorded_fingerprints_are_compared_and_missing_ones_recorded() {
+        let rt = runtime();
+        let steps: &[&[(&str, f64)]] =
+            &[&[("echo x > new.py", 10.0)], &[("echo y >> a.py", 10.0)], &[("rm new.py", 10.0)]];
+        let t = record(&rt, steps, true).await;
+        assert_eq!(t.steps[0].fingerprint.as_ref().unwrap().changed_paths, vec!["/testbed/new.py"]);
+        assert_eq!(t.steps[1].fingerprint.as_ref().unwrap().git_status, " M a.py\n?? new.py\n");
+        assert_eq!(t.steps[2].fingerprint.as_ref().unwrap().changed_paths, vec!["/testbed/a.py"]);
+        let replayed = reproduced(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
+        assert_eq!(replayed.levels, vec![CompareLevel::Exact; 3]);
+        assert_eq!(rt.count(Op::Diff), 3);
+        // git diff and git status ran, and are not steps.
+        let commands = rt.commands();
+        assert_eq!(commands.iter().filter(|c| c.as_str() == GIT_DIFF_COMMAND).count(), 3);
+        assert_eq!(commands.iter().filter(|c| c.as_str() == GIT_STATUS_COMMAND).count(), 3);
+
+        // A trajectory without fingerprints: compared nowhere, recorded everywhere when asked.
+        let mut bare = t.clone();
+        for s in &mut bare.steps {
+            s.fingerprint = None;
+        }
+        rt.clear_calls();
+        let replayed = reproduced(replay_all(&rt, &bare, FingerprintMode::RecordMissing).await);
+        let recorded: Vec<Fingerprint> = t.steps.iter().map(|s| s.fingerprint.clone().unwrap()).collect();
+        assert_eq!(replayed.fingerprints.values().cloned().collect::<Vec<_>>(), recorded);
+        assert_eq!(replayed.fingerprints.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
+    }
+
+    /// An edit of a recorded fingerprint.
+    type Edit = Box<dyn Fn(&mut Fingerprint)>;
+
+    #[tokio::test]
+    async fn each_kind_of_fingerprint_mismatch_is_found_at_its_step() {
+        let rt = runtime();
+        let t = record(&rt, &[&[("echo x > new.py", 10.0)], &[("echo y >> a.py", 10.0)]], true).await;
+        let edits: Vec<(&str, Edit)> = vec![
+            ("only in the replay: /testbed/a.py, /testbed/new.py", Box::new(|f| f.changed_paths.clear())),
+            ("return code 1 recorded, 0 replayed", Box::new(|f| f.returncode = Some(1))),
+            ("git diff differs", Box::new(|f| f.git_diff.push_str("+more\n"))),
+            ("git status differs", Box::new(|f| f.git_status = " M a.py\n".into())),
+        ];
+        for (expected, edit) in edits {
+            let mut t2 = t.clone();
+            edit(t2.steps[1].fingerprint.as_mut().unwrap());
+            let n = non_replayable(replay_all(&rt, &t2, FingerprintMode::CompareOnly).await);
+            assert_eq!((n.step, n.level), (2, CompareLevel::Fingerprint), "{expected}");
+            assert!(n.reason.contains(expected), "{expected}: {}", n.reason);
+        }
+    }
+
+    #[tokio::test]
+    async fn from_a_snapshot_paths_stay_relative_to_the_task_image() {
+        let rt = runtime();
+        let steps: &[&[(&str, f64)]] = &[
+            &[("echo x > new.py", 10.0)],
+            &[("echo tmp > /tmp/tmpab12cd34", 10.0)],
+            &[("rm new.py; echo z > z.py", 10.0)],
+        ];
+        let t = record(&rt, steps, true).await;
+        assert_eq!(t.steps[2].fingerprint.as_ref().unwrap().changed_paths, vec!["/testbed/z.py"]);
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let normalizer = Normalizer::default();
+        // Replay to h_2 and commit it with its changes.
+        let first = Container::start(runtime.clone(), &limits().spec(IMAGE)).await.unwrap();
+        let mut replay =
+            Replay::new(&first, &t, &normalizer, FingerprintMode::CompareOnly, 0, ChangeSet::new()).unwrap();
+        assert!(replay.step().await.unwrap().is_none());
+        assert!(replay.step().await.unwrap().is_none());
+        let changes = replay.changes().await.unwrap();
+        assert_eq!(replay.changes().await.unwrap(), changes, "measured once per step");
+        let label = changes.to_label();
+        // The temporary file is below an excluded directory: only the directory is kept.
+        assert!(label.contains("A /testbed/new.py\n") && label.contains("A /tmp\n"), "{label}");
+        assert!(!label.contains("tmpab12cd34"), "{label}");
+        first.commit("snap:2", &BTreeMap::new()).await.unwrap();
+        first.remove().await.unwrap();
+        // From the snapshot, step 3 deletes what step 1 added: no change at all for new.py.
+        let second = Container::start(runtime, &limits().spec("snap:2")).await.unwrap();
+        let base = ChangeSet::from_label(&label).unwrap();
+        let out = replay_steps(&second, &t, 2, 3, &normalizer, FingerprintMode::CompareOnly, base, &mut ()).await;
+        let steps = reproduced(out);
+        assert_eq!(steps.levels, vec![CompareLevel::Exact]);
+        second.remove().await.unwrap();
+    }
+
+    #[test]
+    fn change_sets_compose_layers() {
+        let c = |path: &str, kind| Change { path: path.into(), kind };
+        let base = ChangeSet::from_changes(&[
+            c("/testbed", ChangeKind::Modified),
+            c("/testbed/added", ChangeKind::Added),
+            c("/testbed/gone", ChangeKind::Deleted),
+            c("/testbed/mod", ChangeKind::Modified),
+            c("/testbed/dir", ChangeKind::Added),
+            c("/testbed/dir/f", ChangeKind::Added),
+            c("/root/.cache", ChangeKind::Added),
+            c("/root/.cache/pip/a", ChangeKind::Added),
+        ]);
+        // Below an excluded path nothing is kept; the excluded path is.
+        assert!(base.iter().any(|(p, _)| p == "/root/.cache"));
+        assert!(!base.iter().any(|(p, _)| p == "/root/.cache/pip/a"));
+        let next = base.then(&[
+            c("/testbed/added", ChangeKind::Deleted),
+            c("/testbed/gone", ChangeKind::Added),
+            c("/testbed/mod", ChangeKind::Modified),
+            c("/testbed/dir", ChangeKind::Deleted),
+            c("/testbed/new", ChangeKind::Added),
+        ]);
+        let listed: Vec<(&str, ChangeKind)> = next.iter().collect();
+        assert_eq!(
+            listed,
+            vec![
+                ("/root/.cache", ChangeKind::Added),
+                ("/testbed", ChangeKind::Modified),
+                ("/testbed/gone", ChangeKind::Modified),
+                ("/testbed/mod", ChangeKind::Modified),
+                ("/testbed/new", ChangeKind::Added),
+            ]
+        );
+        assert_eq!(ChangeSet::from_label(&next.to_label()).unwrap(), next);
+        assert!(ChangeSet::from_label("X /a").unwrap_err().contains("line 1"));
+        assert!(ChangeSet::from_label("A relative").unwrap_err().contains("not absolute"));
+        assert!(ChangeSet::from_label("A").unwrap_err().contains("line 1"));
+    }
+
+    #[tokio::test]
+    async fn bad_ranges_and_runtime_errors_are_errors_not_verdicts() {
+        let rt = runtime();
+        let t = record(&rt, &[&[("echo a", 10.0)], &[("echo b", 10.0)]], false).await;
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let container = Container::start(runtime, &limits().spec(IMAGE)).await.unwrap();
+        let n = Normalizer::default();
+        let mode = FingerprintMode::CompareOnly;
+        let range = replay_steps(&container, &t, 0, 3, &n, mode, ChangeSet::new(), &mut ()).await;
+        assert!(matches!(range, Err(ReplayError::Range { to: 3, length: 2, .. })), "{range:?}");
+        let range = replay_steps(&container, &t, 2, 1, &n, mode, ChangeSet::new(), &mut ()).await;
+        assert!(matches!(range, Err(ReplayError::Range { .. })));
+        rt.fail_next(Op::Exec, RuntimeError::Gone(container.id().into()));
+        let gone = replay_steps(&container, &t, 0, 2, &n, mode, ChangeSet::new(), &mut ()).await;
+        assert!(matches!(gone, Err(ReplayError::Runtime(RuntimeError::Gone(_)))), "{gone:?}");
+        container.remove().await.unwrap();
+    }
+
+    /// Records the steps it is called at.
+    struct Seen(Vec<u32>);
+
+    impl OnStep for Seen {
+        fn reached<'r>(&'r mut self, replay: &'r mut Replay<'_>) -> BoxFuture<'r, Result<(), ReplayError>> {
+            self.0.push(replay.t());
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn on_step_is_called_after_every_reproduced_step() {
+        let rt = runtime();
+        let t = record(&rt, &[&[("echo a", 10.0)], &[("echo b", 10.0)], &[("echo c", 10.0)]], false).await;
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let container = Container::start(runtime, &limits().spec(IMAGE)).await.unwrap();
+        let mut seen = Seen(Vec::new());
+        let n = Normalizer::default();
+        let out =
+            replay_steps(&container, &t, 1, 3, &n, FingerprintMode::CompareOnly, ChangeSet::new(), &mut seen).await;
+        assert_eq!(reproduced(out).levels.len(), 2);
+        assert_eq!(seen.0, vec![2, 3]);
+        container.remove().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_whole_trajectory_replay_commits_its_anchors() {
+        let rt = runtime();
+        let steps: &[&[(&str, f64)]] = &[
+            &[("echo 1 > one", 10.0)],
+            &[("echo 2 > two", 10.0)],
+            &[("echo 3 > three", 10.0)],
+            &[("echo 4 > four", 10.0)],
+            &[("cat one two", 10.0)],
+        ];
+        let t = record(&rt, steps, false).await;
+        let digest = t.digest();
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let cache = SnapshotCache::open(runtime, 1 << 30).await.unwrap();
+        let n = Normalizer::default();
+        let out = replay_trajectory(&cache, &t, &digest, &[0, 2, 4], &n, FingerprintMode::CompareOnly, &limits())
+            .await
+            .unwrap();
+        let Verdict::Reproduced(done) = out else { panic!("{out:?}") };
+        assert_eq!(done.replayed, Replayed { anchors: vec![2, 4], levels: vec![CompareLevel::Exact; 5] });
+        assert_eq!(cache.held(), vec![(digest.clone(), 2), (digest.clone(), 4)]);
+        assert_eq!(rt.count(Op::Create), 1);
+        assert_eq!(rt.count(Op::Commit), 2);
+        // Diffs only where an anchor was committed.
+        assert_eq!(rt.count(Op::Diff), 2);
+        assert!(rt.running().is_empty());
+        let snap = rt.image(&SnapshotCache::reference(&digest, 4).unwrap()).unwrap();
+        assert_eq!(snap.parent.as_deref(), Some(IMAGE));
+        assert!(snap.files.contains_key("/testbed/four") && !snap.files.contains_key("/testbed/five"));
+        assert_eq!(snap.labels.get(crate::container::labels::SNAPSHOT_T).map(String::as_str), Some("4"));
+
+        // A second replay commits nothing new.
+        let again = replay_trajectory(&cache, &t, &digest, &[0, 2, 4], &n, FingerprintMode::CompareOnly, &limits())
+            .await
+            .unwrap();
+        assert_eq!(again.reproduced().unwrap().replayed.anchors, vec![2, 4]);
+        assert_eq!(rt.count(Op::Commit), 2);
+    }
+
+    #[tokio::test]
+    async fn a_non_replayable_trajectory_leaves_no_snapshots() {
+        let rt = runtime();
+        let steps: &[&[(&str, f64)]] =
+            &[&[("echo 1", 10.0)], &[("echo 2", 10.0)], &[("random", 10.0)], &[("echo 4", 10.0)]];
+        let t = record(&rt, steps, false).await;
+        let digest = t.digest();
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let cache = SnapshotCache::open(runtime, 1 << 30).await.unwrap();
+        let n = Normalizer::default();
+        let out =
+            replay_trajectory(&cache, &t, &digest, &[0, 1, 2, 3], &n, FingerprintMode::CompareOnly, &limits()).await;
+        let Verdict::NonReplayable(nr) = out.unwrap() else { panic!("reproduced") };
+        assert_eq!(nr.step, 3);
+        assert_eq!(rt.count(Op::Commit), 2);
+        assert!(cache.held().is_empty());
+        assert_eq!(rt.image_references(), vec![IMAGE.to_owned()]);
+        assert!(rt.running().is_empty());
+        assert!(!rt.commands().contains(&"echo 4".to_owned()));
+    }
+}
