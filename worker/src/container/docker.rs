@@ -1,1 +1,908 @@
-//! Docker Engine through bollard (being written).
+//! Docker Engine through bollard: the one real [`ContainerRuntime`]. bollard appears nowhere else.
+//!
+//! # Containers
+//!
+//! [`DockerRuntime::create`] makes a container from the spec's image that does not depend on the
+//! image's `CMD`: its main process is [`KEEPER`], a `sh` loop that waits on a `sleep`, so the
+//! container stays up between commands and, as the namespace's init, reaps orphans (the timeout
+//! kill below waits for them to be gone). Docker's own init (`init: true`, docker-init/tini) would
+//! do too, but its bind mount adds `/usr/sbin/docker-init` (and changes `/usr`, `/usr/sbin`) to every
+//! container's diff and commit. The container has no network (`network_mode: none`: only `lo`), a memory
+//! limit with no swap beyond it (`memory = memory_swap`), a pids limit, no privileges,
+//! `no-new-privileges`, and drops the capabilities no offline git/python/build work needs
+//! ([`CAP_DROP`]); it keeps the ones root needs to own, chmod and chown files and to switch users.
+//!
+//! # Commands
+//!
+//! [`DockerRuntime::exec`] runs the argv through a small `sh` wrapper ([`WRAPPER`]) that
+//!
+//! 1. makes sure the command leads its own process group: an exec's process is normally already
+//!    a session and group leader (runc calls `setsid` for it); when it is not, the wrapper starts
+//!    the command under util-linux's `setsid -w`;
+//! 2. prints one header line, `vcurve-exec <pgid> pipe:[<inode>]`, on the exec's stdout before the
+//!    command starts: the group id and the output pipe. The header travels in the exec's own
+//!    output stream, which is stripped of it, so it is written nowhere inside the container: the
+//!    command cannot see or disturb it and a container diff shows nothing of it;
+//! 3. sends stderr into the stdout pipe (`exec 2>&1`), so the output is merged in exactly the
+//!    order it was written (what `subprocess.run(stderr=STDOUT)` of the recording agent sees), and
+//!    `exec`s the argv: nothing of the wrapper stays in the process tree.
+//!
+//! When the timeout runs out, a second exec ([`KILL_SCRIPT`]) sends `SIGKILL` to the whole group,
+//! and to any process that left the group but still holds the output pipe (`setsid cmd &`), and
+//! waits until none of them exists any more (init reaps them). So `sleep 1000` or
+//! `sleep 1000 & echo started` (which keeps the pipe open after the shell exits) leaves no process
+//! behind. A process that left the group *and* let go of the pipe (a daemon that detached itself
+//! fully) is out of reach, as it is for any shell. The exec then reports `timed_out`, no exit
+//! code, and the output collected so far.
+//!
+//! Output is capped at [`OUTPUT_CAP`] bytes (64 MiB): what a command prints beyond it is read and
+//! dropped, so the command is never blocked on a full pipe.
+//!
+//! A missing working directory fails as under `docker exec`: exit code 126 and the runtime's
+//! message as output. An exec whose future is dropped leaves its command running; the container
+//! guard removes the container anyway.
+//!
+//! An exec in a container that died (the OOM killer took its init, or it was removed) is
+//! [`RuntimeError::Gone`].
+//!
+//! # Images
+//!
+//! [`DockerRuntime::commit`] pauses the container for the commit (a background process of an
+//! earlier command may still be writing; pausing costs nothing measurable here). Docker merges the
+//! container's labels into the image's (the given labels win), so a snapshot also carries the
+//! labels of the container it was taken from, and the base image's own.
+//!
+//! [`DockerRuntime::images`] reports as `size_bytes` an image's own layer: the newest entry of its
+//! history. Docker 20.10's image list reports `Size` as the whole image with its parents
+//! (`SharedSize` is -1 unless asked for, and then only counts sharing), so a 3-byte snapshot of a
+//! 243 MB base lists as 243 MB there. An untagged image is listed under its id.
+//!
+//! [`DockerRuntime::remove_image`] forces the removal. An image that a running container uses, or
+//! that is the parent of another image, loses only its tag: Docker keeps it untagged (listed by
+//! [`DockerRuntime::images`] under its id, so that it can be collected later), and the parent of
+//! another image goes with its last child. Given by id, an image a running container uses is
+//! refused by the engine ([`RuntimeError::Engine`], "cannot be forced"). An image that only
+//! stopped containers use is deleted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bollard::errors::Error as BollardError;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ChangeType, ContainerConfig, ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CommitContainerOptionsBuilder, ContainerArchiveInfoOptionsBuilder, ListContainersOptionsBuilder,
+    ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
+    UploadToContainerOptionsBuilder,
+};
+use bollard::{ClientVersion, Docker};
+use futures::StreamExt;
+use futures::future::BoxFuture;
+
+use super::{Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
+
+/// The most output an exec keeps, in bytes (64 MiB); the rest is read and dropped.
+pub const OUTPUT_CAP: usize = 64 << 20;
+
+/// Capabilities dropped from Docker's default set. Kept: CHOWN, DAC_OVERRIDE, FOWNER, FSETID,
+/// SETUID, SETGID, KILL, SYS_CHROOT (what root needs for files, users and its own processes).
+pub const CAP_DROP: &[&str] = &["NET_RAW", "NET_BIND_SERVICE", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SETPCAP"];
+
+/// The socket used when `DOCKER_HOST` does not name a `unix://` one.
+pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+
+/// The container's main process: keeps it alive and, being PID 1, reaps every orphan (`wait` is a
+/// `waitpid(-1)` loop in dash and bash). Signals from inside the container cannot kill it.
+pub const KEEPER: &str = "while :; do sleep 86400 & wait $!; done";
+
+/// The wrapper every command runs under (`sh -c WRAPPER vcurve-exec ARGV...`); see the module docs.
+/// `/proc/$$/stat` field 5 is the process group.
+pub const WRAPPER: &str = r#"exec 2>&1
+read -r _ _ _ _ g _ < /proc/$$/stat
+if [ "$g" = "$$" ]; then
+  printf 'vcurve-exec %s %s\n' "$$" "$(readlink /proc/$$/fd/1 2>/dev/null || echo -)"
+  exec "$@"
+fi
+exec setsid -w sh -c 'printf "vcurve-exec %s %s\n" "$$" "$(readlink /proc/$$/fd/1 2>/dev/null || echo -)"
+exec "$@"' vcurve-exec "$@"
+"#;
+
+/// Kills process group `$1` and every process holding the output `$2` (a `find -lname` pattern;
+/// `-` for none), again and again until none is left (at most ~10 s; init reaps them, so zombies
+/// do not stay). Exit 0 when none is left.
+pub const KILL_SCRIPT: &str = r#"pg=$1; pipe=$2; i=0
+while :; do
+  alive=
+  if kill -s 0 -- "-$pg" 2>/dev/null; then alive=1; kill -s KILL -- "-$pg" 2>/dev/null; fi
+  [ "$pipe" = - ] || for f in $(find /proc/[0-9]*/fd -maxdepth 1 -lname "$pipe" 2>/dev/null); do
+    p=${f#/proc/}; p=${p%%/*}
+    if [ "$p" != "$$" ]; then alive=1; kill -s KILL -- "$p" 2>/dev/null; fi
+  done
+  [ -z "$alive" ] && exit 0
+  i=$((i+1))
+  if [ "$i" -ge 200 ]; then echo "process group $pg still alive after SIGKILL"; exit 1; fi
+  sleep 0.05
+done
+"#;
+
+/// The header's first word.
+const HEADER_PREFIX: &[u8] = b"vcurve-exec ";
+/// The longest header line we wait for.
+const HEADER_MAX: usize = 256;
+/// How long an exec waits for its header after its timeout ran out before giving up on it.
+const HEADER_GRACE: Duration = Duration::from_secs(5);
+/// How long the output of a killed command is still read after the kill.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How long a command killed by SIGKILL waits to see whether its container is dying as a whole.
+const DEATH_GRACE: Duration = Duration::from_millis(500);
+/// Per-request timeout of the client (headers of a response; streams are not cut by it).
+const REQUEST_TIMEOUT_S: u64 = 600;
+/// How long [`DockerRuntime::connect`] waits for the engine to answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The Docker Engine behind a local Unix socket.
+#[derive(Debug, Clone)]
+pub struct DockerRuntime {
+    docker: Docker,
+    socket: String,
+}
+
+/// The socket bollard's local defaults use: `DOCKER_HOST` when it is `unix://…`, else
+/// [`DEFAULT_SOCKET`].
+fn local_socket() -> String {
+    match std::env::var("DOCKER_HOST") {
+        Ok(host) if host.starts_with("unix://") => host.trim_start_matches("unix://").to_owned(),
+        _ => DEFAULT_SOCKET.to_owned(),
+    }
+}
+
+impl DockerRuntime {
+    /// A client of the local engine (`Docker::connect_with_local_defaults`: `DOCKER_HOST` when it is
+    /// `unix://…`, else `/var/run/docker.sock`) that has not talked to it yet; it speaks bollard's
+    /// newest API version, which older engines refuse. Prefer [`DockerRuntime::connect`].
+    pub fn new() -> Result<DockerRuntime, RuntimeError> {
+        let socket = local_socket();
+        let docker = Docker::connect_with_local_defaults()
+            .map_err(|e| RuntimeError::Engine(format!("cannot use the Docker Engine socket {socket}: {e}")))?
+            .with_timeout(Duration::from_secs(REQUEST_TIMEOUT_S));
+        Ok(DockerRuntime { docker, socket })
+    }
+
+    /// Connect to the local engine and check that it answers (`/_ping`), settling on the API
+    /// version it speaks (Docker 20.10 speaks at most 1.41 and refuses newer clients). The error
+    /// names the socket.
+    pub async fn connect() -> Result<DockerRuntime, RuntimeError> {
+        let mut runtime = DockerRuntime::new()?;
+        let socket = runtime.socket.clone();
+        let unreachable = |e: String| {
+            RuntimeError::Engine(format!(
+                "the Docker Engine at {socket} does not answer: {e} (is dockerd running, and may this user use its socket?)"
+            ))
+        };
+        let version = match tokio::time::timeout(CONNECT_TIMEOUT, runtime.docker.version()).await {
+            Err(_) => return Err(unreachable(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))),
+            Ok(Ok(v)) => v.api_version,
+            // An engine older than the client names the newest version it speaks.
+            Ok(Err(BollardError::DockerResponseServerError { status_code: 400, message })) => {
+                match max_version_in(&message) {
+                    Some(v) => Some(v),
+                    None => return Err(unreachable(message)),
+                }
+            }
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+        };
+        if let Some(version) = version.as_deref().and_then(parse_version) {
+            let current = runtime.docker.client_version();
+            if version < current {
+                runtime.docker = Docker::connect_with_local(&runtime.socket, REQUEST_TIMEOUT_S, &version)
+                    .map_err(|e| unreachable(e.to_string()))?;
+            }
+        }
+        match tokio::time::timeout(CONNECT_TIMEOUT, runtime.docker.ping()).await {
+            Err(_) => Err(unreachable(format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))),
+            Ok(Err(e)) => Err(unreachable(engine_message(&e))),
+            Ok(Ok(_)) => Ok(runtime),
+        }
+    }
+
+    /// The socket this runtime talks to.
+    pub fn socket(&self) -> &str {
+        &self.socket
+    }
+
+    /// The API version in use, e.g. `1.41`.
+    pub fn api_version(&self) -> String {
+        let v = self.docker.client_version();
+        format!("{}.{}", v.major_version, v.minor_version)
+    }
+
+    async fn create_impl(&self, spec: &ContainerSpec) -> Result<String, RuntimeError> {
+        let memory = i64::try_from(spec.memory_bytes)
+            .map_err(|_| RuntimeError::Engine(format!("memory limit {} bytes is too large", spec.memory_bytes)))?;
+        let host_config = HostConfig {
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(spec.pids_limit),
+            network_mode: Some("none".to_owned()),
+            privileged: Some(false),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            cap_drop: Some(CAP_DROP.iter().map(|c| (*c).to_owned()).collect()),
+            init: Some(false),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            entrypoint: Some(vec!["sh".to_owned(), "-c".to_owned(), KEEPER.to_owned()]),
+            cmd: Some(Vec::new()),
+            labels: Some(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            tty: Some(false),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            host_config: Some(host_config),
+            ..Default::default()
+        };
+        let created = self.docker.create_container(None, body).await.map_err(|e| match status(&e) {
+            Some(404) => RuntimeError::NoImage(spec.image.clone()),
+            _ => engine(e),
+        })?;
+        for warning in &created.warnings {
+            tracing::warn!(container = %created.id, %warning, "Docker Engine warning on create");
+        }
+        if let Err(e) = self.docker.start_container(&created.id, None).await {
+            let _ = self.remove_impl(&created.id).await;
+            return Err(engine(e));
+        }
+        Ok(created.id)
+    }
+
+    /// Run `argv` as it is (no wrapper, no timeout), wait for its end: (output, exit code).
+    async fn run_plain(&self, container: &str, argv: Vec<String>) -> Result<(Vec<u8>, Option<i64>), RuntimeError> {
+        let options = CreateExecOptions {
+            cmd: Some(argv),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let exec = self.docker.create_exec(container, options).await.map_err(|e| container_error(container, e))?;
+        let mut output = Vec::new();
+        match self.docker.start_exec(&exec.id, None).await.map_err(|e| container_error(container, e))? {
+            StartExecResults::Attached { output: mut stream, .. } => {
+                while let Some(item) = stream.next().await {
+                    let chunk = item.map_err(engine)?.into_bytes();
+                    let room = OUTPUT_CAP.saturating_sub(output.len());
+                    output.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+            }
+            StartExecResults::Detached => {}
+        }
+        let exit_code = self.exit_code(container, &exec.id).await?;
+        Ok((output, exit_code))
+    }
+
+    /// The exit code of a finished exec (it may still show as running for a moment after its
+    /// stream ended).
+    async fn exit_code(&self, container: &str, exec_id: &str) -> Result<Option<i64>, RuntimeError> {
+        let start = Instant::now();
+        loop {
+            let inspect = self.docker.inspect_exec(exec_id).await.map_err(|e| container_error(container, e))?;
+            if inspect.running != Some(true) || start.elapsed() > Duration::from_secs(5) {
+                return Ok(inspect.exit_code);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Whether the container is still running; a container that is gone is `false`.
+    async fn running(&self, container: &str) -> Result<bool, RuntimeError> {
+        match self.docker.inspect_container(container, None).await {
+            Ok(inspect) => Ok(inspect.state.and_then(|s| s.running).unwrap_or(false)),
+            Err(e) if status(&e) == Some(404) => Ok(false),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    /// Whether the container stops running within [`DEATH_GRACE`].
+    async fn dies_soon(&self, container: &str) -> Result<bool, RuntimeError> {
+        let start = Instant::now();
+        loop {
+            if !self.running(container).await? {
+                return Ok(true);
+            }
+            if start.elapsed() >= DEATH_GRACE {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn exec_impl(&self, container: &str, request: &ExecRequest) -> Result<ExecOutput, RuntimeError> {
+        if request.argv.is_empty() {
+            return Err(RuntimeError::Engine("an exec needs a command (empty argv)".to_owned()));
+        }
+        let deadline = tokio::time::Instant::now() + request.timeout;
+        let mut cmd = vec!["sh".to_owned(), "-c".to_owned(), WRAPPER.to_owned(), "vcurve-exec".to_owned()];
+        cmd.extend(request.argv.iter().cloned());
+        let options = CreateExecOptions {
+            cmd: Some(cmd),
+            env: Some(request.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            working_dir: if request.workdir.is_empty() { None } else { Some(request.workdir.clone()) },
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            ..Default::default()
+        };
+        let exec = self.docker.create_exec(container, options).await.map_err(|e| container_error(container, e))?;
+        let started = self.docker.start_exec(&exec.id, None).await.map_err(|e| container_error(container, e))?;
+        let StartExecResults::Attached { output: mut stream, .. } = started else {
+            return Err(RuntimeError::Engine("the engine started an attached exec detached".to_owned()));
+        };
+        let mut collector = Collector::default();
+        let mut timed_out = false;
+        loop {
+            match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(item)) => collector.push(&item.map_err(engine)?.into_bytes()),
+                Ok(None) => break,
+                Err(_) => {
+                    timed_out = true;
+                    break;
+                }
+            }
+        }
+        if !timed_out {
+            collector.finish();
+            let exit_code = self.exit_code(container, &exec.id).await?;
+            // A container killed as a whole (its init OOM-killed, or removed) takes the exec with it
+            // (SIGKILL: 137); the engine may see the exec end before the container.
+            if exit_code.is_none_or(|c| c == 137) && self.dies_soon(container).await? {
+                return Err(RuntimeError::Gone(container.to_owned()));
+            }
+            return Ok(ExecOutput { output: collector.output, exit_code, timed_out: false });
+        }
+
+        // Timed out: find the group (the header may still be on its way), kill it, read what is left.
+        let header_deadline = tokio::time::Instant::now() + HEADER_GRACE;
+        let mut ended = false;
+        while collector.header.is_none() && !collector.header_failed {
+            match tokio::time::timeout_at(header_deadline, stream.next()).await {
+                Ok(Some(item)) => collector.push(&item.map_err(engine)?.into_bytes()),
+                Ok(None) => {
+                    ended = true;
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        let Some(header) = collector.header.clone() else {
+            if !self.running(container).await? {
+                return Err(RuntimeError::Gone(container.to_owned()));
+            }
+            if ended {
+                // It ended just after its timeout without ever starting the command.
+                collector.finish();
+                return Ok(ExecOutput { output: collector.output, exit_code: None, timed_out: true });
+            }
+            return Err(RuntimeError::Engine(format!(
+                "a command in container {container} outlived its timeout and never reported its process group; it may still run"
+            )));
+        };
+        // Even a command whose output ended just now may have left members of its group behind.
+        self.kill_group(container, &header).await?;
+        if !ended {
+            let drain_deadline = tokio::time::Instant::now() + DRAIN_GRACE;
+            while let Ok(Some(item)) = tokio::time::timeout_at(drain_deadline, stream.next()).await {
+                collector.push(&item.map_err(engine)?.into_bytes());
+            }
+        }
+        collector.finish();
+        Ok(ExecOutput { output: collector.output, exit_code: None, timed_out: true })
+    }
+
+    /// Kill the process group (and the holders of the output pipe) of a timed-out command and wait
+    /// until they are gone.
+    async fn kill_group(&self, container: &str, header: &Header) -> Result<(), RuntimeError> {
+        let argv = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            KILL_SCRIPT.to_owned(),
+            "vcurve-kill".to_owned(),
+            header.pgid.to_string(),
+            header.pipe.as_deref().map_or_else(|| "-".to_owned(), glob_escape),
+        ];
+        match self.run_plain(container, argv).await {
+            Ok((_, Some(0))) => Ok(()),
+            Ok((output, code)) => {
+                if !self.running(container).await? {
+                    return Err(RuntimeError::Gone(container.to_owned()));
+                }
+                Err(RuntimeError::Engine(format!(
+                    "cannot kill the timed-out command's process group {} in container {container} (exit {code:?}): {}",
+                    header.pgid,
+                    String::from_utf8_lossy(&output).trim()
+                )))
+            }
+            Err(RuntimeError::Engine(_)) if !self.running(container).await? => {
+                Err(RuntimeError::Gone(container.to_owned()))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn put_file_impl(&self, container: &str, path: &str, content: &[u8], mode: u32) -> Result<(), RuntimeError> {
+        let file = Path::new(path);
+        let (Some(parent), Some(name)) = (file.parent(), file.file_name()) else {
+            return Err(RuntimeError::Engine(format!("cannot write {path:?}: not a file path")));
+        };
+        if !file.is_absolute() {
+            return Err(RuntimeError::Engine(format!("cannot write {path:?}: the path is not absolute")));
+        }
+        let parent = parent.to_string_lossy().into_owned();
+        let info = ContainerArchiveInfoOptionsBuilder::default().path(&parent).build();
+        match self.docker.get_container_archive_info(container, Some(info)).await {
+            Ok(_) => {}
+            Err(e) if status(&e) == Some(404) => {
+                if !self.running(container).await? {
+                    return Err(RuntimeError::Gone(container.to_owned()));
+                }
+                let argv = vec!["mkdir".to_owned(), "-p".to_owned(), "--".to_owned(), parent.clone()];
+                let (output, code) = self.run_plain(container, argv).await?;
+                if code != Some(0) {
+                    return Err(RuntimeError::Engine(format!(
+                        "cannot create {parent:?} in container {container}: {}",
+                        String::from_utf8_lossy(&output).trim()
+                    )));
+                }
+            }
+            Err(e) => return Err(container_error(container, e)),
+        }
+        let archive = one_file_tar(name, content, mode)
+            .map_err(|e| RuntimeError::Engine(format!("cannot pack {path:?} for upload: {e}")))?;
+        let options = UploadToContainerOptionsBuilder::default().path(&parent).build();
+        self.docker
+            .upload_to_container(container, Some(options), bollard::body_full(archive.into()))
+            .await
+            .map_err(|e| container_error(container, e))
+    }
+
+    async fn diff_impl(&self, container: &str) -> Result<Vec<Change>, RuntimeError> {
+        let changes = self.docker.container_changes(container).await.map_err(|e| container_error(container, e))?;
+        let mut changes: Vec<Change> = changes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| Change {
+                path: c.path,
+                kind: match c.kind {
+                    ChangeType::_0 => ChangeKind::Modified,
+                    ChangeType::_1 => ChangeKind::Added,
+                    ChangeType::_2 => ChangeKind::Deleted,
+                },
+            })
+            .collect();
+        changes.sort();
+        Ok(changes)
+    }
+
+    async fn commit_impl(
+        &self,
+        container: &str,
+        reference: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<String, RuntimeError> {
+        let (repo, tag) = split_reference(reference);
+        let mut options = CommitContainerOptionsBuilder::default().container(container).repo(repo).pause(true);
+        if let Some(tag) = tag {
+            options = options.tag(tag);
+        }
+        let config = ContainerConfig {
+            labels: Some(labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            ..Default::default()
+        };
+        let id =
+            self.docker.commit_container(options.build(), config).await.map_err(|e| container_error(container, e))?;
+        Ok(id.id)
+    }
+
+    async fn remove_impl(&self, container: &str) -> Result<(), RuntimeError> {
+        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        match self.docker.remove_container(container, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if status(&e) == Some(404) => Ok(()),
+            // Another removal of it is under way: wait for it to be gone.
+            Err(e) if status(&e) == Some(409) && engine_message(&e).contains("already in progress") => {
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(30) {
+                    match self.docker.inspect_container(container, None).await {
+                        Err(e) if status(&e) == Some(404) => return Ok(()),
+                        _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                    }
+                }
+                Err(RuntimeError::Engine(format!("container {container} is still being removed after 30 s")))
+            }
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    async fn image_exists_impl(&self, reference: &str) -> Result<bool, RuntimeError> {
+        match self.docker.inspect_image(reference).await {
+            Ok(_) => Ok(true),
+            Err(e) if status(&e) == Some(404) => Ok(false),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    async fn remove_image_impl(&self, reference: &str) -> Result<(), RuntimeError> {
+        let options = RemoveImageOptionsBuilder::default().force(true).noprune(false).build();
+        match self.docker.remove_image(reference, Some(options), None).await {
+            Ok(_) => Ok(()),
+            Err(e) if status(&e) == Some(404) => Ok(()),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    async fn containers_impl(&self, filter: &BTreeMap<String, String>) -> Result<Vec<String>, RuntimeError> {
+        let filters = label_filters(filter);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let list = self.docker.list_containers(Some(options)).await.map_err(engine)?;
+        let mut ids: Vec<String> = list.into_iter().filter_map(|c| c.id).collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn images_impl(&self, filter: &BTreeMap<String, String>) -> Result<Vec<ImageInfo>, RuntimeError> {
+        let filters = label_filters(filter);
+        let options = ListImagesOptionsBuilder::default().all(false).filters(&filters).build();
+        let list = self.docker.list_images(Some(options)).await.map_err(engine)?;
+        let mut images = Vec::new();
+        for image in list {
+            // The list's Size counts the parents' layers too; the image's own layer is the newest
+            // entry of its history.
+            let size_bytes = match self.docker.image_history(&image.id).await {
+                Ok(history) => history.first().map(|h| h.size).unwrap_or(image.size),
+                Err(e) if status(&e) == Some(404) => continue, // removed meanwhile
+                Err(e) => return Err(engine(e)),
+            };
+            let size_bytes = u64::try_from(size_bytes).unwrap_or(0);
+            let labels: BTreeMap<String, String> = image.labels.into_iter().collect();
+            let tags: Vec<String> = image.repo_tags.into_iter().filter(|t| t != "<none>:<none>").collect();
+            if tags.is_empty() {
+                images.push(ImageInfo { reference: image.id.clone(), size_bytes, labels });
+            } else {
+                for reference in tags {
+                    images.push(ImageInfo { reference, size_bytes, labels: labels.clone() });
+                }
+            }
+        }
+        images.sort_by(|a, b| a.reference.cmp(&b.reference));
+        Ok(images)
+    }
+}
+
+impl ContainerRuntime for DockerRuntime {
+    fn create<'a>(&'a self, spec: &'a ContainerSpec) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(self.create_impl(spec))
+    }
+
+    fn exec<'a>(
+        &'a self,
+        container: &'a str,
+        request: &'a ExecRequest,
+    ) -> BoxFuture<'a, Result<ExecOutput, RuntimeError>> {
+        Box::pin(self.exec_impl(container, request))
+    }
+
+    fn put_file<'a>(
+        &'a self,
+        container: &'a str,
+        path: &'a str,
+        content: &'a [u8],
+        mode: u32,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(self.put_file_impl(container, path, content, mode))
+    }
+
+    fn diff<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<Vec<Change>, RuntimeError>> {
+        Box::pin(self.diff_impl(container))
+    }
+
+    fn commit<'a>(
+        &'a self,
+        container: &'a str,
+        reference: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(self.commit_impl(container, reference, labels))
+    }
+
+    fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(self.remove_impl(container))
+    }
+
+    fn image_exists<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>> {
+        Box::pin(self.image_exists_impl(reference))
+    }
+
+    fn remove_image<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(self.remove_image_impl(reference))
+    }
+
+    fn containers<'a>(
+        &'a self,
+        filter: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<Vec<String>, RuntimeError>> {
+        Box::pin(self.containers_impl(filter))
+    }
+
+    fn images<'a>(
+        &'a self,
+        filter: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<Vec<ImageInfo>, RuntimeError>> {
+        Box::pin(self.images_impl(filter))
+    }
+}
+
+/// The header the wrapper prints before the command starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Header {
+    pgid: u32,
+    /// The output pipe as `/proc/*/fd/*` links name it, e.g. `pipe:[12345]`; `None` when the
+    /// wrapper could not read it.
+    pipe: Option<String>,
+}
+
+fn parse_header(line: &[u8]) -> Option<Header> {
+    let rest = line.strip_prefix(HEADER_PREFIX)?;
+    let text = std::str::from_utf8(rest).ok()?;
+    let mut words = text.split(' ');
+    let pgid: u32 = words.next()?.parse().ok()?;
+    let pipe = words.next()?;
+    if pgid == 0 || pipe.is_empty() || words.next().is_some() {
+        return None;
+    }
+    Some(Header { pgid, pipe: (pipe != "-").then(|| pipe.to_owned()) })
+}
+
+/// Collects an exec's output: strips the header line from its front, caps the rest.
+#[derive(Debug, Default)]
+struct Collector {
+    output: Vec<u8>,
+    /// The bytes before the header's newline, while it has not come.
+    pending: Vec<u8>,
+    header: Option<Header>,
+    /// The output did not start with a header (the wrapper never ran): everything is output.
+    header_failed: bool,
+}
+
+impl Collector {
+    fn push(&mut self, chunk: &[u8]) {
+        if self.header.is_some() || self.header_failed {
+            self.keep(chunk);
+            return;
+        }
+        self.pending.extend_from_slice(chunk);
+        let prefix_len = self.pending.len().min(HEADER_PREFIX.len());
+        if self.pending[..prefix_len] != HEADER_PREFIX[..prefix_len] {
+            self.fail_header();
+            return;
+        }
+        if let Some(newline) = self.pending.iter().position(|b| *b == b'\n') {
+            match parse_header(&self.pending[..newline]) {
+                Some(header) => {
+                    self.header = Some(header);
+                    let rest = self.pending.split_off(newline + 1);
+                    self.pending.clear();
+                    self.keep(&rest);
+                }
+                None => self.fail_header(),
+            }
+        } else if self.pending.len() > HEADER_MAX {
+            self.fail_header();
+        }
+    }
+
+    /// The stream ended: a partial header is output.
+    fn finish(&mut self) {
+        if self.header.is_none() && !self.pending.is_empty() {
+            self.fail_header();
+        }
+    }
+
+    fn fail_header(&mut self) {
+        self.header_failed = true;
+        let pending = std::mem::take(&mut self.pending);
+        self.keep(&pending);
+    }
+
+    fn keep(&mut self, chunk: &[u8]) {
+        let room = OUTPUT_CAP.saturating_sub(self.output.len());
+        self.output.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+}
+
+/// Escape `[`, `]`, `*`, `?` and `\` for a `find -lname` pattern.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        if matches!(c, '[' | ']' | '*' | '?' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `repo:tag` → (`repo`, Some(`tag`)); a colon before the last `/` belongs to a registry's port.
+fn split_reference(reference: &str) -> (&str, Option<&str>) {
+    let slash = reference.rfind('/').map_or(0, |i| i + 1);
+    match reference[slash..].rfind(':') {
+        Some(i) => (&reference[..slash + i], Some(&reference[slash + i + 1..])),
+        None => (reference, None),
+    }
+}
+
+fn label_filters(filter: &BTreeMap<String, String>) -> HashMap<String, Vec<String>> {
+    let mut filters = HashMap::new();
+    if !filter.is_empty() {
+        filters.insert("label".to_owned(), filter.iter().map(|(k, v)| format!("{k}={v}")).collect());
+    }
+    filters
+}
+
+/// A tar archive of one regular file `name`, owned by root, with `mode`.
+fn one_file_tar(name: &std::ffi::OsStr, content: &[u8], mode: u32) -> std::io::Result<Vec<u8>> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(content.len() as u64);
+    header.set_mode(mode);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_mtime(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()));
+    let mut builder = tar::Builder::new(Vec::new());
+    builder.append_data(&mut header, name, content)?;
+    builder.into_inner()
+}
+
+/// `1.41` → the client version.
+fn parse_version(text: &str) -> Option<ClientVersion> {
+    let (major, minor) = text.trim().split_once('.')?;
+    Some(ClientVersion { major_version: major.parse().ok()?, minor_version: minor.parse().ok()? })
+}
+
+/// The newest version an engine that refused a newer client names: "client version 1.53 is too
+/// new. Maximum supported API version is 1.41".
+fn max_version_in(message: &str) -> Option<String> {
+    let (_, rest) = message.split_once("Maximum supported API version is ")?;
+    let version: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    let version = version.trim_end_matches('.').to_owned();
+    parse_version(&version).map(|_| version)
+}
+
+fn status(e: &BollardError) -> Option<u16> {
+    match e {
+        BollardError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// The engine's own message for a response error, bollard's text for anything else.
+fn engine_message(e: &BollardError) -> String {
+    match e {
+        BollardError::DockerResponseServerError { status_code, message } if message.is_empty() => {
+            format!("HTTP {status_code}")
+        }
+        BollardError::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn engine(e: BollardError) -> RuntimeError {
+    RuntimeError::Engine(engine_message(&e))
+}
+
+/// An error of an operation on a running container: a container that does not exist (404 "No
+/// such container") or no longer runs (409 "is not running" / "is paused" not included) is
+/// [`RuntimeError::Gone`].
+fn container_error(container: &str, e: BollardError) -> RuntimeError {
+    let message = engine_message(&e);
+    match status(&e) {
+        Some(404) if message.contains("No such container") || message == "HTTP 404" => {
+            RuntimeError::Gone(container.to_owned())
+        }
+        Some(409) if message.contains("is not running") => RuntimeError::Gone(container.to_owned()),
+        _ => RuntimeError::Engine(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_split_at_the_tag_colon() {
+        assert_eq!(split_reference("vcurve-snapshot:abc-15"), ("vcurve-snapshot", Some("abc-15")));
+        assert_eq!(split_reference("vcurve-snapshot"), ("vcurve-snapshot", None));
+        assert_eq!(split_reference("localhost:5000/x/y:t"), ("localhost:5000/x/y", Some("t")));
+        assert_eq!(split_reference("localhost:5000/x/y"), ("localhost:5000/x/y", None));
+    }
+
+    #[test]
+    fn the_newest_version_an_old_engine_names_is_read() {
+        let message = "client version 1.53 is too new. Maximum supported API version is 1.41";
+        assert_eq!(max_version_in(message).as_deref(), Some("1.41"));
+        assert_eq!(max_version_in("Maximum supported API version is 1.41."), Some("1.41".to_owned()));
+        assert_eq!(max_version_in("something else"), None);
+        let v = parse_version("1.41").expect("parses");
+        assert_eq!((v.major_version, v.minor_version), (1, 41));
+        assert!(parse_version("x.41").is_none());
+    }
+
+    #[test]
+    fn the_header_is_stripped_however_it_is_split() {
+        let stream = b"vcurve-exec 42 pipe:[9876]\nhello\xff world\n";
+        for cut in 0..stream.len() {
+            let mut c = Collector::default();
+            c.push(&stream[..cut]);
+            c.push(&stream[cut..]);
+            c.finish();
+            assert_eq!(c.header, Some(Header { pgid: 42, pipe: Some("pipe:[9876]".to_owned()) }), "cut at {cut}");
+            assert_eq!(c.output, b"hello\xff world\n", "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn output_without_a_header_is_all_output() {
+        let mut c = Collector::default();
+        c.push(b"OCI runtime exec failed: no such file\n");
+        c.finish();
+        assert!(c.header.is_none());
+        assert_eq!(c.output, b"OCI runtime exec failed: no such file\n");
+
+        let mut c = Collector::default();
+        c.push(b"vcurve-e");
+        c.finish();
+        assert!(c.header.is_none());
+        assert_eq!(c.output, b"vcurve-e");
+
+        let mut c = Collector::default();
+        c.push(b"vcurve-exec 9 -\nrest");
+        assert_eq!(c.header, Some(Header { pgid: 9, pipe: None }));
+        assert_eq!(c.output, b"rest");
+
+        let mut c = Collector::default();
+        c.push(b"vcurve-exec nonsense\nrest");
+        assert!(c.header.is_none());
+        assert_eq!(c.output, b"vcurve-exec nonsense\nrest");
+    }
+
+    #[test]
+    fn output_is_capped() {
+        let mut c = Collector::default();
+        c.push(b"vcurve-exec 7 pipe:[1]\n");
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..70 {
+            c.push(&chunk);
+        }
+        assert_eq!(c.output.len(), OUTPUT_CAP);
+    }
+
+    #[test]
+    fn pipe_names_are_escaped_for_find() {
+        assert_eq!(glob_escape("pipe:[123]"), r"pipe:\[123\]");
+    }
+
+    #[test]
+    fn a_one_file_archive_holds_the_file_owned_by_root() {
+        let bytes = one_file_tar(std::ffi::OsStr::new("run.sh"), b"echo hi\n", 0o755).expect("packs");
+        let mut archive = tar::Archive::new(&bytes[..]);
+        let mut entries = archive.entries().expect("entries");
+        let mut entry = entries.next().expect("one entry").expect("reads");
+        assert_eq!(entry.path().expect("path").to_str(), Some("run.sh"));
+        assert_eq!(entry.header().mode().expect("mode"), 0o755);
+        assert_eq!(entry.header().uid().expect("uid"), 0);
+        let mut content = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut content).expect("content");
+        assert_eq!(content, b"echo hi\n");
+        assert!(entries.next().is_none());
+    }
+}

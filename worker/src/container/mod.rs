@@ -239,3 +239,16 @@ impl Drop for Container {
         }
     }
 }
+
+/// Remove every container a worker named `worker` left behind (labelled [`labels::MANAGED`]` = 1`
+/// and [`labels::WORKER`]` = worker`): what a worker killed with SIGKILL could not remove. Call it
+/// when the worker starts, before it leases work. Returns how many were removed.
+pub async fn reap(runtime: &dyn ContainerRuntime, worker: &str) -> Result<usize, RuntimeError> {
+    let filter =
+        BTreeMap::from([(labels::MANAGED.to_owned(), "1".to_owned()), (labels::WORKER.to_owned(), worker.to_owned())]);
+    let ids = runtime.containers(&filter).await?;
+    for id in &ids {
+        runtime.remove(id).await?;
+    }
+    Ok(ids.len())
+}

@@ -1,0 +1,734 @@
+//! The Docker runtime against a real Docker Engine and a real image.
+//!
+//! The image comes from `VCURVE_TEST_BASE_IMAGE` (bash, coreutils, util-linux, python3, git): build
+//! it with `deploy/images/build` (it prints `base=TAG`), or run everything through `scripts/test`.
+//!
+//! Every test labels what it makes with its own `vcurve.test` value and removes it, even when it
+//! fails: a [`Scope`] removes its containers and images with the docker CLI when it is dropped. The
+//! engine is inspected with the docker CLI too, so that these checks do not trust the code under
+//! test.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use vcurve_worker::container::docker::{DockerRuntime, WRAPPER};
+use vcurve_worker::container::{
+    Change, ChangeKind, Container, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, RuntimeError, labels, reap,
+};
+
+const IMAGE_VAR: &str = "VCURVE_TEST_BASE_IMAGE";
+/// Set in a child run of this test binary: the worker name under which [`reap_child_helper`]
+/// creates containers before it is SIGKILLed.
+const CHILD_WORKER_VAR: &str = "VCURVE_DOCKER_TEST_CHILD_WORKER";
+/// Set in a child run of this test binary: the child checks the error of a connection to a
+/// socket that does not exist ([`connect_child_helper`]).
+const CHILD_CONNECT_VAR: &str = "VCURVE_DOCKER_TEST_CHILD_CONNECT";
+/// The label every container and image of these tests carries; its value is the test's key.
+const TEST_LABEL: &str = "vcurve.test";
+
+fn image() -> String {
+    match std::env::var(IMAGE_VAR) {
+        Ok(image) if !image.is_empty() => image,
+        _ => panic!(
+            "{IMAGE_VAR} is not set: these tests need a local image with bash, coreutils, util-linux, python3 and git. \
+             Build it with `deploy/images/build` and set {IMAGE_VAR} to the tag it prints as base=TAG, \
+             or run the tests through `scripts/test`, which does both"
+        ),
+    }
+}
+
+fn unique_key(what: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{what}-{}-{}-{nanos:08x}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Run the docker CLI; its stdout.
+fn docker_cli(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("the docker CLI runs");
+    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn docker_cli_lines(args: &[&str]) -> Vec<String> {
+    docker_cli(args).lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
+}
+
+/// What one test makes, removed when it is dropped (also on a failed assertion): every container
+/// and image labelled `vcurve.test=<key>`, and every image tagged `vcurve-test-<key>`.
+struct Scope {
+    key: String,
+    runtime: Arc<DockerRuntime>,
+}
+
+impl Scope {
+    async fn new(what: &str) -> Scope {
+        let runtime = DockerRuntime::connect().await.expect("the Docker Engine answers");
+        Scope { key: unique_key(what), runtime: Arc::new(runtime) }
+    }
+
+    fn dyn_runtime(&self) -> Arc<dyn ContainerRuntime> {
+        self.runtime.clone()
+    }
+
+    /// The labels of this test's containers, as a worker named `worker` would set them.
+    fn labels_for(&self, worker: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (labels::MANAGED.to_owned(), "1".to_owned()),
+            (labels::WORKER.to_owned(), worker.to_owned()),
+            (labels::JOB.to_owned(), "job-7".to_owned()),
+            (TEST_LABEL.to_owned(), self.key.clone()),
+        ])
+    }
+
+    fn spec(&self) -> ContainerSpec {
+        ContainerSpec {
+            image: image(),
+            memory_bytes: 512 << 20,
+            pids_limit: 256,
+            labels: self.labels_for(&format!("worker-{}", self.key)),
+        }
+    }
+
+    fn test_filter(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(TEST_LABEL.to_owned(), self.key.clone())])
+    }
+
+    async fn start(&self) -> Container {
+        Container::start(self.dyn_runtime(), &self.spec()).await.expect("the container starts")
+    }
+
+    async fn start_with(&self, spec: &ContainerSpec) -> Container {
+        Container::start(self.dyn_runtime(), spec).await.expect("the container starts")
+    }
+
+    /// A snapshot reference of this test.
+    fn reference(&self, n: u32) -> String {
+        format!("vcurve-test-{}:{n}", self.key)
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        let filter = format!("label={TEST_LABEL}={}", self.key);
+        let containers = docker_cli_lines(&["ps", "-aq", "--filter", &filter]);
+        if !containers.is_empty() {
+            let mut args = vec!["rm", "-fv"];
+            args.extend(containers.iter().map(String::as_str));
+            let _ = Command::new("docker").args(&args).output();
+        }
+        let repo = format!("vcurve-test-{}", self.key);
+        let mut images = docker_cli_lines(&["images", "-aq", "--filter", &filter]);
+        images.extend(docker_cli_lines(&["images", "-q", &repo]));
+        images.sort();
+        images.dedup();
+        if !images.is_empty() {
+            let mut args = vec!["rmi", "-f"];
+            args.extend(images.iter().map(String::as_str));
+            let _ = Command::new("docker").args(&args).output();
+        }
+    }
+}
+
+fn bash(command: &str, timeout: Duration) -> ExecRequest {
+    ExecRequest {
+        argv: vec!["bash".to_owned(), "-c".to_owned(), command.to_owned()],
+        env: BTreeMap::new(),
+        workdir: "/".to_owned(),
+        timeout,
+    }
+}
+
+async fn run(container: &Container, command: &str) -> ExecOutput {
+    container.exec(&bash(command, Duration::from_secs(60))).await.expect("the exec runs")
+}
+
+fn text(out: &ExecOutput) -> String {
+    String::from_utf8_lossy(&out.output).into_owned()
+}
+
+/// Every process in the container, as `PID ARGS` lines read from `/proc` (no `ps` needed), without
+/// the listing's own processes.
+async fn processes(container: &Container) -> Vec<String> {
+    let out = run(
+        container,
+        r#"for p in /proc/[0-9]*; do
+             pid=${p#/proc/}
+             [ "$pid" = "$$" ] && continue
+             args=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
+             [ -n "$args" ] && echo "$pid $args"
+           done"#,
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "listing processes: {}", text(&out));
+    text(&out).lines().filter(|l| !l.contains("/proc/[0-9]*")).map(str::to_owned).collect()
+}
+
+/// The processes a test command left: everything but the container's keeper (`sh -c while …` and
+/// its `sleep 86400`).
+async fn leftovers(container: &Container) -> Vec<String> {
+    processes(container).await.into_iter().filter(|l| !l.contains("while :;") && !l.contains("sleep 86400")).collect()
+}
+
+#[tokio::test]
+async fn a_timed_out_command_that_keeps_its_output_open_leaves_no_process() {
+    let scope = Scope::new("timeout-bg").await;
+    let c = scope.start().await;
+    let started = Instant::now();
+    let out = c.exec(&bash("sleep 1000 & echo started", Duration::from_secs(1))).await.expect("runs");
+    let took = started.elapsed();
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.exit_code, None);
+    assert_eq!(text(&out), "started\n");
+    assert!(took < Duration::from_secs(8), "the kill took {took:?}");
+    let left = leftovers(&c).await;
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    // The same with ps, as an agent would look.
+    let ps = run(&c, "ps -eo pid,pgid,args").await;
+    assert!(!text(&ps).contains("sleep 1000"), "{}", text(&ps));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn a_plain_sleep_is_killed_at_its_timeout() {
+    let scope = Scope::new("timeout-sleep").await;
+    let c = scope.start().await;
+    let started = Instant::now();
+    let out = c.exec(&bash("echo before; sleep 1000; echo after", Duration::from_secs(1))).await.expect("runs");
+    let took = started.elapsed();
+    assert!(out.timed_out);
+    assert_eq!(out.exit_code, None);
+    assert_eq!(text(&out), "before\n");
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(6), "took {took:?}");
+    assert!(leftovers(&c).await.is_empty());
+    // The container is fine afterwards.
+    let out = run(&c, "echo alive").await;
+    assert_eq!((text(&out).as_str(), out.exit_code, out.timed_out), ("alive\n", Some(0), false));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn a_process_that_left_the_group_but_holds_the_output_is_killed_too() {
+    let scope = Scope::new("timeout-setsid").await;
+    let c = scope.start().await;
+    let command = "setsid sleep 1001 & (sleep 1002 &); nohup sleep 1003 >/dev/null 2>&1 & sleep 1004";
+    let out = c.exec(&bash(command, Duration::from_secs(1))).await.expect("runs");
+    assert!(out.timed_out);
+    let left = leftovers(&c).await;
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    c.remove().await.expect("removed");
+}
+
+/// The wrapper started where its shell does not lead its process group (here: by another shell)
+/// runs the command under `setsid -w`: the header names the new group, the exit code passes
+/// through, and a timeout still kills everything.
+#[tokio::test]
+async fn the_wrapper_falls_back_to_setsid_when_it_does_not_lead_its_group() {
+    let scope = Scope::new("setsid-fallback").await;
+    let c = scope.start().await;
+    let nested = |inner: &str, timeout: Duration| ExecRequest {
+        argv: vec![
+            "bash".to_owned(),
+            "-c".to_owned(),
+            format!("sh -c \"$1\" vcurve-exec bash -c '{inner}'; echo \"status $?\""),
+            "_".to_owned(),
+            WRAPPER.to_owned(),
+        ],
+        ..bash("", timeout)
+    };
+    let out =
+        c.exec(&nested("echo inner pgid $(ps -o pgid= $$); exit 4", Duration::from_secs(20))).await.expect("runs");
+    let said = text(&out);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.len(), 3, "{said}");
+    let header: Vec<&str> = lines[0].split(' ').collect();
+    assert_eq!(header[0], "vcurve-exec", "{said}");
+    assert!(header[2].starts_with("pipe:["), "{said}");
+    assert_eq!(lines[1].split_whitespace().collect::<Vec<_>>(), ["inner", "pgid", header[1]], "{said}");
+    assert_eq!(lines[2], "status 4");
+    assert_eq!(out.exit_code, Some(0));
+
+    let out = c.exec(&nested("sleep 1000", Duration::from_secs(1))).await.expect("runs");
+    assert!(out.timed_out);
+    let left = leftovers(&c).await;
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn a_background_process_of_a_finished_command_stays_as_under_docker_exec() {
+    let scope = Scope::new("background").await;
+    let c = scope.start().await;
+    // The command ends; Docker ends its output (within ~2 s) although `sleep` still holds it.
+    let out = c.exec(&bash("sleep 1000 & echo started", Duration::from_secs(30))).await.expect("runs");
+    assert_eq!((text(&out).as_str(), out.exit_code, out.timed_out), ("started\n", Some(0), false));
+    let left = leftovers(&c).await;
+    assert!(left.iter().any(|l| l.contains("sleep 1000")), "{left:?}");
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn stdout_and_stderr_are_merged_in_the_order_written() {
+    let scope = Scope::new("merge").await;
+    let c = scope.start().await;
+    let out = run(&c, "for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done; printf tail >&2").await;
+    assert_eq!(text(&out), "out1\nerr1\nout2\nerr2\nout3\nerr3\nout4\nerr4\nout5\nerr5\ntail");
+    assert_eq!(out.exit_code, Some(0));
+    // A big output arrives whole.
+    let out = run(&c, "head -c 3000000 /dev/zero | tr '\\0' x").await;
+    assert_eq!(out.output.len(), 3_000_000);
+    assert!(out.output.iter().all(|b| *b == b'x'));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn exit_codes_come_back() {
+    let scope = Scope::new("exit").await;
+    let c = scope.start().await;
+    for (command, code) in [("true", 0), ("exit 3", 3), ("false", 1), ("kill -9 $$", 137), ("no-such-command-x", 127)] {
+        let out = run(&c, command).await;
+        assert_eq!(out.exit_code, Some(code), "{command}: {}", text(&out));
+        assert!(!out.timed_out);
+    }
+    // An argv whose program does not exist.
+    let request = ExecRequest { argv: vec!["no-such-binary".to_owned()], ..bash("", Duration::from_secs(10)) };
+    let out = c.exec(&request).await.expect("runs");
+    assert_eq!(out.exit_code, Some(127), "{}", text(&out));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn env_and_workdir_are_applied() {
+    let scope = Scope::new("env").await;
+    let c = scope.start().await;
+    let request = ExecRequest {
+        argv: vec!["bash".to_owned(), "-c".to_owned(), "echo \"$FOO|$BAR\"; pwd; echo $PATH".to_owned()],
+        env: BTreeMap::from([("FOO".to_owned(), "a b".to_owned()), ("BAR".to_owned(), "x=y".to_owned())]),
+        workdir: "/usr/share".to_owned(),
+        timeout: Duration::from_secs(10),
+    };
+    let out = c.exec(&request).await.expect("runs");
+    let out = text(&out);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[..2], ["a b|x=y", "/usr/share"]);
+    assert!(lines[2].contains("/usr/bin"), "the image's PATH stays: {}", lines[2]);
+    // Nothing of the wrapper shows in the command's environment or arguments.
+    let out = run(&c, "env; cat /proc/$$/cmdline | tr '\\0' ' '").await;
+    assert!(!text(&out).to_lowercase().contains("vcurve"), "{}", text(&out));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn a_missing_workdir_fails_as_under_docker_exec() {
+    let scope = Scope::new("workdir").await;
+    let c = scope.start().await;
+    let request = ExecRequest { workdir: "/nope".to_owned(), ..bash("pwd", Duration::from_secs(10)) };
+    let out = c.exec(&request).await.expect("runs");
+    assert_eq!(out.exit_code, Some(126), "{}", text(&out));
+    assert!(text(&out).contains("chdir to cwd (\"/nope\")"), "{}", text(&out));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn invalid_utf8_comes_back_raw() {
+    let scope = Scope::new("bytes").await;
+    let c = scope.start().await;
+    let out = run(&c, r"printf 'a\xff\xfeb\x00c\n'").await;
+    assert_eq!(out.output, b"a\xff\xfeb\x00c\n");
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn limits_are_applied() {
+    let scope = Scope::new("limits").await;
+    let spec = ContainerSpec { memory_bytes: 256 << 20, pids_limit: 64, ..scope.spec() };
+    let c = scope.start_with(&spec).await;
+    let format = "{{.HostConfig.Memory}} {{.HostConfig.MemorySwap}} {{.HostConfig.PidsLimit}} {{.HostConfig.NetworkMode}} \
+                  {{.HostConfig.Privileged}} {{json .HostConfig.SecurityOpt}} {{json .HostConfig.CapDrop}}";
+    let inspect = docker_cli(&["inspect", "--format", format, c.id()]);
+    let fields: Vec<&str> = inspect.split_whitespace().collect();
+    let memory = (256u64 << 20).to_string();
+    assert_eq!(fields[..5], [memory.as_str(), memory.as_str(), "64", "none", "false"], "{inspect}");
+    assert_eq!(fields[5], r#"["no-new-privileges"]"#);
+    assert!(fields[6].contains("NET_RAW"), "{inspect}");
+
+    let status = run(&c, "grep -E '^(NoNewPrivs|CapEff)' /proc/self/status").await;
+    assert!(text(&status).contains("NoNewPrivs:\t1"), "{}", text(&status));
+
+    // The pids limit bites: fewer than 64 processes can be forked.
+    let forks = r#"
+import os, signal
+pids = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            signal.pause()
+            os._exit(0)
+        pids.append(pid)
+    print("forked all")
+except OSError as e:
+    print("fork failed after", len(pids))
+for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+for pid in pids:
+    os.waitpid(pid, 0)
+"#;
+    let request = ExecRequest {
+        argv: vec!["python3".to_owned(), "-c".to_owned(), forks.to_owned()],
+        ..bash("", Duration::from_secs(60))
+    };
+    let out = c.exec(&request).await.expect("runs");
+    let said = text(&out);
+    let n: usize = said
+        .trim()
+        .strip_prefix("fork failed after ")
+        .unwrap_or_else(|| panic!("forks did not fail: {said}"))
+        .parse()
+        .expect("a count");
+    assert!(n < 64, "{n} forks under a pids limit of 64");
+
+    // The memory limit bites: the allocating command is killed, the container lives on.
+    let out = run(&c, "python3 -c 'b = bytearray(1 << 30); print(len(b))'").await;
+    assert_ne!(out.exit_code, Some(0), "allocated 1 GiB under a 256 MiB limit: {}", text(&out));
+    assert_eq!(run(&c, "echo alive").await.exit_code, Some(0));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn there_is_no_network() {
+    let scope = Scope::new("net").await;
+    let c = scope.start().await;
+    let out = run(&c, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").await;
+    assert_eq!(text(&out), "lo\n");
+    let connect = "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), timeout=5)'";
+    let out = run(&c, connect).await;
+    assert_ne!(out.exit_code, Some(0));
+    assert!(text(&out).contains("Network is unreachable"), "{}", text(&out));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn labels_are_set_and_containers_are_found_by_them() {
+    let scope = Scope::new("labels").await;
+    let c = scope.start().await;
+    let got = docker_cli(&["inspect", "--format", "{{json .Config.Labels}}", c.id()]);
+    let got: BTreeMap<String, String> = serde_json::from_str(got.trim()).expect("labels as JSON");
+    for (k, v) in &scope.spec().labels {
+        assert_eq!(got.get(k), Some(v), "label {k}");
+    }
+    let found = scope.runtime.containers(&scope.test_filter()).await.expect("lists");
+    assert_eq!(found, vec![c.id().to_owned()]);
+    let mut filter = scope.test_filter();
+    filter.insert(labels::JOB.to_owned(), "another-job".to_owned());
+    assert!(scope.runtime.containers(&filter).await.expect("lists").is_empty());
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn a_missing_image_is_no_image() {
+    let scope = Scope::new("noimage").await;
+    let spec = ContainerSpec { image: "vcurve-no-such-image:nope".to_owned(), ..scope.spec() };
+    match scope.runtime.create(&spec).await {
+        Err(RuntimeError::NoImage(image)) => assert_eq!(image, "vcurve-no-such-image:nope"),
+        other => panic!("expected NoImage, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_diff_lists_changes_and_no_trace_of_the_timeout_machinery() {
+    let scope = Scope::new("diff").await;
+    let c = scope.start().await;
+    assert_eq!(c.diff().await.expect("diff"), Vec::new(), "a fresh container has no changes");
+    // Commands, a timed-out one among them, change nothing by themselves.
+    run(&c, "ls / > /dev/null; python3 -c 'print(1)'").await;
+    let out = c.exec(&bash("sleep 1000 & sleep 1001", Duration::from_secs(1))).await.expect("runs");
+    assert!(out.timed_out);
+    assert_eq!(c.diff().await.expect("diff"), Vec::new(), "commands left traces");
+
+    run(&c, "echo hello > /root/hello.txt && rm /etc/issue && echo x >> /etc/hostname.bak").await;
+    let diff = c.diff().await.expect("diff");
+    let expected = vec![
+        Change { path: "/etc".to_owned(), kind: ChangeKind::Modified },
+        Change { path: "/etc/hostname.bak".to_owned(), kind: ChangeKind::Added },
+        Change { path: "/etc/issue".to_owned(), kind: ChangeKind::Deleted },
+        Change { path: "/root".to_owned(), kind: ChangeKind::Modified },
+        Change { path: "/root/hello.txt".to_owned(), kind: ChangeKind::Added },
+    ];
+    assert_eq!(diff, expected);
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn commit_makes_an_image_that_is_found_listed_and_removed() {
+    let scope = Scope::new("commit").await;
+    let c = scope.start().await;
+    run(&c, "mkdir -p /testbed && head -c 100000 /dev/urandom > /testbed/blob").await;
+    let reference = scope.reference(15);
+    let image_labels = BTreeMap::from([
+        (labels::MANAGED.to_owned(), "1".to_owned()),
+        (labels::SNAPSHOT_TRAJECTORY.to_owned(), "abc".to_owned()),
+        (labels::SNAPSHOT_T.to_owned(), "15".to_owned()),
+        (TEST_LABEL.to_owned(), scope.key.clone()),
+    ]);
+    let id = c.commit(&reference, &image_labels).await.expect("commits");
+    assert!(id.starts_with("sha256:"), "{id}");
+    assert!(scope.runtime.image_exists(&reference).await.expect("inspects"));
+    assert!(scope.runtime.image_exists(&id).await.expect("inspects"));
+    assert!(!scope.runtime.image_exists("vcurve-no-such-image:nope").await.expect("inspects"));
+    // The container keeps running.
+    assert_eq!(run(&c, "echo still").await.exit_code, Some(0));
+
+    let listed = scope.runtime.images(&scope.test_filter()).await.expect("lists");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].reference, reference);
+    for (k, v) in &image_labels {
+        assert_eq!(listed[0].labels.get(k), Some(v), "label {k}");
+    }
+    // Its own layer: the 100 kB written, not the base image's hundreds of MB.
+    let size = listed[0].size_bytes;
+    assert!((100_000..2_000_000).contains(&size), "own size {size}");
+    let mut other = scope.test_filter();
+    other.insert(labels::SNAPSHOT_T.to_owned(), "16".to_owned());
+    assert!(scope.runtime.images(&other).await.expect("lists").is_empty());
+
+    // A container from the snapshot holds the file.
+    let from_snapshot = scope.start_with(&ContainerSpec { image: reference.clone(), ..scope.spec() }).await;
+    assert_eq!(text(&run(&from_snapshot, "wc -c < /testbed/blob").await), "100000\n");
+    assert_eq!(from_snapshot.diff().await.expect("diff"), Vec::new());
+    from_snapshot.remove().await.expect("removed");
+
+    c.remove().await.expect("removed");
+    scope.runtime.remove_image(&reference).await.expect("removes");
+    assert!(!scope.runtime.image_exists(&reference).await.expect("inspects"));
+    assert!(!scope.runtime.image_exists(&id).await.expect("inspects"), "the image itself is gone, not only its tag");
+    scope.runtime.remove_image(&reference).await.expect("removing it again is fine");
+}
+
+#[tokio::test]
+async fn removing_an_image_a_container_uses_removes_its_tag_only() {
+    let scope = Scope::new("rmi-used").await;
+    let c = scope.start().await;
+    let reference = scope.reference(1);
+    let id = c.commit(&reference, &scope.test_filter()).await.expect("commits");
+    let user = scope.start_with(&ContainerSpec { image: reference.clone(), ..scope.spec() }).await;
+    scope.runtime.remove_image(&reference).await.expect("removes the tag");
+    assert!(!scope.runtime.image_exists(&reference).await.expect("inspects"));
+    assert!(scope.runtime.image_exists(&id).await.expect("inspects"), "the image stays while a container uses it");
+    // Listed by its id, so that it can be collected once the container is gone.
+    let listed = scope.runtime.images(&scope.test_filter()).await.expect("lists");
+    assert_eq!(listed.iter().map(|i| i.reference.as_str()).collect::<Vec<_>>(), [id.as_str()]);
+    user.remove().await.expect("removed");
+    scope.runtime.remove_image(&id).await.expect("removes");
+    assert!(!scope.runtime.image_exists(&id).await.expect("inspects"));
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn put_file_writes_a_file_with_its_mode_creating_parents() {
+    let scope = Scope::new("put").await;
+    let c = scope.start().await;
+    let script = b"#!/bin/sh\necho from the script \"$@\"\n";
+    c.put_file("/opt/vcurve/deep/run.sh", script, 0o755).await.expect("puts");
+    let out = run(&c, "stat -c '%a %U %G %s' /opt/vcurve/deep/run.sh && /opt/vcurve/deep/run.sh 1 2").await;
+    assert_eq!(text(&out), format!("755 root root {}\nfrom the script 1 2\n", script.len()));
+    // Overwrite, in an existing directory, with another mode and raw bytes.
+    c.put_file("/opt/vcurve/deep/run.sh", b"\xff\x00raw", 0o600).await.expect("puts");
+    let out = run(&c, "stat -c '%a' /opt/vcurve/deep/run.sh && od -An -tx1 /opt/vcurve/deep/run.sh").await;
+    assert_eq!(text(&out).split_whitespace().collect::<Vec<_>>(), ["600", "ff", "00", "72", "61", "77"]);
+    c.put_file("/root/empty", b"", 0o644).await.expect("puts an empty file");
+    assert_eq!(text(&run(&c, "wc -c < /root/empty").await), "0\n");
+    assert!(c.put_file("relative/path", b"x", 0o644).await.is_err());
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn removing_a_missing_container_is_fine_and_using_it_is_gone() {
+    let scope = Scope::new("missing").await;
+    scope.runtime.remove("vcurve-no-such-container").await.expect("a missing container is not an error");
+    let c = scope.start().await;
+    let id = c.id().to_owned();
+    scope.runtime.remove(&id).await.expect("removes");
+    scope.runtime.remove(&id).await.expect("removing it twice is fine");
+    match scope.runtime.exec(&id, &bash("true", Duration::from_secs(5))).await {
+        Err(RuntimeError::Gone(gone)) => assert_eq!(gone, id),
+        other => panic!("expected Gone, got {other:?}"),
+    }
+    assert!(matches!(scope.runtime.diff(&id).await, Err(RuntimeError::Gone(_))));
+    assert!(matches!(scope.runtime.put_file(&id, "/x", b"x", 0o644).await, Err(RuntimeError::Gone(_))));
+    c.remove().await.expect("removing the guard's container again is fine");
+}
+
+#[tokio::test]
+async fn an_exec_whose_container_dies_is_gone() {
+    let scope = Scope::new("dies").await;
+    let c = scope.start().await;
+    let id = c.id().to_owned();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        docker_cli(&["kill", &id]);
+    });
+    let result = c.exec(&bash("echo working; sleep 30", Duration::from_secs(60))).await;
+    killer.join().expect("the killer thread");
+    assert!(matches!(result, Err(RuntimeError::Gone(_))), "{result:?}");
+    c.remove().await.expect("removed");
+}
+
+#[tokio::test]
+async fn the_guard_removes_its_container_when_dropped() {
+    let scope = Scope::new("guard").await;
+    let c = scope.start().await;
+    let id = c.id().to_owned();
+    drop(c);
+    let start = Instant::now();
+    while !scope.runtime.containers(&scope.test_filter()).await.expect("lists").is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20), "container {id} still there after the guard was dropped");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Run as a child of [`reap_removes_what_a_killed_worker_left_and_nothing_else`]: creates two
+/// containers as worker `$VCURVE_DOCKER_TEST_CHILD_WORKER`, says so, and waits to be SIGKILLed.
+/// Without the variable it does nothing.
+#[tokio::test]
+async fn reap_child_helper() {
+    let Ok(worker) = std::env::var(CHILD_WORKER_VAR) else { return };
+    let key = std::env::var("VCURVE_DOCKER_TEST_CHILD_KEY").expect("the parent's key");
+    let runtime: Arc<dyn ContainerRuntime> = Arc::new(DockerRuntime::connect().await.expect("connects"));
+    let spec = ContainerSpec {
+        image: image(),
+        memory_bytes: 256 << 20,
+        pids_limit: 64,
+        labels: BTreeMap::from([
+            (labels::MANAGED.to_owned(), "1".to_owned()),
+            (labels::WORKER.to_owned(), worker),
+            (TEST_LABEL.to_owned(), key),
+        ]),
+    };
+    let _a = Container::start(runtime.clone(), &spec).await.expect("starts");
+    let _b = Container::start(runtime.clone(), &spec).await.expect("starts");
+    println!("VCURVE-CHILD-READY");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+#[tokio::test]
+async fn reap_removes_what_a_killed_worker_left_and_nothing_else() {
+    let scope = Scope::new("reap").await;
+    let dead = format!("dead-{}", scope.key);
+    let alive = format!("alive-{}", scope.key);
+
+    // A worker process creates two containers and is SIGKILLed: its guards never run.
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "reap_child_helper", "--nocapture", "--test-threads=1"])
+        .env(CHILD_WORKER_VAR, &dead)
+        .env("VCURVE_DOCKER_TEST_CHILD_KEY", &scope.key)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns the child");
+    let stdout = child.stdout.take().expect("piped");
+    let ready = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("VCURVE-CHILD-READY"))
+    });
+    let ready = tokio::time::timeout(Duration::from_secs(120), ready).await;
+    child.kill().expect("SIGKILLs the child");
+    child.wait().expect("reaps the child");
+    assert!(matches!(ready, Ok(Ok(true))), "the child never got ready: {ready:?}");
+
+    // Another container of the same dead worker, its guard forgotten; and one of a live worker.
+    let forgotten = scope.start_with(&ContainerSpec { labels: scope.labels_for(&dead), ..scope.spec() }).await;
+    std::mem::forget(forgotten);
+    let other = scope.start_with(&ContainerSpec { labels: scope.labels_for(&alive), ..scope.spec() }).await;
+
+    let dead_filter =
+        BTreeMap::from([(labels::MANAGED.to_owned(), "1".to_owned()), (labels::WORKER.to_owned(), dead.clone())]);
+    assert_eq!(scope.runtime.containers(&dead_filter).await.expect("lists").len(), 3);
+    let reaped = reap(scope.runtime.as_ref(), &dead).await.expect("reaps");
+    assert_eq!(reaped, 3);
+    assert!(scope.runtime.containers(&dead_filter).await.expect("lists").is_empty());
+    assert_eq!(reap(scope.runtime.as_ref(), &dead).await.expect("reaps"), 0);
+    // The live worker's container is untouched.
+    assert_eq!(run(&other, "echo here").await.exit_code, Some(0));
+    other.remove().await.expect("removed");
+}
+
+/// Run as a child of [`connecting_to_a_missing_socket_names_it`] with `DOCKER_HOST` pointing at a
+/// socket that does not exist.
+#[tokio::test]
+async fn connect_child_helper() {
+    if std::env::var(CHILD_CONNECT_VAR).is_err() {
+        return;
+    }
+    match DockerRuntime::connect().await {
+        Ok(_) => panic!("connected to a socket that does not exist"),
+        Err(e) => println!("VCURVE-CONNECT-ERROR {e}"),
+    }
+}
+
+#[tokio::test]
+async fn connecting_to_a_missing_socket_names_it() {
+    let runtime = DockerRuntime::connect().await.expect("the real engine answers");
+    assert!(!runtime.api_version().is_empty());
+    let out = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["--exact", "connect_child_helper", "--nocapture"])
+        .env(CHILD_CONNECT_VAR, "1")
+        .env("DOCKER_HOST", "unix:///nonexistent/vcurve-test.sock")
+        .output()
+        .expect("runs the child");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let line = said.lines().find(|l| l.starts_with("VCURVE-CONNECT-ERROR")).unwrap_or_else(|| panic!("{said}"));
+    assert!(line.contains("/nonexistent/vcurve-test.sock"), "{line}");
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// Timings of this engine: `cargo test -p vcurve-worker --test docker_runtime -- --ignored --nocapture measure`.
+#[tokio::test]
+#[ignore = "a measurement, not a check"]
+async fn measure() {
+    let scope = Scope::new("measure").await;
+    let runtime = scope.runtime.clone();
+    let (mut start, mut exec, mut commit, mut diff, mut remove, mut timeout) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let c = scope.start().await;
+    for i in 0..10 {
+        let t = Instant::now();
+        let id = runtime.create(&scope.spec()).await.expect("creates");
+        start.push(t.elapsed());
+        let t = Instant::now();
+        runtime.remove(&id).await.expect("removes");
+        remove.push(t.elapsed());
+
+        let t = Instant::now();
+        run(&c, "true").await;
+        exec.push(t.elapsed());
+
+        run(&c, &format!("echo {i} > /root/f{i}")).await;
+        let t = Instant::now();
+        c.diff().await.expect("diff");
+        diff.push(t.elapsed());
+
+        let t = Instant::now();
+        c.commit(&scope.reference(i), &scope.test_filter()).await.expect("commits");
+        commit.push(t.elapsed());
+        runtime.remove_image(&scope.reference(i)).await.expect("removes");
+    }
+    for _ in 0..3 {
+        let t = Instant::now();
+        c.exec(&bash("sleep 100", Duration::from_millis(500))).await.expect("runs");
+        timeout.push(t.elapsed() - Duration::from_millis(500));
+    }
+    println!("create+start median {:?}", median(start));
+    println!("remove median       {:?}", median(remove));
+    println!("exec round trip     {:?}", median(exec));
+    println!("diff median         {:?}", median(diff));
+    println!("commit median       {:?}", median(commit));
+    println!("timeout kill beyond the timeout {:?}", median(timeout));
+    c.remove().await.expect("removed");
+}
