@@ -102,7 +102,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
             while reported.load(Ordering::Relaxed) < continuations {
                 let asked = Instant::now();
                 let jobs = w
-                    .lease(v1::LeaseRequest { worker_id: id.clone(), max_jobs: 1, wait_ms: 200 })
+                    .lease(v1::LeaseRequest { worker_id: id.clone(), max_jobs: 1, wait_ms: 200, ..Default::default() })
                     .await?
                     .into_inner()
                     .jobs;

@@ -194,13 +194,27 @@ impl<S: Store> Coordinator<S> {
 
     /// Lease up to `max` jobs, waiting up to `wait` for work to appear.
     pub async fn lease(&self, worker: &str, max: u32, wait: Duration) -> Result<Vec<LeasedJob>, CoordinatorError> {
+        self.lease_near(worker, max, wait, &[]).await
+    }
+
+    /// [`Coordinator::lease`] for a worker that holds snapshots of the trajectories whose payload
+    /// digests are `near`: their continuations come first.
+    pub async fn lease_near(
+        &self,
+        worker: &str,
+        max: u32,
+        wait: Duration,
+        near: &[String],
+    ) -> Result<Vec<LeasedJob>, CoordinatorError> {
+        let near: Vec<String> =
+            near.iter().filter(|d| vcurve_record::trajectory::is_digest(d)).take(1000).cloned().collect();
         let started = Instant::now();
         let deadline = started + wait.min(self.timing.max_lease_wait);
         loop {
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let jobs = self.store.lease(worker, max, self.now_ms(), self.timing.lease).await?;
+            let jobs = self.store.lease(worker, max, self.now_ms(), self.timing.lease, &near).await?;
             if !jobs.is_empty() {
                 self.record_lease_latency(started.elapsed().as_secs_f64() * 1000.0);
                 return Ok(jobs);

@@ -979,3 +979,32 @@ async fn a_study_whose_base_runs_all_succeed_ends_with_no_trajectory() {
         ts.finish().await;
     }
 }
+
+#[tokio::test]
+async fn a_worker_holding_a_trajectorys_snapshots_gets_its_continuations_first_and_no_slot_waits() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let trajectories = [
+            Tr { id: "a", length: 12, cliff: 6, p: 0.75, labels: "" },
+            Tr { id: "b", length: 12, cliff: 6, p: 0.75, labels: "" },
+        ];
+        let (yaml, files) =
+            spec("near", "admission: {mode: batch, batch_size: 2, pipeline_threshold: 1}\n", &trajectories);
+        c.launch(&yaml, &files).await.unwrap();
+        let w = c.register("w", 64, &["synthetic".into()], "2.0").await.unwrap();
+        // Screening of both: find b's payload by a lease, then give everything back.
+        let all = lease(&c, &w, 64).await;
+        let b = all.iter().find(|j| ck(j).trajectory == "b").unwrap().trajectory_digest.clone().unwrap();
+        let held: Vec<HeldJob> = all.iter().map(held).collect();
+        c.release(&w, &held).await.unwrap();
+        let n_b = all.iter().filter(|j| ck(j).trajectory == "b").count();
+        assert!(n_b >= 2 && n_b < all.len(), "{}: both trajectories screen", ts.name);
+        let jobs = c.lease_near(&w, n_b as u32, Duration::ZERO, std::slice::from_ref(&b)).await.unwrap();
+        assert!(jobs.iter().all(|j| ck(j).trajectory == "b"), "{}: b's continuations first", ts.name);
+        // The rest still fills free slots.
+        let more = c.lease_near(&w, 64, Duration::ZERO, std::slice::from_ref(&b)).await.unwrap();
+        assert_eq!(more.len(), all.len() - n_b, "{}", ts.name);
+        assert!(more.iter().all(|j| ck(j).trajectory == "a"), "{}", ts.name);
+        ts.finish().await;
+    }
+}

@@ -631,8 +631,13 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
             permits.push(permit);
         }
         let (generation, worker_id) = shared.session();
-        let request =
-            v1::LeaseRequest { worker_id, max_jobs: u32::try_from(permits.len()).unwrap_or(u32::MAX), wait_ms };
+        let snapshot_trajectories = shared.runners.all().flat_map(|r| r.snapshot_trajectories()).collect();
+        let request = v1::LeaseRequest {
+            worker_id,
+            max_jobs: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+            wait_ms,
+            snapshot_trajectories,
+        };
         let asked = Instant::now();
         // Not raced against `stop`: dropping the call could lose jobs the coordinator has already
         // leased to us; they would sit unheld until their leases expire.

@@ -63,6 +63,12 @@ pub trait AgentRunner: Send + Sync {
     /// Run one job to its report.
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport>;
 
+    /// Payload digests of the trajectories this runner holds snapshots of, for the coordinator to
+    /// hand their continuations to this worker first. Runners without snapshots hold none.
+    fn snapshot_trajectories(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Hand the runner the coordinator's services (verdicts, files), once, when the worker
     /// starts. Runners that need none ignore it.
     fn attach(&self, services: Arc<dyn JobServices>) {

@@ -129,13 +129,16 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
 
     /// Expire stale leases, admit trajectories as the admission rule asks, and lease up to `max`
-    /// runnable continuations to `worker` (an unknown worker gets none).
+    /// runnable continuations to `worker` (an unknown worker gets none). Continuations of the
+    /// trajectories whose payload digests are in `near` (the worker holds their snapshots) come
+    /// first; the others fill the rest.
     fn lease(
         &self,
         worker: &str,
         max: u32,
         now: i64,
         policy: LeasePolicy,
+        near: &[String],
     ) -> impl Future<Output = Result<Vec<LeasedJob>, StoreError>> + Send;
 
     /// Extend the leases of the jobs a worker holds; say which are no longer its own.

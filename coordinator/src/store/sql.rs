@@ -705,20 +705,28 @@ impl SqlStore {
         kinds: &[String],
         now: i64,
         policy: LeasePolicy,
+        near: &[String],
     ) -> Result<Vec<LeasedJob>, StoreError> {
+        // Locality: continuations of trajectories the worker holds snapshots of come first; the
+        // rest of the order (and the limit) is unchanged, so no free slot waits on locality.
+        let locality = if near.is_empty() {
+            String::new()
+        } else {
+            format!("CASE WHEN tr.payload_digest {} THEN 0 ELSE 1 END, ", Self::kinds_in(near, 2 + kinds.len()))
+        };
         let sql = format!(
             "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_digest \
              FROM continuations c \
              JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
              JOIN studies s ON s.id = c.study \
              WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind {} \
-             ORDER BY tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
+             ORDER BY {locality}tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
              LIMIT $1{}",
             Self::kinds_in(kinds, 2),
             if self.backend == Backend::Postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
-        for k in kinds {
+        for k in kinds.iter().chain(near) {
             q = q.bind(k.as_str());
         }
         let rows = q.fetch_all(&mut **tx).await?;
@@ -1203,7 +1211,14 @@ impl Store for SqlStore {
         Ok(id)
     }
 
-    async fn lease(&self, worker: &str, max: u32, now: i64, policy: LeasePolicy) -> Result<Vec<LeasedJob>, StoreError> {
+    async fn lease(
+        &self,
+        worker: &str,
+        max: u32,
+        now: i64,
+        policy: LeasePolicy,
+        near: &[String],
+    ) -> Result<Vec<LeasedJob>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let Some(capabilities) = self.worker_known(&mut tx, worker, now).await? else {
             tx.commit().await?;
@@ -1220,7 +1235,7 @@ impl Store for SqlStore {
         let mut jobs = self.claim_jobs(&mut tx, worker, max, &kinds, now, policy).await?;
         let left = max - jobs.len() as u32;
         if left > 0 {
-            jobs.extend(self.claim_continuations(&mut tx, worker, left, &kinds, now, policy).await?);
+            jobs.extend(self.claim_continuations(&mut tx, worker, left, &kinds, now, policy, near).await?);
         }
         tx.commit().await?;
         Ok(jobs)
