@@ -703,8 +703,7 @@ impl SqlStore {
         worker: &str,
         max: u32,
         kinds: &[String],
-        now: i64,
-        policy: LeasePolicy,
+        expires_ms: i64,
         near: &[String],
     ) -> Result<Vec<LeasedJob>, StoreError> {
         // Locality: continuations of trajectories the worker holds snapshots of come first; the
@@ -743,7 +742,7 @@ impl SqlStore {
             let config = self.config(tx, &key.study).await?;
             let budget = key.series.budget(config.budget, key.t);
             let key = JobKey::Continuation(key);
-            mark_leased(tx, &key, attempt, worker, now + policy.timeout_ms).await?;
+            mark_leased(tx, &key, attempt, worker, expires_ms).await?;
             jobs.push(LeasedJob {
                 budget,
                 runner_kind: config.runner_kind.clone(),
@@ -1235,7 +1234,7 @@ impl Store for SqlStore {
         let mut jobs = self.claim_jobs(&mut tx, worker, max, &kinds, now, policy).await?;
         let left = max - jobs.len() as u32;
         if left > 0 {
-            jobs.extend(self.claim_continuations(&mut tx, worker, left, &kinds, now, policy, near).await?);
+            jobs.extend(self.claim_continuations(&mut tx, worker, left, &kinds, now + policy.timeout_ms, near).await?);
         }
         tx.commit().await?;
         Ok(jobs)
