@@ -47,6 +47,7 @@
 //! same [`AgentRunner`] trait.
 
 pub mod agent;
+pub mod agent_runner;
 mod cache;
 mod client;
 mod config;
@@ -63,6 +64,7 @@ pub mod synthetic;
 pub mod tls;
 mod wire;
 
+pub use agent_runner::AgentProcessRunner;
 pub use config::WorkerConfig;
 pub use error::WorkerError;
 pub use lease_loop::{WorkerSummary, run};

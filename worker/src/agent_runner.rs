@@ -1,0 +1,334 @@
+//! The `agent` runner: the paper's real work in containers (SPEC.md §5–§6). It runs every kind
+//! of job:
+//!
+//! - **replay**: re-execute the recorded trajectory in a fresh container of the task image under
+//!   replay's checks, committing a snapshot at every anchor ([`crate::replay`],
+//!   [`crate::snapshots`]);
+//! - **continuation** from `h_t`: a container at `h_t` (from the nearest snapshot, replaying the
+//!   steps in between under the same checks and committing `h_t`), the agent process resumed from
+//!   the recorded messages up to `o_t` with budget `B − t` and the run's seed ([`crate::agent`]),
+//!   and its patch judged through the study's patch cache;
+//! - **base run**: the agent from `h_0` in a fresh container with budget `B`, recorded as a
+//!   `vcurve.trajectory.v1` trajectory and uploaded, its patch judged the same way;
+//! - **evaluation**: a flake re-check of a patch the cache holds ([`crate::evaluate`]).
+//!
+//! Judging a patch: an empty patch fails without evaluation (`empty_patch`); a patch the study
+//! judged before takes its verdict (`cached`); any other is evaluated in a fresh container of the
+//! task image, uploaded, and reported `evaluated` — the coordinator stores its verdict.
+//!
+//! Every container carries the labels of [`crate::container::labels`] (the worker's name, the
+//! job, the study) and is removed when its job ends, whatever the outcome; containers a killed
+//! worker left behind are reaped when a worker of the same name starts ([`AgentProcessRunner::start`]).
+//! An infrastructure failure (the runtime, the coordinator's services, the agent process killed
+//! or breaking the protocol) is a no-outcome: the key is run again.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use futures::future::BoxFuture;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use vcurve_record::jobs::{Judged, RunOutcome};
+use vcurve_record::runner::{AGENT, AgentOptions};
+use vcurve_record::{EndType, Interpreter, Task, Trajectory, TrajectoryPayload};
+
+use crate::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
+use crate::container::{Container, ContainerRuntime, ContainerSpec, labels, reap};
+use crate::evaluate::{evaluate_command, is_empty_patch};
+use crate::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict, replay_trajectory};
+use crate::runner::{AgentRunner, JobKey, JobReport, JobSpec};
+use crate::services::JobServices;
+use crate::snapshots::SnapshotCache;
+
+/// The `agent` runner (see the module docs).
+#[derive(Clone)]
+pub struct AgentProcessRunner {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: Arc<dyn ContainerRuntime>,
+    snapshots: SnapshotCache,
+    /// The worker's name: every container is labelled with it, and reaped by it.
+    worker_name: String,
+    normalizer: Normalizer,
+    services: OnceLock<Arc<dyn JobServices>>,
+}
+
+impl AgentProcessRunner {
+    /// The runner kind, as named in study specs.
+    pub const KIND: &'static str = AGENT;
+
+    /// A runner on `runtime` for the worker `worker_name`: removes the containers a worker of
+    /// that name left behind (a SIGKILL leaves them), and opens the snapshot cache with its disk
+    /// budget (rebuilt from the snapshot images that survived).
+    pub async fn start(
+        runtime: Arc<dyn ContainerRuntime>,
+        worker_name: &str,
+        snapshot_budget_bytes: u64,
+    ) -> Result<AgentProcessRunner, crate::container::RuntimeError> {
+        let reaped = reap(runtime.as_ref(), worker_name).await?;
+        if reaped > 0 {
+            tracing::info!(
+                reaped,
+                worker = worker_name,
+                "removed containers a previous run of this worker left behind"
+            );
+        }
+        let snapshots = SnapshotCache::open(runtime.clone(), snapshot_budget_bytes).await?;
+        Ok(AgentProcessRunner {
+            inner: Arc::new(Inner {
+                runtime,
+                snapshots,
+                worker_name: worker_name.to_owned(),
+                normalizer: Normalizer::default(),
+                services: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The snapshots this worker holds, `(payload digest, t)`.
+    pub fn held_snapshots(&self) -> Vec<(String, u32)> {
+        self.inner.snapshots.held()
+    }
+
+    /// The snapshot cache's size on disk, in bytes.
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.inner.snapshots.total_bytes()
+    }
+}
+
+impl AgentRunner for AgentProcessRunner {
+    fn kind(&self) -> &'static str {
+        Self::KIND
+    }
+
+    fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            match inner.run(&job, &cancel).await {
+                Ok(report) => report,
+                Err(reason) => {
+                    tracing::warn!(key = %job.key, attempt = job.attempt, %reason, "no outcome");
+                    JobReport::no_outcome(reason)
+                }
+            }
+        })
+    }
+
+    fn snapshot_trajectories(&self) -> Vec<String> {
+        let mut digests: Vec<String> = self.inner.snapshots.held().into_iter().map(|(d, _)| d).collect();
+        digests.sort();
+        digests.dedup();
+        digests
+    }
+
+    fn attach(&self, services: Arc<dyn JobServices>) {
+        let _ = self.inner.services.set(services);
+    }
+}
+
+/// A run's seed: the same key always gets the same one, another key (another seed index) another.
+pub fn run_seed(study_seed: u64, key: &JobKey) -> u64 {
+    let text = match key {
+        JobKey::Continuation(k) => format!("{study_seed}/{}/{}/{}/{}", k.trajectory, k.series.as_str(), k.t, k.seed),
+        JobKey::BaseRun { task, seed, .. } => format!("{study_seed}/{task}/base_run/{seed}"),
+        JobKey::Replay { trajectory, .. } => format!("{study_seed}/{trajectory}/replay"),
+        JobKey::Evaluation { task, patch_sha256, round, .. } => format!("{study_seed}/{task}/{patch_sha256}/{round}"),
+    };
+    let digest = Sha256::digest(text.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// The messages a continuation from `h_t` is handed: the recorded ones up to `o_t`.
+fn prefix(recorded: &Trajectory, t: u32) -> Vec<serde_json::Value> {
+    let end = match t {
+        0 => recorded.initial_messages,
+        t => recorded.steps[t as usize - 1].messages_end,
+    };
+    recorded.messages[..end.min(recorded.messages.len())].to_vec()
+}
+
+impl Inner {
+    fn services(&self) -> Result<&Arc<dyn JobServices>, String> {
+        self.services.get().ok_or_else(|| "the agent runner has no connection to the coordinator's services".to_owned())
+    }
+
+    fn limits(&self, job: &JobSpec, options: &AgentOptions) -> ContainerLimits {
+        ContainerLimits {
+            memory_bytes: options.memory_mb << 20,
+            pids_limit: i64::from(options.pids_limit),
+            labels: BTreeMap::from([
+                (labels::MANAGED.to_owned(), "1".to_owned()),
+                (labels::WORKER.to_owned(), self.worker_name.clone()),
+                (labels::JOB.to_owned(), job.key.to_string()),
+                (labels::STUDY.to_owned(), job.key.study().to_owned()),
+            ]),
+        }
+    }
+
+    async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, String> {
+        let options = AgentOptions::from_json(&job.options)?;
+        let limits = self.limits(job, &options);
+        let payload = job.trajectory.as_deref().ok_or("the job names no trajectory payload")?;
+        let digest = job.trajectory_digest.as_deref().ok_or("the job names no trajectory digest")?;
+        match &job.key {
+            JobKey::Replay { .. } => self.replay(job, payload, digest, &limits).await,
+            JobKey::Continuation(k) => {
+                let recorded = payload.recorded.as_ref().ok_or("a continuation needs a recorded trajectory")?;
+                let prepared = match self
+                    .snapshots
+                    .prepare(recorded, digest, k.t, &self.normalizer, &limits)
+                    .await
+                    .map_err(|e| format!("preparing h_{}: {e}", k.t))?
+                {
+                    Verdict::Reproduced(prepared) => prepared,
+                    Verdict::NonReplayable(why) => return Ok(JobReport::NonReplayable(why)),
+                };
+                let start = AgentStart {
+                    command: AgentCommand::from_options(&options),
+                    task: recorded.task.clone(),
+                    interpreter: recorded.interpreter.clone(),
+                    messages: prefix(recorded, k.t),
+                    t: k.t,
+                    budget: job.budget,
+                    seed: run_seed(job.study_seed, &job.key),
+                    model: options.model.clone(),
+                };
+                let run = self.run_agent_in(prepared.container, start, &options, cancel).await?;
+                drop(prepared.pin);
+                let transcript = if options.keep_transcripts {
+                    let bytes = serde_json::to_vec(&run.messages).map_err(|e| e.to_string())?;
+                    Some(self.services()?.put_file(&bytes).await?)
+                } else {
+                    None
+                };
+                self.outcome(
+                    job,
+                    &recorded.task,
+                    &run.submission,
+                    run.steps_used,
+                    run.end_type,
+                    transcript,
+                    &limits,
+                    cancel,
+                )
+                .await
+            }
+            JobKey::BaseRun { .. } => {
+                let task = payload.task_def().ok_or("a base run's payload carries no task")?.clone();
+                let container = Container::start(self.runtime.clone(), &limits.spec(&task.image))
+                    .await
+                    .map_err(|e| format!("starting the task container: {e}"))?;
+                let interpreter = Interpreter::default();
+                let start = AgentStart {
+                    command: AgentCommand::from_options(&options),
+                    task: task.clone(),
+                    interpreter: interpreter.clone(),
+                    messages: Vec::new(),
+                    t: 0,
+                    budget: job.budget,
+                    seed: run_seed(job.study_seed, &job.key),
+                    model: options.model.clone(),
+                };
+                let run = self.run_agent_in(container, start, &options, cancel).await?;
+                let (submission, steps, end_type) = (run.submission.clone(), run.steps_used, run.end_type);
+                let recorded = match run.into_trajectory(task.clone(), interpreter, Vec::new()) {
+                    Ok(trajectory) => Some(self.services()?.put_file(&trajectory.canonical_bytes()).await?),
+                    Err(e) => {
+                        tracing::warn!(key = %job.key, error = %e, "the base run cannot be recorded as a trajectory");
+                        None
+                    }
+                };
+                self.outcome(job, &task, &submission, steps, end_type, recorded, &limits, cancel).await
+            }
+            JobKey::Evaluation { patch_sha256, .. } => {
+                let task = payload.task_def().ok_or("the evaluation's payload carries no task")?;
+                let bytes = self.services()?.fetch_file(patch_sha256).await?;
+                let patch = String::from_utf8(bytes).map_err(|_| format!("patch {patch_sha256} is not UTF-8 text"))?;
+                let verdict =
+                    evaluate_command(self.runtime.clone(), task, &patch, &limits.spec(&task.image), cancel.clone())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                Ok(JobReport::Evaluated { resolved: verdict.resolved })
+            }
+        }
+    }
+
+    async fn replay(
+        &self,
+        job: &JobSpec,
+        payload: &TrajectoryPayload,
+        digest: &str,
+        limits: &ContainerLimits,
+    ) -> Result<JobReport, String> {
+        let recorded = payload.recorded.as_ref().ok_or("a replay needs a recorded trajectory")?;
+        let verdict = replay_trajectory(
+            &self.snapshots,
+            recorded,
+            digest,
+            &job.anchors,
+            &self.normalizer,
+            FingerprintMode::CompareOnly,
+            limits,
+        )
+        .await
+        .map_err(|e| format!("replay: {e}"))?;
+        Ok(match verdict {
+            Verdict::Reproduced(done) => JobReport::Replayed(done.replayed),
+            Verdict::NonReplayable(why) => JobReport::NonReplayable(why),
+        })
+    }
+
+    /// Run the agent in `container`, and remove the container afterwards whatever happened.
+    async fn run_agent_in(
+        &self,
+        container: Container,
+        start: AgentStart,
+        options: &AgentOptions,
+        cancel: &CancellationToken,
+    ) -> Result<crate::agent::AgentRun, String> {
+        let run = run_agent(&container, start, AgentLimits::from_options(options), cancel.clone()).await;
+        if let Err(e) = container.remove().await {
+            tracing::warn!(error = %e, "cannot remove a finished run's container");
+        }
+        run.map_err(|e| e.reason())
+    }
+
+    /// Judge a run's submission through the patch cache and make its outcome.
+    #[allow(clippy::too_many_arguments)]
+    async fn outcome(
+        &self,
+        job: &JobSpec,
+        task: &Task,
+        submission: &str,
+        steps: u32,
+        end_type: EndType,
+        recorded: Option<String>,
+        limits: &ContainerLimits,
+        cancel: &CancellationToken,
+    ) -> Result<JobReport, String> {
+        let patch_sha256 = vcurve_record::trajectory::sha256_hex(submission.as_bytes());
+        let (success, judged) = if is_empty_patch(submission) {
+            (false, Judged::EmptyPatch)
+        } else {
+            let services = self.services()?;
+            match services.lookup_verdict(job.key.study(), &task.id, &patch_sha256).await? {
+                Some(resolved) => (resolved, Judged::Cached),
+                None => {
+                    let spec: ContainerSpec = limits.spec(&task.image);
+                    let verdict = evaluate_command(self.runtime.clone(), task, submission, &spec, cancel.clone())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    // The patch is kept by the coordinator, for its flake re-check.
+                    services.put_file(submission.as_bytes()).await?;
+                    (verdict.resolved, Judged::Evaluated)
+                }
+            }
+        };
+        Ok(JobReport::Outcome(RunOutcome { success, steps, end_type, patch_sha256, judged, recorded }))
+    }
+}
