@@ -66,6 +66,16 @@ fn host_name() -> String {
 
 async fn run_async(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Demo(a) if a.docker => {
+            crate::demo_docker::run(crate::demo_docker::DockerDemoArgs {
+                out: a.out,
+                slots: a.slots.min(4),
+                base_runs: a.base_runs,
+                paper_thresholds: a.paper_thresholds,
+                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            })
+            .await?;
+        }
         Command::Demo(a) => {
             crate::demo::run(crate::demo::DemoArgs {
                 out: a.out,
@@ -101,7 +111,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             config.token = crate::client::read_token(a.token_file.as_deref(), "VCURVE_WORKER_TOKEN")?;
             config.tls_ca = a.tls_ca;
             config.shutdown_grace = std::time::Duration::from_secs(a.shutdown_grace_s);
-            commands::run_worker(config).await?;
+            commands::run_worker(config, a.docker.then_some(a.snapshot_budget_gb)).await?;
         }
         Command::Launch(a) => output::println(commands::launch(&a.spec, &a.remote.connection()?).await?)?,
         Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,

@@ -145,11 +145,26 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-pub async fn run_worker(config: vcurve_worker::WorkerConfig) -> anyhow::Result<()> {
-    let runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
+pub async fn run_worker(config: vcurve_worker::WorkerConfig, docker: Option<f64>) -> anyhow::Result<()> {
+    let mut runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
+    if let Some(budget_gb) = docker {
+        runners.insert(std::sync::Arc::new(agent_runner(&config.name, budget_gb).await?));
+    }
     let summary = vcurve_worker::run(config, runners, shutdown_signal()).await?;
     eprintln!("vcurve worker stopped: {summary:?}");
     Ok(())
+}
+
+/// The `agent` runner on this host's Docker Engine, for the worker `name`: reaps what a previous
+/// run of the worker left behind and opens the snapshot cache.
+pub async fn agent_runner(name: &str, budget_gb: f64) -> anyhow::Result<vcurve_worker::AgentProcessRunner> {
+    let runtime = vcurve_worker::container::docker::DockerRuntime::connect()
+        .await
+        .context("--docker: cannot reach the Docker Engine")?;
+    let budget = (budget_gb * f64::from(1u32 << 30)) as u64;
+    vcurve_worker::AgentProcessRunner::start(std::sync::Arc::new(runtime), name, budget)
+        .await
+        .context("--docker: cannot start the agent runner")
 }
 
 /// Context for an error of a call to the coordinator: names it.
@@ -497,6 +512,22 @@ pub struct WorkerArgs {
     /// On SIGTERM, let running continuations finish this long before releasing them.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace_s: u64,
+    /// Also offer the `agent` runner: real agents in Docker containers (replay, snapshots,
+    /// continuations, evaluation). Needs a running Docker Engine and the studies' task images.
+    #[arg(long, env = "VCURVE_DOCKER")]
+    pub docker: bool,
+    /// Disk budget of the snapshot cache (anchor and h_t images), in GiB; the least recently used
+    /// snapshots are removed beyond it.
+    #[arg(long, env = "VCURVE_SNAPSHOT_BUDGET_GB", default_value_t = 20.0, value_parser = parse_budget_gb)]
+    pub snapshot_budget_gb: f64,
+}
+
+fn parse_budget_gb(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of GiB"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 1e6) {
+        return Err(format!("{s} GiB is not a budget: give a number above 0"));
+    }
+    Ok(v)
 }
 
 #[derive(Debug, clap::Args)]

@@ -236,7 +236,7 @@ pub struct DemoCommand {
     /// In-process workers.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub workers: u32,
-    /// Slots per worker.
+    /// Slots per worker (with --docker: one worker, at most 4 slots).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub slots: u32,
     /// Built-in synthetic trajectories to study.
@@ -245,4 +245,14 @@ pub struct DemoCommand {
     /// Simulated work per continuation, in milliseconds.
     #[arg(long, default_value_t = 2)]
     pub duration_ms: u64,
+    /// The real-container demo instead: the scripted known-truth agent on the test task in Docker
+    /// (base runs, replay, snapshots, continuations, evaluation); builds the images when missing.
+    #[arg(long)]
+    pub docker: bool,
+    /// With --docker: base runs of the test task (its random-token variant gets half as many).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub base_runs: u32,
+    /// With --docker: the paper's thresholds instead of the reduced ones.
+    #[arg(long)]
+    pub paper_thresholds: bool,
 }

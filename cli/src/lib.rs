@@ -20,6 +20,7 @@ pub mod cli;
 pub mod client;
 pub mod commands;
 pub mod demo;
+pub mod demo_docker;
 pub mod input;
 pub mod labels_cmd;
 pub mod output;
