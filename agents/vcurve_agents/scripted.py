@@ -18,6 +18,8 @@ Parameters (the start message's `model` object; unknown keys such as temperature
     random_token_step  k, a step whose output carries 24 random letters, so that replay   null (off)
                        finds the trajectory non-replayable at k (1 <= k < T)
     timeout_s          the timeout of every command, seconds                               60
+    tasks              per-task overrides: {task id: {parameter: value}}, laid over the rest  {}
+                       for the run's task (so one study can hold a random-token variant)
 
 The plan, steps 1-based, T = F + 3 steps in all:
 
@@ -251,6 +253,19 @@ class Params:
         self.timeout_s = timeout
 
 
+def model_for(model, task_id):
+    """The settings for a run of `task_id`: `model` with `model["tasks"][task_id]` laid over it."""
+    model = dict(model or {})
+    per_task = model.pop("tasks", None) or {}
+    if not isinstance(per_task, dict):
+        raise ParameterError(f"model.tasks must map task ids to parameter overrides, got {per_task!r}")
+    overrides = per_task.get(task_id) or {}
+    if not isinstance(overrides, dict):
+        raise ParameterError(f"model.tasks.{task_id} must be a mapping of parameters, got {overrides!r}")
+    model.update(overrides)
+    return model
+
+
 def _probability(x, name):
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 <= x <= 1.0:
         raise ParameterError(f"model.{name} must be a probability in [0, 1], got {x!r}")
@@ -344,7 +359,7 @@ def observation(result, command):
 def run(channel):
     """One run: from the start message to the final message."""
     start = channel.start()
-    params = Params(start.model)
+    params = Params(model_for(start.model, start.task.get("id")))
     messages = list(start.messages) or initial_messages(start.task)
     state = State(messages)
     if state.steps != start.t:
