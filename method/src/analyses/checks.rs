@@ -12,11 +12,16 @@
 //! - **Checks** (Table 4): replay `≥ 70%` of selected trajectories; harness flake rate `≤ 3%`; every
 //!   sanity trajectory passes; retest median gap `≤ 0.2`; continuations that exhaust their budget
 //!   `< 35%` (through [`meets_below`], so with the `1e-9` tolerance in favour of meeting it, as
-//!   every threshold: exactly 35% meets); a confirmed drop or a certified point of no return on `≥ 60%` of trajectories; every
-//!   evaluation through the cache. A check with nothing measured (replay on a synthetic study, no
-//!   sanity trajectories yet) is `not_measured`, not a failure: its value prints as "not measured"
-//!   and is exported as `null`. The verdict is `pass` only when every check passes, `fail` when
-//!   any fails, `incomplete` otherwise.
+//!   every threshold: exactly 35% meets); a confirmed drop or a certified point of no return on
+//!   `≥ 60%` of trajectories; every evaluation through the cache (every run that needed a verdict
+//!   judged by the patch cache: evaluated for it, a verdict already cached, or an empty patch). A
+//!   check with nothing measured (no trajectory with a recorded run whose replay finished, no flake
+//!   check made, a study whose runner judges no patch, no sanity trajectories yet) is
+//!   `not_measured`, not a failure: its value prints as "not measured" and is exported as `null`.
+//!   The verdict is `pass` only when every check passes, `fail` when any fails, `incomplete`
+//!   otherwise.
+
+use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
@@ -263,19 +268,39 @@ impl Default for CheckCriteria {
 }
 
 /// Evaluations and how many went through the patch cache.
+///
+/// An evaluation here is a verdict a run needed on its patch (the paper's count): one per run with
+/// an outcome. The cache check is measured when either count is not zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CacheUse {
+    /// Verdicts needed: the runs with an outcome, each of which judged its patch.
     pub evaluations: u32,
+    /// Of those, the runs the patch cache judged: evaluated for them, a verdict already in the
+    /// cache, or an empty patch that fails without evaluation.
     pub through_cache: u32,
+    /// Distinct non-empty patches judged.
     pub unique_patches: u32,
+}
+
+/// The patch cache's own figures (SPEC.md §6), shown with the cache check by
+/// [`ChecksReport::with_cache_figures`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CacheFigures {
+    /// Evaluations carried out in all: the runs' own and the flake re-checks.
+    pub evaluations: u64,
+    /// The share of judged runs that needed no evaluation of their own (a verdict already in the
+    /// cache, or an empty patch); `None` with no run judged.
+    pub saved_share: Option<f64>,
 }
 
 /// What Table 4 is computed from. `None` (or an empty report) = not measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckInputs {
-    /// Trajectories replayed exactly, of those selected (`None` for a synthetic study).
+    /// Trajectories replayed exactly, of the selected ones with a recorded run whose replay
+    /// finished (reproduced, or dropped as non-replayable); `None` when there is none (a
+    /// synthetic study).
     pub replay: Option<Ratio>,
-    /// Harness disagreements, of the re-evaluated patches.
+    /// Harness disagreements, of the re-evaluated patches (not measured with none re-evaluated).
     pub flake: Option<Ratio>,
     pub sanity: SanityReport,
     pub retest: RetestReport,
@@ -283,6 +308,7 @@ pub struct CheckInputs {
     pub cap_hits: Option<Ratio>,
     /// Trajectories with a confirmed drop or a certified point of no return (see [`resolved`]).
     pub resolved: Ratio,
+    /// `None` for a study whose runner judges no patch (synthetic).
     pub cache: Option<CacheUse>,
 }
 
@@ -349,6 +375,21 @@ impl From<CheckJson> for Check {
 pub struct ChecksReport {
     pub checks: Vec<Check>,
     pub verdict: Verdict,
+}
+
+impl ChecksReport {
+    /// The report with the cache check's value followed by the cache's figures, when the check
+    /// is measured: `1200/1200 (805 unique patches); 830 evaluations, 31% saved by the cache`.
+    /// A check not measured stays so.
+    pub fn with_cache_figures(mut self, figures: &CacheFigures) -> ChecksReport {
+        for c in self.checks.iter_mut().filter(|c| c.id == "cache" && c.status != Status::NotMeasured) {
+            let _ = write!(c.value, "; {} evaluations", figures.evaluations);
+            if let Some(saved) = figures.saved_share {
+                let _ = write!(c.value, ", {} saved by the cache", percent(saved));
+            }
+        }
+        self
+    }
 }
 
 /// Trajectories with a confirmed drop (both ends at `K ≥ K_confirm`) or a certified point of no
@@ -450,13 +491,13 @@ pub fn checks(inputs: &CheckInputs, criteria: &CheckCriteria, params: &Threshold
         check: "Evaluations via cache".into(),
         criterion: "all".into(),
         value: match inputs.cache {
-            Some(c) if c.evaluations > 0 => {
+            Some(c) if c.evaluations > 0 || c.through_cache > 0 => {
                 format!("{}/{} ({} unique patches)", c.through_cache, c.evaluations, c.unique_patches)
             }
             _ => NOT_MEASURED.into(),
         },
         status: match inputs.cache {
-            Some(c) if c.evaluations > 0 => status(true, c.through_cache == c.evaluations),
+            Some(c) if c.evaluations > 0 || c.through_cache > 0 => status(true, c.through_cache == c.evaluations),
             _ => Status::NotMeasured,
         },
     });
@@ -652,6 +693,64 @@ mod tests {
         let back: ChecksReport = serde_json::from_value(json).unwrap();
         assert_eq!(back, report);
         assert_eq!(back.checks[0].value, NOT_MEASURED);
+    }
+
+    #[test]
+    fn replay_and_flake_over_nothing_are_not_measured() {
+        let params = Thresholds::default();
+        let mut inputs = passing_inputs();
+        // No trajectory's replay finished, no flake check made: not measured, not 0%.
+        inputs.replay = Some(ratio(0, 0));
+        inputs.flake = Some(ratio(0, 0));
+        let report = checks(&inputs, &CheckCriteria::default(), &params);
+        for c in &report.checks[..2] {
+            assert_eq!((c.status, c.value.as_str()), (Status::NotMeasured, NOT_MEASURED), "{}", c.id);
+        }
+        assert_eq!(report.verdict, Verdict::Incomplete);
+        // A measured 0 of some is measured: every replay failed.
+        inputs.replay = Some(ratio(0, 3));
+        let report = checks(&inputs, &CheckCriteria::default(), &params);
+        assert_eq!((report.checks[0].status, report.checks[0].value.as_str()), (Status::Fail, "0/3 (0%)"));
+    }
+
+    #[test]
+    fn the_cache_check_with_its_figures() {
+        let params = Thresholds::default();
+        let criteria = CheckCriteria::default();
+        let figures = CacheFigures { evaluations: 830, saved_share: Some(370.0 / 1_200.0) };
+        let cache = |inputs: &CheckInputs, figures: &CacheFigures| {
+            checks(inputs, &criteria, &params).with_cache_figures(figures).checks[6].clone()
+        };
+
+        // Measured, passing: every run judged through the cache; the figures follow the count.
+        let inputs = passing_inputs();
+        let c = cache(&inputs, &figures);
+        assert_eq!(c.status, Status::Pass);
+        assert_eq!(c.value, "1200/1200 (805 unique patches); 830 evaluations, 31% saved by the cache");
+        // Without figures the value is the paper's.
+        assert_eq!(checks(&inputs, &criteria, &params).checks[6].value, "1200/1200 (805 unique patches)");
+
+        // Measured, failing: a run judged around the cache, or judged runs with no run behind them.
+        let mut inputs = passing_inputs();
+        inputs.cache = Some(CacheUse { evaluations: 1_200, through_cache: 1_199, unique_patches: 805 });
+        let c = cache(&inputs, &figures);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.value.starts_with("1199/1200 (805 unique patches); 830 evaluations"), "{}", c.value);
+        inputs.cache = Some(CacheUse { evaluations: 0, through_cache: 3, unique_patches: 2 });
+        let c = cache(&inputs, &CacheFigures { evaluations: 2, saved_share: None });
+        assert_eq!((c.status, c.value.as_str()), (Status::Fail, "3/0 (2 unique patches); 2 evaluations"));
+
+        // Not measured: a study that judges no patch, or an agent study with no run yet; the
+        // figures are not added to "not measured".
+        for unmeasured in [None, Some(CacheUse { evaluations: 0, through_cache: 0, unique_patches: 0 })] {
+            let mut inputs = passing_inputs();
+            inputs.cache = unmeasured;
+            let report = checks(&inputs, &criteria, &params).with_cache_figures(&figures);
+            assert_eq!((report.checks[6].status, report.checks[6].value.as_str()), (Status::NotMeasured, NOT_MEASURED));
+            assert_eq!(report.verdict, Verdict::Incomplete);
+            let json = serde_json::to_value(&report).unwrap();
+            assert_eq!(json["checks"][6]["value"], serde_json::Value::Null);
+        }
     }
 
     #[test]
