@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use vcurve_method::analyses::checks::{
-    self, BudgetControlInput, BudgetControlReport, CheckCriteria, CheckInputs, ChecksReport, RetestInput, RetestReport,
-    SanityInput, SanityReport, Screening,
+    self, BudgetControlInput, BudgetControlReport, CacheFigures, CacheUse, CheckCriteria, CheckInputs, ChecksReport,
+    RetestInput, RetestReport, SanityInput, SanityReport, Screening,
 };
 use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, place_labels};
 use vcurve_method::analyses::localizers::{LocalizerReport, rank_localizers};
@@ -76,6 +76,34 @@ fn curves(results: &Results) -> Result<Vec<(&TrajectoryResult, CurveAnalysis)>, 
             Ok((tr, analyze(tr.length, &points(tr, Series::Main), base, results.budget, &results.thresholds)?))
         })
         .collect()
+}
+
+/// A count of the patch cache as a [`Ratio`]'s `u32`, saturating.
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The replay check's ratio: of the trajectories with a recorded run whose replay finished, the
+/// ones it reconstructed (see [`TrajectoryResult::replay_reconstructed`]); `None` when there is
+/// none (a synthetic study, or no replay finished yet).
+fn replay_ratio(results: &Results) -> Option<Ratio> {
+    let finished: Vec<bool> = results.trajectories.iter().filter_map(TrajectoryResult::replay_reconstructed).collect();
+    let hits = finished.iter().filter(|&&r| r).count() as u32;
+    (!finished.is_empty()).then_some(Ratio { hits, total: finished.len() as u32 })
+}
+
+/// The cache check's counts: the runs with an outcome (each needed a verdict on its patch) against
+/// the runs the patch cache judged. `None` (not measured) for a study whose runner judges no patch,
+/// and for one that makes base runs: they are judged too, but the record does not say how many
+/// ended with an outcome.
+fn cache_use(results: &Results) -> Option<CacheUse> {
+    let e = results.evaluation.filter(|e| e.base_runs == 0)?;
+    let runs: u32 = results.trajectories.iter().map(|t| t.continuations - t.retired).sum();
+    Some(CacheUse {
+        evaluations: runs,
+        through_cache: saturate(e.stats.judged_runs()),
+        unique_patches: saturate(e.stats.unique_patches),
+    })
 }
 
 /// Compute every analysis of a study.
@@ -191,8 +219,10 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
     let budget_control = checks::budget_control(&budget_inputs);
 
     let inputs = CheckInputs {
-        replay: None,
-        flake: None,
+        replay: replay_ratio(results),
+        flake: results
+            .evaluation
+            .map(|e| Ratio { hits: saturate(e.stats.flakes), total: saturate(e.stats.flake_checks) }),
         sanity: sanity.clone(),
         retest: retest.clone(),
         // Runs that ended at the step cap among every continuation with an outcome.
@@ -201,9 +231,13 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
             (total > 0).then(|| Ratio { hits: results.trajectories.iter().map(|t| t.cap_hits).sum(), total })
         },
         resolved: checks::resolved(&records),
-        cache: None,
+        cache: cache_use(results),
     };
-    let checks = checks::checks(&inputs, &CheckCriteria::default(), params);
+    let mut checks = checks::checks(&inputs, &CheckCriteria::default(), params);
+    if let Some(e) = &results.evaluation {
+        let figures = CacheFigures { evaluations: e.stats.evaluations, saved_share: e.saved_share };
+        checks = checks.with_cache_figures(&figures);
+    }
     let stages = measured_stage_table(
         &results
             .trajectories

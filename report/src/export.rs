@@ -1,8 +1,13 @@
-//! A study's results as files: `curves.csv`, `trajectories.csv` and `results.json`.
+//! A study's results as files: `curves.csv`, `trajectories.csv`, `results.json` and
+//! `analyses.json`.
 //!
 //! Pure: a [`StudyRecord`] in, bytes out. The files hold nothing that depends on how the study
 //! ran (no ids, times or attempt counts), so the same outcomes always export to the same bytes —
-//! an interrupted study and an uninterrupted one compare byte for byte.
+//! an interrupted study and an uninterrupted one compare byte for byte. One exception: how an
+//! `agent` study's patches were judged ([`Evaluation`]) follows the order runs finished in (two
+//! runs submitting one patch at once are both evaluated, one a flake check of the other; one after
+//! the other, the second is a cache hit). A study of the `synthetic` runner judges no patch: its
+//! evaluation is not measured (`null`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,7 +17,7 @@ use vcurve_method::curve::CurveAnalysis;
 use vcurve_method::schedule::{Key, Series, Stage, TrajectorySchedule};
 use vcurve_method::{CurveError, Point, Shape, analyze};
 
-use vcurve_record::{DecoySpec, StudyRecord, TrajectoryState};
+use vcurve_record::{DecoySpec, EvaluationStats, StudyRecord, TrajectoryState};
 
 /// One trajectory's row of `trajectories.csv`, and its entry in `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -65,6 +70,59 @@ pub struct TrajectoryResult {
     /// Its replay (anchors committed, the level each step matched at), once it reproduced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<vcurve_record::jobs::Replayed>,
+    /// The digest of its recorded run, when the study gave one: the trajectories replay applies
+    /// to (the replay check of Table 4 counts them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<String>,
+}
+
+impl TrajectoryResult {
+    /// Whether its replay finished: reproduced every step (`Some(true)`) or dropped it as
+    /// non-replayable (`Some(false)`, also when a continuation's replay of the prefix dropped it
+    /// later); `None` for a trajectory without a recorded run or whose replay has not finished.
+    pub fn replay_reconstructed(&self) -> Option<bool> {
+        self.recorded.as_ref()?;
+        match (self.state, &self.replay) {
+            (TrajectoryState::NonReplayable, _) => Some(false),
+            (_, Some(_)) => Some(true),
+            (_, None) => None,
+        }
+    }
+}
+
+/// How a study's patches were judged (SPEC.md §6): the counts of the patch cache, with the flake
+/// rate and the share of runs the cache saved an evaluation. Measured for a study of the `agent`
+/// runner only.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    #[serde(flatten)]
+    pub stats: EvaluationStats,
+    /// Flakes of the flake checks; `null` (not measured) when no flake check was made.
+    pub flake_rate: Option<f64>,
+    /// The share of judged runs that needed no evaluation of their own (a cache hit or an empty
+    /// patch); `null` with no run judged.
+    pub saved_share: Option<f64>,
+    /// Base runs the study makes (its tasks' `base_runs`, summed). They are judged through the
+    /// cache too, but the record does not say how many ended with an outcome, so a study that
+    /// makes any leaves the cache check of Table 4 not measured.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub base_runs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Evaluation {
+    /// The study's evaluation, or `None` (not measured) for a runner that judges no patch.
+    pub fn of(study: &StudyRecord) -> Option<Evaluation> {
+        (study.spec.runner.kind == vcurve_record::runner::AGENT).then(|| Evaluation {
+            stats: study.evaluation,
+            flake_rate: study.evaluation.flake_rate(),
+            saved_share: study.evaluation.saved_share(),
+            base_runs: study.spec.tasks.iter().map(|t| u64::from(t.base_runs)).sum(),
+        })
+    }
 }
 
 /// Everything an export writes.
@@ -78,6 +136,10 @@ pub struct Results {
     /// Labelled successful runs (scored by the restart policies, never continued).
     #[serde(default)]
     pub decoys: Vec<DecoySpec>,
+    /// How the study's patches were judged; `null` (not measured) for a study whose runner
+    /// judges no patch (synthetic).
+    #[serde(default)]
+    pub evaluation: Option<Evaluation>,
     pub trajectories: Vec<TrajectoryResult>,
 }
 
@@ -157,6 +219,7 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
             first_symptom: Default::default(),
             non_replayable: record.non_replayable.clone(),
             replay: record.replay.clone(),
+            recorded: tspec.recorded.clone(),
         });
     }
     Ok(Results {
@@ -165,6 +228,7 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
         budget: spec.budget,
         thresholds: params,
         decoys: spec.decoys.clone(),
+        evaluation: Evaluation::of(study),
         trajectories: out,
     })
 }
@@ -230,6 +294,29 @@ pub fn trajectories_csv(results: &Results) -> String {
     out
 }
 
+/// `evaluation.csv`: one row of how the study's patches were judged; every cell empty when not
+/// measured (a study whose runner judges no patch), and `flake_rate` (`saved_share`) empty when no
+/// flake check was made (no run judged).
+pub fn evaluation_csv(results: &Results) -> String {
+    let mut out = String::from(
+        "evaluated_runs,cache_hits,empty_patches,unique_patches,evaluations,flake_checks,flakes,flake_rate,saved_share\n",
+    );
+    let cells: Vec<String> = match &results.evaluation {
+        Some(e) => {
+            let s = &e.stats;
+            [s.evaluated_runs, s.cache_hits, s.empty_patches, s.unique_patches, s.evaluations, s.flake_checks, s.flakes]
+                .iter()
+                .map(u64::to_string)
+                .chain([opt(e.flake_rate), opt(e.saved_share)])
+                .collect()
+        }
+        None => vec![String::new(); 9],
+    };
+    out.push_str(&cells.join(","));
+    out.push('\n');
+    out
+}
+
 /// Quote a CSV field when it needs it.
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
@@ -250,3 +337,6 @@ pub fn files(study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, crate::an
     files.insert("analyses.json".to_string(), json);
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests;

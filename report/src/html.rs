@@ -315,6 +315,36 @@ fn localizers_table(a: &StudyAnalyses) -> Table {
     t
 }
 
+fn evaluation_table(results: &Results) -> Table {
+    Table::new(
+        "evaluation",
+        "Evaluation and the patch cache",
+        "How the study's patches were judged (SPEC.md §6): runs whose patch was evaluated for them, runs judged by a verdict already in the cache, empty patches that fail without evaluation, distinct patches judged, evaluations carried out (the runs' own and the flake re-checks), re-evaluations of a judged patch and how many disagreed with its first verdict, the flake rate, and the share of judged runs the cache spared an evaluation. Not measured for a study whose runner judges no patch (synthetic); the flake rate is not measured until a flake check is made.",
+        &[
+            "evaluated runs",
+            "cache hits",
+            "empty patches",
+            "unique patches",
+            "evaluations",
+            "flake checks",
+            "flakes",
+            "flake rate",
+            "cache saved",
+        ],
+    )
+    .fill(Measured::from_option(results.evaluation.as_ref()), |t, e| {
+        let s = &e.stats;
+        let percent = |v: Option<f64>| measured(Measured::from_option(v), |v| format!("{:.1}%", 100.0 * v));
+        t.row(
+            [s.evaluated_runs, s.cache_hits, s.empty_patches, s.unique_patches, s.evaluations, s.flake_checks, s.flakes]
+                .iter()
+                .map(u64::to_string)
+                .chain([percent(e.flake_rate), percent(e.saved_share)])
+                .collect(),
+        );
+    })
+}
+
 fn checks_table(a: &StudyAnalyses) -> Table {
     let mut t = Table::new(
         "checks",
@@ -427,6 +457,7 @@ pub fn tables(results: &Results, analyses: &StudyAnalyses) -> Vec<Table> {
         restart_table(analyses),
         decoys_table(analyses),
         localizers_table(analyses),
+        evaluation_table(results),
         checks_table(analyses),
     ];
     tables.extend(controls_tables(analyses));

@@ -413,6 +413,7 @@ fn result(state: TrajectoryState, main: Vec<vcurve_method::FittedPoint>) -> Traj
         first_symptom: Default::default(),
         non_replayable: None,
         replay: None,
+        recorded: None,
     }
 }
 

@@ -207,3 +207,94 @@ fn every_table_says_not_measured_where_the_study_has_not_measured() {
     assert_eq!(back, a);
     assert_eq!(super::tables(&results, &back), tables);
 }
+
+#[test]
+fn the_evaluation_table_reads_not_measured_for_a_synthetic_study() {
+    let results = synthetic();
+    let a = analyses(&results).unwrap();
+    let tables = tables(&results, &a);
+    let t = table(&tables, "evaluation");
+    assert!(t.not_measured && t.rows.is_empty());
+    assert!(t.html().contains("<td colspan=\"9\" class=\"muted\">not measured</td>"), "{}", t.html());
+    assert!(t.text().ends_with("(not measured)\n"));
+    assert_eq!(t.csv().lines().count(), 1, "the header alone");
+    let html = String::from_utf8(build(&results, &a).unwrap().files["report.html"].clone()).unwrap();
+    assert!(html.contains("<h2 id=\"evaluation\">"), "{html}");
+}
+
+#[test]
+fn an_agent_study_shows_its_evaluation_and_the_checks_it_feeds() {
+    use crate::export::Evaluation;
+    use vcurve_record::EvaluationStats;
+    use vcurve_record::jobs::{CompareLevel, Replayed};
+
+    let mut results = synthetic();
+    let runs: u64 = results.trajectories.iter().map(|t| u64::from(t.continuations - t.retired)).sum();
+    let stats = EvaluationStats {
+        evaluated_runs: runs - 60,
+        cache_hits: 50,
+        empty_patches: 10,
+        unique_patches: runs - 60,
+        evaluations: runs - 60,
+        flake_checks: 0,
+        flakes: 0,
+    };
+    let evaluation = |stats: EvaluationStats| Evaluation {
+        stats,
+        flake_rate: stats.flake_rate(),
+        saved_share: stats.saved_share(),
+        base_runs: 0,
+    };
+    results.evaluation = Some(evaluation(stats));
+    // syn-1 recorded and reproduced by its replay, syn-2 dropped by it.
+    for (tr, state) in results.trajectories.iter_mut().zip([TrajectoryState::Done, TrajectoryState::NonReplayable]) {
+        tr.recorded = Some(format!("digest-{}", tr.trajectory));
+        tr.state = state;
+    }
+    results.trajectories[0].replay = Some(Replayed { anchors: vec![0], levels: vec![CompareLevel::Exact; 20] });
+
+    let a = analyses(&results).unwrap();
+    let tables = super::tables(&results, &a);
+    let t = table(&tables, "evaluation");
+    assert!(!t.not_measured);
+    let saved = 100.0 * 60.0 / runs as f64;
+    let expected: Vec<String> = [
+        (runs - 60).to_string(),
+        "50".into(),
+        "10".into(),
+        (runs - 60).to_string(),
+        (runs - 60).to_string(),
+        "0".into(),
+        "0".into(),
+        NOT_MEASURED.into(),
+        format!("{saved:.1}%"),
+    ]
+    .into();
+    assert_eq!(t.rows, std::slice::from_ref(&expected));
+    let checks = table(&tables, "checks");
+    assert_eq!(row(checks, "Replay match")[2..], ["1/2 (50%)", "fail"]);
+    assert_eq!(row(checks, "Harness flake rate")[2..], [NOT_MEASURED, "not_measured"]);
+    let cache = format!(
+        "{runs}/{runs} ({} unique patches); {} evaluations, {:.0}% saved by the cache",
+        runs - 60,
+        runs - 60,
+        saved
+    );
+    assert_eq!(row(checks, "Evaluations via cache")[2..], [cache.as_str(), "pass"]);
+    let html = String::from_utf8(build(&results, &a).unwrap().files["report.html"].clone()).unwrap();
+    let cells: String = expected.iter().map(|c| format!("<td>{c}</td>")).collect();
+    assert!(html.contains(&format!("<tr>{cells}</tr>")), "{html}");
+    assert!(html.contains(&format!("<td>{cache}</td><td>pass</td>")), "{html}");
+
+    // With flake checks, the rate is measured; one disagreeing of 50 is 2%.
+    results.evaluation =
+        Some(evaluation(EvaluationStats { evaluations: runs - 10, flake_checks: 50, flakes: 1, ..stats }));
+    let a = analyses(&results).unwrap();
+    let tables = super::tables(&results, &a);
+    assert_eq!(table(&tables, "evaluation").rows[0][7], "2.0%");
+    assert_eq!(row(table(&tables, "checks"), "Harness flake rate")[2..], ["1/50 (2%)", "pass"]);
+    // A run the cache did not judge fails the cache check.
+    results.evaluation = Some(evaluation(EvaluationStats { cache_hits: 49, ..stats }));
+    let a = analyses(&results).unwrap();
+    assert_eq!(row(table(&super::tables(&results, &a), "checks"), "Evaluations via cache")[3], "fail");
+}

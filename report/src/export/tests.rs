@@ -1,0 +1,284 @@
+//! How a study's patches were judged, in the export and in the checks of Table 4: measured for a
+//! study of the `agent` runner, not measured (never 0) for a `synthetic` one; the replay check
+//! over the trajectories with a recorded run whose replay finished.
+
+use serde_json::{Value, json};
+use vcurve_method::analyses::NOT_MEASURED;
+use vcurve_method::analyses::checks::{Check, Status};
+use vcurve_method::schedule::{Outcome, Series, Stage, TrajectoryPlan};
+use vcurve_method::{BaseRuns, Thresholds};
+use vcurve_record::jobs::{CompareLevel, NonReplayable, Replayed};
+use vcurve_record::runner::{AGENT, SYNTHETIC};
+use vcurve_record::{
+    Admission, ControlCounts, EvaluationStats, RunnerSpec, StudyRecord, StudySpec, StudyState, TrajectoryRecord,
+    TrajectorySpec,
+};
+
+use super::*;
+use crate::analyses::analyses;
+
+const LENGTH: u32 = 10;
+
+/// How a trajectory's replay went.
+#[derive(Clone, Copy)]
+enum Replay {
+    /// No recorded run: replay does not apply.
+    NotRecorded,
+    /// Recorded, its replay not finished.
+    Pending,
+    Reproduced,
+    /// Dropped by its replay.
+    Dropped,
+    /// Reproduced, then dropped by a continuation's replay of its prefix.
+    DroppedLater,
+}
+
+fn replayed() -> Replayed {
+    Replayed { anchors: vec![0, 5], levels: vec![CompareLevel::Exact; LENGTH as usize] }
+}
+
+fn mismatch() -> NonReplayable {
+    NonReplayable {
+        step: 3,
+        level: CompareLevel::CharMultiset,
+        reason: "output differs at every level".into(),
+        recorded_excerpt: "a".into(),
+        replayed_excerpt: "b".into(),
+    }
+}
+
+/// A trajectory with 4 continuations at `t = 0` and 4 at `t = 5` (the ones that ran), plus
+/// `retired` retired at `t = 5`.
+fn trajectory(id: &str, replay: Replay, retired: usize) -> (TrajectorySpec, TrajectoryRecord) {
+    let spec = TrajectorySpec {
+        id: id.into(),
+        task: format!("task-{id}"),
+        length: LENGTH,
+        curve: None,
+        labels: Vec::new(),
+        base_runs: BaseRuns::default(),
+        recorded: (!matches!(replay, Replay::NotRecorded)).then(|| format!("sha256-{id}")),
+    };
+    let ran = !matches!(replay, Replay::Pending | Replay::Dropped);
+    let mut outcomes = Vec::new();
+    if ran {
+        for seed in 0..4 {
+            let o = if seed < 3 { Outcome::Success } else { Outcome::Failure };
+            outcomes.push((Series::Main, 0, seed, o));
+            outcomes.push((Series::Main, 5, seed, if seed < 1 { Outcome::Success } else { Outcome::Failure }));
+        }
+        outcomes.extend((0..retired).map(|i| (Series::Main, 5, 10 + i as u32, Outcome::Retired)));
+    }
+    let state = match replay {
+        Replay::Pending => TrajectoryState::Replaying,
+        Replay::Dropped | Replay::DroppedLater => TrajectoryState::NonReplayable,
+        Replay::NotRecorded | Replay::Reproduced => TrajectoryState::Done,
+    };
+    let record = TrajectoryRecord {
+        id: id.into(),
+        state,
+        stage: if ran { Stage::Done } else { Stage::Screen },
+        plan: TrajectoryPlan { length: LENGTH, labels: Vec::new(), controls: Default::default() },
+        outcomes,
+        cap_hits: 0,
+        non_replayable: matches!(replay, Replay::Dropped | Replay::DroppedLater).then(mismatch),
+        replay: matches!(replay, Replay::Reproduced | Replay::DroppedLater).then(replayed),
+    };
+    (spec, record)
+}
+
+fn study(
+    kind: &str,
+    trajectories: Vec<(TrajectorySpec, TrajectoryRecord)>,
+    evaluation: EvaluationStats,
+) -> StudyRecord {
+    let (specs, records): (Vec<_>, Vec<_>) = trajectories.into_iter().unzip();
+    StudyRecord {
+        id: "s".into(),
+        state: StudyState::Done,
+        spec: StudySpec {
+            name: "judged".into(),
+            seed: 7,
+            budget: 100,
+            schedule: "none".into(),
+            runner: RunnerSpec { kind: kind.into(), options: json!({}) },
+            thresholds: Thresholds::default(),
+            controls: ControlCounts::default(),
+            admission: Admission::default(),
+            trajectories: specs,
+            decoys: Vec::new(),
+            tasks: Vec::new(),
+        },
+        trajectories: records,
+        evaluation,
+    }
+}
+
+/// Three reproduced, one dropped, one pending, one without a recorded run: 3 + 1 ran continuations
+/// with 8 outcomes each (32), one retired besides.
+fn agent_trajectories() -> Vec<(TrajectorySpec, TrajectoryRecord)> {
+    vec![
+        trajectory("a", Replay::Reproduced, 1),
+        trajectory("b", Replay::Reproduced, 0),
+        trajectory("c", Replay::Reproduced, 0),
+        trajectory("d", Replay::Dropped, 0),
+        trajectory("e", Replay::Pending, 0),
+        trajectory("f", Replay::NotRecorded, 0),
+    ]
+}
+
+/// 32 runs judged: 11 evaluated for themselves (10 unique patches, one evaluated twice at once),
+/// 15 cache hits, 6 empty patches; 40 evaluations (29 re-checks), 30 of them flake checks, none
+/// disagreeing.
+fn stats() -> EvaluationStats {
+    EvaluationStats {
+        evaluated_runs: 11,
+        cache_hits: 15,
+        empty_patches: 6,
+        unique_patches: 10,
+        evaluations: 40,
+        flake_checks: 30,
+        flakes: 0,
+    }
+}
+
+/// [`stats`] without a flake check: every unique patch evaluated once.
+fn no_flake_check() -> EvaluationStats {
+    EvaluationStats { evaluated_runs: 10, empty_patches: 7, evaluations: 10, flake_checks: 0, ..stats() }
+}
+
+fn check<'a>(checks: &'a [Check], id: &str) -> &'a Check {
+    checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no check {id}"))
+}
+
+fn status_and_value(study: &StudyRecord, id: &str) -> (Status, String) {
+    let a = analyses(&results(study).unwrap()).unwrap();
+    let c = check(&a.checks.checks, id);
+    (c.status, c.value.clone())
+}
+
+#[test]
+fn an_agent_study_exports_its_evaluation() {
+    let study = study(AGENT, agent_trajectories(), stats());
+    let files = files(&study).unwrap();
+
+    assert_eq!(
+        evaluation_csv(&results(&study).unwrap()),
+        "evaluated_runs,cache_hits,empty_patches,unique_patches,evaluations,flake_checks,flakes,flake_rate,saved_share\n\
+         11,15,6,10,40,30,0,0,0.65625\n"
+    );
+
+    let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
+    assert_eq!(
+        json["evaluation"],
+        json!({
+            "evaluated_runs": 11, "cache_hits": 15, "empty_patches": 6, "unique_patches": 10,
+            "evaluations": 40, "flake_checks": 30, "flakes": 0, "flake_rate": 0.0, "saved_share": 0.65625,
+        })
+    );
+    // The recorded run's digest is exported where there is one.
+    assert_eq!(json["trajectories"][0]["recorded"], "sha256-a");
+    assert!(json["trajectories"][5].get("recorded").is_none());
+    // results.json reads back to the same results.
+    let back: Results = serde_json::from_value(json).unwrap();
+    assert_eq!(back, results(&study).unwrap());
+
+    // A flake rate with no flake check is not measured: null, an empty cell.
+    let study = self::study(AGENT, agent_trajectories(), no_flake_check());
+    let json: Value = serde_json::from_slice(&super::files(&study).unwrap()["results.json"]).unwrap();
+    assert_eq!(
+        (json["evaluation"]["flake_rate"].clone(), json["evaluation"]["flake_checks"].clone()),
+        (Value::Null, json!(0))
+    );
+    assert!(evaluation_csv(&results(&study).unwrap()).ends_with("\n10,15,7,10,10,0,0,,0.6875\n"));
+}
+
+#[test]
+fn a_synthetic_study_has_measured_no_evaluation() {
+    let study = study(SYNTHETIC, vec![trajectory("a", Replay::NotRecorded, 0)], EvaluationStats::default());
+    let files = files(&study).unwrap();
+    let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
+    assert_eq!(json["evaluation"], Value::Null);
+    assert_eq!(
+        evaluation_csv(&results(&study).unwrap()),
+        "evaluated_runs,cache_hits,empty_patches,unique_patches,evaluations,flake_checks,flakes,flake_rate,saved_share\n\
+         ,,,,,,,,\n"
+    );
+    let analyses: Value = serde_json::from_slice(&files["analyses.json"]).unwrap();
+    for id in ["replay", "flake", "cache"] {
+        let c = analyses["checks"]["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap();
+        assert_eq!((c["value"].clone(), c["status"].clone()), (Value::Null, json!("not_measured")), "{id}");
+    }
+    // Even with counts in the record, a runner that judges no patch measured none.
+    let counted = self::study(SYNTHETIC, vec![trajectory("a", Replay::NotRecorded, 0)], stats());
+    assert_eq!(results(&counted).unwrap().evaluation, None);
+}
+
+#[test]
+fn the_replay_check_counts_the_trajectories_whose_replay_finished() {
+    // Measured, passing: 3 reproduced of 4 finished (the pending one and the one without a
+    // recorded run are left out).
+    let s = study(AGENT, agent_trajectories(), stats());
+    assert_eq!(status_and_value(&s, "replay"), (Status::Pass, "3/4 (75%)".into()));
+
+    // Measured, failing: one more dropped, one of them after its replay reproduced.
+    let mut trajectories = agent_trajectories();
+    trajectories.push(trajectory("g", Replay::DroppedLater, 0));
+    let s = study(AGENT, trajectories, stats());
+    assert_eq!(status_and_value(&s, "replay"), (Status::Fail, "3/5 (60%)".into()));
+
+    // Not measured: no recorded run, or no replay finished yet.
+    for replay in [Replay::NotRecorded, Replay::Pending] {
+        let s = study(AGENT, vec![trajectory("a", replay, 0)], EvaluationStats::default());
+        assert_eq!(status_and_value(&s, "replay"), (Status::NotMeasured, NOT_MEASURED.into()));
+    }
+}
+
+#[test]
+fn the_flake_check_is_the_flake_rate() {
+    let s = study(AGENT, agent_trajectories(), stats());
+    assert_eq!(status_and_value(&s, "flake"), (Status::Pass, "0/30 (0%)".into()));
+    let s = study(AGENT, agent_trajectories(), EvaluationStats { flakes: 2, ..stats() });
+    assert_eq!(status_and_value(&s, "flake"), (Status::Fail, "2/30 (7%)".into()));
+    // No flake check made: not measured.
+    let s = study(AGENT, agent_trajectories(), no_flake_check());
+    assert_eq!(status_and_value(&s, "flake"), (Status::NotMeasured, NOT_MEASURED.into()));
+}
+
+#[test]
+fn the_cache_check_compares_the_runs_judged_with_the_runs_that_ended() {
+    // Measured, passing: the 32 runs with an outcome (the retired one left out) all judged through
+    // the cache; the figures follow.
+    let s = study(AGENT, agent_trajectories(), stats());
+    assert_eq!(
+        status_and_value(&s, "cache"),
+        (Status::Pass, "32/32 (10 unique patches); 40 evaluations, 66% saved by the cache".into())
+    );
+    // The three checks from the record pass together in this study.
+    let a = analyses(&results(&s).unwrap()).unwrap();
+    for id in ["replay", "flake", "cache"] {
+        assert_eq!(check(&a.checks.checks, id).status, Status::Pass, "{id}");
+    }
+
+    // Measured, failing: a run not accounted for by the cache.
+    let s = study(AGENT, agent_trajectories(), EvaluationStats { empty_patches: 5, ..stats() });
+    assert_eq!(status_and_value(&s, "cache").0, Status::Fail);
+    assert!(status_and_value(&s, "cache").1.starts_with("31/32 (10 unique patches)"));
+
+    // Not measured: an agent study with no run yet, and one that makes base runs (judged through
+    // the cache too, but the record does not say how many ended).
+    let s = study(AGENT, vec![trajectory("a", Replay::Pending, 0)], EvaluationStats::default());
+    assert_eq!(status_and_value(&s, "cache"), (Status::NotMeasured, NOT_MEASURED.into()));
+    let mut s = study(AGENT, agent_trajectories(), stats());
+    s.spec.tasks.push(vcurve_record::TaskRuns {
+        task: serde_json::from_value(json!({
+            "id": "calc", "image": "calc:1", "workdir": "/testbed",
+            "evaluator": {"kind": "command", "command": "pytest", "timeout_s": 60},
+        }))
+        .unwrap(),
+        base_runs: 8,
+    });
+    assert_eq!(status_and_value(&s, "cache"), (Status::NotMeasured, NOT_MEASURED.into()));
+    let json = serde_json::to_value(results(&s).unwrap()).unwrap();
+    assert_eq!(json["evaluation"]["base_runs"], 8);
+}
