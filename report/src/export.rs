@@ -1,5 +1,5 @@
-//! A study's results as files: `curves.csv`, `trajectories.csv`, `results.json` and
-//! `analyses.json`.
+//! A study's results as files: `curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`
+//! and `analyses.json`.
 //!
 //! Pure: a [`StudyRecord`] in, bytes out. The files hold nothing that depends on how the study
 //! ran (no ids, times or attempt counts), so the same outcomes always export to the same bytes —
@@ -7,7 +7,7 @@
 //! `agent` study's patches were judged ([`Evaluation`]) follows the order runs finished in (two
 //! runs submitting one patch at once are both evaluated, one a flake check of the other; one after
 //! the other, the second is a cache hit). A study of the `synthetic` runner judges no patch: its
-//! evaluation is not measured (`null`).
+//! evaluation is not measured (`null`, a row of empty cells in `evaluation.csv`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -328,6 +328,7 @@ pub fn files(study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, crate::an
     let mut files = BTreeMap::new();
     files.insert("curves.csv".to_string(), curves_csv(&results).into_bytes());
     files.insert("trajectories.csv".to_string(), trajectories_csv(&results).into_bytes());
+    files.insert("evaluation.csv".to_string(), evaluation_csv(&results).into_bytes());
     let mut json = serde_json::to_vec_pretty(&results).expect("results serialize");
     json.push(b'\n');
     files.insert("results.json".to_string(), json);

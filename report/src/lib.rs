@@ -4,7 +4,7 @@
 //! no async, no database.
 //!
 //! - [`export`]: every trajectory analyzed into [`Results`](export::Results), and the export's
-//!   files (`curves.csv`, `trajectories.csv`, `results.json`, `analyses.json`).
+//!   files (`curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`, `analyses.json`).
 //! - [`analyses`]: the paper's analyses of one study (SPEC.md §9), the glue between the results
 //!   and the pure analyses of `vcurve_method::analyses`.
 //! - [`figures`]: a trajectory's V-curve as SVG and PNG.

@@ -168,6 +168,11 @@ fn an_agent_study_exports_its_evaluation() {
          11,15,6,10,40,30,0,0,0.65625\n"
     );
 
+    assert_eq!(
+        files.keys().collect::<Vec<_>>(),
+        ["analyses.json", "curves.csv", "evaluation.csv", "results.json", "trajectories.csv"]
+    );
+    assert_eq!(files["evaluation.csv"], evaluation_csv(&results(&study).unwrap()).into_bytes());
     let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
     assert_eq!(
         json["evaluation"],
@@ -199,6 +204,7 @@ fn a_synthetic_study_has_measured_no_evaluation() {
     let files = files(&study).unwrap();
     let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
     assert_eq!(json["evaluation"], Value::Null);
+    assert_eq!(files["evaluation.csv"], evaluation_csv(&results(&study).unwrap()).into_bytes());
     assert_eq!(
         evaluation_csv(&results(&study).unwrap()),
         "evaluated_runs,cache_hits,empty_patches,unique_patches,evaluations,flake_checks,flakes,flake_rate,saved_share\n\
