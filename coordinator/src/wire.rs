@@ -172,6 +172,13 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
         Some(R::Replayed(r)) => Ok(JobReport::Replayed(Replayed {
             anchors: r.anchors,
             levels: r.levels.into_iter().map(level_from_wire).collect::<Result<_, _>>()?,
+            fingerprints: match r.fingerprints_digest.as_str() {
+                "" => None,
+                d if vcurve_record::trajectory::is_digest(d) => Some(d.to_string()),
+                d => {
+                    return Err(Status::invalid_argument(format!("fingerprints_digest {d:?} is not a SHA-256 digest")));
+                }
+            },
         })),
         Some(R::Evaluated(e)) => Ok(JobReport::Evaluated { resolved: e.resolved }),
         None => Err(Status::invalid_argument("a report needs a result")),

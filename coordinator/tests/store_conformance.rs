@@ -336,6 +336,7 @@ fn replayed(length: u32) -> JobReport {
     JobReport::Replayed(vcurve_record::jobs::Replayed {
         anchors: vec![0, 5, 10, length - 1],
         levels: vec![vcurve_record::jobs::CompareLevel::Exact; length as usize],
+        fingerprints: None,
     })
 }
 

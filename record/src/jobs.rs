@@ -219,6 +219,10 @@ pub struct Replayed {
     pub anchors: Vec<u32>,
     /// The level each step `1..=T` matched at.
     pub levels: Vec<CompareLevel>,
+    /// The digest of the fingerprints the replay recorded where the trajectory had none (a JSON
+    /// object from step to [`Fingerprint`](crate::Fingerprint)), kept as a file by the coordinator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprints: Option<String>,
 }
 
 /// What a worker reports for a job.

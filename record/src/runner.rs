@@ -74,12 +74,27 @@ pub struct AgentOptions {
     /// Keep every continuation's transcript (its full message list), stored by digest.
     #[serde(default)]
     pub keep_transcripts: bool,
+    /// Where replay measures the state fingerprint (changed paths, git diff, git status): `record`
+    /// (default) at every step, comparing the recorded ones and recording one where the trajectory
+    /// has none (kept with the replay); `compare` only at steps with a recorded fingerprint, which
+    /// saves a container diff per step.
+    #[serde(default)]
+    pub fingerprints: FingerprintPolicy,
     /// The share of unique patches evaluated a second time as a flake check (SPEC.md §6).
     #[serde(default = "AgentOptions::default_flake_recheck_rate")]
     pub flake_recheck_rate: f64,
     /// Above this flake rate every patch is evaluated twice.
     #[serde(default = "AgentOptions::default_flake_threshold")]
     pub flake_threshold: f64,
+}
+
+/// Where a replay measures state fingerprints (see [`AgentOptions::fingerprints`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FingerprintPolicy {
+    #[default]
+    Record,
+    Compare,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -89,6 +104,7 @@ fn empty_object() -> serde_json::Value {
 impl AgentOptions {
     /// The option names, for error messages.
     pub const FIELDS: &'static [&'static str] = &[
+        "fingerprints",
         "command",
         "env",
         "model",

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use vcurve_record::jobs::{Judged, RunOutcome};
-use vcurve_record::runner::{AGENT, AgentOptions};
+use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy};
 use vcurve_record::{EndType, Interpreter, Task, Trajectory, TrajectoryPayload};
 
 use crate::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
@@ -176,7 +176,7 @@ impl Inner {
         let payload = job.trajectory.as_deref().ok_or("the job names no trajectory payload")?;
         let digest = job.trajectory_digest.as_deref().ok_or("the job names no trajectory digest")?;
         match &job.key {
-            JobKey::Replay { .. } => self.replay(job, payload, digest, &limits).await,
+            JobKey::Replay { .. } => self.replay(job, &options, payload, digest, &limits).await,
             JobKey::Continuation(k) => {
                 let recorded = payload.recorded.as_ref().ok_or("a continuation needs a recorded trajectory")?;
                 let prepared = match self
@@ -261,6 +261,7 @@ impl Inner {
     async fn replay(
         &self,
         job: &JobSpec,
+        options: &AgentOptions,
         payload: &TrajectoryPayload,
         digest: &str,
         limits: &ContainerLimits,
@@ -272,13 +273,22 @@ impl Inner {
             digest,
             &job.anchors,
             &self.normalizer,
-            FingerprintMode::CompareOnly,
+            match options.fingerprints {
+                FingerprintPolicy::Record => FingerprintMode::RecordMissing,
+                FingerprintPolicy::Compare => FingerprintMode::CompareOnly,
+            },
             limits,
         )
         .await
         .map_err(|e| format!("replay: {e}"))?;
         Ok(match verdict {
-            Verdict::Reproduced(done) => JobReport::Replayed(done.replayed),
+            Verdict::Reproduced(mut done) => {
+                if !done.fingerprints.is_empty() {
+                    let bytes = serde_json::to_vec(&done.fingerprints).map_err(|e| e.to_string())?;
+                    done.replayed.fingerprints = Some(self.services()?.put_file(&bytes).await?);
+                }
+                JobReport::Replayed(done.replayed)
+            }
             Verdict::NonReplayable(why) => JobReport::NonReplayable(why),
         })
     }

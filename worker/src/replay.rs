@@ -499,7 +499,7 @@ pub async fn replay_trajectory(
     removed?;
     Ok(match verdict {
         Verdict::Reproduced(steps) => Verdict::Reproduced(TrajectoryReplay {
-            replayed: Replayed { anchors: hook.committed, levels: steps.levels },
+            replayed: Replayed { anchors: hook.committed, levels: steps.levels, fingerprints: None },
             fingerprints: steps.fingerprints,
         }),
         Verdict::NonReplayable(mismatch) => {
@@ -932,7 +932,10 @@ pub(crate) mod tests {
             .await
             .unwrap();
         let Verdict::Reproduced(done) = out else { panic!("{out:?}") };
-        assert_eq!(done.replayed, Replayed { anchors: vec![2, 4], levels: vec![CompareLevel::Exact; 5] });
+        assert_eq!(
+            done.replayed,
+            Replayed { anchors: vec![2, 4], levels: vec![CompareLevel::Exact; 5], fingerprints: None }
+        );
         assert_eq!(cache.held(), vec![(digest.clone(), 2), (digest.clone(), 4)]);
         assert_eq!(rt.count(Op::Create), 1);
         assert_eq!(rt.count(Op::Commit), 2);

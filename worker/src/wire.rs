@@ -163,6 +163,7 @@ pub(crate) fn report_to_wire(
         JobReport::Replayed(r) => R::Replayed(v1::Replayed {
             anchors: r.anchors.clone(),
             levels: r.levels.iter().copied().map(level_to_wire).collect(),
+            fingerprints_digest: r.fingerprints.clone().unwrap_or_default(),
         }),
         JobReport::Evaluated { resolved } => R::Evaluated(v1::Evaluated { resolved: *resolved }),
     };
