@@ -34,7 +34,7 @@ enum Replay {
 }
 
 fn replayed() -> Replayed {
-    Replayed { anchors: vec![0, 5], levels: vec![CompareLevel::Exact; LENGTH as usize] }
+    Replayed { anchors: vec![0, 5], levels: vec![CompareLevel::Exact; LENGTH as usize], fingerprints: None }
 }
 
 fn mismatch() -> NonReplayable {

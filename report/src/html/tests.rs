@@ -251,7 +251,8 @@ fn an_agent_study_shows_its_evaluation_and_the_checks_it_feeds() {
         tr.recorded = Some(format!("digest-{}", tr.trajectory));
         tr.state = state;
     }
-    results.trajectories[0].replay = Some(Replayed { anchors: vec![0], levels: vec![CompareLevel::Exact; 20] });
+    results.trajectories[0].replay =
+        Some(Replayed { anchors: vec![0], levels: vec![CompareLevel::Exact; 20], fingerprints: None });
 
     let a = analyses(&results).unwrap();
     let tables = super::tables(&results, &a);
