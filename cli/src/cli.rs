@@ -54,6 +54,9 @@ pub enum BenchCommand {
     Schedule(crate::bench_schedule::BenchScheduleArgs),
     /// Measure lease-and-report throughput and latency through real gRPC and a real store.
     Dispatch(crate::bench_dispatch::BenchDispatchArgs),
+    /// Measure the real-container path on this host's Docker Engine: start, exec, diff, commit,
+    /// and a continuation's start from its nearest anchor against a replay from the task image.
+    Containers(crate::bench_containers::BenchContainersArgs),
 }
 
 fn host_name() -> String {
@@ -123,6 +126,14 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             output::println(path.display().to_string())?;
         }
         Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,
+        Command::Bench(BenchCommand::Containers(a)) => {
+            let report = crate::bench_containers::run(&a).await?;
+            if a.json {
+                output::println(serde_json::to_string_pretty(&report)?)?;
+            } else {
+                output::print(crate::bench_containers::table(&report))?;
+            }
+        }
         Command::Bench(BenchCommand::Dispatch(a)) => {
             output::println(format!(
                 "{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}",

@@ -196,7 +196,10 @@ async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
 async fn any_cluster_shape_ends_with_the_same_curves() {
     let one = run_cluster(1, 3).await;
     let three = run_cluster(3, 4).await;
-    assert_eq!(one.keys().collect::<Vec<_>>(), vec!["analyses.json", "curves.csv", "results.json", "trajectories.csv"]);
+    assert_eq!(
+        one.keys().collect::<Vec<_>>(),
+        vec!["analyses.json", "curves.csv", "evaluation.csv", "results.json", "trajectories.csv"]
+    );
     assert_eq!(one, three, "exports differ between cluster shapes");
 }
 

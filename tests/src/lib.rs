@@ -392,10 +392,10 @@ pub fn write_curve(dir: &Path, id: &str, values: &[f64]) -> String {
     relative
 }
 
-/// The files an export wrote (`curves.csv`, `trajectories.csv`, `results.json`, `analyses.json`),
-/// by name.
+/// The files an export wrote (`curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`,
+/// `analyses.json`), by name.
 pub fn read_export(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    ["curves.csv", "trajectories.csv", "results.json", "analyses.json"]
+    ["curves.csv", "trajectories.csv", "evaluation.csv", "results.json", "analyses.json"]
         .into_iter()
         .map(|name| {
             let path = dir.join(name);
