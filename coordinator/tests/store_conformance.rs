@@ -936,7 +936,7 @@ async fn every_failed_base_run_becomes_a_trajectory_with_the_tasks_base_runs() {
                 steps: 12 + seed,
                 end_type: EndType::Submitted,
                 patch_sha256: vcurve_record::trajectory::sha256_hex(format!("patch {seed}").as_bytes()),
-                judged: Judged::Evaluated,
+                judged: if seed == 3 { Judged::EmptyPatch } else { Judged::Evaluated },
                 recorded: Some(recorded_digest),
             });
             // No trajectory before the last base run of the task has finished.
@@ -950,7 +950,12 @@ async fn every_failed_base_run_becomes_a_trajectory_with_the_tasks_base_runs() {
         assert_eq!((t.task.as_str(), t.length, t.base_runs.0.len()), ("calc", 14, 4));
         assert_eq!(t.base_runs.pass_rate(), Some(0.25));
         assert!(record.trajectories.iter().all(|t| t.state == TrajectoryState::Waiting), "{}", ts.name);
-        assert_eq!(record.evaluation.unique_patches, 4, "{}: base runs go through the patch cache", ts.name);
+        assert_eq!(
+            (record.evaluation.unique_patches, record.evaluation.empty_patches),
+            (3, 1),
+            "{}: base runs go through the patch cache",
+            ts.name
+        );
         // They are admitted and replayed like recorded trajectories.
         let jobs = lease(&c, &w, 8).await;
         assert!(!jobs.is_empty() && jobs.iter().all(|j| j.key.kind() == JobKind::Replay), "{}: {jobs:?}", ts.name);

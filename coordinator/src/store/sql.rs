@@ -631,6 +631,18 @@ impl SqlStore {
         .await?
         .try_get::<i64, _>("n")?
         .max(0) as u64;
+        // Base runs go through the patch cache too; their outcomes are in their jobs' results.
+        for r in sqlx::query("SELECT result_json FROM jobs WHERE study = $1 AND kind = 'base_run' AND state = 'done'")
+            .bind(study)
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            if let Some(JobReport::Outcome(o)) = json_column::<JobReport>(&r, "result_json")?
+                && o.judged == vcurve_record::jobs::Judged::EmptyPatch
+            {
+                evaluation.empty_patches += 1;
+            }
+        }
         tx.commit().await?;
         Ok(StudyRecord { id: study.to_string(), state, spec, trajectories, evaluation })
     }
