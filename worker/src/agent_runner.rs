@@ -342,3 +342,230 @@ impl Inner {
         Ok(JobReport::Outcome(RunOutcome { success, steps, end_type, patch_sha256, judged, recorded }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use vcurve_method::schedule::Series;
+    use vcurve_record::Evaluator;
+
+    use super::*;
+    use crate::container::double::{FakeFs, FakeRuntime, Op};
+    use crate::container::{ExecOutput, ExecRequest};
+    use crate::runner::ContinuationKey;
+
+    const IMAGE: &str = "task:test";
+    const PATCH: &str = "diff --git a/calc/parse.py b/calc/parse.py\n";
+
+    /// Every command succeeds; the scripted agent's submission prints the marker and `PATCH` (or
+    /// nothing after the marker when `empty`).
+    fn handler(empty: bool) -> impl Fn(&mut FakeFs, &ExecRequest) -> ExecOutput + Send + Sync + 'static {
+        move |_fs, request| {
+            let command = request.argv.last().cloned().unwrap_or_default();
+            let output = if command.contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT") {
+                format!("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n{}", if empty { "" } else { PATCH })
+            } else {
+                "ok\n".to_string()
+            };
+            ExecOutput { output: output.into_bytes(), exit_code: Some(0), timed_out: false }
+        }
+    }
+
+    /// The coordinator's services in memory.
+    #[derive(Default)]
+    struct Services {
+        files: Mutex<BTreeMap<String, Vec<u8>>>,
+        verdicts: Mutex<BTreeMap<String, bool>>,
+        lookups: Mutex<u32>,
+    }
+
+    impl JobServices for Services {
+        fn lookup_verdict<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            sha: &'a str,
+        ) -> BoxFuture<'a, Result<Option<bool>, String>> {
+            *self.lookups.lock().unwrap() += 1;
+            let verdict = self.verdicts.lock().unwrap().get(sha).copied();
+            Box::pin(async move { Ok(verdict) })
+        }
+
+        fn put_file<'a>(&'a self, content: &'a [u8]) -> BoxFuture<'a, Result<String, String>> {
+            let digest = vcurve_record::trajectory::sha256_hex(content);
+            self.files.lock().unwrap().insert(digest.clone(), content.to_vec());
+            Box::pin(async move { Ok(digest) })
+        }
+
+        fn fetch_file<'a>(&'a self, digest: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+            let file = self.files.lock().unwrap().get(digest).cloned();
+            Box::pin(async move { file.ok_or_else(|| format!("no file {digest}")) })
+        }
+    }
+
+    fn task() -> Task {
+        Task {
+            id: "calc-1".into(),
+            image: IMAGE.into(),
+            workdir: "/testbed".into(),
+            evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
+            problem_statement: Some("subtraction is wrong".into()),
+        }
+    }
+
+    fn options() -> serde_json::Value {
+        let agents = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
+        serde_json::json!({
+            "command": ["python3", "-m", "vcurve_agents.scripted"],
+            "env": {"PYTHONPATH": agents},
+            "model": {"q": 1.0, "r": 1.0},
+        })
+    }
+
+    async fn runner(empty: bool) -> (AgentProcessRunner, Arc<FakeRuntime>, Arc<Services>) {
+        let runtime = Arc::new(FakeRuntime::with_handler(handler(empty)));
+        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+        let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        let services = Arc::new(Services::default());
+        runner.attach(services.clone());
+        (runner, runtime, services)
+    }
+
+    fn job(key: JobKey, payload: TrajectoryPayload, budget: u32) -> JobSpec {
+        JobSpec {
+            key,
+            attempt: 1,
+            budget,
+            runner_kind: AGENT.into(),
+            options: options(),
+            study_seed: 7,
+            trajectory_digest: Some(payload.digest()),
+            trajectory: Some(Arc::new(payload)),
+            anchors: vec![0, 5, 10, 12],
+        }
+    }
+
+    fn base_run() -> JobSpec {
+        let key = JobKey::BaseRun { study: "s".into(), task: "calc-1".into(), seed: 0 };
+        job(key, TrajectoryPayload::of_task(&task()), 20)
+    }
+
+    /// A base run through the runner: its outcome and the recorded trajectory it uploaded.
+    async fn recorded_base_run() -> (RunOutcome, Trajectory) {
+        let (runner, _, services) = runner(false).await;
+        let JobReport::Outcome(outcome) = runner.run(base_run(), CancellationToken::new()).await else {
+            panic!("a base run has an outcome")
+        };
+        let digest = outcome.recorded.clone().expect("a recorded run");
+        let bytes = services.files.lock().unwrap()[&digest].clone();
+        (outcome, Trajectory::from_json(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_base_run_is_recorded_uploaded_and_its_patch_evaluated() {
+        let (runner, runtime, services) = runner(false).await;
+        let report = runner.run(base_run(), CancellationToken::new()).await;
+        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
+        assert_eq!((o.success, o.steps, o.end_type, o.judged), (true, 13, EndType::Submitted, Judged::Evaluated));
+        assert_eq!(o.patch_sha256, vcurve_record::trajectory::sha256_hex(PATCH.as_bytes()));
+        let files = services.files.lock().unwrap();
+        assert!(files.contains_key(&o.patch_sha256), "the evaluated patch is uploaded for re-checks");
+        let recorded = Trajectory::from_json(&files[o.recorded.as_ref().unwrap()]).unwrap();
+        assert_eq!((recorded.length(), recorded.task.id.as_str()), (13, "calc-1"));
+        assert_eq!(*services.lookups.lock().unwrap(), 1);
+        // The run's container and the evaluation's: both created and removed.
+        assert_eq!((runtime.count(Op::Create), runtime.running().len()), (2, 0));
+    }
+
+    #[tokio::test]
+    async fn a_patch_judged_before_is_not_evaluated_again_and_an_empty_one_not_at_all() {
+        let (runner, runtime, services) = runner(false).await;
+        services.verdicts.lock().unwrap().insert(vcurve_record::trajectory::sha256_hex(PATCH.as_bytes()), false);
+        let JobReport::Outcome(o) = runner.run(base_run(), CancellationToken::new()).await else { panic!() };
+        assert_eq!((o.success, o.judged), (false, Judged::Cached), "the cached verdict stands");
+        assert_eq!(runtime.count(Op::Create), 1, "no evaluation container");
+
+        let (runner, runtime, services) = self::runner(true).await;
+        let JobReport::Outcome(o) = runner.run(base_run(), CancellationToken::new()).await else { panic!() };
+        assert_eq!((o.success, o.judged), (false, Judged::EmptyPatch));
+        assert_eq!((runtime.count(Op::Create), *services.lookups.lock().unwrap()), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_continuation_resumes_from_its_step_in_a_replayed_state_and_a_replay_commits_anchors() {
+        let (_, recorded) = recorded_base_run().await;
+        let payload = TrajectoryPayload {
+            task: "calc-1".into(),
+            length: recorded.length(),
+            curve: None,
+            recorded: Some(recorded.clone()),
+            task_def: None,
+        };
+        let (runner, runtime, services) = runner(false).await;
+        let replay = job(JobKey::Replay { study: "s".into(), trajectory: "calc-1-base0".into() }, payload.clone(), 20);
+        let report = runner.run(replay, CancellationToken::new()).await;
+        let JobReport::Replayed(replayed) = report else { panic!("{report:?}") };
+        assert_eq!(replayed.anchors, vec![5, 10, 12]);
+        let fingerprints = replayed.fingerprints.expect("fingerprints recorded at every step");
+        assert!(services.files.lock().unwrap().contains_key(&fingerprints));
+        assert_eq!(runner.snapshot_trajectories(), vec![payload.digest()]);
+
+        let key = ContinuationKey {
+            study: "s".into(),
+            trajectory: "calc-1-base0".into(),
+            series: Series::Main,
+            t: 7,
+            seed: 0,
+        };
+        let execs_before = runtime.count(Op::Exec);
+        let report = runner.run(job(JobKey::Continuation(key), payload, 13), CancellationToken::new()).await;
+        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
+        // Resumed after step 7: six more steps, the same plan.
+        assert_eq!((o.steps, o.end_type, o.success), (6, EndType::Submitted, true));
+        // From the anchor at 5: steps 6 and 7 replayed, then the agent's six, then the evaluation.
+        let commands = runtime.commands()[execs_before..].to_vec();
+        assert_eq!(commands[0], recorded.steps[5].actions[0].command);
+        assert_eq!(commands[1], recorded.steps[6].actions[0].command);
+        assert!(runner.held_snapshots().contains(&(runner.snapshot_trajectories()[0].clone(), 7)), "h_7 committed");
+        assert!(runtime.running().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_evaluation_rechecks_a_patch_the_coordinator_keeps() {
+        let (_, recorded) = recorded_base_run().await;
+        let payload = TrajectoryPayload {
+            task: "calc-1".into(),
+            length: 13,
+            curve: None,
+            recorded: Some(recorded),
+            task_def: None,
+        };
+        let (runner, _, services) = runner(false).await;
+        let sha = services.put_file(PATCH.as_bytes()).await.unwrap();
+        let key = JobKey::Evaluation { study: "s".into(), task: "calc-1".into(), patch_sha256: sha, round: 1 };
+        assert_eq!(
+            runner.run(job(key, payload.clone(), 0), CancellationToken::new()).await,
+            JobReport::Evaluated { resolved: true }
+        );
+        let missing =
+            JobKey::Evaluation { study: "s".into(), task: "calc-1".into(), patch_sha256: "0".repeat(64), round: 1 };
+        let report = runner.run(job(missing, payload, 0), CancellationToken::new()).await;
+        assert!(matches!(&report, JobReport::NoOutcome { reason } if reason.contains("no file")), "{report:?}");
+    }
+
+    #[tokio::test]
+    async fn bad_options_and_missing_services_are_no_outcomes() {
+        let (runner, _, _) = runner(false).await;
+        let mut bad = base_run();
+        bad.options = serde_json::json!({"command": []});
+        let report = runner.run(bad, CancellationToken::new()).await;
+        assert!(matches!(&report, JobReport::NoOutcome { reason } if reason.contains("command")), "{report:?}");
+
+        let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
+        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+        let unattached = AgentProcessRunner::start(runtime, "w2", 1 << 30).await.unwrap();
+        let report = unattached.run(base_run(), CancellationToken::new()).await;
+        assert!(matches!(&report, JobReport::NoOutcome { reason } if reason.contains("services")), "{report:?}");
+    }
+}
