@@ -200,15 +200,7 @@ pub async fn upload_and_launch(
             continue;
         }
         let bytes = files[path].as_bytes();
-        let mut chunks: Vec<v1::UploadChunk> = bytes
-            .chunks(vcurve_proto::CHUNK_BYTES)
-            .map(|c| v1::UploadChunk { data: c.to_vec(), ..Default::default() })
-            .collect();
-        if chunks.is_empty() {
-            chunks.push(v1::UploadChunk::default());
-        }
-        chunks[0].sha256 = digest.clone();
-        chunks[0].size = bytes.len() as u64;
+        let chunks = vcurve_proto::upload_chunks(bytes, digest);
         client
             .upload(futures::stream::iter(chunks))
             .await

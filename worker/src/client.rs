@@ -181,16 +181,7 @@ impl crate::services::JobServices for Coordinator {
     fn put_file<'a>(&'a self, content: &'a [u8]) -> futures::future::BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let digest = vcurve_record::trajectory::sha256_hex(content);
-            let size = content.len() as u64;
-            let mut chunks: Vec<v1::UploadChunk> = content
-                .chunks(vcurve_proto::CHUNK_BYTES)
-                .map(|c| v1::UploadChunk { data: c.to_vec(), ..Default::default() })
-                .collect();
-            if chunks.is_empty() {
-                chunks.push(v1::UploadChunk::default());
-            }
-            chunks[0].sha256 = digest.clone();
-            chunks[0].size = size;
+            let chunks = vcurve_proto::upload_chunks(content, &digest);
             let mut client = self.client.clone();
             self.call("PutFile", FETCH_TIMEOUT, client.put_file(futures::stream::iter(chunks)))
                 .await

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use vcurve_record::{Evaluator, Interpreter, Task};
 
+use crate::agent::last_bytes as tail;
 use crate::container::{Container, ContainerRuntime, ContainerSpec, RuntimeError};
 use crate::exec::{Observed, run_command};
 
@@ -246,18 +247,6 @@ fn ended(o: &Observed) -> String {
         (false, Some(code)) => format!("exited {code}"),
         (false, None) => "did not finish".into(),
     }
-}
-
-/// The last at most `max` bytes of `s`, starting on a character boundary.
-fn tail(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 #[cfg(test)]

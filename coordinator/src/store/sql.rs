@@ -1010,7 +1010,7 @@ impl SqlStore {
                 Ok(Reported::accepted(wakes))
             }
             (JobKey::Evaluation { task, patch_sha256, .. }, JobReport::Evaluated { resolved }) => {
-                self.record_recheck(tx, study, task, patch_sha256, *resolved).await?;
+                self.add_evaluation(tx, study, task, patch_sha256, *resolved, true).await?;
                 self.finish_if_done(tx, study, now).await?;
                 Ok(Reported::accepted(false))
             }

@@ -40,6 +40,8 @@
 //! (SIGKILL) and the child is reaped. The child is also killed if the future is dropped.
 
 mod lines;
+
+pub(crate) use lines::last_bytes;
 mod messages;
 #[cfg(test)]
 mod tests;
@@ -60,7 +62,7 @@ use vcurve_record::{Action, EndType, Fingerprint, Interpreter, Step, Task, Traje
 
 use crate::container::Container;
 use crate::exec::{MAX_TIMEOUT_S, run_command};
-use lines::{LineError, LineReader, Tail, last_bytes};
+use lines::{LineError, LineReader, Tail};
 use messages::{AgentMessage, exec_result_message, locate_steps, parse_message, start_message};
 
 pub use messages::PROTOCOL;

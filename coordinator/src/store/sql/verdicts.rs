@@ -122,19 +122,9 @@ impl SqlStore {
         }
     }
 
-    /// A flake re-check's verdict.
-    pub(super) async fn record_recheck(
-        &self,
-        tx: &mut Transaction<'_, Any>,
-        study: &str,
-        task: &str,
-        patch_sha256: &str,
-        resolved: bool,
-    ) -> Result<(), StoreError> {
-        self.add_evaluation(tx, study, task, patch_sha256, resolved, true).await
-    }
-
-    async fn add_evaluation(
+    /// One more evaluation of a judged patch: a flake re-check (`recheck`), or a first
+    /// evaluation another worker made at the same time; a verdict other than the first is a flake.
+    pub(super) async fn add_evaluation(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
