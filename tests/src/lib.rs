@@ -264,6 +264,23 @@ impl Process {
         }
     }
 
+    /// Wait up to `timeout` for it to exit by itself (a one-shot command run as a process, so that
+    /// its output goes to its log as it is written); its exit status. An error when it is still
+    /// running then (it is left running: dropping it kills it) or was never started.
+    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let Some(child) = &mut self.child else { bail!("{} is not running", self.name) };
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!("{} has not exited after {timeout:?}:\n{}", self.name, tail(&self.log, 20));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Wait until something accepts connections on `127.0.0.1:port`; fails early if the process
     /// exits meanwhile (say, because it could not bind the port).
     pub fn wait_for_port(&mut self, port: u16, timeout: Duration) -> anyhow::Result<()> {

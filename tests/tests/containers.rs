@@ -1,0 +1,564 @@
+//! Container tests: vcurve's `agent` runner on real Docker containers, driven as a user drives it
+//! (the built `vcurve` binary as separate processes, the `docker` CLI to look at the engine).
+//!
+//! 1. `the_scripted_agent_study_recovers_the_known_truth_on_real_containers`: `vcurve demo
+//!    --docker` runs the scripted known-truth agent (`agents/vcurve_agents/scripted.py`) on the
+//!    test task `calc-1` and its random-token variant; the exports must show what the agent's
+//!    truth says (the decisive interval at its decision step, a cliff, a certified point of no
+//!    return; the token trajectories refused at the token's step), the `t = 0` sanity control
+//!    must pass, and no container of the study and no more snapshots than the worker's budget may
+//!    be left behind.
+//! 2. `a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps`: a
+//!    `vcurve worker --docker` process is SIGKILLed while a continuation's container runs; the
+//!    container is left behind, the worker restarted under the same name removes it, and the
+//!    study still ends with an outcome for every continuation and no container left.
+//!
+//! Both need the images `deploy/images/build` makes, and `VCURVE_TEST_TASK_IMAGE` naming the task
+//! image (scripts/test builds them and exports it). They run one at a time ([`one_at_a_time`]):
+//! they share the machine's cores and the engine's snapshot images, whose total the first checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vcurve_e2e::{Process, TestDir, free_port, read_export, try_status_json, vcurve_ok};
+
+/// The task image scripts/test built (`task=…` of `deploy/images/build`).
+const TASK_IMAGE_ENV: &str = "VCURVE_TEST_TASK_IMAGE";
+/// The snapshot budget of the demo's worker (`cli/src/demo_docker.rs`: 4 GiB); the killed worker
+/// of the second test gets the same, so that either test leaves the engine within it.
+const SNAPSHOT_BUDGET_BYTES: u64 = 4 << 30;
+const SNAPSHOT_BUDGET_GB: &str = "4";
+/// How long the demo may take (about 4 minutes on 2 cores; this is for a slow CI).
+const DEMO_TIMEOUT: Duration = Duration::from_secs(1500);
+/// How long the second test's study may take to reach a continuation, and to finish.
+const STUDY_TIMEOUT: Duration = Duration::from_secs(900);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the engine and the coordinator are polled: each poll is a process on 2 busy cores.
+const POLL: Duration = Duration::from_millis(500);
+
+static DOCKER: Mutex<()> = Mutex::new(());
+
+/// Held for the whole of a test: the tests of this file run one at a time.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    DOCKER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The task image, which must exist on the engine.
+fn task_image() -> String {
+    let image = std::env::var(TASK_IMAGE_ENV).ok().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| {
+        panic!(
+            "{TASK_IMAGE_ENV} is not set: the container tests run through scripts/test, which builds the images \
+             with deploy/images/build and exports {TASK_IMAGE_ENV} (or set it to the task=… tag that \
+             deploy/images/build prints)"
+        )
+    });
+    let inspected = Command::new("docker").args(["image", "inspect", "--format", "{{.Id}}", &image]).output();
+    match inspected {
+        Ok(out) if out.status.success() => image,
+        Ok(out) => panic!(
+            "{TASK_IMAGE_ENV}={image} is not an image of the Docker Engine (run scripts/test, which builds it): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => panic!("cannot run docker (the container tests need the docker CLI and a running engine): {e}"),
+    }
+}
+
+/// The repository root (deploy/, agents/).
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ lives in the repository").to_path_buf()
+}
+
+/// `docker ARGS`, which must succeed; its stdout.
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().unwrap_or_else(|e| panic!("cannot run docker: {e}"));
+    assert!(
+        out.status.success(),
+        "docker {} failed ({}): {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One container the engine lists.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ContainerRow {
+    id: String,
+    job: String,
+}
+
+/// The containers (`all`: stopped ones too) carrying every label of `labels` (`key=value`).
+fn containers(labels: &[String], all: bool) -> Vec<ContainerRow> {
+    let mut args: Vec<String> = vec!["ps".into(), "--no-trunc".into()];
+    if all {
+        args.push("-a".into());
+    }
+    for label in labels {
+        args.push("--filter".into());
+        args.push(format!("label={label}"));
+    }
+    args.push("--format".into());
+    args.push("{{.ID}}\t{{.Label \"vcurve.job\"}}".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    docker(&args)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (id, job) = l.split_once('\t').unwrap_or((l, ""));
+            ContainerRow { id: id.trim().to_string(), job: job.trim().to_string() }
+        })
+        .collect()
+}
+
+/// Every container of a study, running or not.
+fn study_containers(study: &str) -> Vec<ContainerRow> {
+    containers(&["vcurve.managed=1".to_string(), format!("vcurve.study={study}")], true)
+}
+
+/// The step `t` of a continuation of the main series from its job label
+/// (`STUDY/TRAJECTORY/main/T/SEED`); `None` for any other job.
+fn continuation_step(job: &str) -> Option<u32> {
+    match job.split('/').collect::<Vec<_>>()[..] {
+        [_, _, "main", t, _] => t.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Whether the engine still has a container of this id (running or not).
+fn container_exists(id: &str) -> bool {
+    !docker(&["ps", "-a", "-q", "--no-trunc", "--filter", &format!("id={id}")]).trim().is_empty()
+}
+
+/// The managed images (snapshots) and the sum of their own layers: the newest entry of each
+/// image's history, as the worker's snapshot cache counts them.
+fn managed_images() -> (usize, u64) {
+    let ids: BTreeSet<String> = docker(&["images", "-q", "--no-trunc", "--filter", "label=vcurve.managed=1"])
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    let bytes = ids
+        .iter()
+        .map(|id| {
+            let history = docker(&["history", "--human=false", "--no-trunc", "--format", "{{.Size}}", id]);
+            let own = history.lines().next().unwrap_or("0").trim();
+            own.parse::<u64>().unwrap_or_else(|_| panic!("docker history of {id} gave no size in bytes: {own:?}"))
+        })
+        .sum();
+    (ids.len(), bytes)
+}
+
+/// Poll `condition` every [`POLL`] until it holds (true) or `timeout` passes (false).
+fn poll(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The rows of a CSV file vcurve wrote (no quoted fields in the files read here), by column.
+fn read_csv(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    csv_rows(&text, &path.display().to_string())
+}
+
+fn csv_rows(text: &str, what: &str) -> Vec<BTreeMap<String, String>> {
+    assert!(!text.contains('"'), "{what} has quoted fields, which this reader does not parse:\n{text}");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_else(|| panic!("{what} is empty")).split(',').collect();
+    lines
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split(',').collect();
+            assert_eq!(fields.len(), header.len(), "{what}: a row of another width than the header: {line}");
+            header.iter().zip(fields).map(|(h, f)| (h.to_string(), f.to_string())).collect()
+        })
+        .collect()
+}
+
+fn number(row: &BTreeMap<String, String>, column: &str) -> u64 {
+    let value = row.get(column).unwrap_or_else(|| panic!("no column {column} in {row:?}"));
+    value.parse().unwrap_or_else(|_| panic!("{column} = {value:?} is not a whole number in {row:?}"))
+}
+
+/// An exported study's trajectories by id, from results.json.
+fn results_by_id(results: &Value) -> BTreeMap<String, Value> {
+    results["trajectories"]
+        .as_array()
+        .expect("results.json lists trajectories")
+        .iter()
+        .map(|t| (t["trajectory"].as_str().expect("a trajectory id").to_string(), t.clone()))
+        .collect()
+}
+
+/// The export agrees with itself: per trajectory, the continuations of trajectories.csv, of
+/// results.json and the `n` of its points in curves.csv (every series) are one count, and no point
+/// has more successes than runs. Returns the study's total.
+fn check_export_consistent(export: &BTreeMap<String, Vec<u8>>) -> u64 {
+    let text = |name: &str| String::from_utf8(export[name].clone()).unwrap_or_else(|_| panic!("{name} is not UTF-8"));
+    let trajectories = csv_rows(&text("trajectories.csv"), "trajectories.csv");
+    let curves = csv_rows(&text("curves.csv"), "curves.csv");
+    let results: Value = serde_json::from_slice(&export["results.json"]).expect("results.json is JSON");
+    let results = results_by_id(&results);
+    let mut in_curves: BTreeMap<&str, u64> = BTreeMap::new();
+    for point in &curves {
+        assert!(number(point, "successes") <= number(point, "n"), "curves.csv: more successes than runs: {point:?}");
+        *in_curves.entry(point["trajectory"].as_str()).or_default() += number(point, "n");
+    }
+    let mut total = 0;
+    for row in &trajectories {
+        let id = row["trajectory"].as_str();
+        let continuations = number(row, "continuations");
+        assert_eq!(
+            in_curves.get(id).copied().unwrap_or(0),
+            continuations,
+            "{id}: curves.csv's points count other runs than trajectories.csv's continuations"
+        );
+        assert_eq!(
+            results[id]["continuations"].as_u64(),
+            Some(continuations),
+            "{id}: results.json counts other continuations than trajectories.csv"
+        );
+        total += continuations;
+    }
+    total
+}
+
+/// Test 1: the scripted-agent study of `vcurve demo --docker`, checked against the truth it writes.
+#[test]
+fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
+    let _one = one_at_a_time();
+    let image = task_image();
+    let started = Instant::now();
+    let dir = TestDir::new("containers-demo");
+    let out = dir.path().join("demo");
+    let out_arg = out.to_string_lossy().into_owned();
+    // Six base runs of calc-1 and three of the token variant (seed of the demo: its
+    // cli/src/demo_docker.rs says what they draw), three slots on 2 cores.
+    let mut demo = Process::spawn(
+        dir.path(),
+        "demo",
+        &["demo", "--docker", "--out", &out_arg, "--slots", "3", "--base-runs", "6"],
+    );
+    let status = demo.wait_exit(DEMO_TIMEOUT).unwrap_or_else(|e| panic!("{e:#}"));
+    let log = std::fs::read_to_string(demo.log()).unwrap_or_default();
+    assert!(status.success(), "vcurve demo --docker failed ({status}); see {}", demo.log().display());
+    eprintln!("vcurve demo --docker: {:.1} s", started.elapsed().as_secs_f64());
+    let study = log
+        .lines()
+        .find_map(|l| l.strip_prefix("study ").and_then(|rest| rest.split_once(" finished in ")).map(|(id, _)| id))
+        .unwrap_or_else(|| panic!("the demo printed no `study ID finished in` line; see {}", demo.log().display()))
+        .to_string();
+
+    // The demo ran on the image scripts/test built.
+    let task: Value = serde_json::from_str(&std::fs::read_to_string(out.join("tasks/calc-1.json")).expect("tasks/"))
+        .expect("the demo's task JSON");
+    assert_eq!(task["image"].as_str(), Some(image.as_str()), "the demo's task image is not {TASK_IMAGE_ENV}");
+
+    let export = read_export(&out);
+    check_export_consistent(&export);
+    let truth = read_csv(&out.join("truth.csv"));
+    let rows: BTreeMap<String, BTreeMap<String, String>> =
+        read_csv(&out.join("trajectories.csv")).into_iter().map(|r| (r["trajectory"].clone(), r)).collect();
+    let results: Value = serde_json::from_slice(&export["results.json"]).expect("results.json is JSON");
+    let by_id = results_by_id(&results);
+    let analyses: Value = serde_json::from_slice(&export["analyses.json"]).expect("analyses.json is JSON");
+    let summary = log.lines().skip_while(|l| !l.starts_with("trajectory ")).take(20).collect::<Vec<_>>().join("\n");
+    eprintln!("{summary}");
+    assert_eq!(
+        truth.iter().map(|t| &t["trajectory"]).collect::<BTreeSet<_>>(),
+        rows.keys().collect::<BTreeSet<_>>(),
+        "truth.csv and trajectories.csv name other trajectories"
+    );
+
+    // Every wrong-hypothesis trajectory: a cliff at the decision step D, and no return after it.
+    let wrong: Vec<_> =
+        truth.iter().filter(|t| t["wrong_hypothesis"] == "true" && t["random_token_step"].is_empty()).collect();
+    assert!(
+        !wrong.is_empty(),
+        "no trajectory took the wrong hypothesis: nothing to check the curves against\n{summary}"
+    );
+    for t in &wrong {
+        let id = &t["trajectory"];
+        let d = number(t, "decision_step");
+        let row = &rows[id];
+        let (a, b) = (number(row, "decisive_a"), number(row, "decisive_b"));
+        assert!(
+            (a < d && d <= b) || b.abs_diff(d) <= 1,
+            "{id}: the decisive interval ({a}, {b}] neither contains D = {d} nor ends within one step of it: {row:?}"
+        );
+        assert_eq!(row["shape"], "cliff", "{id}: a drop from V(h_0) to 0 at one step is a cliff: {row:?}");
+        assert_eq!(row["pnr_certified"], "true", "{id}: the point of no return is not certified: {row:?}");
+        let pnr = number(row, "pnr");
+        assert!(pnr >= d, "{id}: the point of no return {pnr} is before D = {d}, where V(h_t) is still q·r: {row:?}");
+    }
+
+    // Every random-token trajectory: refused at the token's step, never continued.
+    let token: Vec<_> = truth.iter().filter(|t| !t["random_token_step"].is_empty()).collect();
+    assert!(!token.is_empty(), "no trajectory of the random-token variant failed: nothing refused to check\n{summary}");
+    for t in &token {
+        let id = &t["trajectory"];
+        let k = number(t, "random_token_step");
+        let result = &by_id[id];
+        assert_eq!(
+            result["non_replayable"]["step"].as_u64(),
+            Some(k),
+            "{id}: not found non-replayable at the random token's step {k}: {}",
+            result["non_replayable"]
+        );
+        assert!(
+            result["non_replayable"]["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            "{id}: non-replayable without a reason: {}",
+            result["non_replayable"]
+        );
+        assert_eq!(rows[id]["shape"], "non_replayable", "{id}: {:?}", rows[id]);
+        assert_eq!(number(&rows[id], "continuations"), 0, "{id}: a non-replayable trajectory was continued");
+    }
+
+    // The `t = 0` sanity control (controls: {sanity: 2}): continuations from h_0 agree with the base
+    // runs on every trajectory that carried it, and Table 4's check says so.
+    let carriers: BTreeSet<&String> =
+        by_id.iter().filter(|(_, t)| t["controls"]["sanity"] == true).map(|(id, _)| id).collect();
+    assert_eq!(carriers.len(), 2, "controls: {{sanity: 2}} put the control on {carriers:?}");
+    let sanity = &analyses["sanity"];
+    let sanity_rows =
+        sanity["rows"].as_array().unwrap_or_else(|| panic!("analyses.json: sanity not measured: {sanity}"));
+    assert_eq!(
+        sanity_rows.iter().filter_map(|r| r["trajectory"].as_str()).collect::<BTreeSet<_>>(),
+        carriers.iter().map(|c| c.as_str()).collect::<BTreeSet<_>>(),
+        "analyses.json: the sanity rows are not the carriers'"
+    );
+    for row in sanity_rows {
+        // Deterministic given the demo's seed (SEED in cli/src/demo_docker.rs, chosen so that its
+        // draws are typical): a failure here is a change in what the runs draw or in the control.
+        assert_eq!(row["passes"], true, "the t = 0 sanity control fails: {row}");
+    }
+    let check = analyses["checks"]["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["id"] == "t0_sanity"))
+        .unwrap_or_else(|| panic!("analyses.json: no t0_sanity check: {}", analyses["checks"]));
+    assert_eq!(check["status"], "pass", "Table 4's t = 0 sanity check: {check}");
+
+    // Nothing left behind: no container of the study, and snapshots within the worker's budget.
+    let left = study_containers(&study);
+    assert!(left.is_empty(), "containers of study {study} left after the demo: {left:?}");
+    let (images, bytes) = managed_images();
+    eprintln!("managed images on the engine after the demo: {images}, {:.1} MB of own layers", bytes as f64 / 1e6);
+    assert!(
+        bytes <= SNAPSHOT_BUDGET_BYTES,
+        "{images} managed images hold {bytes} bytes of own layers, over the demo worker's budget of {SNAPSHOT_BUDGET_BYTES}"
+    );
+    eprintln!("test 1 (the scripted-agent study): {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// The study of the second test: two base runs of calc-1, one trajectory.
+///
+/// The study seed decides every outcome: the worker seeds run `i` with SHA-256 of
+/// `"{seed}/calc-1/base_run/{i}"` and the scripted agent takes the right hypothesis when
+/// `random.Random(f"{run seed}/hypothesis").random() < q`. With seed 1, q = 0.5 and r = 1.0 (the
+/// right hypothesis always fixes it) base run 0 takes the wrong hypothesis and fails and base run 1
+/// passes (computed from those formulas for seeds 1–12, and seen so in a run): one
+/// trajectory, not doomed (1/2 passes > 1/8), whose curve drops from 0.5 to 0 at D = 8. The
+/// thresholds are the demo's reduced ones (REDUCED_THRESHOLDS in cli/src/demo_docker.rs).
+fn write_kill_spec(dir: &Path, task_json: &str) -> PathBuf {
+    std::fs::write(dir.join("calc-1.json"), task_json).expect("write the task JSON");
+    let agents = repository().join("agents");
+    let agents = serde_json::to_string(agents.to_str().expect("a UTF-8 path")).expect("a JSON string");
+    let yaml = format!(
+        "\
+name: e2e-worker-kill
+seed: 1
+budget: 20
+schedule: paper
+runner:
+  kind: agent
+  command: [python3, -m, vcurve_agents.scripted]
+  env: {{PYTHONPATH: {agents}}}
+  model: {{q: 0.5, r: 1.0}}
+  memory_mb: 512
+  pids_limit: 256
+  run_timeout_s: 600
+thresholds: {{k_confirm: 16, k_pnr: 16, k_label: 8, k_label_raised: 16}}
+tasks:
+  - {{task: calc-1.json, base_runs: 2}}
+"
+    );
+    let path = dir.join("study.yaml");
+    std::fs::write(&path, yaml).expect("write the study spec");
+    path
+}
+
+/// Test 2: a worker SIGKILLed while a continuation's container runs.
+#[test]
+fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
+    let _one = one_at_a_time();
+    let image = task_image();
+    let started = Instant::now();
+    let dir = TestDir::new("containers-kill");
+
+    let built = Command::new(repository().join("deploy/images/build"))
+        .arg("--print-task")
+        .current_dir(repository())
+        .output()
+        .expect("run deploy/images/build --print-task");
+    assert!(
+        built.status.success(),
+        "deploy/images/build --print-task failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let task_json = String::from_utf8(built.stdout).expect("the task JSON is UTF-8");
+    let task: Value = serde_json::from_str(&task_json).expect("deploy/images/build --print-task prints JSON");
+    assert_eq!(task["image"].as_str(), Some(image.as_str()), "--print-task names another image than {TASK_IMAGE_ENV}");
+    let spec = write_kill_spec(dir.path(), &task_json);
+
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let store = format!("sqlite://{}", dir.path().join("coordinator.sqlite").display());
+    let listen = format!("127.0.0.1:{port}");
+    let coordinator_args =
+        ["coordinator", "--store", &store, "--listen", &listen, "--lease-timeout-ms", "5000", "--heartbeat-ms", "1000"];
+    let mut coordinator = Process::spawn(dir.path(), "coordinator", &coordinator_args);
+    coordinator.wait_for_port(port, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e:#}"));
+    let name = format!("e2e-kill-{}", std::process::id());
+    let worker_args = [
+        "worker",
+        "--docker",
+        "--name",
+        &name,
+        "--slots",
+        "2",
+        "--coordinator",
+        &url,
+        "--snapshot-budget-gb",
+        SNAPSHOT_BUDGET_GB,
+    ];
+    let mut worker = Process::spawn(dir.path(), "worker", &worker_args);
+    let spec_arg = spec.to_string_lossy();
+    let study = vcurve_ok(&["launch", &spec_arg, "--coordinator", &url], COMMAND_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .trim()
+        .to_string();
+
+    // A continuation from a snapshot (t ≥ 1, after the base runs, the replay and the first screened
+    // point) running for a second, so that its agent is mid-run: then the SIGKILL.
+    let worker_label = [format!("vcurve.worker={name}")];
+    let mid_run = || -> Vec<ContainerRow> {
+        containers(&worker_label, false)
+            .into_iter()
+            .filter(|c| continuation_step(&c.job).is_some_and(|t| t >= 1))
+            .collect()
+    };
+    let mut victims = Vec::new();
+    let found = poll(STUDY_TIMEOUT, || {
+        let first = mid_run();
+        if first.is_empty() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        victims = mid_run().into_iter().filter(|c| first.contains(c)).collect();
+        if victims.is_empty() {
+            return false;
+        }
+        worker.kill9();
+        true
+    });
+    assert!(found, "no continuation from t ≥ 1 ran on worker {name} within {STUDY_TIMEOUT:?}");
+    let at_kill = try_status_json(&url, &study).unwrap_or_else(|e| panic!("{e:#}"));
+    eprintln!(
+        "worker {name} SIGKILLed {:.1} s in, with {} continuations done, while running {:?}",
+        started.elapsed().as_secs_f64(),
+        at_kill["done"],
+        victims.iter().map(|c| &c.job).collect::<Vec<_>>()
+    );
+
+    // Left behind by the dead worker (a victim may have ended in the moment between the listing and
+    // the kill, not all of them)...
+    let left: Vec<ContainerRow> = containers(&worker_label, true);
+    assert!(
+        victims.iter().any(|v| left.contains(v)),
+        "none of the killed worker's continuation containers {victims:?} is left behind; its containers: {left:?}"
+    );
+    // ...and reaped by its restart under the same name: every container of the killed life.
+    worker.restart();
+    let restarted = Instant::now();
+    let reaped = poll(Duration::from_secs(120), || !left.iter().any(|c| container_exists(&c.id)));
+    assert!(
+        reaped,
+        "the restarted worker {name} did not remove the containers its killed life left: {:?}",
+        left.iter().filter(|c| container_exists(&c.id)).collect::<Vec<_>>()
+    );
+    eprintln!(
+        "{} left-behind containers reaped {:.1} s after the restart",
+        left.len(),
+        restarted.elapsed().as_secs_f64()
+    );
+    assert!(worker.is_running(), "the restarted worker exited; see {}", worker.log().display());
+
+    // The study ends with an outcome for every continuation, none retired.
+    let mut last = Value::Null;
+    let done = poll(STUDY_TIMEOUT, || match try_status_json(&url, &study) {
+        Ok(status) => {
+            assert_ne!(status["state"], "cancelled", "the study was cancelled: {status}");
+            let done = status["state"] == "done";
+            last = status;
+            done
+        }
+        Err(_) => false,
+    });
+    assert!(done, "the study did not finish within {STUDY_TIMEOUT:?}; last status: {last}");
+    let count = |field: &str| last[field].as_u64().unwrap_or_else(|| panic!("status has no integer {field}: {last}"));
+    assert_eq!(count("retired"), 0, "a continuation was retired (three runs without an outcome): {last}");
+    assert_eq!((count("running"), count("pending")), (0, 0), "work left in a done study: {last}");
+    let export_dir = dir.path().join("export");
+    let export_arg = export_dir.to_string_lossy();
+    vcurve_ok(&["export", &study, "--coordinator", &url, "--out", &export_arg], COMMAND_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let export = read_export(&export_dir);
+    let exported = check_export_consistent(&export);
+    assert_eq!(exported, count("done"), "the export counts {exported} continuations; status: {last}");
+    let results: Value = serde_json::from_slice(&export["results.json"]).expect("results.json is JSON");
+    let by_id = results_by_id(&results);
+    let continued: Vec<&String> =
+        by_id.iter().filter(|(_, t)| t["continuations"].as_u64().is_some_and(|n| n > 0)).map(|(id, _)| id).collect();
+    assert!(
+        !continued.is_empty(),
+        "no trajectory was continued: {}",
+        String::from_utf8_lossy(&export["trajectories.csv"])
+    );
+    for id in &continued {
+        let base_runs = by_id[*id]["base_runs"].as_array().expect("an agent trajectory's base runs");
+        assert!(
+            base_runs.iter().any(|r| r["success"] == true) && base_runs.iter().any(|r| r["success"] == false),
+            "{id}: the seed was chosen for a base run that fails and one that passes: {base_runs:?}"
+        );
+        assert_eq!(by_id[*id]["retired"].as_u64(), Some(0), "{id}: retired continuations");
+    }
+    for victim in &victims {
+        let trajectory = victim.job.split('/').nth(1).unwrap_or_default();
+        assert!(
+            by_id.contains_key(trajectory),
+            "the killed continuation {} names no trajectory of the export",
+            victim.job
+        );
+    }
+
+    // Nothing of the study left on the engine.
+    let left = study_containers(&study);
+    assert!(left.is_empty(), "containers of study {study} left after it finished: {left:?}");
+    eprintln!(
+        "test 2 (worker killed mid-continuation): {exported} continuations, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
