@@ -951,8 +951,8 @@ async fn every_failed_base_run_becomes_a_trajectory_with_the_tasks_base_runs() {
         assert_eq!(t.base_runs.pass_rate(), Some(0.25));
         assert!(record.trajectories.iter().all(|t| t.state == TrajectoryState::Waiting), "{}", ts.name);
         assert_eq!(
-            (record.evaluation.unique_patches, record.evaluation.empty_patches),
-            (3, 1),
+            (record.evaluation.unique_patches, record.evaluation.empty_patches, record.evaluation.base_run_outcomes),
+            (3, 1, 4),
             "{}: base runs go through the patch cache",
             ts.name
         );

@@ -235,6 +235,9 @@ pub struct EvaluationStats {
     pub flake_checks: u64,
     /// Of those, the ones whose verdict differed from the first.
     pub flakes: u64,
+    /// Base runs that ended with an outcome (each judged a patch, like a continuation's).
+    #[serde(default)]
+    pub base_run_outcomes: u64,
 }
 
 impl EvaluationStats {

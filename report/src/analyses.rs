@@ -92,13 +92,13 @@ fn replay_ratio(results: &Results) -> Option<Ratio> {
     (!finished.is_empty()).then_some(Ratio { hits, total: finished.len() as u32 })
 }
 
-/// The cache check's counts: the runs with an outcome (each needed a verdict on its patch) against
-/// the runs the patch cache judged. `None` (not measured) for a study whose runner judges no patch,
-/// and for one that makes base runs: they are judged too, but the record does not say how many
-/// ended with an outcome.
+/// The cache check's counts: the runs with an outcome — continuations and base runs, each needed a
+/// verdict on its patch — against the runs the patch cache judged. `None` (not measured) for a
+/// study whose runner judges no patch.
 fn cache_use(results: &Results) -> Option<CacheUse> {
-    let e = results.evaluation.filter(|e| e.base_runs == 0)?;
-    let runs: u32 = results.trajectories.iter().map(|t| t.continuations - t.retired).sum();
+    let e = results.evaluation?;
+    let runs: u32 = results.trajectories.iter().map(|t| t.continuations - t.retired).sum::<u32>()
+        + saturate(e.stats.base_run_outcomes);
     Some(CacheUse {
         evaluations: runs,
         through_cache: saturate(e.stats.judged_runs()),

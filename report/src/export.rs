@@ -102,15 +102,6 @@ pub struct Evaluation {
     /// The share of judged runs that needed no evaluation of their own (a cache hit or an empty
     /// patch); `null` with no run judged.
     pub saved_share: Option<f64>,
-    /// Base runs the study makes (its tasks' `base_runs`, summed). They are judged through the
-    /// cache too, but the record does not say how many ended with an outcome, so a study that
-    /// makes any leaves the cache check of Table 4 not measured.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub base_runs: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl Evaluation {
@@ -120,7 +111,6 @@ impl Evaluation {
             stats: study.evaluation,
             flake_rate: study.evaluation.flake_rate(),
             saved_share: study.evaluation.saved_share(),
-            base_runs: study.spec.tasks.iter().map(|t| u64::from(t.base_runs)).sum(),
         })
     }
 }

@@ -637,10 +637,11 @@ impl SqlStore {
             .fetch_all(&mut *tx)
             .await?
         {
-            if let Some(JobReport::Outcome(o)) = json_column::<JobReport>(&r, "result_json")?
-                && o.judged == vcurve_record::jobs::Judged::EmptyPatch
-            {
-                evaluation.empty_patches += 1;
+            if let Some(JobReport::Outcome(o)) = json_column::<JobReport>(&r, "result_json")? {
+                evaluation.base_run_outcomes += 1;
+                if o.judged == vcurve_record::jobs::Judged::EmptyPatch {
+                    evaluation.empty_patches += 1;
+                }
             }
         }
         tx.commit().await?;

@@ -139,6 +139,7 @@ fn stats() -> EvaluationStats {
         evaluations: 40,
         flake_checks: 30,
         flakes: 0,
+        base_run_outcomes: 0,
     }
 }
 
@@ -179,6 +180,7 @@ fn an_agent_study_exports_its_evaluation() {
         json!({
             "evaluated_runs": 11, "cache_hits": 15, "empty_patches": 6, "unique_patches": 10,
             "evaluations": 40, "flake_checks": 30, "flakes": 0, "flake_rate": 0.0, "saved_share": 0.65625,
+            "base_run_outcomes": 0,
         })
     );
     // The recorded run's digest is exported where there is one.
@@ -271,20 +273,18 @@ fn the_cache_check_compares_the_runs_judged_with_the_runs_that_ended() {
     assert_eq!(status_and_value(&s, "cache").0, Status::Fail);
     assert!(status_and_value(&s, "cache").1.starts_with("31/32 (10 unique patches)"));
 
-    // Not measured: an agent study with no run yet, and one that makes base runs (judged through
-    // the cache too, but the record does not say how many ended).
+    // Not measured: an agent study with no run yet.
     let s = study(AGENT, vec![trajectory("a", Replay::Pending, 0)], EvaluationStats::default());
     assert_eq!(status_and_value(&s, "cache"), (Status::NotMeasured, NOT_MEASURED.into()));
-    let mut s = study(AGENT, agent_trajectories(), stats());
-    s.spec.tasks.push(vcurve_record::TaskRuns {
-        task: serde_json::from_value(json!({
-            "id": "calc", "image": "calc:1", "workdir": "/testbed",
-            "evaluator": {"kind": "command", "command": "pytest", "timeout_s": 60},
-        }))
-        .unwrap(),
-        base_runs: 8,
-    });
-    assert_eq!(status_and_value(&s, "cache"), (Status::NotMeasured, NOT_MEASURED.into()));
+
+    // Base runs are judged through the cache too: 8 more runs, 8 more judged, and it passes.
+    let s = study(
+        AGENT,
+        agent_trajectories(),
+        EvaluationStats { evaluated_runs: stats().evaluated_runs + 8, base_run_outcomes: 8, ..stats() },
+    );
+    assert_eq!(status_and_value(&s, "cache").0, Status::Pass);
+    assert!(status_and_value(&s, "cache").1.starts_with("40/40"), "{:?}", status_and_value(&s, "cache"));
     let json = serde_json::to_value(results(&s).unwrap()).unwrap();
-    assert_eq!(json["evaluation"]["base_runs"], 8);
+    assert_eq!(json["evaluation"]["base_run_outcomes"], 8);
 }

@@ -238,13 +238,10 @@ fn an_agent_study_shows_its_evaluation_and_the_checks_it_feeds() {
         evaluations: runs - 60,
         flake_checks: 0,
         flakes: 0,
+        base_run_outcomes: 0,
     };
-    let evaluation = |stats: EvaluationStats| Evaluation {
-        stats,
-        flake_rate: stats.flake_rate(),
-        saved_share: stats.saved_share(),
-        base_runs: 0,
-    };
+    let evaluation =
+        |stats: EvaluationStats| Evaluation { stats, flake_rate: stats.flake_rate(), saved_share: stats.saved_share() };
     results.evaluation = Some(evaluation(stats));
     // syn-1 recorded and reproduced by its replay, syn-2 dropped by it.
     for (tr, state) in results.trajectories.iter_mut().zip([TrajectoryState::Done, TrajectoryState::NonReplayable]) {

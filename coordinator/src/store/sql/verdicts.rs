@@ -149,7 +149,7 @@ impl SqlStore {
     }
 
     /// What the verdicts table says of a study (no scan of its runs): everything but the empty
-    /// patches, which only the runs know.
+    /// patches and the base runs' outcomes, which only the runs know.
     pub(super) async fn verdict_totals<'e, E>(&self, executor: E, study: &str) -> Result<EvaluationStats, StoreError>
     where
         E: sqlx::Executor<'e, Database = Any>,
@@ -172,6 +172,8 @@ impl SqlStore {
             evaluations,
             flake_checks: evaluations.saturating_sub(patches),
             flakes: get("disagreements")?,
+            // Counted from the runs, by the study record only (like `empty_patches`).
+            base_run_outcomes: 0,
         })
     }
 }
