@@ -80,6 +80,10 @@ pub struct AgentOptions {
     /// saves a container diff per step.
     #[serde(default)]
     pub fingerprints: FingerprintPolicy,
+    /// The normalization rules replay compares outputs under, replacing the shipped set
+    /// (`record/rules/normalization.yaml`, a good start for a study's own); `None`: the shipped set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalization: Option<Vec<crate::replay::Rule>>,
     /// The share of unique patches evaluated a second time as a flake check (SPEC.md §6).
     #[serde(default = "AgentOptions::default_flake_recheck_rate")]
     pub flake_recheck_rate: f64,
@@ -104,7 +108,6 @@ fn empty_object() -> serde_json::Value {
 impl AgentOptions {
     /// The option names, for error messages.
     pub const FIELDS: &'static [&'static str] = &[
-        "fingerprints",
         "command",
         "env",
         "model",
@@ -114,6 +117,8 @@ impl AgentOptions {
         "keep_transcripts",
         "flake_recheck_rate",
         "flake_threshold",
+        "fingerprints",
+        "normalization",
     ];
 
     fn default_memory_mb() -> u64 {
@@ -144,6 +149,12 @@ impl AgentOptions {
         } else {
             return Err(format!("invalid agent runner options: expected a mapping with `command`, got {options}"));
         }
+        // serde names an enum's bad variant but not its field: name it here.
+        if let Some(f) = options.get("fingerprints")
+            && !matches!(f.as_str(), Some("record" | "compare"))
+        {
+            return Err(format!("invalid agent runner options: fingerprints must be `record` or `compare`, got {f}"));
+        }
         let parsed = Self::deserialize(&options).map_err(|e| format!("invalid agent runner options: {e}"))?;
         let bad = |field: &str, message: String| Err(format!("invalid agent runner options: {field} {message}"));
         if parsed.command.is_empty() || parsed.command[0].trim().is_empty() {
@@ -168,7 +179,19 @@ impl AgentOptions {
                 return bad(field, format!("= {value} is outside [0, 1]"));
             }
         }
+        if let Some(rules) = &parsed.normalization {
+            crate::replay::Normalizer::new(rules)
+                .map_err(|e| format!("invalid agent runner options: normalization: {e}"))?;
+        }
         Ok(parsed)
+    }
+
+    /// The normalizer replay uses: the study's rules, or the shipped set.
+    pub fn normalizer(&self) -> Result<crate::replay::Normalizer, String> {
+        match &self.normalization {
+            Some(rules) => crate::replay::Normalizer::new(rules),
+            None => Ok(crate::replay::Normalizer::default()),
+        }
     }
 }
 
@@ -183,6 +206,9 @@ mod tests {
         assert_eq!(o.memory_mb, 2048);
         assert_eq!(o.flake_recheck_rate, 0.10);
         assert_eq!(o.model, json!({}));
+        let rules = json!([{"name": "token", "pattern": "token [A-Za-z]+", "replacement": "token <T>"}]);
+        let o = AgentOptions::from_json(&json!({"command": ["x"], "normalization": rules})).unwrap();
+        assert_eq!(o.normalizer().unwrap().normalize("a token QzXy"), "a token <T>");
         for (options, field) in [
             (json!({}), "command"),
             (json!({"command": []}), "command"),
@@ -190,6 +216,11 @@ mod tests {
             (json!({"command": ["x"], "model": 3}), "model"),
             (json!({"command": ["x"], "flake_threshold": 2.0}), "flake_threshold"),
             (json!({"command": ["x"], "colour": "red"}), "colour"),
+            (
+                json!({"command": ["x"], "normalization": [{"name": "n", "pattern": "(", "replacement": ""}]}),
+                "normalization",
+            ),
+            (json!({"command": ["x"], "fingerprints": "sometimes"}), "fingerprints"),
         ] {
             let e = AgentOptions::from_json(&options).unwrap_err();
             assert!(e.contains(field), "{e} should name {field}");

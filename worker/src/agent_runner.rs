@@ -52,6 +52,7 @@ struct Inner {
     snapshots: SnapshotCache,
     /// The worker's name: every container is labelled with it, and reaped by it.
     worker_name: String,
+    /// The shipped normalization rules, for studies that give none of their own.
     normalizer: Normalizer,
     services: OnceLock<Arc<dyn JobServices>>,
 }
@@ -173,15 +174,20 @@ impl Inner {
     async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, String> {
         let options = AgentOptions::from_json(&job.options)?;
         let limits = self.limits(job, &options);
+        let own = match &options.normalization {
+            Some(_) => Some(options.normalizer()?),
+            None => None,
+        };
+        let normalizer = own.as_ref().unwrap_or(&self.normalizer);
         let payload = job.trajectory.as_deref().ok_or("the job names no trajectory payload")?;
         let digest = job.trajectory_digest.as_deref().ok_or("the job names no trajectory digest")?;
         match &job.key {
-            JobKey::Replay { .. } => self.replay(job, &options, payload, digest, &limits).await,
+            JobKey::Replay { .. } => self.replay(job, &options, normalizer, payload, digest, &limits).await,
             JobKey::Continuation(k) => {
                 let recorded = payload.recorded.as_ref().ok_or("a continuation needs a recorded trajectory")?;
                 let prepared = match self
                     .snapshots
-                    .prepare(recorded, digest, k.t, &self.normalizer, &limits)
+                    .prepare(recorded, digest, k.t, normalizer, &limits)
                     .await
                     .map_err(|e| format!("preparing h_{}: {e}", k.t))?
                 {
@@ -262,6 +268,7 @@ impl Inner {
         &self,
         job: &JobSpec,
         options: &AgentOptions,
+        normalizer: &Normalizer,
         payload: &TrajectoryPayload,
         digest: &str,
         limits: &ContainerLimits,
@@ -272,7 +279,7 @@ impl Inner {
             recorded,
             digest,
             &job.anchors,
-            &self.normalizer,
+            normalizer,
             match options.fingerprints {
                 FingerprintPolicy::Record => FingerprintMode::RecordMissing,
                 FingerprintPolicy::Compare => FingerprintMode::CompareOnly,
