@@ -203,7 +203,25 @@ fn progress_json(p: &v1::Progress) -> serde_json::Value {
             "p50": p.lease_p50_ms, "p99": p.lease_p99_ms, "leases": p.leases_measured,
         })),
         "eta_seconds": (p.eta_seconds >= 0.0).then_some(p.eta_seconds),
+        "evaluation": p.evaluation.as_ref().map(|e| serde_json::json!({
+            "evaluated_runs": e.evaluated_runs, "cache_hits": e.cache_hits, "unique_patches": e.unique_patches,
+            "evaluations": e.evaluations, "flake_checks": e.flake_checks, "flakes": e.flakes,
+        })),
     })
+}
+
+/// The patch cache's line of a study's progress; empty for a runner that judges no patch.
+fn evaluation_text(p: &v1::Progress) -> String {
+    let Some(e) = &p.evaluation else { return String::new() };
+    let flakes = if e.flake_checks > 0 {
+        format!("{} flakes in {} flake checks", e.flakes, e.flake_checks)
+    } else {
+        "flake rate not measured yet (no flake check)".to_string()
+    };
+    format!(
+        "  patches: {} evaluations, {} runs judged by the cache, {} unique patches; {flakes}\n",
+        e.evaluations, e.cache_hits, e.unique_patches
+    )
 }
 
 fn eta(p: &v1::Progress) -> String {
@@ -236,7 +254,7 @@ fn progress_text(p: &v1::Progress) -> String {
         String::new()
     };
     format!(
-        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
+        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n{}  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
         p.name,
         p.study,
         p.state,
@@ -248,6 +266,7 @@ fn progress_text(p: &v1::Progress) -> String {
         p.running,
         p.pending,
         p.retired,
+        evaluation_text(p),
         p.workers.len(),
         slots,
         p.throughput_per_min,
