@@ -13,6 +13,8 @@
 //!   points, decisive interval and `t*`, concentration and shape, onset, point of no return,
 //!   restart point and value captured (SPEC.md §2–3).
 //! - [`bootstrap`]: the task-level cluster bootstrap used for shares over labels.
+//! - [`selection`]: the study set from the base runs (SPEC.md §7): band, length terciles and
+//!   strata, the seeded processing order, decoys and back-fill.
 //! - [`schedule`]: the adaptive schedule of SPEC.md §4 as an order-free state machine per
 //!   trajectory, and its variants.
 //! - [`analyses`]: the paper's analyses of a study (SPEC.md §9): labels against curves, restart
@@ -29,6 +31,7 @@ pub mod curve;
 pub mod isotonic;
 pub mod params;
 pub mod schedule;
+pub mod selection;
 pub mod stats;
 pub mod synthetic;
 
