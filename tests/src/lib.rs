@@ -120,7 +120,13 @@ pub fn status_json(coordinator_url: &str, study: &str) -> serde_json::Value {
 }
 
 /// Poll `condition` every 50 ms until it holds (true) or `timeout` passes (false).
-pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+pub fn wait_until(timeout: Duration, condition: impl FnMut() -> bool) -> bool {
+    wait_every(timeout, Duration::from_millis(50), condition)
+}
+
+/// Poll `condition` every `interval` until it holds (true) or `timeout` passes (false): for
+/// conditions that are costly to look at (a `docker ps`, a status call).
+pub fn wait_every(timeout: Duration, interval: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         if condition() {
@@ -129,7 +135,7 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
         if Instant::now() >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(interval);
     }
 }
 

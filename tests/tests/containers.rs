@@ -155,17 +155,8 @@ fn managed_images() -> (usize, u64) {
 }
 
 /// Poll `condition` every [`POLL`] until it holds (true) or `timeout` passes (false).
-fn poll(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(POLL);
-    }
+fn poll(timeout: Duration, condition: impl FnMut() -> bool) -> bool {
+    vcurve_e2e::wait_every(timeout, POLL, condition)
 }
 
 /// The rows of a CSV file vcurve wrote (no quoted fields in the files read here), by column.
