@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -107,31 +108,103 @@ fn demo_spec(trajectories: &[DemoTrajectory], duration_ms: u64) -> (String, BTre
     (yaml, files)
 }
 
+/// A demo's coordinator: a fresh embedded store `DIR/demo.sqlite`, serving gRPC on a loopback
+/// port to the demo's in-process workers and its client.
+pub struct LocalCoordinator {
+    pub coordinator: Arc<Coordinator<SqlStore>>,
+    pub url: String,
+    stop: CancellationToken,
+    server: tokio::task::JoinHandle<Result<(), server::ServeError>>,
+}
+
+impl LocalCoordinator {
+    /// Start it on a fresh store in `out` (an earlier demo's store there is removed).
+    pub async fn start(out: &Path, timing: Timing) -> anyhow::Result<LocalCoordinator> {
+        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+        let db = out.join("demo.sqlite");
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+        let store = SqlStore::connect(&format!("sqlite://{}", db.display())).await?;
+        let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let stop = CancellationToken::new();
+        let server = {
+            let stop = stop.clone();
+            tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move {
+                stop.cancelled().await
+            }))
+        };
+        Ok(LocalCoordinator { coordinator, url, stop, server })
+    }
+
+    /// A client of its study service.
+    pub async fn client(&self) -> anyhow::Result<client::StudyClient> {
+        let connection = Connection { url: self.url.clone(), ..Connection::default() };
+        Ok(client::study_client(&connection).await?)
+    }
+
+    /// An in-process worker named `name` with `slots` and `runners`, until `stop` fires.
+    pub fn spawn_worker(
+        &self,
+        name: String,
+        slots: u32,
+        runners: vcurve_worker::Runners,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<vcurve_worker::WorkerSummary, vcurve_worker::WorkerError>> {
+        let mut config = vcurve_worker::WorkerConfig::new(self.url.clone());
+        config.slots = slots;
+        config.name = name;
+        config.lease_wait = Duration::from_millis(500);
+        tokio::spawn(async move { vcurve_worker::run(config, runners, async move { stop.cancelled().await }).await })
+    }
+
+    /// Stop serving (after the workers, so that none of them talks to a server that is gone).
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.server.await??;
+        Ok(())
+    }
+}
+
+/// Follow a study to its end, with progress bars when asked; returns its last progress.
+pub async fn watch(client: &mut client::StudyClient, study: &str, bars: bool) -> anyhow::Result<Option<v1::Progress>> {
+    let bars = bars.then(ProgressBars::new);
+    let mut stream = client.watch_progress(v1::ProgressRequest { study: study.to_string() }).await?.into_inner();
+    let mut last = None;
+    while let Some(p) = stream.message().await? {
+        if let Some(b) = &bars {
+            b.update(&p);
+        }
+        let done = p.state != "running";
+        last = Some(p);
+        if done {
+            break;
+        }
+    }
+    if let Some(b) = &bars {
+        b.finish();
+    }
+    Ok(last)
+}
+
+/// Write a study's export into `out`; returns the files written.
+pub async fn export_into(client: &mut client::StudyClient, study: &str, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let exported = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
+    write_files(out, exported.into_iter().map(|f| (f.name, f.contents)))
+}
+
 /// Run the demo; returns the summary table it printed.
 pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
     let started = Instant::now();
-    std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
-    let db = args.out.join("demo.sqlite");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-    }
-    let store = SqlStore::connect(&format!("sqlite://{}", db.display())).await?;
     let timing = Timing {
         lease: LeasePolicy { timeout_ms: 30_000 },
         heartbeat_interval: Duration::from_secs(2),
         max_lease_wait: Duration::from_millis(500),
     };
-    let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let stop = CancellationToken::new();
+    let local = LocalCoordinator::start(&args.out, timing).await?;
     let stop_workers = CancellationToken::new();
-    let server = {
-        let stop = stop.clone();
-        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move {
-            stop.cancelled().await
-        }))
-    };
 
     let trajectories = demo_trajectories(args.trajectories);
     let (yaml, files) = demo_spec(&trajectories, args.duration_ms);
@@ -140,47 +213,23 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
         &args.out.join("curves"),
         files.iter().map(|(k, v)| (k.trim_start_matches("curves/").to_string(), v.clone().into_bytes())),
     )?;
-    let connection = Connection { url: url.clone(), ..Connection::default() };
-    let mut client = client::study_client(&connection).await?;
+    let mut client = local.client().await?;
     let study = client::upload_and_launch(&mut client, yaml, &files).await?;
 
     let workers: Vec<_> = (0..args.workers)
         .map(|i| {
-            let mut config = vcurve_worker::WorkerConfig::new(url.clone());
-            config.slots = args.slots;
-            config.name = format!("demo-worker-{}", i + 1);
-            config.lease_wait = Duration::from_millis(500);
-            let stop = stop_workers.clone();
             let runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
-            tokio::spawn(
-                async move { vcurve_worker::run(config, runners, async move { stop.cancelled().await }).await },
-            )
+            local.spawn_worker(format!("demo-worker-{}", i + 1), args.slots, runners, stop_workers.clone())
         })
         .collect();
 
-    let bars = args.progress.then(ProgressBars::new);
-    let mut stream = client.watch_progress(v1::ProgressRequest { study: study.clone() }).await?.into_inner();
-    while let Some(p) = stream.message().await? {
-        if let Some(b) = &bars {
-            b.update(&p);
-        }
-        if p.state != "running" {
-            break;
-        }
-    }
-    if let Some(b) = &bars {
-        b.finish();
-    }
-
-    let exported = client.export(v1::ExportRequest { study: study.clone() }).await?.into_inner().files;
-    let written = write_files(&args.out, exported.into_iter().map(|f| (f.name, f.contents)))?;
-    // Workers first, so that none of them talks to a server that is gone.
+    watch(&mut client, &study, args.progress).await?;
+    let written = export_into(&mut client, &study, &args.out).await?;
     stop_workers.cancel();
     for w in workers {
         w.await??;
     }
-    stop.cancel();
-    server.await??;
+    local.stop().await?;
 
     let table = summary(&args.out, &trajectories)?;
     let mut out = table.clone();

@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
-use vcurve_proto::v1;
 
-use crate::client::{self, Connection};
-use crate::commands::{ProgressBars, write_files};
-use vcurve_coordinator::core::{Coordinator, Timing};
-use vcurve_coordinator::server::{self, ServeOptions};
-use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
+use crate::client;
+use crate::commands::write_files;
+use crate::demo::{LocalCoordinator, export_into, watch};
+use vcurve_coordinator::core::Timing;
+use vcurve_coordinator::store::{LeasePolicy, Store};
 
 /// The scripted agent's decision step in the demo (its default).
 pub const DECISION_STEP: u32 = 8;
@@ -188,27 +187,13 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
         .context("vcurve demo --docker needs a running Docker Engine")?;
     let runtime: Arc<dyn vcurve_worker::container::ContainerRuntime> = Arc::new(runtime);
 
-    let db = args.out.join("demo.sqlite");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
-    }
-    let store = SqlStore::connect(&format!("sqlite://{}", db.display())).await?;
     let timing = Timing {
         lease: LeasePolicy { timeout_ms: 60_000 },
         heartbeat_interval: Duration::from_secs(5),
         max_lease_wait: Duration::from_millis(500),
     };
-    let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let stop = CancellationToken::new();
+    let local = LocalCoordinator::start(&args.out, timing).await?;
     let stop_worker = CancellationToken::new();
-    let server = {
-        let stop = stop.clone();
-        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move {
-            stop.cancelled().await
-        }))
-    };
 
     let (yaml, files) = docker_spec(&task, &repo.join("agents"), args.base_runs, args.paper_thresholds)?;
     std::fs::write(args.out.join("demo-study.yaml"), &yaml)?;
@@ -224,45 +209,20 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
              (--paper-thresholds for the paper's)"
         );
     }
-    let connection = Connection { url: url.clone(), ..Connection::default() };
-    let mut client = client::study_client(&connection).await?;
+    let mut client = local.client().await?;
     let study = client::upload_and_launch(&mut client, yaml, &files).await?;
 
     let name = "demo-docker-worker";
     let runner = vcurve_worker::AgentProcessRunner::start(runtime.clone(), name, 4 << 30).await?;
-    let worker = {
-        let mut config = vcurve_worker::WorkerConfig::new(url.clone());
-        config.slots = args.slots;
-        config.name = name.to_string();
-        config.lease_wait = Duration::from_millis(500);
-        let stop = stop_worker.clone();
-        let runners = vcurve_worker::Runners::new().with(runner.clone());
-        tokio::spawn(async move { vcurve_worker::run(config, runners, async move { stop.cancelled().await }).await })
-    };
+    let runners = vcurve_worker::Runners::new().with(runner.clone());
+    let worker = local.spawn_worker(name.to_string(), args.slots, runners, stop_worker.clone());
 
-    let bars = args.progress.then(ProgressBars::new);
-    let mut stream = client.watch_progress(v1::ProgressRequest { study: study.clone() }).await?.into_inner();
-    let mut last = None;
-    while let Some(p) = stream.message().await? {
-        if let Some(b) = &bars {
-            b.update(&p);
-        }
-        let done = p.state != "running";
-        last = Some(p);
-        if done {
-            break;
-        }
-    }
-    if let Some(b) = &bars {
-        b.finish();
-    }
-
-    let exported = client.export(v1::ExportRequest { study: study.clone() }).await?.into_inner().files;
-    let mut written = write_files(&args.out, exported.into_iter().map(|f| (f.name, f.contents)))?;
+    let last = watch(&mut client, &study, args.progress).await?;
+    let mut written = export_into(&mut client, &study, &args.out).await?;
     stop_worker.cancel();
     worker.await??;
-    stop.cancel();
-    server.await??;
+    let coordinator = local.coordinator.clone();
+    local.stop().await?;
 
     let record = coordinator.store().study(&study).await?;
     let mut recorded = BTreeMap::new();
