@@ -368,6 +368,8 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
         trajectories,
         decoys,
         tasks,
+        selection: None,
+        restart_check: None,
     };
     Ok(Launch { spec, recorded })
 }

@@ -19,7 +19,8 @@ pub mod trajectory;
 
 pub use payload::TrajectoryPayload;
 pub use study::{
-    Admission, ControlCounts, DecoySpec, EvaluationStats, Label, RunnerSpec, StudyRecord, StudySpec, StudyState,
-    TaskRuns, TrajectoryRecord, TrajectorySpec, TrajectoryState,
+    Admission, BaseRunRecord, ControlCounts, DecoySpec, EvaluationStats, Label, RestartCheckRow, RestartCheckSpec,
+    RunnerSpec, SelectionSpec, StudyRecord, StudySpec, StudyState, TaskRuns, TrajectoryRecord, TrajectorySpec,
+    TrajectoryState,
 };
 pub use trajectory::{Action, EndType, Evaluator, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};

@@ -36,6 +36,55 @@ pub struct StudySpec {
     /// trajectory of the study, with `R̂(x, b)` from the task's base runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskRuns>,
+    /// How the study set is chosen from the tasks' base runs (SPEC.md §7): present whenever
+    /// `tasks` is; the band, cap and decoy count are in `thresholds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<SelectionSpec>,
+    /// Set on an online restart check (Appendix Q): a study of fresh base runs with reduced
+    /// budgets, one row per trajectory of another study with a restart point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_check: Option<RestartCheckSpec>,
+}
+
+/// The `selection:` block: the seed of the fixed order and the size of the study set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SelectionSpec {
+    /// The seed of every draw of the selection (`vcurve_method::selection`).
+    pub seed: u64,
+    /// Stop selecting at this many trajectories; `None`: as many as the per-task cap allows.
+    pub target: Option<u32>,
+}
+
+/// An online restart check of study `of` (Appendix Q): for every trajectory with a restart
+/// point `t_r`, `runs` fresh runs of its task from `h_0` with budget `B − t_r` and new seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestartCheckSpec {
+    /// The study whose restart points are checked.
+    pub of: String,
+    /// Fresh runs per trajectory.
+    pub runs: u32,
+    /// One per trajectory with a restart point, in the checked study's processing order.
+    pub rows: Vec<RestartCheckRow>,
+}
+
+/// One trajectory of a restart check, with what the checked study predicted for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RestartCheckRow {
+    pub trajectory: String,
+    pub task: String,
+    /// `t_r`; the fresh runs have budget `B − t_r`.
+    pub restart_point: u32,
+    /// `R̂(x, B − t_r)` from the task's base runs.
+    pub predicted: f64,
+    /// `V(h_{t_r})`, the value of continuing (the isotonic fit).
+    pub continuing: f64,
+}
+
+impl RestartCheckRow {
+    /// The budget of its fresh runs under a study budget `budget`.
+    pub fn budget(&self, budget: u32) -> u32 {
+        budget.saturating_sub(self.restart_point)
+    }
 }
 
 /// A task and how many base runs from `h_0` to make of it.
@@ -215,6 +264,23 @@ pub struct StudyRecord {
     pub trajectories: Vec<TrajectoryRecord>,
     /// How the study's patches were judged (SPEC.md §6).
     pub evaluation: EvaluationStats,
+    /// Every base run that ended with an outcome, by subject (the task; a restart check's row:
+    /// the trajectory) and seed.
+    pub base_runs: Vec<BaseRunRecord>,
+    /// The selection the study set was drawn by, with its back-fills; `None` for a study that
+    /// lists its trajectories.
+    pub selection: Option<vcurve_method::selection::Selection>,
+}
+
+/// A base run with an outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BaseRunRecord {
+    /// The task id; in a restart check, the checked trajectory's id.
+    pub subject: String,
+    pub seed: u32,
+    pub success: bool,
+    pub steps: u32,
+    pub end_type: crate::EndType,
 }
 
 /// How a study's patches were judged: through the patch cache, evaluated, re-checked for flakes

@@ -567,12 +567,13 @@ impl SqlStore {
     /// the spec lists only that trajectory too).
     async fn load_study(&self, study: &str, only: Option<&str>) -> Result<StudyRecord, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT state, spec_json FROM studies WHERE id = $1")
+        let row = sqlx::query("SELECT state, spec_json, selection_json FROM studies WHERE id = $1")
             .bind(study)
             .fetch_optional(&mut *tx)
             .await?
             .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
         let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+        let selection = json_column::<vcurve_method::selection::Selection>(&row, "selection_json")?;
         let mut spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
         if let Some(only) = only {
             spec.trajectories.retain(|t| t.id == only);
@@ -632,12 +633,23 @@ impl SqlStore {
         .try_get::<i64, _>("n")?
         .max(0) as u64;
         // Base runs go through the patch cache too; their outcomes are in their jobs' results.
-        for r in sqlx::query("SELECT result_json FROM jobs WHERE study = $1 AND kind = 'base_run' AND state = 'done'")
-            .bind(study)
-            .fetch_all(&mut *tx)
-            .await?
+        let mut base_runs = Vec::new();
+        for r in sqlx::query(
+            "SELECT subject, seq, result_json FROM jobs WHERE study = $1 AND kind = 'base_run' AND state = 'done' \
+             ORDER BY subject, seq",
+        )
+        .bind(study)
+        .fetch_all(&mut *tx)
+        .await?
         {
             if let Some(JobReport::Outcome(o)) = json_column::<JobReport>(&r, "result_json")? {
+                base_runs.push(vcurve_record::BaseRunRecord {
+                    subject: r.try_get("subject")?,
+                    seed: get_u32(&r, "seq")?,
+                    success: o.success,
+                    steps: o.steps,
+                    end_type: o.end_type,
+                });
                 evaluation.base_run_outcomes += 1;
                 if o.judged == vcurve_record::jobs::Judged::EmptyPatch {
                     evaluation.empty_patches += 1;
@@ -645,7 +657,7 @@ impl SqlStore {
             }
         }
         tx.commit().await?;
-        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories, evaluation })
+        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories, evaluation, base_runs, selection })
     }
 
     /// `IN ($first, …)` over the runner kinds a worker offers.

@@ -108,9 +108,13 @@ fn study(
             trajectories: specs,
             decoys: Vec::new(),
             tasks: Vec::new(),
+            selection: None,
+            restart_check: None,
         },
         trajectories: records,
         evaluation,
+        base_runs: Vec::new(),
+        selection: None,
     }
 }
 
