@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use vcurve_coordinator::Renderer;
 use vcurve_coordinator::render::{RenderError, TrajectorySummary};
-use vcurve_record::StudyRecord;
+use vcurve_method::schedule::Series;
+use vcurve_record::{RestartCheckRow, StudyRecord};
 use vcurve_report::export;
 use vcurve_report::figures::CurveFigure;
 
@@ -52,5 +53,31 @@ impl Renderer for ReportRenderer {
     fn figure_svg(&self, study: &StudyRecord) -> Result<Option<String>, RenderError> {
         let results = export::results(study).map_err(failed)?;
         Ok(results.trajectories.first().and_then(CurveFigure::from_result).map(|f| f.svg()))
+    }
+
+    fn restart_check_rows(&self, study: &StudyRecord) -> Result<Vec<RestartCheckRow>, RenderError> {
+        let results = export::results(study).map_err(failed)?;
+        let budget = study.spec.budget;
+        let mut rows = Vec::new();
+        for t in &results.trajectories {
+            let Some(t_r) = t.restart_point else { continue };
+            let point = t.series.get(&Series::Main).and_then(|points| points.iter().find(|p| p.t == t_r));
+            let (Some(point), Some(predicted)) =
+                (point, t.base_runs.restart_value(i64::from(budget - t_r.min(budget))))
+            else {
+                return Err(RenderError(format!(
+                    "{}: restart point {t_r} has no fitted value or restart value to check",
+                    t.trajectory
+                )));
+            };
+            rows.push(RestartCheckRow {
+                trajectory: t.trajectory.clone(),
+                task: t.task.clone(),
+                restart_point: t_r,
+                predicted,
+                continuing: point.v_fit,
+            });
+        }
+        Ok(rows)
     }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vcurve_method::Shape;
 use vcurve_method::schedule::Stage;
-use vcurve_record::{StudyRecord, TrajectoryState};
+use vcurve_record::{RestartCheckRow, StudyRecord, TrajectoryState};
 
 /// Why a study could not be rendered: its stored outcomes or labels cannot be analyzed (a
 /// corrupted store). Fatal for the request.
@@ -44,4 +44,8 @@ pub trait Renderer: Send + Sync + 'static {
 
     /// The V-curve figure (SVG) of the record's only trajectory; `None` when it has no curve yet.
     fn figure_svg(&self, study: &StudyRecord) -> Result<Option<String>, RenderError>;
+
+    /// What an online restart check of the study checks (Appendix Q): every trajectory with a
+    /// restart point `t_r`, in processing order, with `R̂(x, B − t_r)` and `V(h_{t_r})`.
+    fn restart_check_rows(&self, study: &StudyRecord) -> Result<Vec<RestartCheckRow>, RenderError>;
 }

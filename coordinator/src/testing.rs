@@ -103,6 +103,13 @@ impl crate::Renderer for NoRenderer {
     fn figure_svg(&self, _: &vcurve_record::StudyRecord) -> Result<Option<String>, crate::render::RenderError> {
         Err(crate::render::RenderError("this test's coordinator renders nothing".into()))
     }
+
+    fn restart_check_rows(
+        &self,
+        _: &vcurve_record::StudyRecord,
+    ) -> Result<Vec<vcurve_record::RestartCheckRow>, crate::render::RenderError> {
+        Err(crate::render::RenderError("this test's coordinator renders nothing".into()))
+    }
 }
 
 /// A [`NoRenderer`] as the coordinator takes it.
