@@ -31,7 +31,7 @@ pub struct Table {
     pub not_measured: bool,
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
@@ -40,7 +40,7 @@ fn csv_cell(s: &str) -> String {
 }
 
 impl Table {
-    fn new(name: &'static str, title: &str, caption: &str, headers: &[&str]) -> Self {
+    pub(crate) fn new(name: &'static str, title: &str, caption: &str, headers: &[&str]) -> Self {
         Table {
             name,
             title: title.into(),
@@ -65,7 +65,7 @@ impl Table {
         if self.not_measured { NOT_MEASURED } else { "nothing to show" }
     }
 
-    fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.headers.len());
         self.rows.push(cells);
     }
@@ -502,7 +502,7 @@ fn summary(results: &Results, analyses: &StudyAnalyses) -> String {
     )
 }
 
-const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}\
+pub(crate) const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}\
 h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}\
 th{background:#f4f4f4}.caption{color:#555;max-width:900px}.muted{color:#888}\
