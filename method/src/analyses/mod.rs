@@ -91,6 +91,7 @@
 pub mod checks;
 pub mod labels;
 pub mod localizers;
+pub mod online;
 pub mod restart;
 pub mod stages;
 
