@@ -14,3 +14,4 @@ pub mod analyses;
 pub mod export;
 pub mod figures;
 pub mod html;
+pub mod restart_check;
