@@ -32,6 +32,9 @@ pub enum Command {
     Worker(commands::WorkerArgs),
     /// Launch a study from a spec file; prints the study id.
     Launch(commands::LaunchArgs),
+    /// Launch the online restart check of a study (the paper's Appendix Q): fresh runs with budget
+    /// B − t_r for every trajectory with a restart point; prints the new study's id.
+    RestartCheck(crate::restart_check_cmd::RestartCheckArgs),
     /// Show a study's progress.
     Status(commands::StatusArgs),
     /// Write a study's curves and results into a folder.
@@ -117,6 +120,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             commands::run_worker(config, a.docker.then_some(a.snapshot_budget_gb)).await?;
         }
         Command::Launch(a) => output::println(commands::launch(&a.spec, &a.remote.connection()?).await?)?,
+        Command::RestartCheck(a) => crate::restart_check_cmd::run(&a).await?,
         Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,
         Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
         Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,

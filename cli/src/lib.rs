@@ -26,4 +26,5 @@ pub mod input;
 pub mod labels_cmd;
 pub mod output;
 pub mod render;
+pub mod restart_check_cmd;
 pub mod telemetry;

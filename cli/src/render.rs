@@ -8,10 +8,12 @@ use vcurve_coordinator::Renderer;
 use vcurve_coordinator::render::{RenderError, TrajectorySummary};
 use vcurve_method::schedule::Series;
 use vcurve_record::{RestartCheckRow, StudyRecord};
-use vcurve_report::export;
 use vcurve_report::figures::CurveFigure;
+use vcurve_report::{export, restart_check};
 
-/// Exports, dashboard rows and figures from `vcurve-report`.
+/// Exports, dashboard rows and figures from `vcurve-report`. A restart-check study (Appendix Q)
+/// has no trajectories of its own: its export is [`restart_check::files`], and it has no dashboard
+/// rows and no figure.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReportRenderer;
 
@@ -28,10 +30,16 @@ fn failed(e: impl std::fmt::Display) -> RenderError {
 
 impl Renderer for ReportRenderer {
     fn export(&self, study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
+        if study.spec.restart_check.is_some() {
+            return restart_check::files(study).map_err(failed);
+        }
         export::files(study).map_err(failed)
     }
 
     fn summaries(&self, study: &StudyRecord) -> Result<Vec<TrajectorySummary>, RenderError> {
+        if study.spec.restart_check.is_some() {
+            return Ok(Vec::new());
+        }
         let results = export::results(study).map_err(failed)?;
         Ok(results
             .trajectories
@@ -51,6 +59,9 @@ impl Renderer for ReportRenderer {
     }
 
     fn figure_svg(&self, study: &StudyRecord) -> Result<Option<String>, RenderError> {
+        if study.spec.restart_check.is_some() {
+            return Ok(None);
+        }
         let results = export::results(study).map_err(failed)?;
         Ok(results.trajectories.first().and_then(CurveFigure::from_result).map(|f| f.svg()))
     }
@@ -79,5 +90,47 @@ impl Renderer for ReportRenderer {
             });
         }
         Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vcurve_record::{BaseRunRecord, EndType, StudySpec, StudyState};
+
+    /// A restart check of one trajectory, one of its two fresh runs finished.
+    fn restart_check_study() -> StudyRecord {
+        let spec: StudySpec = serde_json::from_value(serde_json::json!({
+            "name": "s-restart-check", "seed": 1, "budget": 100, "schedule": "none",
+            "runner": {"kind": "synthetic", "options": {}},
+            "thresholds": vcurve_method::Thresholds { bootstrap_resamples: 100, ..Default::default() },
+            "controls": {"sanity": 0, "retest": 0, "budget_control": 0}, "admission": {"mode": "demand"},
+            "trajectories": [],
+            "restart_check": {"of": "s", "runs": 2, "rows": [
+                {"trajectory": "t s1", "task": "t", "restart_point": 3, "predicted": 0.5, "continuing": 0.25}
+            ]},
+        }))
+        .unwrap();
+        let run =
+            BaseRunRecord { subject: "t s1".into(), seed: 0, success: true, steps: 9, end_type: EndType::Submitted };
+        StudyRecord {
+            id: "c".into(),
+            state: StudyState::Running,
+            spec,
+            trajectories: Vec::new(),
+            evaluation: Default::default(),
+            base_runs: vec![run],
+            selection: None,
+        }
+    }
+
+    #[test]
+    fn a_restart_check_study_exports_its_check_and_has_no_rows_or_figure() {
+        let study = restart_check_study();
+        let files = ReportRenderer.export(&study).unwrap();
+        assert_eq!(files.keys().collect::<Vec<_>>(), ["report.html", "restart_check.csv", "restart_check.json"]);
+        assert!(String::from_utf8_lossy(&files["restart_check.csv"]).contains("\nt s1,3,1,1,1.0000,"));
+        assert_eq!(ReportRenderer.summaries(&study).unwrap(), Vec::new());
+        assert_eq!(ReportRenderer.figure_svg(&study).unwrap(), None);
     }
 }
