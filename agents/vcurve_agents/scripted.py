@@ -17,6 +17,9 @@ Parameters (the start message's `model` object; unknown keys such as temperature
     fix_step           F, the step that writes the fix (> D)                               D + 2
     random_token_step  k, a step whose output carries 24 random letters, so that replay   null (off)
                        finds the trajectory non-replayable at k (1 <= k < T)
+    random_token_rate  the share of runs that print the token at step k: a run prints it   1.0
+                       iff random.Random(f"{seed}/token").random() < rate, so that some
+                       runs of a task replay and others do not
     timeout_s          the timeout of every command, seconds                               60
     tasks              per-task overrides: {task id: {parameter: value}}, laid over the rest  {}
                        for the run's task (so one study can hold a random-token variant)
@@ -85,6 +88,7 @@ DEFAULTS = {
     "decision_step": 8,
     "fix_step": None,  # D + 2
     "random_token_step": None,
+    "random_token_rate": 1.0,
     "timeout_s": 60,
 }
 
@@ -247,6 +251,7 @@ class Params:
         self.length = self.fix_step + 3
         token = model.get("random_token_step")
         self.random_token_step = None if token is None else _integer(token, "random_token_step", 1, self.length - 1)
+        self.random_token_rate = _probability(get("random_token_rate"), "random_token_rate")
         timeout = get("timeout_s")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ParameterError(f"model.timeout_s must be a positive number of seconds, got {timeout!r}")
@@ -283,6 +288,11 @@ def draw_hypothesis(params, seed):
     return "right" if random.Random(f"{seed}/hypothesis").random() < params.q else "wrong"
 
 
+def draw_token(params, seed):
+    """Whether this run prints the random token at `random_token_step`."""
+    return params.random_token_step is not None and random.Random(f"{seed}/token").random() < params.random_token_rate
+
+
 def draw_fix(params, seed, hypothesis):
     if hypothesis != "right":
         return "wrong"
@@ -316,12 +326,13 @@ def initial_messages(task):
     ]
 
 
-def plan_step(params, step, hypothesis, fix, markers=()):
+def plan_step(params, step, hypothesis, fix, markers=(), token=True):
     """The assistant message and command of step `step` (1-based), given the decisions so far.
 
     `markers` are the decision lines this step writes (`HYPOTHESIS: …`, `FIX: …`): normally the
     hypothesis at D and the fix at F; a prefix that is past D or F without them (not one this agent
-    wrote) gets them at the step where the agent draws them.
+    wrote) gets them at the step where the agent draws them. `token`: whether this run prints the
+    random token at `random_token_step` (`draw_token`).
     """
     D, F = params.decision_step, params.fix_step
     if step < D:
@@ -338,7 +349,7 @@ def plan_step(params, step, hypothesis, fix, markers=()):
         thought, command = "Let me run the reproduction again.", REPRO
     else:
         thought, command = "I am done; let me submit my changes.", SUBMIT_COMMAND
-    if step == params.random_token_step:
+    if token and step == params.random_token_step:
         command = f"{command}\n{RANDOM_TOKEN_COMMAND}"
     content = f"THOUGHT: {thought}\n"
     if markers:
@@ -384,7 +395,7 @@ def run(channel):
         if step >= params.fix_step and fix is None:
             fix = draw_fix(params, start.seed, hypothesis)
             markers.append(f"FIX: {fix}")
-        content, command = plan_step(params, step, hypothesis, fix, markers)
+        content, command = plan_step(params, step, hypothesis, fix, markers, draw_token(params, start.seed))
         protocol.log(f"scripted: step {step}/{params.length}: {command.splitlines()[0]}")
         result = channel.exec(command, params.timeout_s)
         new = [{"role": "assistant", "content": content},
