@@ -227,6 +227,8 @@ impl vcurve_worker::AgentRunner for MismatchAtThree {
                         reason: "output differs at every level".into(),
                         recorded_excerpt: run.steps[2].actions[0].output.chars().take(20).collect(),
                         replayed_excerpt: "a random token".into(),
+                        mismatch: Some(vcurve_record::jobs::MismatchKind::Observation),
+                        command: Some(run.steps[2].actions[0].command.clone()),
                     })
                 }
                 _ => vcurve_worker::JobReport::no_outcome(format!("unexpected job {}", job.key)),
@@ -287,6 +289,9 @@ async fn a_20_mb_trajectory_is_uploaded_and_fetched_by_digest_and_its_non_replay
     assert_eq!(dropped["non_replayable"]["level"], "char_multiset");
     assert_eq!(dropped["non_replayable"]["reason"], "output differs at every level");
     assert_eq!(dropped["non_replayable"]["replayed_excerpt"], "a random token");
+    // What differed and the command at that step come over the wire too.
+    assert_eq!(dropped["non_replayable"]["mismatch"], "observation");
+    assert!(dropped["non_replayable"]["command"].as_str().is_some_and(|c| !c.is_empty()), "{dropped}");
     server.stop().await;
 }
 

@@ -5,7 +5,7 @@ use tonic::Status;
 use vcurve_method::schedule::Series;
 use vcurve_proto::v1;
 use vcurve_record::EndType;
-use vcurve_record::jobs::{CompareLevel, Judged, NonReplayable, Replayed, RunOutcome};
+use vcurve_record::jobs::{CompareLevel, Judged, MismatchKind, NonReplayable, Replayed, RunOutcome, clip_command};
 
 use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Progress};
 
@@ -146,6 +146,22 @@ fn excerpt(s: String) -> String {
     format!("{}…", &s[..end])
 }
 
+/// What differed at a mismatch; `None` when the worker did not say (unspecified, or a kind this
+/// coordinator does not know: the report stands without it rather than being refused).
+fn mismatch_from_wire(value: i32) -> Option<MismatchKind> {
+    use v1::non_replayable::Mismatch as M;
+    match M::try_from(value).ok()? {
+        M::Unspecified => None,
+        M::Observation => Some(MismatchKind::Observation),
+        M::Returncode => Some(MismatchKind::Returncode),
+        M::Timeout => Some(MismatchKind::Timeout),
+        M::ChangedPaths => Some(MismatchKind::ChangedPaths),
+        M::GitDiff => Some(MismatchKind::GitDiff),
+        M::GitStatus => Some(MismatchKind::GitStatus),
+        M::NoOutcome => Some(MismatchKind::NoOutcome),
+    }
+}
+
 pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<JobReport, Status> {
     use v1::report_request::Result as R;
     match result {
@@ -168,6 +184,8 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
             reason: n.reason,
             recorded_excerpt: excerpt(n.recorded_excerpt),
             replayed_excerpt: excerpt(n.replayed_excerpt),
+            mismatch: mismatch_from_wire(n.mismatch),
+            command: (!n.command.is_empty()).then(|| clip_command(&n.command)),
         })),
         Some(R::Replayed(r)) => Ok(JobReport::Replayed(Replayed {
             anchors: r.anchors,
@@ -229,5 +247,60 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
             flake_checks: e.flake_checks,
             flakes: e.flakes,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire_non_replayable(mismatch: i32, command: &str) -> Option<v1::report_request::Result> {
+        Some(v1::report_request::Result::NonReplayable(v1::NonReplayable {
+            step: 4,
+            level: v1::CompareLevel::Fingerprint.into(),
+            reason: "state fingerprint: git diff differs".into(),
+            recorded_excerpt: "+a".into(),
+            replayed_excerpt: "+b".into(),
+            mismatch,
+            command: command.into(),
+        }))
+    }
+
+    fn non_replayable(result: Option<v1::report_request::Result>) -> NonReplayable {
+        match report_from_wire(result).unwrap() {
+            JobReport::NonReplayable(n) => n,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_non_replayable_report_keeps_what_differed_and_the_command() {
+        let git_diff = v1::non_replayable::Mismatch::GitDiff.into();
+        let n = non_replayable(wire_non_replayable(git_diff, "git stash pop"));
+        assert_eq!((n.step, n.level), (4, CompareLevel::Fingerprint));
+        assert_eq!((n.mismatch, n.command.as_deref()), (Some(MismatchKind::GitDiff), Some("git stash pop")));
+        // A worker that does not say, or says what this coordinator does not know: no kind, and
+        // the report stands. No command: none.
+        for unknown in [v1::non_replayable::Mismatch::Unspecified.into(), 99] {
+            let n = non_replayable(wire_non_replayable(unknown, ""));
+            assert_eq!((n.mismatch, n.command), (None, None));
+        }
+        // A long command is clipped like any the record keeps.
+        let n = non_replayable(wire_non_replayable(git_diff, &"x".repeat(5000)));
+        assert_eq!(n.command.unwrap().chars().count(), vcurve_record::jobs::COMMAND_CHARS + 1);
+        // Every kind comes through as itself (the worker's side maps each to its own value).
+        let kinds = [
+            (v1::non_replayable::Mismatch::Observation, MismatchKind::Observation),
+            (v1::non_replayable::Mismatch::Returncode, MismatchKind::Returncode),
+            (v1::non_replayable::Mismatch::Timeout, MismatchKind::Timeout),
+            (v1::non_replayable::Mismatch::ChangedPaths, MismatchKind::ChangedPaths),
+            (v1::non_replayable::Mismatch::GitDiff, MismatchKind::GitDiff),
+            (v1::non_replayable::Mismatch::GitStatus, MismatchKind::GitStatus),
+            (v1::non_replayable::Mismatch::NoOutcome, MismatchKind::NoOutcome),
+        ];
+        assert_eq!(kinds.len(), MismatchKind::ALL.len());
+        for (wire, kind) in kinds {
+            assert_eq!(mismatch_from_wire(wire.into()), Some(kind));
+        }
     }
 }

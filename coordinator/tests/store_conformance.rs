@@ -329,6 +329,8 @@ fn non_replayable(step: u32) -> JobReport {
         reason: format!("step {step}: output differs"),
         recorded_excerpt: "3\n".into(),
         replayed_excerpt: "token 9f2c\n".into(),
+        mismatch: Some(vcurve_record::jobs::MismatchKind::Observation),
+        command: Some("python -c 'import secrets; print(secrets.token_hex(2))'".into()),
     })
 }
 
@@ -416,6 +418,8 @@ async fn a_non_replayable_replay_drops_the_trajectory_and_its_export_says_why() 
         assert!(bad.outcomes.is_empty());
         let why = bad.non_replayable.as_ref().expect("a reason");
         assert_eq!((why.step, why.reason.as_str()), (3, "step 3: output differs"));
+        assert_eq!(why.mismatch, Some(vcurve_record::jobs::MismatchKind::Observation));
+        assert!(why.command.as_deref().is_some_and(|c| c.starts_with("python -c")), "{why:?}");
         ts.finish().await;
     }
 }
@@ -460,6 +464,7 @@ async fn a_replay_without_an_outcome_three_times_drops_the_trajectory() {
         let record = c.store().study(&study).await.unwrap();
         let why = record.trajectories[0].non_replayable.clone().expect("dropped");
         assert!(why.reason.contains("no outcome in 3 attempts"), "{}: {}", ts.name, why.reason);
+        assert_eq!((why.step, why.mismatch), (0, Some(vcurve_record::jobs::MismatchKind::NoOutcome)));
         assert_eq!(record.state, StudyState::Done);
         ts.finish().await;
     }

@@ -202,7 +202,7 @@ pub struct RunOutcome {
 /// continuation ever runs from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NonReplayable {
-    /// 1-based step of the first mismatch.
+    /// 1-based step of the first mismatch; 0 when no replay could be carried out.
     pub step: u32,
     /// The loosest comparison level tried at that step.
     pub level: CompareLevel,
@@ -210,6 +210,95 @@ pub struct NonReplayable {
     /// Excerpts of the recorded and the replayed observation, normalized.
     pub recorded_excerpt: String,
     pub replayed_excerpt: String,
+    /// What differed (the paper's Table 14, right); `None` in a report stored before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<MismatchKind>,
+    /// The recorded command at that step, at most [`COMMAND_CHARS`] characters
+    /// ([`clip_command`]); the step's commands one a line when the state after it differed.
+    /// `None` when there is none: no replay was carried out, the step ran no command, or the
+    /// report was stored before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+impl NonReplayable {
+    /// A trajectory no replay could be carried out for (every attempt ended without an outcome):
+    /// no state is known to match the record. Step 0, no excerpts, no command.
+    pub fn no_outcome(reason: impl Into<String>) -> NonReplayable {
+        NonReplayable {
+            step: 0,
+            level: CompareLevel::Exact,
+            reason: reason.into(),
+            recorded_excerpt: String::new(),
+            replayed_excerpt: String::new(),
+            mismatch: Some(MismatchKind::NoOutcome),
+            command: None,
+        }
+    }
+}
+
+/// What differed at a trajectory's first mismatch. The paper's Table 14 names `observation`,
+/// `returncode` and `docker_diff_sha256` (its fingerprint held a digest of the container diff);
+/// here the fingerprint's parts are named one by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MismatchKind {
+    /// A command's normalized output matched at no comparison level.
+    Observation,
+    /// A command's return code differed (its output matched), or the return code of the state
+    /// fingerprint did.
+    Returncode,
+    /// A command timed out in one run and finished in the other.
+    Timeout,
+    /// The fingerprint's changed paths (the container diff outside caches, logs and temporary
+    /// files) differed.
+    ChangedPaths,
+    /// The fingerprint's `git diff` differed.
+    GitDiff,
+    /// The fingerprint's `git status` differed.
+    GitStatus,
+    /// No replay could be carried out ([`NonReplayable::no_outcome`]).
+    NoOutcome,
+}
+
+impl MismatchKind {
+    pub const ALL: [MismatchKind; 7] = [
+        MismatchKind::Observation,
+        MismatchKind::Returncode,
+        MismatchKind::Timeout,
+        MismatchKind::ChangedPaths,
+        MismatchKind::GitDiff,
+        MismatchKind::GitStatus,
+        MismatchKind::NoOutcome,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MismatchKind::Observation => "observation",
+            MismatchKind::Returncode => "returncode",
+            MismatchKind::Timeout => "timeout",
+            MismatchKind::ChangedPaths => "changed_paths",
+            MismatchKind::GitDiff => "git_diff",
+            MismatchKind::GitStatus => "git_status",
+            MismatchKind::NoOutcome => "no_outcome",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MismatchKind> {
+        MismatchKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// The longest command a [`NonReplayable`] keeps, in characters (plus a `…` mark).
+pub const COMMAND_CHARS: usize = 400;
+
+/// `command` cut to [`COMMAND_CHARS`] characters, `…` marking a cut.
+pub fn clip_command(command: &str) -> String {
+    match command.char_indices().nth(COMMAND_CHARS) {
+        None => command.to_owned(),
+        Some((end, _)) => format!("{}…", &command[..end]),
+    }
 }
 
 /// A replay that reproduced every step.
@@ -258,5 +347,43 @@ impl JobReport {
                 | (JobReport::Replayed(_), JobKind::Replay)
                 | (JobReport::Evaluated { .. }, JobKind::Evaluation)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_replayable_stored_before_its_mismatch_kind_and_command_still_reads() {
+        let old = r#"{"step":3,"level":"char_multiset","reason":"output differs","recorded_excerpt":"a","replayed_excerpt":"b"}"#;
+        let n: NonReplayable = serde_json::from_str(old).unwrap();
+        assert_eq!((n.step, n.level, n.mismatch, n.command.as_deref()), (3, CompareLevel::CharMultiset, None, None));
+        // Without them it writes what it was read from.
+        assert_eq!(serde_json::to_string(&n).unwrap(), old);
+        let new = NonReplayable { mismatch: Some(MismatchKind::GitDiff), command: Some("git stash".into()), ..n };
+        let json = serde_json::to_value(&new).unwrap();
+        assert_eq!((json["mismatch"].as_str(), json["command"].as_str()), (Some("git_diff"), Some("git stash")));
+        assert_eq!(serde_json::from_value::<NonReplayable>(json).unwrap(), new);
+    }
+
+    #[test]
+    fn mismatch_kinds_name_themselves_as_serde_does() {
+        for k in MismatchKind::ALL {
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+            assert_eq!(MismatchKind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(MismatchKind::parse("docker_diff_sha256"), None);
+        let n = NonReplayable::no_outcome("3 attempts");
+        assert_eq!((n.step, n.mismatch, n.command.as_deref()), (0, Some(MismatchKind::NoOutcome), None));
+    }
+
+    #[test]
+    fn commands_are_clipped_by_characters() {
+        assert_eq!(clip_command("ls -la"), "ls -la");
+        let exact = "µ".repeat(COMMAND_CHARS);
+        assert_eq!(clip_command(&exact), exact);
+        let long = format!("{exact}tail");
+        assert_eq!(clip_command(&long), format!("{exact}…"));
     }
 }

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use regex::{Captures, Regex};
 use serde::{Deserialize, Serialize};
 
-use crate::jobs::{CompareLevel, NonReplayable};
+use crate::jobs::{CompareLevel, MismatchKind, NonReplayable, clip_command};
 use crate::trajectory::{Action, Fingerprint};
 
 /// The default rules, as shipped.
@@ -129,7 +129,9 @@ impl Normalizer {
     /// matched at.
     ///
     /// On a mismatch the [`Mismatch::level`] is `char_multiset` when the output matched at no
-    /// level, else the level the output did match at (the return code or the timeout differed).
+    /// level, else the level the output did match at (the return code or the timeout differed);
+    /// its [`Mismatch::kind`] is the first of `observation`, `timeout`, `returncode` that differed,
+    /// and its [`Mismatch::command`] the recorded command.
     pub fn compare_action(
         &self,
         recorded: &Action,
@@ -161,8 +163,17 @@ impl Normalizer {
             (Some(level), true) => Ok(level),
             (level, _) => {
                 let (recorded_excerpt, replayed_excerpt) = excerpt(&rec, &rep);
+                let kind = if level.is_none() {
+                    MismatchKind::Observation
+                } else if recorded.timed_out != timed_out {
+                    MismatchKind::Timeout
+                } else {
+                    MismatchKind::Returncode
+                };
                 Err(Mismatch {
                     level: level.unwrap_or(CompareLevel::CharMultiset),
+                    kind,
+                    command: Some(clip_command(&recorded.command)),
                     reason: format!("command {:?}: {}", short(&recorded.command, 120), reasons.join("; ")),
                     recorded_excerpt,
                     replayed_excerpt,
@@ -180,10 +191,13 @@ impl Normalizer {
     }
 
     /// [`Normalizer::compare_fingerprint`] with excerpts of the first component that differs
-    /// (`git diff`, then `git status`, then the changed paths), for a [`NonReplayable`].
+    /// (`git diff`, then `git status`, then the changed paths), for a [`NonReplayable`]; that
+    /// component (the return code when nothing else differs) is the [`Mismatch::kind`]. A
+    /// fingerprint knows no command: the caller adds the step's ([`Mismatch::with_command`]).
     pub fn check_fingerprint(&self, recorded: &Fingerprint, replayed: &Fingerprint) -> Result<(), Mismatch> {
         let mut reasons = Vec::new();
-        let mut excerpts: Option<(String, String)> = None;
+        let mut excerpts: Option<(MismatchKind, String, String)> = None;
+        let with = |kind: MismatchKind, (a, b): (String, String)| (kind, a, b);
 
         let rec_paths = fingerprint_paths(recorded.changed_paths.iter().map(String::as_str));
         let rep_paths = fingerprint_paths(replayed.changed_paths.iter().map(String::as_str));
@@ -213,29 +227,34 @@ impl Normalizer {
         if rec_diff != rep_diff {
             let line = first_differing_line(&rec_diff, &rep_diff) + 1;
             reasons.push(format!("git diff differs (first at line {line})"));
-            excerpts.get_or_insert_with(|| excerpt(&rec_diff, &rep_diff));
+            excerpts.get_or_insert_with(|| with(MismatchKind::GitDiff, excerpt(&rec_diff, &rep_diff)));
         }
         let rec_status = status_outside_caches(&self.normalize(&recorded.git_status));
         let rep_status = status_outside_caches(&self.normalize(&replayed.git_status));
         if rec_status != rep_status {
             let line = first_differing_line(&rec_status, &rep_status) + 1;
             reasons.push(format!("git status differs (first at line {line})"));
-            excerpts.get_or_insert_with(|| excerpt(&rec_status, &rep_status));
+            excerpts.get_or_insert_with(|| with(MismatchKind::GitStatus, excerpt(&rec_status, &rep_status)));
         }
         if paths_differ {
-            excerpts.get_or_insert_with(|| excerpt(&rec_paths.join("\n"), &rep_paths.join("\n")));
+            excerpts.get_or_insert_with(|| {
+                with(MismatchKind::ChangedPaths, excerpt(&rec_paths.join("\n"), &rep_paths.join("\n")))
+            });
         }
         if reasons.is_empty() {
             return Ok(());
         }
-        let (recorded_excerpt, replayed_excerpt) = excerpts.unwrap_or_else(|| {
+        let (kind, recorded_excerpt, replayed_excerpt) = excerpts.unwrap_or_else(|| {
             (
+                MismatchKind::Returncode,
                 format!("return code {}", show_code(recorded.returncode)),
                 format!("return code {}", show_code(replayed.returncode)),
             )
         });
         Err(Mismatch {
             level: CompareLevel::Fingerprint,
+            kind,
+            command: None,
             reason: format!("state fingerprint: {}", reasons.join("; ")),
             recorded_excerpt,
             replayed_excerpt,
@@ -259,6 +278,10 @@ impl Default for Normalizer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
     pub level: CompareLevel,
+    /// What differed.
+    pub kind: MismatchKind,
+    /// The recorded command, clipped ([`clip_command`]); `None` until known.
+    pub command: Option<String>,
     pub reason: String,
     pub recorded_excerpt: String,
     pub replayed_excerpt: String,
@@ -273,7 +296,16 @@ impl Mismatch {
             reason: self.reason,
             recorded_excerpt: self.recorded_excerpt,
             replayed_excerpt: self.replayed_excerpt,
+            mismatch: Some(self.kind),
+            command: self.command,
         }
+    }
+
+    /// With the recorded `command` (clipped; none when empty): for a fingerprint's mismatch, the
+    /// step's commands.
+    pub fn with_command(self, command: &str) -> Mismatch {
+        let command = (!command.is_empty()).then(|| clip_command(command));
+        Mismatch { command, ..self }
     }
 }
 
@@ -794,18 +826,29 @@ mod tests {
         );
         let m = n.compare_action(&action("token abc\n", Some(0), false), "token xyz\n", Some(0), false).unwrap_err();
         assert_eq!(m.level, CompareLevel::CharMultiset);
+        assert_eq!((m.kind, m.command.as_deref()), (MismatchKind::Observation, Some("run")));
         assert!(m.reason.contains("output differs") && m.reason.contains("line 1"), "{}", m.reason);
         assert!(m.recorded_excerpt.contains("abc") && m.replayed_excerpt.contains("xyz"));
         let m = n.compare_action(&action("b\na\n", Some(0), false), "a\nb\n", Some(1), false).unwrap_err();
         assert_eq!(m.level, CompareLevel::SortedLines);
+        assert_eq!(m.kind, MismatchKind::Returncode);
         assert!(m.reason.contains("return code 0 recorded, 1 replayed"), "{}", m.reason);
         let m = n.compare_action(&action("partial", None, true), "partial", Some(0), false).unwrap_err();
+        assert_eq!(m.kind, MismatchKind::Timeout);
         assert!(m.reason.contains("recorded command timed out"), "{}", m.reason);
+        // Output and return code both differ: the output is what differed first.
+        let m = n.compare_action(&action("a\n", Some(0), false), "b\n", Some(2), false).unwrap_err();
+        assert_eq!(m.kind, MismatchKind::Observation);
         assert_eq!(n.compare_action(&action("partial", None, true), "partial", None, true), Ok(CompareLevel::Exact));
         let m = n.compare_action(&action("x", Some(0), false), "x", None, true).unwrap_err();
         assert!(m.reason.contains("replayed command timed out"), "{}", m.reason);
         let report = m.at_step(7);
         assert_eq!(report.step, 7);
+        assert_eq!((report.mismatch, report.command.as_deref()), (Some(MismatchKind::Timeout), Some("run")));
+        // A long command is clipped.
+        let long = Action { command: "x".repeat(1000), ..action("a", Some(0), false) };
+        let m = n.compare_action(&long, "b", Some(0), false).unwrap_err();
+        assert_eq!(m.command.unwrap().chars().count(), crate::jobs::COMMAND_CHARS + 1);
     }
 
     fn fp(paths: &[&str], code: Option<i32>, diff: &str, status: &str) -> Fingerprint {
@@ -865,6 +908,11 @@ mod tests {
 
         let err = n.compare_fingerprint(&recorded, &fp(&["/testbed/y.py"], Some(0), diff, " M x.py\n")).unwrap_err();
         assert!(err.contains("missing in the replay: /testbed/x.py"), "{err}");
+        let m = n.check_fingerprint(&recorded, &fp(&["/testbed/y.py"], Some(0), diff, " M x.py\n")).unwrap_err();
+        assert_eq!((m.kind, m.command.as_deref()), (MismatchKind::ChangedPaths, None));
+        assert_eq!(m.with_command("echo y > y.py").at_step(2).command.as_deref(), Some("echo y > y.py"));
+        let m = n.check_fingerprint(&recorded, &fp(&["/testbed/x.py"], Some(1), diff, " M x.py\n")).unwrap_err();
+        assert_eq!((m.kind, m.with_command("").command), (MismatchKind::Returncode, None));
         assert!(err.contains("only in the replay: /testbed/y.py"), "{err}");
 
         let err = n.compare_fingerprint(&recorded, &fp(&["/testbed/x.py"], Some(1), diff, " M x.py\n")).unwrap_err();
@@ -873,12 +921,13 @@ mod tests {
         let m =
             n.check_fingerprint(&recorded, &fp(&["/testbed/x.py"], Some(0), &diff.replace("+b", "+c"), " M x.py\n"));
         let m = m.unwrap_err();
-        assert_eq!(m.level, CompareLevel::Fingerprint);
+        assert_eq!((m.level, m.kind), (CompareLevel::Fingerprint, MismatchKind::GitDiff));
         assert!(m.reason.contains("git diff differs (first at line 7)"), "{}", m.reason);
         assert!(m.recorded_excerpt.contains("+b") && m.replayed_excerpt.contains("+c"));
 
-        let err =
-            n.compare_fingerprint(&recorded, &fp(&["/testbed/x.py"], Some(0), diff, " M x.py\n?? y.py\n")).unwrap_err();
+        let changed = fp(&["/testbed/x.py"], Some(0), diff, " M x.py\n?? y.py\n");
+        assert_eq!(n.check_fingerprint(&recorded, &changed).unwrap_err().kind, MismatchKind::GitStatus);
+        let err = n.compare_fingerprint(&recorded, &changed).unwrap_err();
         assert!(err.contains("git status differs"), "{err}");
         assert!(!err.contains("git diff"), "{err}");
     }

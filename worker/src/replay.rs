@@ -372,7 +372,9 @@ impl<'a> Replay<'a> {
             match &step.fingerprint {
                 Some(recorded) => {
                     if let Err(mismatch) = self.normalizer.check_fingerprint(recorded, &measured) {
-                        return Ok(Some(mismatch.at_step(n)));
+                        // The state after the step differs: every command of the step made it.
+                        let commands: Vec<&str> = step.actions.iter().map(|a| a.command.as_str()).collect();
+                        return Ok(Some(mismatch.with_command(&commands.join("\n")).at_step(n)));
                     }
                 }
                 None => {
@@ -514,6 +516,7 @@ pub(crate) mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use vcurve_record::jobs::MismatchKind;
     use vcurve_record::trajectory::{EndType, Evaluator, FORMAT, Interpreter, Step, Task};
     use vcurve_record::{Action, Fingerprint};
 
@@ -703,6 +706,8 @@ pub(crate) mod tests {
         let n = non_replayable(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
         assert_eq!(n.step, 2);
         assert_eq!(n.level, CompareLevel::CharMultiset);
+        assert_eq!(n.mismatch, Some(MismatchKind::Observation));
+        assert_eq!(n.command.as_deref(), Some("echo x > f; random"));
         assert!(n.reason.contains("output differs"), "{}", n.reason);
         assert_eq!(n.recorded_excerpt, t.steps[1].actions[0].output);
         assert_ne!(n.replayed_excerpt, n.recorded_excerpt);
@@ -731,7 +736,7 @@ pub(crate) mod tests {
         t2.steps[0].actions[0].timed_out = false;
         t2.steps[0].actions[0].returncode = Some(0);
         let n = non_replayable(replay_all(&rt, &t2, FingerprintMode::CompareOnly).await);
-        assert_eq!((n.step, n.level), (1, CompareLevel::Exact));
+        assert_eq!((n.step, n.level, n.mismatch), (1, CompareLevel::Exact, Some(MismatchKind::Timeout)));
         assert!(n.reason.contains("the replayed command timed out"), "{}", n.reason);
     }
 
@@ -742,6 +747,7 @@ pub(crate) mod tests {
         t.steps[0].actions[0].returncode = Some(0);
         let n = non_replayable(replay_all(&rt, &t, FingerprintMode::CompareOnly).await);
         assert!(n.reason.contains("return code 0 recorded, 1 replayed"), "{}", n.reason);
+        assert_eq!((n.mismatch, n.command.as_deref()), (Some(MismatchKind::Returncode), Some("cat missing")));
     }
 
     #[tokio::test]
@@ -780,18 +786,24 @@ pub(crate) mod tests {
     async fn each_kind_of_fingerprint_mismatch_is_found_at_its_step() {
         let rt = runtime();
         let t = record(&rt, &[&[("echo x > new.py", 10.0)], &[("echo y >> a.py", 10.0)]], true).await;
-        let edits: Vec<(&str, Edit)> = vec![
-            ("only in the replay: /testbed/a.py, /testbed/new.py", Box::new(|f| f.changed_paths.clear())),
-            ("return code 1 recorded, 0 replayed", Box::new(|f| f.returncode = Some(1))),
-            ("git diff differs", Box::new(|f| f.git_diff.push_str("+more\n"))),
-            ("git status differs", Box::new(|f| f.git_status = " M a.py\n".into())),
+        let edits: Vec<(&str, MismatchKind, Edit)> = vec![
+            (
+                "only in the replay: /testbed/a.py, /testbed/new.py",
+                MismatchKind::ChangedPaths,
+                Box::new(|f| f.changed_paths.clear()),
+            ),
+            ("return code 1 recorded, 0 replayed", MismatchKind::Returncode, Box::new(|f| f.returncode = Some(1))),
+            ("git diff differs", MismatchKind::GitDiff, Box::new(|f| f.git_diff.push_str("+more\n"))),
+            ("git status differs", MismatchKind::GitStatus, Box::new(|f| f.git_status = " M a.py\n".into())),
         ];
-        for (expected, edit) in edits {
+        for (expected, kind, edit) in edits {
             let mut t2 = t.clone();
             edit(t2.steps[1].fingerprint.as_mut().unwrap());
             let n = non_replayable(replay_all(&rt, &t2, FingerprintMode::CompareOnly).await);
             assert_eq!((n.step, n.level), (2, CompareLevel::Fingerprint), "{expected}");
             assert!(n.reason.contains(expected), "{expected}: {}", n.reason);
+            // The state after step 2 differs: its command is the one recorded with the report.
+            assert_eq!((n.mismatch, n.command.as_deref()), (Some(kind), Some("echo y >> a.py")), "{expected}");
         }
     }
 

@@ -4,7 +4,7 @@ use vcurve_proto::v1;
 
 use vcurve_method::schedule::Series;
 use vcurve_record::EndType;
-use vcurve_record::jobs::{CompareLevel, Judged};
+use vcurve_record::jobs::{CompareLevel, Judged, MismatchKind};
 
 use crate::runner::{ContinuationKey, HeldJob, JobKey, JobReport, JobSpec};
 
@@ -136,6 +136,21 @@ fn level_to_wire(level: CompareLevel) -> i32 {
     .into()
 }
 
+fn mismatch_to_wire(kind: Option<MismatchKind>) -> i32 {
+    use v1::non_replayable::Mismatch as M;
+    match kind {
+        None => M::Unspecified,
+        Some(MismatchKind::Observation) => M::Observation,
+        Some(MismatchKind::Returncode) => M::Returncode,
+        Some(MismatchKind::Timeout) => M::Timeout,
+        Some(MismatchKind::ChangedPaths) => M::ChangedPaths,
+        Some(MismatchKind::GitDiff) => M::GitDiff,
+        Some(MismatchKind::GitStatus) => M::GitStatus,
+        Some(MismatchKind::NoOutcome) => M::NoOutcome,
+    }
+    .into()
+}
+
 pub(crate) fn report_to_wire(
     worker_id: &str,
     held: &HeldJob,
@@ -159,6 +174,8 @@ pub(crate) fn report_to_wire(
             reason: n.reason.clone(),
             recorded_excerpt: n.recorded_excerpt.clone(),
             replayed_excerpt: n.replayed_excerpt.clone(),
+            mismatch: mismatch_to_wire(n.mismatch),
+            command: n.command.clone().unwrap_or_default(),
         }),
         JobReport::Replayed(r) => R::Replayed(v1::Replayed {
             anchors: r.anchors.clone(),
@@ -212,6 +229,37 @@ mod tests {
         assert_eq!(job.trajectory_digest.as_deref(), Some("ab".repeat(32).as_str()));
         let held = held_from_wire(held_to_wire(&job.held())).unwrap();
         assert_eq!(held, job.held());
+    }
+
+    #[test]
+    fn a_non_replayable_report_carries_what_differed_and_the_command() {
+        use vcurve_record::jobs::NonReplayable;
+        let held = job_from_wire(wire_job()).unwrap().held();
+        let report = |mismatch, command: Option<&str>| {
+            let n = NonReplayable {
+                step: 2,
+                level: CompareLevel::CharMultiset,
+                reason: "output differs".into(),
+                recorded_excerpt: "a".into(),
+                replayed_excerpt: "b".into(),
+                mismatch,
+                command: command.map(str::to_owned),
+            };
+            match report_to_wire("w", &held, &JobReport::NonReplayable(n), 5).result {
+                Some(v1::report_request::Result::NonReplayable(n)) => n,
+                other => panic!("{other:?}"),
+            }
+        };
+        let n = report(Some(MismatchKind::Observation), Some("python repro.py"));
+        assert_eq!(n.mismatch(), v1::non_replayable::Mismatch::Observation);
+        assert_eq!(n.command, "python repro.py");
+        let n = report(None, None);
+        assert_eq!((n.mismatch(), n.command.as_str()), (v1::non_replayable::Mismatch::Unspecified, ""));
+        // Each kind has a value of its own.
+        let values: std::collections::BTreeSet<i32> =
+            MismatchKind::ALL.iter().map(|&k| mismatch_to_wire(Some(k))).collect();
+        assert_eq!(values.len(), MismatchKind::ALL.len());
+        assert!(!values.contains(&0));
     }
 
     #[test]

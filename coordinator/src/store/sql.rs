@@ -970,13 +970,9 @@ impl SqlStore {
             } else if retired && let JobKey::Replay { trajectory, .. } = key {
                 // No replay could be carried out: no state is known to match the record, so no
                 // continuation may run from it.
-                let why = NonReplayable {
-                    step: 0,
-                    level: vcurve_record::jobs::CompareLevel::Exact,
-                    reason: format!("the replay had no outcome in {no_outcomes} attempts (last: {reason})"),
-                    recorded_excerpt: String::new(),
-                    replayed_excerpt: String::new(),
-                };
+                let why = NonReplayable::no_outcome(format!(
+                    "the replay had no outcome in {no_outcomes} attempts (last: {reason})"
+                ));
                 self.drop_non_replayable(tx, study, trajectory, &why, now).await?;
             } else if retired {
                 self.finish_if_done(tx, study, now).await?;

@@ -44,6 +44,8 @@ fn mismatch() -> NonReplayable {
         reason: "output differs at every level".into(),
         recorded_excerpt: "a".into(),
         replayed_excerpt: "b".into(),
+        mismatch: None,
+        command: None,
     }
 }
 
