@@ -1,5 +1,16 @@
 //! A study's results as files: `curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`
-//! and `analyses.json`.
+//! and `analyses.json`; where the study has them, also
+//!
+//! - `replay.csv` and `replay.json` ([`crate::replay_table`]): replay as Appendix L reports it
+//!   (Tables 14–15), when replay applies to a trajectory (one with a recorded run, or a selection):
+//!   the CSV by role and stratum, the JSON with the mismatches, the command kinds, the comparison
+//!   levels, the first mismatch's step and the back-fills;
+//! - `selection.json` and `selection.csv` ([`crate::selection_export`]): the selection as stored,
+//!   and one row per base run it judged with its verdict, stratum and role;
+//! - `base_runs.csv`: every base run with an outcome.
+//!
+//! `results.json` carries the selection and the base runs too, so that a report built from an
+//! export folder shows them.
 //!
 //! Pure: a [`StudyRecord`] in, bytes out. The files hold nothing that depends on how the study
 //! ran (no ids, times or attempt counts), so the same outcomes always export to the same bytes —
@@ -131,6 +142,13 @@ pub struct Results {
     #[serde(default)]
     pub evaluation: Option<Evaluation>,
     pub trajectories: Vec<TrajectoryResult>,
+    /// Every base run with an outcome, by subject and seed; absent for a study that made none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub base_runs: Vec<vcurve_record::BaseRunRecord>,
+    /// The selection the study set was drawn by, with its back-fills; absent for a study that
+    /// lists its trajectories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<vcurve_method::selection::Selection>,
 }
 
 fn points_of(outcomes: &[(Series, u32, u32, vcurve_method::schedule::Outcome)], series: Series) -> Vec<Point> {
@@ -220,10 +238,16 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
         decoys: spec.decoys.clone(),
         evaluation: Evaluation::of(study),
         trajectories: out,
+        base_runs: {
+            let mut runs = study.base_runs.clone();
+            runs.sort_by(crate::selection_export::by_subject_and_seed);
+            runs
+        },
+        selection: study.selection.clone(),
     })
 }
 
-fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+pub(crate) fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(String::new, |v| v.to_string())
 }
 
@@ -308,7 +332,7 @@ pub fn evaluation_csv(results: &Results) -> String {
 }
 
 /// Quote a CSV field when it needs it.
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
 }
 
@@ -326,8 +350,31 @@ pub fn files(study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, crate::an
     let mut json = serde_json::to_vec_pretty(&analyses).expect("analyses serialize");
     json.push(b'\n');
     files.insert("analyses.json".to_string(), json);
+    files.extend(record_files(&results));
     Ok(files)
 }
 
+/// The files of what a study has only sometimes: its replay, its selection, its base runs (see
+/// the module documentation).
+fn record_files(results: &Results) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    if let Some(replay) = crate::replay_table::ReplayTable::of(results) {
+        files.insert("replay.csv".to_string(), crate::replay_table::replay_csv(&replay).into_bytes());
+        let mut json = serde_json::to_vec_pretty(&replay).expect("the replay table serializes");
+        json.push(b'\n');
+        files.insert("replay.json".to_string(), json);
+    }
+    if let Some(selection) = &results.selection {
+        files.insert("selection.json".to_string(), crate::selection_export::selection_json(selection));
+        let csv = crate::selection_export::selection_csv(selection, &results.base_runs);
+        files.insert("selection.csv".to_string(), csv.into_bytes());
+    }
+    if !results.base_runs.is_empty() {
+        let csv = crate::selection_export::base_runs_csv(&results.base_runs);
+        files.insert("base_runs.csv".to_string(), csv.into_bytes());
+    }
+    files
+}
+
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -462,6 +462,8 @@ pub fn tables(results: &Results, analyses: &StudyAnalyses) -> Vec<Table> {
     ];
     tables.extend(controls_tables(analyses));
     tables.push(stages_table(analyses));
+    tables.extend(crate::replay_table::tables(results));
+    tables.extend(crate::selection_export::tables(results));
     tables
 }
 

@@ -4,14 +4,20 @@
 //! no async, no database.
 //!
 //! - [`export`]: every trajectory analyzed into [`Results`](export::Results), and the export's
-//!   files (`curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`, `analyses.json`).
+//!   files (`curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`, `analyses.json`;
+//!   `replay.csv`, `replay.json`, `selection.json`, `selection.csv`, `base_runs.csv` where the
+//!   study has them).
 //! - [`analyses`]: the paper's analyses of one study (SPEC.md §9), the glue between the results
 //!   and the pure analyses of `vcurve_method::analyses`.
 //! - [`figures`]: a trajectory's V-curve as SVG and PNG.
 //! - [`html`]: the study's report — one self-contained HTML file, its tables as CSV.
+//! - [`replay_table`]: replay as Appendix L reports it (Tables 14–15), and the kinds of commands.
+//! - [`selection_export`]: the base-run pool (Table 8) and the selection of the study set.
 
 pub mod analyses;
 pub mod export;
 pub mod figures;
 pub mod html;
+pub mod replay_table;
 pub mod restart_check;
+pub mod selection_export;

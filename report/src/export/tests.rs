@@ -89,7 +89,7 @@ fn trajectory(id: &str, replay: Replay, retired: usize) -> (TrajectorySpec, Traj
     (spec, record)
 }
 
-fn study(
+pub(crate) fn study(
     kind: &str,
     trajectories: Vec<(TrajectorySpec, TrajectoryRecord)>,
     evaluation: EvaluationStats,
@@ -175,9 +175,18 @@ fn an_agent_study_exports_its_evaluation() {
          11,15,6,10,40,30,0,0,0.65625\n"
     );
 
+    // Replay applies to its recorded trajectories: the replay table is exported too.
     assert_eq!(
         files.keys().collect::<Vec<_>>(),
-        ["analyses.json", "curves.csv", "evaluation.csv", "results.json", "trajectories.csv"]
+        [
+            "analyses.json",
+            "curves.csv",
+            "evaluation.csv",
+            "replay.csv",
+            "replay.json",
+            "results.json",
+            "trajectories.csv"
+        ]
     );
     assert_eq!(files["evaluation.csv"], evaluation_csv(&results(&study).unwrap()).into_bytes());
     let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
