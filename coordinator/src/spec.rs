@@ -64,7 +64,7 @@ use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{BaseRun, BaseRuns, Thresholds, ThresholdsError};
 use vcurve_record::runner::{AGENT, AgentOptions, SyntheticOptions};
 pub use vcurve_record::study::{
-    Admission, ControlCounts, DecoySpec, Label, RunnerSpec, StudySpec, TaskRuns, TrajectorySpec,
+    Admission, ControlCounts, DecoySpec, Label, RunnerSpec, SelectionSpec, StudySpec, TaskRuns, TrajectorySpec,
 };
 use vcurve_record::{Trajectory, TrajectoryPayload};
 
@@ -72,6 +72,8 @@ use vcurve_record::{Trajectory, TrajectoryPayload};
 pub const MAX_LENGTH: u32 = 100_000;
 
 pub mod bounds;
+pub mod restart_check;
+mod tasks;
 pub use bounds::ReadError;
 
 /// The largest study spec: 16 MiB, 40,000 trajectories or more (the demo's take 380 bytes each
@@ -165,8 +167,27 @@ pub fn parse(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<StudyS
     parse_launch(yaml, file).map(|l| l.spec)
 }
 
-/// [`parse`], keeping the recorded runs the trajectories name.
+/// What a spec asks to launch: a study, or an online restart check of a stored one.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Study(Box<Launch>),
+    RestartCheck(restart_check::RestartCheckRequest),
+}
+
+/// [`parse`], keeping the recorded runs the trajectories name. A restart-check spec is refused:
+/// it is completed from the checked study, which only a coordinator has ([`parse_request`]).
 pub fn parse_launch(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
+    match parse_request(yaml, file)? {
+        Request::Study(launch) => Ok(*launch),
+        Request::RestartCheck(_) => Err(top_error(problem(
+            "restart_check",
+            "makes this the spec of a restart check, which is launched on the coordinator that has the checked study",
+        ))),
+    }
+}
+
+/// Parse a spec of either kind (see [`Request`]).
+pub fn parse_request(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result<Request, SpecError> {
     bounds::check_yaml(yaml, MAX_SPEC_BYTES, MAX_YAML_DEPTH).map_err(SpecError::Bounds)?;
     let mut doc: Value = serde_norway::from_str(yaml).map_err(|e| SpecError::Yaml(e.to_string()))?;
     doc.apply_merge().map_err(|e| SpecError::Yaml(e.to_string()))?;
@@ -180,7 +201,10 @@ pub fn parse_launch(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Result
             )));
         }
     };
-    parse_study(top, file)
+    if get(top, "restart_check").is_some() {
+        return restart_check::parse(top).map(Request::RestartCheck);
+    }
+    parse_study(top, file).map(|l| Request::Study(Box::new(l)))
 }
 
 /// Read a spec file and every file it references, for a client that sends them to the
@@ -203,12 +227,13 @@ pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>)
         })?;
         files.insert(path, text);
     }
-    for (index, path) in task_references(&yaml) {
+    let doc = serde_norway::from_str::<Value>(&yaml).ok().and_then(|mut d| d.apply_merge().ok().map(|()| d));
+    for (index, field, path) in doc.as_ref().map(tasks::task_references).unwrap_or_default() {
         if files.contains_key(&path) {
             continue;
         }
         let text = read_limited(&dir.join(&path)).map_err(|message| SpecError::Field {
-            field: format!("tasks[{index}].task"),
+            field: format!("tasks[{index}].{field}"),
             message: format!("{path}: {message}"),
         })?;
         files.insert(path, text);
@@ -242,8 +267,9 @@ const TOP_FIELDS: &[&str] = &[
     "trajectories",
     "decoys",
     "tasks",
+    "base_runs",
+    "selection",
 ];
-const TASK_FIELDS: &[&str] = &["task", "base_runs"];
 /// The most base runs a study may ask of one task.
 pub const MAX_BASE_RUNS: u32 = 1000;
 const TRAJECTORY_FIELDS: &[&str] = &["id", "task", "length", "curve", "labels", "base_runs", "recorded"];
@@ -275,14 +301,14 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
 
     let runner = parse_runner(required(top, "runner", "")?)?;
 
-    let tasks = parse_tasks(top, &runner, file)?;
+    let task_entries = tasks::parse_tasks(top, &runner.kind, file)?;
     // The trajectory count bounds the control counts, so look at the list's shape first. Every
     // base run may fail and become a trajectory.
     let no_entries: &[Value] = &[];
     let entries: &[Value] = match get(top, "trajectories") {
-        None if !tasks.is_empty() => no_entries,
+        None if !task_entries.is_empty() => no_entries,
         None => return Err(top_error(missing("trajectories"))),
-        Some(Value::Sequence(entries)) if entries.is_empty() && tasks.is_empty() => {
+        Some(Value::Sequence(entries)) if entries.is_empty() && task_entries.is_empty() => {
             return Err(top_error(problem(
                 "trajectories",
                 "is empty; a study needs at least one trajectory, or tasks to make base runs of",
@@ -296,10 +322,12 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
             )));
         }
     };
-    let possible: usize = entries.len() + tasks.iter().map(|t| t.base_runs as usize).sum::<usize>();
-
-    let (thresholds, controls, admission) = parse_parameters(top, possible)?;
+    let (thresholds, controls, admission, selection) = parse_parameters(top, entries.len(), &task_entries, seed)?;
     let budget = thresholds.budget;
+    let tasks: Vec<TaskRuns> = task_entries
+        .into_iter()
+        .map(|e| TaskRuns { base_runs: e.base_runs.unwrap_or(thresholds.base_runs_per_task), task: e.task })
+        .collect();
 
     let synthetic = runner.kind == SYNTHETIC;
     let mut trajectories: Vec<TrajectorySpec> = Vec::with_capacity(entries.len());
@@ -323,7 +351,8 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
     let decoys = match get(top, "decoys") {
         None => Vec::new(),
         Some(Value::Sequence(entries)) => {
-            let tasks: std::collections::HashSet<&str> = trajectories.iter().map(|t| t.task.as_str()).collect();
+            let tasks: std::collections::HashSet<&str> =
+                trajectories.iter().map(|t| t.task.as_str()).chain(tasks.iter().map(|t| t.task.id.as_str())).collect();
             let mut decoys = Vec::with_capacity(entries.len());
             let mut seen: HashMap<String, usize> = HashMap::new();
             for (index, entry) in entries.iter().enumerate() {
@@ -368,74 +397,12 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
         trajectories,
         decoys,
         tasks,
-        selection: None,
+        selection,
         restart_check: None,
     };
     Ok(Launch { spec, recorded })
 }
 
-/// `tasks:`: each entry names a task file (the task as JSON: id, image, workdir, evaluator,
-/// problem_statement) and how many base runs to make of it.
-fn parse_tasks(
-    top: &Mapping,
-    runner: &RunnerSpec,
-    file: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<TaskRuns>, SpecError> {
-    let entries = match get(top, "tasks") {
-        None => return Ok(Vec::new()),
-        Some(Value::Sequence(entries)) => entries,
-        Some(other) => {
-            return Err(top_error(problem(
-                "tasks",
-                format!("must be a list like [{{task: tasks/calc.json, base_runs: 8}}]; found {}", show(other)),
-            )));
-        }
-    };
-    if !entries.is_empty() && runner.kind == SYNTHETIC {
-        return Err(top_error(problem(
-            "tasks",
-            "is given, but the synthetic runner cannot make base runs; use the agent runner",
-        )));
-    }
-    let mut tasks: Vec<TaskRuns> = Vec::with_capacity(entries.len());
-    for (index, entry) in entries.iter().enumerate() {
-        let at = |p: Problem| SpecError::Field { field: format!("tasks[{index}].{}", p.field), message: p.message };
-        let Value::Mapping(map) = entry else {
-            return Err(at(problem(
-                "entry",
-                format!("must be a mapping with task and base_runs; found {}", show(entry)),
-            )));
-        };
-        check_keys(map, TASK_FIELDS, "", "a task entry").map_err(at)?;
-        let path = text(get(map, "task").ok_or_else(|| at(missing("task")))?, "task").map_err(at)?;
-        let Some(contents) = file(&path) else {
-            return Err(at(problem(
-                "task",
-                format!("{path}: was not found (paths are relative to the spec file's directory)"),
-            )));
-        };
-        let task: vcurve_record::Task = serde_json::from_str(&contents)
-            .map_err(|e| at(problem("task", format!("{path}: not a task (id, image, workdir, evaluator): {e}"))))?;
-        check_task(&task).map_err(|m| at(problem("task", format!("{path}: {m}"))))?;
-        let base_runs = uint(
-            get(map, "base_runs").ok_or_else(|| at(missing("base_runs")))?,
-            "base_runs",
-            1,
-            u64::from(MAX_BASE_RUNS),
-        )
-        .map_err(at)? as u32;
-        if let Some(first) = tasks.iter().position(|t| t.task.id == task.id) {
-            return Err(at(problem(
-                "task",
-                format!("{path}: task {:?} appears twice (tasks[{first}] and tasks[{index}])", task.id),
-            )));
-        }
-        tasks.push(TaskRuns { task, base_runs });
-    }
-    Ok(tasks)
-}
-
-/// What a task definition must hold for a worker to run it.
 fn check_task(task: &vcurve_record::Task) -> Result<(), String> {
     if !valid_name(&task.id) {
         return Err(format!("id {:?} must be a non-empty name of letters, digits, and . _ - characters", task.id));
@@ -563,11 +530,19 @@ fn twin(
     }
 }
 
+/// The thresholds with the spec's overrides, the controls, the admission and the selection. The
+/// controls are bounded by the trajectories the study may have: the `listed` ones, and every base
+/// run of its tasks (each may fail and become one).
 fn parse_parameters(
     top: &Mapping,
-    trajectory_count: usize,
-) -> Result<(Thresholds, ControlCounts, Admission), SpecError> {
+    listed: usize,
+    tasks: &[tasks::TaskEntry],
+    seed: u64,
+) -> Result<(Thresholds, ControlCounts, Admission, Option<SelectionSpec>), SpecError> {
     let (mut thresholds, explicit) = parse_thresholds(get(top, "thresholds"))?;
+    let selection = tasks::apply_selection(top, &mut thresholds, &explicit, !tasks.is_empty(), seed)?;
+    let trajectory_count =
+        listed + tasks.iter().map(|t| t.base_runs.unwrap_or(thresholds.base_runs_per_task) as usize).sum::<usize>();
     let given = |key: &str| explicit.get(key).map(|&v| (format!("thresholds.{key}"), v));
     let u32_field = |map: &Mapping, key: &str, prefix: &str| -> Result<Option<(String, u32)>, SpecError> {
         let Some(v) = get(map, key) else { return Ok(None) };
@@ -674,7 +649,7 @@ fn parse_parameters(
         }
         ThresholdsError::Parse(message) => top_error(problem("thresholds", message)),
     })?;
-    Ok((thresholds, controls, admission))
+    Ok((thresholds, controls, admission, selection))
 }
 
 /// The paper's thresholds with the spec's overrides (not yet validated), and the integer
@@ -1000,20 +975,6 @@ fn file_references(yaml: &str) -> Vec<(TrajectoryRef, &'static str, String)> {
         }
     }
     out
-}
-
-/// The task files a spec names (`task` of each `tasks` entry), with the entry's index.
-fn task_references(yaml: &str) -> Vec<(usize, String)> {
-    let Ok(mut doc) = serde_norway::from_str::<Value>(yaml) else { return Vec::new() };
-    if doc.apply_merge().is_err() {
-        return Vec::new();
-    }
-    let Some(entries) = doc.get("tasks").and_then(Value::as_sequence) else { return Vec::new() };
-    entries
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| e.get("task").and_then(Value::as_str).map(|p| (i, p.to_string())))
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

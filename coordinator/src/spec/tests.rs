@@ -1036,7 +1036,6 @@ fn bad_tasks_are_refused_naming_the_entry() {
     let files = task_files(CALC);
     for (yaml, parts) in [
         (TASKS.replace("base_runs: 8", "base_runs: 0"), &["tasks[0].base_runs"][..]),
-        (TASKS.replace("    base_runs: 8\n", ""), &["tasks[0].base_runs", "missing"][..]),
         (TASKS.replace("tasks/calc.json", "tasks/none.json"), &["tasks[0].task", "tasks/none.json", "not found"][..]),
         (
             TASKS.replace(
@@ -1062,4 +1061,149 @@ fn bad_tasks_are_refused_naming_the_entry() {
         &rejected_with(&TASKS.replace("command: [python3, -m, vcurve_agents.scripted], ", ""), &files),
         &["runner", "command"],
     );
+}
+
+#[test]
+fn a_study_of_tasks_selects_with_the_paper_parameters_by_default() {
+    let spec = parse_with(&TASKS.replace("    base_runs: 8\n", ""), &task_files(CALC)).unwrap();
+    assert_eq!(spec.tasks[0].base_runs, 8, "base_runs defaults to thresholds.base_runs_per_task");
+    assert_eq!(spec.selection, Some(vcurve_record::SelectionSpec { seed: 7, target: None }));
+    let t = &spec.thresholds;
+    assert_eq!((t.band_min, t.band_max, t.trajectories_per_task, t.decoys), (2, 6, 3, 10));
+    // A study of listed trajectories has no selection.
+    assert_eq!(parse_with(VALID, &valid_files()).unwrap().selection, None);
+}
+
+#[test]
+fn the_selection_block_and_base_runs_set_the_selection_parameters() {
+    let yaml = format!(
+        "{}base_runs: 4\nselection: {{band: [1, 3], per_task: 2, decoys: 5, target: 9, seed: 99}}\n",
+        TASKS.replace("    base_runs: 8\n", "")
+    );
+    let spec = parse_with(&yaml, &task_files(CALC)).unwrap();
+    assert_eq!(spec.tasks[0].base_runs, 4);
+    assert_eq!(spec.selection, Some(vcurve_record::SelectionSpec { seed: 99, target: Some(9) }));
+    let t = &spec.thresholds;
+    assert_eq!((t.base_runs_per_task, t.band_min, t.band_max, t.trajectories_per_task, t.decoys), (4, 1, 3, 2, 5));
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<StudySpec>(&json).unwrap(), spec);
+    // The same values in `thresholds` agree; different ones conflict, naming both.
+    let same = format!("{yaml}thresholds: {{band_min: 1, trajectories_per_task: 2, base_runs_per_task: 4}}\n");
+    assert_eq!(parse_with(&same, &task_files(CALC)).unwrap(), spec);
+    let files = task_files(CALC);
+    for (extra, parts) in [
+        ("thresholds: {band_max: 5}\n", &["selection.band[1]", "thresholds.band_max"][..]),
+        ("thresholds: {decoys: 1}\n", &["selection.decoys", "thresholds.decoys"][..]),
+        ("thresholds: {base_runs_per_task: 8}\n", &["base_runs", "thresholds.base_runs_per_task"][..]),
+    ] {
+        assert_mentions(&rejected_with(&format!("{yaml}{extra}"), &files), parts);
+    }
+}
+
+#[test]
+fn bad_selection_blocks_are_refused_naming_the_field() {
+    let files = task_files(CALC);
+    let with = |block: &str| format!("{TASKS}selection: {block}\n");
+    for (yaml, parts) in [
+        (with("{band: [5, 2]}"), &["selection.band", "lowest"][..]),
+        (with("{band: [2, 9]}"), &["selection.band", "8 base runs"][..]),
+        (with("{band: 3}"), &["selection.band", "[2, 6]"][..]),
+        (with("{per_task: 0}"), &["selection.per_task", "at least 1"][..]),
+        (with("{target: 0}"), &["selection.target"][..]),
+        (with("{seed: -1}"), &["selection.seed"][..]),
+        (with("{bands: [2, 6]}"), &["selection.bands"][..]),
+        (with("3"), &["selection", "mapping"][..]),
+        (format!("{TASKS}base_runs: 0\n"), &["base_runs", "1..="][..]),
+        (format!("{VALID}selection: {{seed: 1}}\n"), &["selection", "no tasks"][..]),
+    ] {
+        let files = if yaml.contains("tasks:") { files.clone() } else { valid_files() };
+        assert_mentions(&rejected_with(&yaml, &files), parts);
+    }
+}
+
+const INLINE: &str = r#"
+name: inline
+seed: 3
+runner: {kind: agent, command: [python3, -m, vcurve_agents.scripted]}
+tasks:
+  - id: calc-2
+    image: vcurve-task-calc:abc
+    workdir: /testbed
+    evaluator: {kind: command, command: python3 -m unittest, timeout_s: 60}
+    problem_statement_file: tasks/calc-2.md
+    base_runs: 3
+  - task: tasks/calc.json
+"#;
+
+#[test]
+fn a_task_may_be_written_inline_with_its_problem_statement_in_a_file() {
+    let mut files = task_files(CALC);
+    files.insert("tasks/calc-2.md".into(), "Fix add().\n".into());
+    let spec = parse_with(INLINE, &files).unwrap();
+    let t = &spec.tasks[0];
+    assert_eq!((t.task.id.as_str(), t.task.workdir.as_str(), t.base_runs), ("calc-2", "/testbed", 3));
+    assert_eq!(t.task.problem_statement.as_deref(), Some("Fix add().\n"));
+    assert_eq!(
+        t.task.evaluator,
+        vcurve_record::Evaluator::Command { command: "python3 -m unittest".into(), timeout_s: 60 }
+    );
+    assert_eq!(spec.tasks[1].base_runs, 8);
+    for (yaml, parts) in [
+        (INLINE.replace("tasks/calc-2.md", "tasks/none.md"), &["tasks[0].problem_statement_file", "not found"][..]),
+        (INLINE.replace("workdir: /testbed", "workdir: testbed"), &["tasks[0].workdir", "absolute"][..]),
+        (INLINE.replace("    image: vcurve-task-calc:abc\n", ""), &["tasks[0].image", "missing"][..]),
+        (INLINE.replace("kind: command,", "kind: harness,"), &["tasks[0].evaluator.kind", "harness"][..]),
+        (INLINE.replace("timeout_s: 60}", "timeout_s: 0}"), &["tasks[0].evaluator.timeout_s"][..]),
+        (INLINE.replace("    base_runs: 3\n", "    base_runs: 3\n    imagee: x\n"), &["tasks[0].imagee"][..]),
+        (
+            INLINE.replace(
+                "problem_statement_file: tasks/calc-2.md",
+                "problem_statement_file: tasks/calc-2.md\n    problem_statement: x",
+            ),
+            &["tasks[0].problem_statement_file", "both"][..],
+        ),
+        (INLINE.replace("id: calc-2", "id: calc-1"), &["tasks[1].task", "twice"][..]),
+    ] {
+        assert_mentions(&rejected_with(&yaml, &files), parts);
+    }
+}
+
+#[test]
+fn reading_a_spec_reads_its_task_files_and_problem_statements() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tasks")).unwrap();
+    std::fs::write(dir.path().join("tasks/calc.json"), CALC).unwrap();
+    std::fs::write(dir.path().join("tasks/calc-2.md"), "Fix add().").unwrap();
+    std::fs::write(dir.path().join("study.yaml"), INLINE).unwrap();
+    let spec = load(&dir.path().join("study.yaml")).unwrap();
+    assert_eq!(spec.tasks[0].task.problem_statement.as_deref(), Some("Fix add()."));
+    std::fs::remove_file(dir.path().join("tasks/calc-2.md")).unwrap();
+    let e = load(&dir.path().join("study.yaml")).unwrap_err().to_string();
+    assert_mentions(&e, &["tasks[0].problem_statement_file", "tasks/calc-2.md"]);
+}
+
+#[test]
+fn a_restart_check_spec_names_the_checked_study_and_nothing_else() {
+    let none: BTreeMap<String, String> = BTreeMap::new();
+    let request = |yaml: &str| parse_request(yaml, &|p| none.get(p).cloned());
+    let Ok(Request::RestartCheck(check)) = request("restart_check: {of: s-1}\n") else { panic!() };
+    assert_eq!(check, restart_check::RestartCheckRequest { name: None, seed: None, of: "s-1".into(), runs: 8 });
+    let Ok(Request::RestartCheck(check)) = request("name: rc\nseed: 3\nrestart_check: {of: s-1, runs: 2}\n") else {
+        panic!()
+    };
+    assert_eq!((check.name.as_deref(), check.seed, check.runs), (Some("rc"), Some(3), 2));
+    for (yaml, parts) in [
+        ("restart_check: {of: s-1, runs: 0}\n", &["restart_check.runs"][..]),
+        ("restart_check: {runs: 2}\n", &["restart_check.of", "missing"][..]),
+        ("restart_check: {of: s-1, run: 2}\n", &["restart_check.run"][..]),
+        ("restart_check: {of: s-1}\nrunner: {kind: agent}\n", &["runner", "checked study"][..]),
+        ("restart_check: s-1\n", &["restart_check", "mapping"][..]),
+    ] {
+        match request(yaml) {
+            Err(e) => assert_mentions(&e.to_string(), parts),
+            Ok(r) => panic!("{yaml} was accepted: {r:?}"),
+        }
+    }
+    // `parse` makes studies only: a restart check is completed from the stored study.
+    assert_mentions(&rejected("restart_check: {of: s-1}\n"), &["restart_check", "coordinator"]);
 }
