@@ -262,9 +262,16 @@ impl<S: Store> Coordinator<S> {
         let (yaml, files) = (yaml.to_string(), files.clone());
         let kinds = self.runner_kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         // Recorded trajectories are megabytes of JSON: parse them off the async runtime.
-        let launch = tokio::task::spawn_blocking(move || crate::spec::parse_launch(&yaml, &|p| files.get(p).cloned()))
-            .await
-            .map_err(|e| CoordinatorError::Internal(format!("parsing the spec panicked: {e}")))??;
+        let request =
+            tokio::task::spawn_blocking(move || crate::spec::parse_request(&yaml, &|p| files.get(p).cloned()))
+                .await
+                .map_err(|e| CoordinatorError::Internal(format!("parsing the spec panicked: {e}")))??;
+        let launch = match request {
+            crate::spec::Request::Study(launch) => *launch,
+            crate::spec::Request::RestartCheck(check) => {
+                crate::spec::Launch { spec: self.restart_check_spec(&check).await?, recorded: Default::default() }
+            }
+        };
         let kind = &launch.spec.runner.kind;
         if !kinds.contains(kind) {
             return Err(CoordinatorError::Spec(crate::spec::SpecError::Field {
@@ -281,6 +288,48 @@ impl<S: Store> Coordinator<S> {
         tracing::info!(study = %id, name = %spec.name, trajectories = spec.trajectories.len(), "study launched");
         self.work.notify_waiters();
         Ok(id)
+    }
+
+    /// The spec of an online restart check of a finished study (Appendix Q), from the study as
+    /// stored: its runner, budget and tasks, and the rows the renderer finds (every trajectory
+    /// with a restart point).
+    async fn restart_check_spec(
+        &self,
+        check: &crate::spec::restart_check::RestartCheckRequest,
+    ) -> Result<vcurve_record::StudySpec, CoordinatorError> {
+        let refused = |message: String| {
+            CoordinatorError::Spec(crate::spec::SpecError::Field { field: "restart_check.of".into(), message })
+        };
+        let checked = match self.store.study(&check.of).await {
+            Ok(record) => record,
+            Err(crate::store::StoreError::UnknownStudy(_)) => {
+                return Err(refused(format!("= {:?} is not a study of this coordinator", check.of)));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if checked.state != StudyState::Done {
+            return Err(refused(format!(
+                "= {:?} is {}; its restart points are checked once it is done",
+                check.of,
+                checked.state.as_str()
+            )));
+        }
+        // A row's task, where the study does not list it, is the task of its recorded run.
+        let mut recorded_tasks = BTreeMap::new();
+        for t in &checked.spec.trajectories {
+            if checked.spec.tasks.iter().any(|x| x.task.id == t.task) {
+                continue;
+            }
+            if let Some(digest) = &t.recorded
+                && let Some(bytes) = self.store.file(digest).await?
+                && let Ok(run) = vcurve_record::Trajectory::from_json(&bytes)
+            {
+                recorded_tasks.insert(t.id.clone(), run.task);
+            }
+        }
+        let spec = checked.spec.clone();
+        let rows = self.render(move |r| r.restart_check_rows(&checked)).await?;
+        Ok(crate::spec::restart_check::complete(check, &spec, rows, &|t| recorded_tasks.get(t).cloned())?)
     }
 
     /// Launch a study whose files were uploaded before: `files` maps each path in the spec to

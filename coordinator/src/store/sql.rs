@@ -134,9 +134,20 @@ struct StudyConfig {
     runner_options: serde_json::Value,
     controls: ControlCounts,
     admission: Admission,
+    /// Base-run subjects with their own task and budget (a restart check's rows).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    base_run_subjects: std::collections::BTreeMap<String, base_runs::BaseRunSubject>,
 }
 
 impl StudyConfig {
+    /// The task and the budget of the base runs of `subject`.
+    fn base_run_of<'a>(&'a self, subject: &'a str) -> (&'a str, u32) {
+        match self.base_run_subjects.get(subject) {
+            Some(s) => (s.task.as_str(), s.budget),
+            None => (subject, self.budget),
+        }
+    }
+
     fn variant(&self) -> Result<&'static dyn Variant, StoreError> {
         variant_by_name(&self.schedule)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown schedule {:?}", self.schedule)))
@@ -408,6 +419,7 @@ impl SqlStore {
         .await?
         .rows_affected();
         self.count(tx, study, trajectory, "n_dropped", dropped).await?;
+        self.back_fill(tx, study, trajectory, now).await?;
         self.finish_if_done(tx, study, now).await
     }
 
@@ -707,8 +719,12 @@ impl SqlStore {
                 }
                 _ => Vec::new(),
             };
+            let budget = match &key {
+                JobKey::BaseRun { task, .. } => config.base_run_of(task).1,
+                _ => config.budget,
+            };
             jobs.push(LeasedJob {
-                budget: config.budget,
+                budget,
                 runner_kind: config.runner_kind.clone(),
                 runner_options: config.runner_options.to_string(),
                 study_seed: config.seed,
@@ -1007,14 +1023,15 @@ impl SqlStore {
                 self.drop_non_replayable(tx, study, trajectory, why, now).await?;
                 Ok(Reported::accepted(true))
             }
-            (JobKey::BaseRun { task, .. }, JobReport::Outcome(o)) => {
+            (JobKey::BaseRun { task: subject, .. }, JobReport::Outcome(o)) => {
                 let mut wakes = false;
                 if config.runner_kind == vcurve_record::runner::AGENT {
                     let payload = self.job_payload(tx, key).await?;
+                    let (task, _) = config.base_run_of(subject);
                     let run = verdicts::RunOf { study, task, payload: payload.as_deref() };
                     wakes |= self.judge_run(tx, &config, run, o, now).await?;
                 }
-                wakes |= self.take_base_runs(tx, &config, study, task, now).await? > 0;
+                wakes |= self.take_base_runs(tx, &config, study, subject, now).await? > 0;
                 self.finish_if_done(tx, study, now).await?;
                 Ok(Reported::accepted(wakes))
             }
@@ -1147,6 +1164,7 @@ impl Store for SqlStore {
             runner_options: spec.runner.options.clone(),
             controls: spec.controls,
             admission: spec.admission,
+            base_run_subjects: base_runs::base_run_subjects(spec),
         };
         let mut tx = self.pool.begin().await?;
         sqlx::query(
