@@ -323,10 +323,13 @@ pub async fn status(study: &str, connection: &Connection, json: bool, watch: boo
     let request = v1::ProgressRequest { study: study.to_string() };
     if !watch {
         let p = client.get_progress(request).await.with_context(at(connection))?.into_inner();
+        let checks = checks_of(&mut client, &p).await.with_context(at(connection))?;
         return if json {
-            output::println(serde_json::to_string_pretty(&progress_json(&p))?)
+            let mut value = progress_json(&p);
+            value["checks"] = checks.unwrap_or(serde_json::Value::Null);
+            output::println(serde_json::to_string_pretty(&value)?)
         } else {
-            output::print(progress_text(&p))
+            output::print(progress_text(&p) + &checks.map(|c| checks_text(&c)).unwrap_or_default())
         };
     }
     let mut stream = client.watch_progress(request).await.with_context(at(connection))?.into_inner();
@@ -341,9 +344,52 @@ pub async fn status(study: &str, connection: &Connection, json: bool, watch: boo
     }
     if let (Some(b), Some(p)) = (&bars, &last) {
         b.finish();
-        output::print(progress_text(p))?;
+        let checks = checks_of(&mut client, p).await.with_context(at(connection))?;
+        output::print(progress_text(p) + &checks.map(|c| checks_text(&c)).unwrap_or_default())?;
     }
     Ok(())
+}
+
+/// A finished study's checks before any claim (Table 4, from its export's `analyses.json`);
+/// `None` while it runs (the checks are of the whole study) and for a study without analyses (a
+/// restart check).
+async fn checks_of(client: &mut client::StudyClient, p: &v1::Progress) -> anyhow::Result<Option<serde_json::Value>> {
+    if p.state == "running" {
+        return Ok(None);
+    }
+    let files = client.export(v1::ExportRequest { study: p.study.clone() }).await?.into_inner().files;
+    let Some(analyses) = files.into_iter().find(|f| f.name == "analyses.json") else { return Ok(None) };
+    let analyses: serde_json::Value =
+        serde_json::from_slice(&analyses.contents).context("the export's analyses.json is not JSON")?;
+    Ok(Some(analyses["checks"].clone()))
+}
+
+/// Table 4 as text: each check, its criterion, its value ("not measured" when it has none) and
+/// whether it passes, then the verdict.
+pub fn checks_text(checks: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::from("\nchecks before any claim (Table 4):\n");
+    for c in checks["checks"].as_array().into_iter().flatten() {
+        let status = match c["status"].as_str().unwrap_or("") {
+            "fail" => "FAIL",
+            "not_measured" => "not measured",
+            other => other,
+        };
+        let _ = writeln!(
+            text,
+            "  {:<36} {:<34} {:<28} {status}",
+            c["check"].as_str().unwrap_or(""),
+            c["criterion"].as_str().unwrap_or(""),
+            c["value"].as_str().unwrap_or("not measured"),
+        );
+    }
+    let verdict = checks["verdict"].as_str().unwrap_or("not measured");
+    let _ = writeln!(
+        text,
+        "  verdict: {verdict}{}",
+        if verdict == "fail" { " — the analyses are exported, marked as not passing the checks" } else { "" }
+    );
+    text
 }
 
 /// Write an export's files into `out`.
@@ -628,4 +674,27 @@ pub struct StudiesArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_read_as_table_4_with_failures_and_what_was_not_measured() {
+        let checks = serde_json::json!({
+            "checks": [
+                {"id": "replay", "check": "Replay match", "criterion": "≥ 70% of selected", "value": "3/7 (43%)", "status": "fail"},
+                {"id": "flake", "check": "Harness flake rate", "criterion": "≤ 3%", "value": null, "status": "not_measured"},
+                {"id": "cache", "check": "Evaluations via cache", "criterion": "all", "value": "10/10", "status": "pass"}
+            ],
+            "verdict": "fail"
+        });
+        let text = checks_text(&checks);
+        assert!(text.contains("Replay match") && text.contains("3/7 (43%)") && text.contains("FAIL"), "{text}");
+        let flake = text.lines().find(|l| l.contains("Harness flake rate")).unwrap();
+        assert!(flake.matches("not measured").count() == 2 && !flake.contains('0'), "{flake}");
+        assert!(text.contains("verdict: fail — the analyses are exported, marked as not passing"), "{text}");
+        assert!(checks_text(&serde_json::json!({"checks": [], "verdict": "pass"})).ends_with("verdict: pass\n"));
+    }
 }

@@ -294,11 +294,12 @@ pub struct DemoCommand {
     /// Simulated work per continuation, in milliseconds.
     #[arg(long, default_value_t = 2)]
     pub duration_ms: u64,
-    /// The real-container demo instead: the scripted known-truth agent on the test task in Docker
-    /// (base runs, replay, snapshots, continuations, evaluation); builds the images when missing.
+    /// The real-container demo instead: the scripted known-truth agent on two variants of the test
+    /// task in Docker (base runs, selection, replay and back-fill, snapshots, continuations,
+    /// evaluation, checks, the online restart check); builds the images when missing.
     #[arg(long)]
     pub docker: bool,
-    /// With --docker: base runs of the test task (its random-token variant gets half as many).
+    /// With --docker: base runs of each of the two tasks (the test task and its variant).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=64))]
     pub base_runs: u32,
     /// With --docker: the paper's thresholds instead of the reduced ones.

@@ -1,12 +1,16 @@
-//! `vcurve demo --docker`: the paper's real work on real containers, on one machine. The
-//! scripted known-truth agent (`agents/vcurve_agents/scripted.py`) makes base runs of the test
-//! task `calc-1` (a small Python package with a bug and hidden tests, built into an image by
-//! `deploy/images/build` when missing); every failed base run becomes a trajectory that is
-//! replayed under replay's checks, snapshotted at its anchors, continued under the adaptive
-//! schedule and judged through the patch cache. A second task, `calc-1-token`, is the same task
-//! whose agent prints a random token at step 4: its trajectories must be found non-replayable
-//! there. The summary sets the agent's true decision step and hypothesis beside the measured
-//! decisive interval, point of no return and replay status, and `truth.csv` records the truth.
+//! `vcurve demo --docker`: the paper's pipeline on real containers, on one machine, from tasks to a
+//! checked report and an online restart check. The scripted known-truth agent
+//! (`agents/vcurve_agents/scripted.py`) makes base runs of two variants of the test task — `calc-1`
+//! (a small Python package with a bug and hidden tests, built into an image by
+//! `deploy/images/build` when missing; `q = 0.7`, `r = 0.9`) and `calc-1-token` (`q = 0.5`,
+//! `r = 0.8`, and half of its runs print a random token at step 4). Once every base run is in, the
+//! selection draws the study set from the band's failed runs by stratum with its seed and keeps
+//! decoys; each selected run is replayed under replay's checks, and one that printed the token is
+//! found non-replayable there and back-filled from its stratum; the rest are snapshotted at their
+//! anchors, continued under the adaptive schedule with the three controls, and judged through the
+//! patch cache. When the study is done, its restart points are checked online: fresh runs from
+//! `h_0` with budget `B − t_r`. The summary sets the agent's truth beside what was measured, and
+//! `truth.csv` records the truth.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,10 +30,22 @@ use vcurve_coordinator::store::{LeasePolicy, Store};
 
 /// The scripted agent's decision step in the demo (its default).
 pub const DECISION_STEP: u32 = 8;
-/// The step at which the `calc-1-token` variant prints a random token.
+/// The step at which the `calc-1-token` variant prints a random token (on some runs).
 pub const TOKEN_STEP: u32 = 4;
 /// The task of the random-token variant.
 pub const TOKEN_TASK: &str = "calc-1-token";
+/// The share of the variant's runs that print the token.
+pub const TOKEN_RATE: f64 = 0.5;
+/// The agent's `(q, r)` on each task: `V(h_0) = q·r`.
+pub const MODELS: [(&str, f64, f64); 2] = [("calc-1", 0.7, 0.9), (TOKEN_TASK, 0.5, 0.8)];
+/// The scripted agent's run length `T = D + 5` (fix at `D + 2`, submission three steps later).
+pub const RUN_LENGTH: u32 = DECISION_STEP + 5;
+/// The step budget `B`: long enough that a fresh run after the decision step still fits
+/// (`B − t ≥ T` for `t ≤ 17`), so that restarting there is worth `q·r` and the failed runs have
+/// restart points to check.
+pub const BUDGET: u32 = 30;
+/// Fresh runs per trajectory in the restart check.
+pub const RESTART_RUNS: u32 = 8;
 
 /// The demo's options.
 #[derive(Debug, Clone)]
@@ -37,7 +53,7 @@ pub struct DockerDemoArgs {
     pub out: PathBuf,
     /// Jobs run at once by the demo's worker.
     pub slots: u32,
-    /// Base runs of `calc-1` (the variant gets half as many).
+    /// Base runs of each task.
     pub base_runs: u32,
     /// The paper's thresholds instead of the reduced ones.
     pub paper_thresholds: bool,
@@ -45,12 +61,13 @@ pub struct DockerDemoArgs {
 }
 
 /// The demo study's seed. Outcomes are a function of it (the scripted agent draws its decisions
-/// from each run's seed), and it was chosen so that the draws are typical of the truth
-/// (`V(h_0) = q·r = 0.63`): with 6 or 8 base runs, 3 or 5 of `calc-1`'s pass and the `t = 0`
-/// sanity control of its first two trajectories agrees with them (Fisher p = 1), the token
-/// variant has a failed base run to refuse and a passed one (not doomed), and every failure of
-/// `calc-1` took the wrong hypothesis. (Seed 7 drew 2 passes of 6 or 8 base runs and 8 of 8 at
-/// `h_0` of the first trajectory: p = 0.015, the sanity check failed by chance.)
+/// from each run's seed), and it was chosen so that the draws are typical of the truth: with 8 base
+/// runs, 5 of `calc-1`'s pass (`q·r = 0.63`), every failure of `calc-1` took the wrong hypothesis,
+/// and the `t = 0` sanity control agrees with the base runs; 4 of `calc-1-token`'s 8 pass
+/// (`q·r = 0.40`) and two of its four failures printed the token, so that the selection (three per
+/// task) picks at least one of them and back-fills it. (Seed 7 drew 2 passes of 8 base runs of
+/// `calc-1` and 8 of 8 at `h_0` of its first trajectory: p = 0.015, the sanity check failed by
+/// chance.) The selection seed is the study's; the restart check's seed is the study's plus one.
 pub const SEED: u64 = 77;
 
 /// The thresholds the demo uses unless asked for the paper's: fewer continuations at the
@@ -105,22 +122,28 @@ pub fn docker_spec(
     let mut variant = task.clone();
     variant["id"] = serde_json::Value::String(TOKEN_TASK.to_string());
     let agents = agents.to_str().context("the agents folder's path is not UTF-8")?;
+    let (_, q, r) = MODELS[0];
+    let (_, token_q, token_r) = MODELS[1];
     let mut yaml = String::new();
-    let _ = writeln!(yaml, "name: demo-docker\nseed: {SEED}\nbudget: 20\nschedule: paper");
+    let _ = writeln!(yaml, "name: demo-docker\nseed: {SEED}\nbudget: {BUDGET}\nschedule: paper");
     let _ = writeln!(yaml, "runner:\n  kind: agent\n  command: [python3, -m, vcurve_agents.scripted]");
     let _ = writeln!(yaml, "  env: {{PYTHONPATH: {}}}", serde_json::to_string(agents)?);
     let _ = writeln!(
         yaml,
-        "  model: {{q: 0.7, r: 0.9, decision_step: {DECISION_STEP}, tasks: {{{TOKEN_TASK}: {{random_token_step: {TOKEN_STEP}}}}}}}"
+        "  model: {{q: {q}, r: {r}, decision_step: {DECISION_STEP}, tasks: {{{TOKEN_TASK}: {{q: {token_q}, r: {token_r}, \
+         random_token_step: {TOKEN_STEP}, random_token_rate: {TOKEN_RATE}}}}}}}"
     );
-    let _ = writeln!(yaml, "  memory_mb: 512\n  pids_limit: 256\n  run_timeout_s: 600");
+    // Half the unique patches re-evaluated, so that the demo's few patches measure the flake rate.
+    let _ = writeln!(yaml, "  memory_mb: 512\n  pids_limit: 256\n  run_timeout_s: 600\n  flake_recheck_rate: 0.5");
     if !paper_thresholds {
         let _ = writeln!(yaml, "thresholds: {REDUCED_THRESHOLDS}");
     }
-    let _ = writeln!(yaml, "controls: {{sanity: 2}}");
+    let _ = writeln!(yaml, "controls: {{sanity: 2, retest: 1, budget_control: 1}}");
+    let _ = writeln!(yaml, "base_runs: {base_runs}");
+    let _ = writeln!(yaml, "selection: {{band: [2, 6], per_task: 3, decoys: 4}}");
     let _ = writeln!(yaml, "tasks:");
-    let _ = writeln!(yaml, "  - {{task: tasks/calc-1.json, base_runs: {base_runs}}}");
-    let _ = writeln!(yaml, "  - {{task: tasks/{TOKEN_TASK}.json, base_runs: {}}}", base_runs.div_ceil(2).max(2));
+    let _ = writeln!(yaml, "  - task: tasks/calc-1.json");
+    let _ = writeln!(yaml, "  - task: tasks/{TOKEN_TASK}.json");
     let files = BTreeMap::from([
         ("tasks/calc-1.json".to_string(), serde_json::to_string_pretty(task)?),
         (format!("tasks/{TOKEN_TASK}.json"), serde_json::to_string_pretty(&variant)?),
@@ -129,34 +152,50 @@ pub fn docker_spec(
 }
 
 /// What the scripted agent's recorded run says of itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Truth {
     pub trajectory: String,
+    pub task: String,
     pub decision_step: u32,
     /// Whether the run adopted the wrong hypothesis at its decision step.
     pub wrong_hypothesis: bool,
+    /// The step at which the run printed a random token, if it did.
     pub random_token_step: Option<u32>,
+    /// `V(h_0) = q·r` of its task.
+    pub v0: f64,
+}
+
+/// The scripted agent's true restart value `R(x, b)`: a fresh run succeeds with probability
+/// `q·r` if it can reach its submission within `b` steps, else never.
+pub fn true_restart_value(task: &str, budget: u32) -> Option<f64> {
+    let (_, q, r) = MODELS.iter().find(|(t, _, _)| *t == task)?;
+    Some(if budget >= RUN_LENGTH { q * r } else { 0.0 })
 }
 
 /// The truth of each trajectory, read off its recorded run (the hypothesis marker the scripted
-/// agent writes into its own message at the decision step).
+/// agent writes into its own message at the decision step, the random token's command).
 pub fn truths(
     record: &vcurve_record::StudyRecord,
     recorded: &BTreeMap<String, vcurve_record::Trajectory>,
 ) -> Vec<Truth> {
     record
-        .spec
         .trajectories
         .iter()
+        .filter_map(|tr| record.spec.trajectories.iter().find(|t| t.id == tr.id))
         .map(|t| {
-            let wrong = t.recorded.as_ref().and_then(|d| recorded.get(d)).is_some_and(|run| {
-                run.messages.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains("HYPOTHESIS: wrong")))
-            });
+            let run = t.recorded.as_ref().and_then(|d| recorded.get(d));
+            let says = |text: &str| {
+                run.is_some_and(|run| {
+                    run.messages.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains(text)))
+                })
+            };
             Truth {
                 trajectory: t.id.clone(),
+                task: t.task.clone(),
                 decision_step: DECISION_STEP,
-                wrong_hypothesis: wrong,
-                random_token_step: (t.task == TOKEN_TASK).then_some(TOKEN_STEP),
+                wrong_hypothesis: says("HYPOTHESIS: wrong"),
+                random_token_step: says("</dev/urandom").then_some(TOKEN_STEP),
+                v0: true_restart_value(&t.task, BUDGET).unwrap_or(f64::NAN),
             }
         })
         .collect()
@@ -164,10 +203,11 @@ pub fn truths(
 
 /// `truth.csv`.
 pub fn truth_csv(truths: &[Truth]) -> String {
-    let mut out = String::from("trajectory,decision_step,wrong_hypothesis,random_token_step\n");
+    let mut out = String::from("trajectory,task,v0,decision_step,wrong_hypothesis,random_token_step\n");
     for t in truths {
         let token = t.random_token_step.map(|s| s.to_string()).unwrap_or_default();
-        let _ = writeln!(out, "{},{},{},{token}", t.trajectory, t.decision_step, t.wrong_hypothesis);
+        let _ =
+            writeln!(out, "{},{},{:.4},{},{},{token}", t.trajectory, t.task, t.v0, t.decision_step, t.wrong_hypothesis);
     }
     out
 }
@@ -219,12 +259,27 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
 
     let last = watch(&mut client, &study, args.progress).await?;
     let mut written = export_into(&mut client, &study, &args.out).await?;
+
+    // The online restart check: fresh runs from h_0 at every restart point, a study of its own.
+    eprintln!(
+        "== restart check: {RESTART_RUNS} fresh runs with budget B − t_r for each trajectory with a restart point"
+    );
+    let check_yaml = format!("name: demo-docker-restart-check\nrestart_check: {{of: {study}, runs: {RESTART_RUNS}}}\n");
+    let check = client::upload_and_launch(&mut client, check_yaml, &BTreeMap::new()).await?;
+    watch(&mut client, &check, args.progress).await?;
+    let check_dir = args.out.join("restart-check");
+    written.extend(export_into(&mut client, &check, &check_dir).await?);
+    let csv = args.out.join("restart_check.csv");
+    std::fs::copy(check_dir.join("restart_check.csv"), &csv)
+        .with_context(|| format!("the restart check exported no {}", check_dir.join("restart_check.csv").display()))?;
+    written.push(csv);
     stop_worker.cancel();
     worker.await??;
     let coordinator = local.coordinator.clone();
     local.stop().await?;
 
     let record = coordinator.store().study(&study).await?;
+    let check_record = coordinator.store().study(&check).await?;
     let mut recorded = BTreeMap::new();
     for t in &record.spec.trajectories {
         if let Some(d) = &t.recorded {
@@ -237,7 +292,10 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     std::fs::write(&truth_path, truth_csv(&truths))?;
     written.push(truth_path);
 
-    let table = summary(&args.out, &record, &truths)?;
+    let mut table = summary(&args.out, &record, &truths)?;
+    table.push_str(&selection_summary(&record));
+    table.push_str(&checks_summary(&args.out)?);
+    table.push_str(&restart_check_summary(&check_record)?);
     let mut out = table.clone();
     if let Some(p) = last.and_then(|p| p.evaluation) {
         let _ = writeln!(
@@ -257,7 +315,11 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
         runner.held_snapshots().len(),
         runner.snapshot_bytes() as f64 / 1e6
     );
-    let _ = writeln!(out, "\nstudy {study} finished in {:.1} s; wrote:", started.elapsed().as_secs_f64());
+    let _ = writeln!(
+        out,
+        "\nstudy {study} and its restart check {check} finished in {:.1} s; wrote:",
+        started.elapsed().as_secs_f64()
+    );
     for p in written {
         let _ = writeln!(out, "  {}", p.display());
     }
@@ -305,4 +367,78 @@ fn summary(out: &Path, record: &vcurve_record::StudyRecord, truths: &[Truth]) ->
         );
     }
     Ok(table)
+}
+
+/// The selection: each task's verdict, the strata, the back-fills.
+fn selection_summary(record: &vcurve_record::StudyRecord) -> String {
+    let mut out = String::new();
+    let Some(sel) = &record.selection else { return out };
+    let _ = writeln!(out, "\nselection (seed {}):", sel.seed);
+    for t in &sel.tasks {
+        let verdict = format!("{:?}", t.verdict).to_lowercase();
+        let _ = writeln!(out, "  {:<14} {}/{} passed: {verdict} ({})", t.task, t.successes, t.runs, t.reason);
+    }
+    for s in &sel.strata {
+        let _ = writeln!(out, "  stratum {}: {} failed runs", s.stratum, s.order.len());
+    }
+    let _ = writeln!(
+        out,
+        "  {} selected, {} back-filled in {} round(s), {} stratum exhaustion(s), {} decoys",
+        sel.initial(),
+        sel.back_fill_count(),
+        sel.rounds(),
+        sel.exhausted_count(),
+        sel.decoys.len()
+    );
+    for e in &sel.back_fills {
+        let what = match &e.result {
+            vcurve_method::selection::BackFill::Replaced { replacement, round, .. } => {
+                format!("replaced by {replacement} (round {round})")
+            }
+            vcurve_method::selection::BackFill::StratumExhausted { stratum, .. } => {
+                format!("not replaced: {stratum} exhausted")
+            }
+            other => format!("{other:?}"),
+        };
+        let _ = writeln!(out, "  {} non-replayable: {what}", e.non_replayable);
+    }
+    out
+}
+
+/// Table 4 as the export measured it.
+fn checks_summary(out: &Path) -> anyhow::Result<String> {
+    let analyses: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("analyses.json"))?)?;
+    Ok(crate::commands::checks_text(&analyses["checks"]))
+}
+
+/// The restart check beside the scripted agent's true `R(x, B − t_r)`.
+fn restart_check_summary(record: &vcurve_record::StudyRecord) -> anyhow::Result<String> {
+    let results = vcurve_report::restart_check::results(record)?;
+    let mut out = String::from("\nonline restart check (Appendix Q):\n");
+    let _ = writeln!(
+        out,
+        "  {:<20} {:>4} {:>6} {:>6} {:>6} {:>7} {:>15}",
+        "trajectory", "t_r", "V", "R pred", "R true", "obs", "Wilson 95%"
+    );
+    for row in &results.check.rows {
+        let i = &row.input;
+        let truth = true_restart_value(&i.task, results.budget.saturating_sub(i.restart_point));
+        let interval = match (row.wilson_lo, row.wilson_hi) {
+            (Some(lo), Some(hi)) => format!("[{lo:.2}, {hi:.2}]"),
+            _ => "not measured".into(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>4} {:>6.2} {:>6.2} {:>6} {:>7} {:>15}",
+            i.trajectory,
+            i.restart_point,
+            i.continuing,
+            i.predicted,
+            truth.map_or("?".into(), |t| format!("{t:.2}")),
+            format!("{}/{}", i.successes, i.runs),
+            interval
+        );
+    }
+    let _ = writeln!(out, "  {}", vcurve_report::restart_check::pooled_text(&results.check.pooled));
+    Ok(out)
 }

@@ -3,11 +3,13 @@
 //!
 //! 1. `the_scripted_agent_study_recovers_the_known_truth_on_real_containers`: `vcurve demo
 //!    --docker` runs the scripted known-truth agent (`agents/vcurve_agents/scripted.py`) on the
-//!    test task `calc-1` and its random-token variant; the exports must show what the agent's
-//!    truth says (the decisive interval at its decision step, a cliff, a certified point of no
-//!    return; the token trajectories refused at the token's step), the `t = 0` sanity control
-//!    must pass, and no container of the study and no more snapshots than the worker's budget may
-//!    be left behind.
+//!    test task `calc-1` and its random-token variant, from base runs through the selection to
+//!    the online restart check; the exports must show what the agent's truth says (the decisive
+//!    interval at its decision step, a cliff, a certified point of no return; the token
+//!    trajectories refused at the token's step and back-filled from their stratum; the restart
+//!    check's observed rates within their intervals of the true `R(x, B − t_r)`), every check of
+//!    Table 4 measured and the `t = 0` sanity control passing, and no container of the study and
+//!    no more snapshots than the worker's budget may be left behind.
 //! 2. `a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps`: a
 //!    `vcurve worker --docker` process is SIGKILLed while a continuation's container runs; the
 //!    container is left behind, the worker restarted under the same name removes it, and the
@@ -32,7 +34,7 @@ const TASK_IMAGE_ENV: &str = "VCURVE_TEST_TASK_IMAGE";
 /// of the second test gets the same, so that either test leaves the engine within it.
 const SNAPSHOT_BUDGET_BYTES: u64 = 4 << 30;
 const SNAPSHOT_BUDGET_GB: &str = "4";
-/// How long the demo may take (about 4 minutes on 2 cores; this is for a slow CI).
+/// How long the demo may take (about 8 minutes on 2 cores with its restart check; this is for a slow CI).
 const DEMO_TIMEOUT: Duration = Duration::from_secs(1500);
 /// How long the second test's study may take to reach a continuation, and to finish.
 const STUDY_TIMEOUT: Duration = Duration::from_secs(900);
@@ -236,12 +238,12 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
     let dir = TestDir::new("containers-demo");
     let out = dir.path().join("demo");
     let out_arg = out.to_string_lossy().into_owned();
-    // Six base runs of calc-1 and three of the token variant (seed of the demo: its
-    // cli/src/demo_docker.rs says what they draw), three slots on 2 cores.
+    // Eight base runs of each task (the demo's seed: its cli/src/demo_docker.rs says what they
+    // draw), three slots on 2 cores.
     let mut demo = Process::spawn(
         dir.path(),
         "demo",
-        &["demo", "--docker", "--out", &out_arg, "--slots", "3", "--base-runs", "6"],
+        &["demo", "--docker", "--out", &out_arg, "--slots", "3", "--base-runs", "8"],
     );
     let status = demo.wait_exit(DEMO_TIMEOUT).unwrap_or_else(|e| panic!("{e:#}"));
     let log = std::fs::read_to_string(demo.log()).unwrap_or_default();
@@ -249,9 +251,15 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
     eprintln!("vcurve demo --docker: {:.1} s", started.elapsed().as_secs_f64());
     let study = log
         .lines()
-        .find_map(|l| l.strip_prefix("study ").and_then(|rest| rest.split_once(" finished in ")).map(|(id, _)| id))
-        .unwrap_or_else(|| panic!("the demo printed no `study ID finished in` line; see {}", demo.log().display()))
-        .to_string();
+        .find_map(|l| l.strip_prefix("study ").and_then(|rest| rest.split_once(" and its restart check ")))
+        .map(|(id, rest)| (id.to_string(), rest.split_whitespace().next().unwrap_or("").to_string()))
+        .unwrap_or_else(|| {
+            panic!(
+                "the demo printed no `study ID and its restart check ID finished in` line; see {}",
+                demo.log().display()
+            )
+        });
+    let (study, check_id) = study;
 
     // The demo ran on the image scripts/test built.
     let task: Value = serde_json::from_str(&std::fs::read_to_string(out.join("tasks/calc-1.json")).expect("tasks/"))
@@ -320,8 +328,12 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
 
     // The `t = 0` sanity control (controls: {sanity: 2}): continuations from h_0 agree with the base
     // runs on every trajectory that carried it, and Table 4's check says so.
-    let carriers: BTreeSet<&String> =
-        by_id.iter().filter(|(_, t)| t["controls"]["sanity"] == true).map(|(id, _)| id).collect();
+    // A back-filled trajectory's replacement carries its controls: count the ones that replayed.
+    let carriers: BTreeSet<&String> = by_id
+        .iter()
+        .filter(|(_, t)| t["controls"]["sanity"] == true && t["non_replayable"].is_null())
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(carriers.len(), 2, "controls: {{sanity: 2}} put the control on {carriers:?}");
     let sanity = &analyses["sanity"];
     let sanity_rows =
@@ -342,6 +354,54 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
         .unwrap_or_else(|| panic!("analyses.json: no t0_sanity check: {}", analyses["checks"]));
     assert_eq!(check["status"], "pass", "Table 4's t = 0 sanity check: {check}");
 
+    // Studies from tasks: the selection drew the set from both tasks' base runs, and a trajectory
+    // that printed the token was dropped and back-filled from its stratum (or found it exhausted).
+    let selection: Value = serde_json::from_slice(&export["selection.json"]).expect("selection.json is JSON");
+    let verdicts: BTreeMap<&str, &str> = selection["tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| Some((t["task"].as_str()?, t["verdict"].as_str()?)))
+        .collect();
+    assert_eq!(verdicts, BTreeMap::from([("calc-1", "band"), ("calc-1-token", "band")]), "{selection}");
+    let back_fills = selection["back_fills"].as_array().cloned().unwrap_or_default();
+    assert_eq!(back_fills.len(), token.len(), "one back-fill per dropped token trajectory: {back_fills:?}");
+    assert!(
+        back_fills.iter().any(|e| e["result"]["result"] == "replaced"),
+        "no token trajectory was replaced from its stratum: {back_fills:?}"
+    );
+    // Table 4 fully measured: every check has a value.
+    for c in analyses["checks"]["checks"].as_array().expect("analyses.json: checks") {
+        assert_ne!(c["status"], "not_measured", "Table 4 has a check not measured: {c}");
+    }
+
+    // The online restart check: every trajectory with a restart point, and each one's observed
+    // rate within its 95% Wilson interval of the agent's true R(x, B − t_r) (deterministic given
+    // the seeds; a failure is a change in what the runs draw or in the check).
+    let text = std::fs::read_to_string(out.join("restart_check.csv")).expect("DIR/restart_check.csv");
+    assert_eq!(
+        text.lines().next(),
+        Some("trajectory,restart_point,runs,successes,observed,wilson_lo,wilson_hi,predicted,continuing")
+    );
+    let rows_rc = read_csv(&out.join("restart_check.csv"));
+    let with_restart: BTreeSet<&String> =
+        rows.iter().filter(|(_, r)| !r["restart_point"].is_empty()).map(|(id, _)| id).collect();
+    assert_eq!(rows_rc.iter().map(|r| &r["trajectory"]).collect::<BTreeSet<_>>(), with_restart, "restart_check.csv");
+    assert!(!rows_rc.is_empty(), "no trajectory has a restart point: nothing was checked");
+    let v0: BTreeMap<&String, f64> =
+        truth.iter().map(|t| (&t["trajectory"], t["v0"].parse::<f64>().expect("truth.csv v0"))).collect();
+    for r in &rows_rc {
+        let id = &r["trajectory"];
+        let (lo, hi) = (r["wilson_lo"].parse::<f64>().unwrap(), r["wilson_hi"].parse::<f64>().unwrap());
+        // B = 30 and T = 13: a fresh run after any restart point up to 17 can still submit.
+        assert!(number(r, "restart_point") <= 17, "{id}: {r:?}");
+        let truth = v0[id];
+        assert!(lo <= truth && truth <= hi, "{id}: the true R(x, B − t_r) = {truth} is outside [{lo}, {hi}]: {r:?}");
+        assert_eq!(number(r, "runs"), 8, "{id}: {r:?}");
+    }
+    assert!(!check_id.is_empty(), "the restart check's id");
+    assert!(study_containers(&check_id).is_empty(), "containers of the restart check left after the demo");
+
     // Nothing left behind: no container of the study, and snapshots within the worker's budget.
     let left = study_containers(&study);
     assert!(left.is_empty(), "containers of study {study} left after the demo: {left:?}");
@@ -361,7 +421,7 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
 /// `random.Random(f"{run seed}/hypothesis").random() < q`. With seed 1, q = 0.5 and r = 1.0 (the
 /// right hypothesis always fixes it) base run 0 takes the wrong hypothesis and fails and base run 1
 /// passes (computed from those formulas for seeds 1–12, and seen so in a run): one
-/// trajectory, not doomed (1/2 passes > 1/8), whose curve drops from 0.5 to 0 at D = 8. The
+/// trajectory, selected (a pass rate of 1/2 lies in the band, 2–6 of 8), whose curve drops from 0.5 to 0 at D = 8. The
 /// thresholds are the demo's reduced ones (REDUCED_THRESHOLDS in cli/src/demo_docker.rs).
 fn write_kill_spec(dir: &Path, task_json: &str) -> PathBuf {
     std::fs::write(dir.join("calc-1.json"), task_json).expect("write the task JSON");
@@ -513,6 +573,11 @@ fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
     let count = |field: &str| last[field].as_u64().unwrap_or_else(|| panic!("status has no integer {field}: {last}"));
     assert_eq!(count("retired"), 0, "a continuation was retired (three runs without an outcome): {last}");
     assert_eq!((count("running"), count("pending")), (0, 0), "work left in a done study: {last}");
+    // A done study's status carries its checks (Table 4) with their verdict.
+    assert!(
+        last["checks"]["verdict"].is_string() && last["checks"]["checks"].as_array().is_some_and(|c| !c.is_empty()),
+        "the status of a done study has no checks: {last}"
+    );
     let export_dir = dir.path().join("export");
     let export_arg = export_dir.to_string_lossy();
     vcurve_ok(&["export", &study, "--coordinator", &url, "--out", &export_arg], COMMAND_TIMEOUT)
