@@ -173,9 +173,10 @@ fn at(connection: &Connection) -> impl Fn() -> String + '_ {
 }
 
 pub async fn launch(spec_path: &Path, connection: &Connection) -> anyhow::Result<String> {
-    // Validate locally first: a bad spec is reported with its file's path, before any network.
+    // Validate locally first: a bad spec is reported with its file's path, before any network. A
+    // restart check is completed on the coordinator, from the study it checks.
     let (yaml, files) = spec::read_with_files(spec_path)?;
-    spec::parse(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
+    spec::parse_request(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
     let mut client = client::study_client(connection).await?;
     client::upload_and_launch(&mut client, yaml, &files).await.with_context(at(connection))
 }

@@ -173,3 +173,20 @@ fn vcurve_launch_refuses_a_spec_or_curve_that_is_not_a_regular_file_before_any_n
         );
     }
 }
+
+#[test]
+fn vcurve_launch_validates_a_restart_check_spec_locally_and_sends_a_valid_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "restart_check: {of: s-1, runs: 0}\n").unwrap();
+    let bad = bad.to_string_lossy().into_owned();
+    // Refused before any network (nothing listens on port 1).
+    assert_refused(&["launch", &bad, "--coordinator", "http://127.0.0.1:1"], &["bad.yaml", "restart_check.runs"]);
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, "restart_check: {of: s-1, runs: 8}\n").unwrap();
+    let good = good.to_string_lossy().into_owned();
+    let out = vcurve(&["launch", &good, "--coordinator", "http://127.0.0.1:1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("restart_check"), "a valid restart-check spec was refused locally: {stderr}");
+}
