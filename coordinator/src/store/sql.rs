@@ -565,14 +565,7 @@ impl SqlStore {
 
     /// A study's trajectories in flight (admitted, not finished), for the batch rule.
     async fn in_flight(&self, tx: &mut Transaction<'_, Any>, study: &str) -> Result<u32, StoreError> {
-        let n: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state IN ('running', 'replaying')",
-        )
-        .bind(study)
-        .fetch_one(&mut **tx)
-        .await?
-        .try_get("n")?;
-        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        count_trajectories(tx, study, "state IN ('running', 'replaying')").await
     }
 
     /// A study's spec, trajectories and outcomes — all of them, or only trajectory `only` (then
@@ -1078,6 +1071,17 @@ impl SqlStore {
         }
         Ok(expired)
     }
+}
+
+/// How many trajectories of `study` satisfy `condition` (a fixed SQL condition on their columns).
+async fn count_trajectories(
+    tx: &mut Transaction<'_, Any>,
+    study: &str,
+    condition: &'static str,
+) -> Result<u32, StoreError> {
+    let sql = format!("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND {condition}");
+    let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).fetch_one(&mut **tx).await?.try_get("n")?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// Lease a claimed job of either table to `worker` under `attempt`, until `expires_ms`.

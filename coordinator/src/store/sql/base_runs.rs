@@ -232,14 +232,7 @@ impl SqlStore {
 
     /// Trajectories of the study that are or may be admitted (not doomed, not dropped).
     async fn admissible_count(&self, tx: &mut Transaction<'_, Any>, study: &str) -> Result<u32, StoreError> {
-        let n: i64 = sqlx::query(
-            "SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND state NOT IN ('doomed', 'non_replayable')",
-        )
-        .bind(study)
-        .fetch_one(&mut **tx)
-        .await?
-        .try_get("n")?;
-        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+        super::count_trajectories(tx, study, "state NOT IN ('doomed', 'non_replayable')").await
     }
 
     async fn store_selection(
