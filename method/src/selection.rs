@@ -217,6 +217,11 @@ impl RunId {
     pub fn new(task: impl Into<String>, seed: u32) -> Self {
         RunId { task: task.into(), seed }
     }
+
+    /// The id of the trajectory the run becomes when it is selected: `{task}-base{seed}`.
+    pub fn trajectory_id(&self) -> String {
+        format!("{}-base{}", self.task, self.seed)
+    }
 }
 
 impl fmt::Display for RunId {

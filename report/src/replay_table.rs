@@ -27,18 +27,12 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 use vcurve_method::analyses::NOT_MEASURED;
-use vcurve_method::selection::{BackFill, RunId, Selection, Stratum};
+use vcurve_method::selection::{BackFill, Selection, Stratum};
 use vcurve_record::TrajectoryState;
 use vcurve_record::jobs::{CompareLevel, MismatchKind};
 
 use crate::export::{Results, TrajectoryResult, opt};
 use crate::html::Table;
-
-/// The id of a selected base run's trajectory, as the store names it
-/// (`vcurve_coordinator::store::base_run_trajectory_id`).
-pub fn pick_trajectory_id(id: &RunId) -> String {
-    format!("{}-base{}", id.task, id.seed)
-}
 
 /// Why a trajectory is in the replay table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -187,7 +181,7 @@ fn members(results: &Results) -> Vec<Member<'_>> {
             .picks
             .iter()
             .map(|p| {
-                let trajectory = by_id.get(pick_trajectory_id(&p.id).as_str()).copied();
+                let trajectory = by_id.get(p.id.trajectory_id().as_str()).copied();
                 Member {
                     role: if p.round == 0 { Role::Selected } else { Role::BackFill },
                     stratum: Some(p.stratum),

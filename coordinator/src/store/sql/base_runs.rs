@@ -29,7 +29,7 @@ use crate::store::StoreError;
 
 /// The id of the trajectory a failed base run becomes.
 pub fn base_run_trajectory_id(task: &str, seed: u32) -> String {
-    format!("{task}-base{seed}")
+    RunId::new(task, seed).trajectory_id()
 }
 
 /// The subject of a restart check's base runs: the task they run and their budget.
@@ -208,7 +208,7 @@ impl SqlStore {
         let index = RunIndex::of(&runs);
         for decoy in &selection.decoys {
             spec.decoys.push(DecoySpec {
-                id: base_run_trajectory_id(&decoy.id.task, decoy.id.seed),
+                id: decoy.id.trajectory_id(),
                 task: decoy.id.task.clone(),
                 length: decoy.steps,
                 labels: Vec::new(),
@@ -274,7 +274,7 @@ impl SqlStore {
                 Some(o) => self.recorded_run(tx, study, &id, o).await?,
                 None => Err("the base run has no outcome".to_string()),
             };
-            let trajectory = base_run_trajectory_id(&id.task, id.seed);
+            let trajectory = id.trajectory_id();
             let steps = outcome.map_or(0, |o| o.steps);
             let (length, digest, state) = match &recorded {
                 Ok((run, digest)) => (run.length(), Some(digest.clone()), TrajectoryState::Waiting),
@@ -391,12 +391,7 @@ impl SqlStore {
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).fetch_one(&mut **tx).await?;
         let Some(json) = row.try_get::<Option<String>, _>("selection_json")? else { return Ok(false) };
         let mut selection: Selection = serde_json::from_str(&json).map_err(corrupt)?;
-        let Some(id) = selection
-            .picks
-            .iter()
-            .find(|p| base_run_trajectory_id(&p.id.task, p.id.seed) == trajectory)
-            .map(|p| p.id.clone())
-        else {
+        let Some(id) = selection.picks.iter().find(|p| p.id.trajectory_id() == trajectory).map(|p| p.id.clone()) else {
             return Ok(false);
         };
         let mut spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
