@@ -430,11 +430,17 @@ pub async fn export(study: &str, connection: &Connection, out: &Path) -> anyhow:
     output::print(listing)
 }
 
-/// A study's results and analyses: from a coordinator's export of `study`, or from an export
-/// folder.
-async fn results_and_analyses(
-    source: &StudySource,
-) -> anyhow::Result<(vcurve_report::export::Results, vcurve_report::analyses::StudyAnalyses)> {
+/// What a report is built from: a study's results and analyses, and its online restart check
+/// when its export holds one (`restart_check.json`).
+type ReportInputs = (
+    vcurve_report::export::Results,
+    vcurve_report::analyses::StudyAnalyses,
+    Option<vcurve_report::restart_check::RestartCheckResults>,
+);
+
+/// A study's results and analyses (and restart check): from a coordinator's export of `study`, or
+/// from an export folder.
+async fn results_and_analyses(source: &StudySource) -> anyhow::Result<ReportInputs> {
     Ok(match (source.study.as_deref(), source.from.as_deref()) {
         (_, Some(dir)) => {
             let read = |name: &str| {
@@ -448,7 +454,14 @@ async fn results_and_analyses(
                     .with_context(|| format!("{}/analyses.json is not a vcurve export", dir.display()))?,
                 Err(_) => vcurve_report::analyses::analyses(&results)?,
             };
-            (results, analyses)
+            let check = match dir.join("restart_check.json").exists() {
+                true => Some(
+                    serde_json::from_slice(&read("restart_check.json")?)
+                        .with_context(|| format!("{}/restart_check.json is not a vcurve export", dir.display()))?,
+                ),
+                false => None,
+            };
+            (results, analyses, check)
         }
         (Some(study), None) => {
             let connection = source.remote.connection()?;
@@ -459,30 +472,24 @@ async fn results_and_analyses(
                 .with_context(at(&connection))?
                 .into_inner()
                 .files;
-            let get = |name: &str| {
-                files
-                    .iter()
-                    .find(|f| f.name == name)
-                    .map(|f| f.contents.clone())
-                    .with_context(|| format!("the export has no {name}"))
-            };
-            (serde_json::from_slice(&get("results.json")?)?, serde_json::from_slice(&get("analyses.json")?)?)
+            let find = |name: &str| files.iter().find(|f| f.name == name).map(|f| f.contents.clone());
+            let get = |name: &str| find(name).with_context(|| format!("the export has no {name}"));
+            let check = find("restart_check.json").map(|b| serde_json::from_slice(&b)).transpose()?;
+            (serde_json::from_slice(&get("results.json")?)?, serde_json::from_slice(&get("analyses.json")?)?, check)
         }
         (None, None) => bail!("name a STUDY (with --coordinator) or an export folder with --from"),
     })
 }
 
-/// `vcurve report`: write the report of a study.
 pub async fn report(source: &StudySource, out: &Path) -> anyhow::Result<PathBuf> {
-    let (results, analyses) = results_and_analyses(source).await?;
-    let report = vcurve_report::html::build(&results, &analyses)?;
+    let (results, analyses, check) = results_and_analyses(source).await?;
+    let report = vcurve_report::html::build(&results, &analyses, check.as_ref())?;
     write_files(out, report.files)?;
     Ok(out.join("report.html"))
 }
 
-/// `vcurve analyses`: print every table of a study's analyses (or their JSON).
 pub async fn print_analyses(source: &StudySource, json: bool) -> anyhow::Result<()> {
-    let (results, analyses) = results_and_analyses(source).await?;
+    let (results, analyses, _) = results_and_analyses(source).await?;
     if json {
         output::println(serde_json::to_string_pretty(&analyses)?)
     } else {

@@ -258,7 +258,6 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     let worker = local.spawn_worker(name.to_string(), args.slots, runners, stop_worker.clone());
 
     let last = watch(&mut client, &study, args.progress).await?;
-    let mut written = export_into(&mut client, &study, &args.out).await?;
 
     // The online restart check: fresh runs from h_0 at every restart point, a study of its own.
     eprintln!(
@@ -267,12 +266,10 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     let check_yaml = format!("name: demo-docker-restart-check\nrestart_check: {{of: {study}, runs: {RESTART_RUNS}}}\n");
     let check = client::upload_and_launch(&mut client, check_yaml, &BTreeMap::new()).await?;
     watch(&mut client, &check, args.progress).await?;
-    let check_dir = args.out.join("restart-check");
-    written.extend(export_into(&mut client, &check, &check_dir).await?);
-    let csv = args.out.join("restart_check.csv");
-    std::fs::copy(check_dir.join("restart_check.csv"), &csv)
-        .with_context(|| format!("the restart check exported no {}", check_dir.join("restart_check.csv").display()))?;
-    written.push(csv);
+    // The study's export, now with its check's restart_check.csv and .json; the check's own
+    // export (with its page) beside it.
+    let mut written = export_into(&mut client, &study, &args.out).await?;
+    written.extend(export_into(&mut client, &check, &args.out.join("restart-check")).await?);
     stop_worker.cancel();
     worker.await??;
     let coordinator = local.coordinator.clone();

@@ -415,10 +415,24 @@ impl<S: Store> Coordinator<S> {
         Ok(out)
     }
 
-    /// The study's export files, rendered on the blocking pool.
+    /// The study's export files, rendered on the blocking pool. A study whose restart points were
+    /// checked online carries its newest finished check's `restart_check.csv` and
+    /// `restart_check.json` (the check's own export has them, with its page).
     pub async fn export(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
         let record = self.store.study(study).await?;
-        self.render(move |r| r.export(&record)).await
+        let check = match self.store.restart_checks_of(study).await?.first() {
+            Some(id) => Some(self.store.study(id).await?),
+            None => None,
+        };
+        self.render(move |r| {
+            let mut files = r.export(&record)?;
+            if let Some(check) = &check {
+                let of_check = r.export(check)?;
+                files.extend(of_check.into_iter().filter(|(name, _)| name.starts_with("restart_check.")));
+            }
+            Ok(files)
+        })
+        .await
     }
 
     pub async fn cancel(&self, study: &str) -> Result<StudyState, CoordinatorError> {

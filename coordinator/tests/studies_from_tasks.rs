@@ -231,6 +231,7 @@ async fn a_restart_check_runs_fresh_base_runs_with_the_budget_left_at_each_resta
         assert_eq!(checked.state, StudyState::Done, "{}", ts.name);
 
         let id = c.launch(&check, &BTreeMap::new()).await.unwrap();
+        assert!(c.store().restart_checks_of(&study).await.unwrap().is_empty(), "{}: not before it is done", ts.name);
         let record = c.store().study(&id).await.unwrap();
         let spec = record.spec.restart_check.as_ref().unwrap();
         assert_eq!(
@@ -259,6 +260,8 @@ async fn a_restart_check_runs_fresh_base_runs_with_the_budget_left_at_each_resta
         let record = c.store().study(&id).await.unwrap();
         assert_eq!(record.state, StudyState::Done, "{}", ts.name);
         assert!(record.trajectories.is_empty(), "{}: a restart check makes no trajectory", ts.name);
+        assert_eq!(c.store().restart_checks_of(&study).await.unwrap(), std::slice::from_ref(&id), "{}", ts.name);
+        assert!(c.store().restart_checks_of(&id).await.unwrap().is_empty(), "{}", ts.name);
         assert_eq!(record.base_runs.len(), jobs.len(), "{}", ts.name);
         // Judged under the row's task: one patch, one unique verdict for `calc`.
         assert_eq!(record.evaluation.unique_patches, 1, "{}", ts.name);

@@ -510,19 +510,37 @@ table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;paddin
 th{background:#f4f4f4}.caption{color:#555;max-width:900px}.muted{color:#888}\
 .gallery{display:flex;flex-wrap:wrap;gap:12px}.gallery figure{margin:0}.gallery svg{width:480px;height:auto;border:1px solid #ddd}";
 
-/// Build the report of a study.
-pub fn build(results: &Results, analyses: &StudyAnalyses) -> Result<Report, FigureError> {
+/// Build the report of a study; with its online restart check (the checked study's export holds
+/// its newest finished one as `restart_check.json`), the check's table and pooled line too.
+pub fn build(
+    results: &Results,
+    analyses: &StudyAnalyses,
+    restart_check: Option<&crate::restart_check::RestartCheckResults>,
+) -> Result<Report, FigureError> {
     let tables = tables(results, analyses);
+    let check =
+        restart_check.map(|c| (crate::restart_check::table(c), crate::restart_check::pooled_text(&c.check.pooled)));
     let mut files = BTreeMap::new();
     let mut html = format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>vcurve report: {name}</title><style>{STYLE}</style></head><body>\n<h1>vcurve report: {name}</h1>\n{}\n<p>Contents: {}, <a href=\"#figures\">V-curves</a>.</p>\n",
         summary(results, analyses),
-        tables.iter().map(|t| format!("<a href=\"#{}\">{}</a>", t.name, esc(&t.title))).collect::<Vec<_>>().join(", "),
+        tables
+            .iter()
+            .chain(check.as_ref().map(|(t, _)| t))
+            .map(|t| format!("<a href=\"#{}\">{}</a>", t.name, esc(&t.title)))
+            .collect::<Vec<_>>()
+            .join(", "),
         name = esc(&results.name),
     );
     for t in &tables {
         html.push_str(&t.html());
         files.insert(format!("{}.csv", t.name), t.csv().into_bytes());
+    }
+    // The check's rows are exported as `restart_check.csv` with the export's header; the page shows
+    // them, and the pooled line under them.
+    if let Some((table, pooled)) = check {
+        html.push_str(&table.html());
+        let _ = writeln!(html, "<p>{}</p>", esc(&pooled));
     }
     html.push_str("<h2 id=\"figures\">V-curves</h2>\n<p class=\"caption\">Raw estimates with Wilson 95% bars, the isotonic fit, the decisive interval shaded, the certified point of no return dotted, and each source's label as a triangle between h_{m−1} and h_m.</p>\n<div class=\"gallery\">\n");
     for tr in &results.trajectories {

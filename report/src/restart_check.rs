@@ -435,6 +435,23 @@ mod tests {
     }
 
     #[test]
+    fn the_checked_studys_report_shows_its_check_under_the_tables() {
+        let check = results(&hand_made()).unwrap();
+        // Any study's results will do for the page around it (this one has no trajectories).
+        let main = crate::export::results(&hand_made()).unwrap();
+        let a = crate::analyses::analyses(&main).unwrap();
+        let with = crate::html::build(&main, &a, Some(&check)).unwrap();
+        let html = String::from_utf8(with.files["report.html"].clone()).unwrap();
+        assert!(html.contains("<h2 id=\"restart_check\">Online restart check</h2>"), "{html}");
+        assert!(html.contains("<a href=\"#restart_check\">"), "the contents link to the check");
+        assert!(html.contains(&esc(&pooled_text(&check.check.pooled))), "the pooled line is on the page");
+        assert!(!with.files.contains_key("restart_check.csv"), "the export's CSV is not written again");
+        let without = crate::html::build(&main, &a, None).unwrap();
+        let html = String::from_utf8(without.files["report.html"].clone()).unwrap();
+        assert!(!html.contains("restart_check"), "no check, no section");
+    }
+
+    #[test]
     fn a_study_that_is_no_restart_check_is_refused() {
         let mut s = hand_made();
         s.spec.restart_check = None;

@@ -400,6 +400,12 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
         assert_eq!(number(r, "runs"), 8, "{id}: {r:?}");
     }
     assert!(!check_id.is_empty(), "the restart check's id");
+    // The study's report shows its check.
+    let report_dir = dir.path().join("report");
+    vcurve_ok(&["report", "--from", &out_arg, "--out", &report_dir.to_string_lossy()], COMMAND_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let page = std::fs::read_to_string(report_dir.join("report.html")).expect("report.html");
+    assert!(page.contains("id=\"restart_check\""), "the study's report has no restart check section");
     assert!(study_containers(&check_id).is_empty(), "containers of the restart check left after the demo");
 
     // Nothing left behind: no container of the study, and snapshots within the worker's budget.

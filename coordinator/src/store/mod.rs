@@ -176,6 +176,9 @@ pub trait Store: Send + Sync + 'static {
     /// Every study, newest first.
     fn list_studies(&self) -> impl Future<Output = Result<Vec<(String, String, StudyState)>, StoreError>> + Send;
 
+    /// The finished online restart checks of `study` (Appendix Q), newest first.
+    fn restart_checks_of(&self, study: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
     /// A study's spec, trajectories and outcomes.
     fn study(&self, study: &str) -> impl Future<Output = Result<StudyRecord, StoreError>> + Send;
 

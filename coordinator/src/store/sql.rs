@@ -1499,6 +1499,23 @@ impl Store for SqlStore {
         self.load_study(study, None).await
     }
 
+    async fn restart_checks_of(&self, study: &str) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, spec_json FROM studies WHERE state = 'done' AND spec_json LIKE '%\"restart_check\"%' \
+             ORDER BY created_ms DESC, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut checks = Vec::new();
+        for r in &rows {
+            let spec: StudySpec = serde_json::from_str(&r.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
+            if spec.restart_check.is_some_and(|c| c.of == study) {
+                checks.push(r.try_get("id")?);
+            }
+        }
+        Ok(checks)
+    }
+
     async fn trajectory(&self, study: &str, trajectory: &str) -> Result<Option<StudyRecord>, StoreError> {
         let record = self.load_study(study, Some(trajectory)).await?;
         Ok((!record.trajectories.is_empty()).then_some(record))

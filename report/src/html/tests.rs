@@ -103,7 +103,7 @@ fn the_first_edit_localizer_of_a_study_without_replay_reads_not_measured() {
     assert!(csv.lines().any(|l| l == "first edit,0 (2 not measured),not measured,not measured,not measured"), "{csv}");
     assert!(!csv.lines().any(|l| l.starts_with("first edit,") && l.contains("0.00")), "{csv}");
     // So does the HTML report.
-    let report = build(&results, &a).unwrap();
+    let report = build(&results, &a, None).unwrap();
     let html = String::from_utf8(report.files["report.html"].clone()).unwrap();
     assert!(
         html.contains(
@@ -218,7 +218,7 @@ fn the_evaluation_table_reads_not_measured_for_a_synthetic_study() {
     assert!(t.html().contains("<td colspan=\"9\" class=\"muted\">not measured</td>"), "{}", t.html());
     assert!(t.text().ends_with("(not measured)\n"));
     assert_eq!(t.csv().lines().count(), 1, "the header alone");
-    let html = String::from_utf8(build(&results, &a).unwrap().files["report.html"].clone()).unwrap();
+    let html = String::from_utf8(build(&results, &a, None).unwrap().files["report.html"].clone()).unwrap();
     assert!(html.contains("<h2 id=\"evaluation\">"), "{html}");
 }
 
@@ -279,7 +279,7 @@ fn an_agent_study_shows_its_evaluation_and_the_checks_it_feeds() {
         saved
     );
     assert_eq!(row(checks, "Evaluations via cache")[2..], [cache.as_str(), "pass"]);
-    let html = String::from_utf8(build(&results, &a).unwrap().files["report.html"].clone()).unwrap();
+    let html = String::from_utf8(build(&results, &a, None).unwrap().files["report.html"].clone()).unwrap();
     let cells: String = expected.iter().map(|c| format!("<td>{c}</td>")).collect();
     assert!(html.contains(&format!("<tr>{cells}</tr>")), "{html}");
     assert!(html.contains(&format!("<td>{cache}</td><td>pass</td>")), "{html}");

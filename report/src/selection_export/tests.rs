@@ -131,7 +131,7 @@ fn the_report_section_shows_the_pool_the_strata_the_decoys_and_the_back_fills() 
     );
     // In the page, under its own heading.
     let a = crate::analyses::analyses(&results(&s).unwrap()).unwrap();
-    let report = crate::html::build(&results(&s).unwrap(), &a).unwrap();
+    let report = crate::html::build(&results(&s).unwrap(), &a, None).unwrap();
     let html = String::from_utf8(report.files["report.html"].clone()).unwrap();
     assert!(html.contains("<h2 id=\"base_run_pool\">Base runs and selection</h2>"), "{html}");
     assert!(html.contains("<h2 id=\"replay_roles\">Replay (Appendix L)</h2>"), "{html}");
