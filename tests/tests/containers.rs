@@ -356,7 +356,8 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
 
     // Studies from tasks: the selection drew the set from both tasks' base runs, and a trajectory
     // that printed the token was dropped and back-filled from its stratum (or found it exhausted).
-    let selection: Value = serde_json::from_slice(&export["selection.json"]).expect("selection.json is JSON");
+    let selection: Value = serde_json::from_slice(&std::fs::read(out.join("selection.json")).expect("selection.json"))
+        .expect("selection.json is JSON");
     let verdicts: BTreeMap<&str, &str> = selection["tasks"]
         .as_array()
         .into_iter()
