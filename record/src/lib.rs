@@ -10,6 +10,7 @@
 //! - [`study`]: a study as data — the validated [`StudySpec`] it runs from and the
 //!   [`StudyRecord`] the store hands out (every trajectory's state and outcomes).
 
+pub mod import;
 pub mod jobs;
 pub mod payload;
 pub mod replay;
