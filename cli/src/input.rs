@@ -178,13 +178,18 @@ fn points_from(path: &Path, text: Vec<u8>, length: u32) -> Result<Vec<Point>, In
     Ok(points)
 }
 
-/// Parse a run's outcome: `0`/`1` or `true`/`false` (any case).
-fn success(raw: &str) -> Result<bool, String> {
+/// Parse a boolean cell: `true`/`false` or `1`/`0` (any case), wherever a file has one.
+fn boolean(column: &str, raw: &str) -> Result<bool, String> {
     match raw.to_ascii_lowercase().as_str() {
         "1" | "true" => Ok(true),
         "0" | "false" => Ok(false),
-        _ => Err(format!("`success` must be 0, 1, true or false, not {raw:?}")),
+        _ => Err(format!("`{column}` must be true, false, 1 or 0, not {raw:?}")),
     }
+}
+
+/// Parse a run's outcome.
+fn success(raw: &str) -> Result<bool, String> {
+    boolean("success", raw)
 }
 
 /// Read a base-runs file (`success,steps`).
@@ -378,15 +383,11 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
             if !field("concentration").is_empty() {
                 unit_real("concentration", field("concentration"))?;
             }
-            match field("pnr_certified").to_ascii_lowercase().as_str() {
-                "" => {}
-                raw @ ("true" | "false") if (raw == "true") != (pnr < length) => {
-                    return Err(format!(
-                        "`pnr_certified` is {raw}, but `pnr` = {pnr} with T = {length} says otherwise"
-                    ));
-                }
-                "true" | "false" => {}
-                raw => return Err(format!("`pnr_certified` must be true or false, not {raw:?}")),
+            let certified = field("pnr_certified");
+            if !certified.is_empty() && boolean("pnr_certified", certified)? != (pnr < length) {
+                return Err(format!(
+                    "`pnr_certified` is {certified}, but `pnr` = {pnr} with T = {length} says otherwise"
+                ));
             }
             let task = field("task");
             let stratum = field("stratum");
@@ -431,8 +432,34 @@ pub struct LabelRow {
     pub task: Option<String>,
 }
 
-/// Parse a label's step: a 1-based step (`m = i + 1` for a judge's 0-based index `i`) or `none`.
-fn label_step(raw: &str) -> Result<Option<u32>, String> {
+/// How a labels file writes its steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LabelSteps {
+    /// The 1-based step `m`, or `none` for "no mistake" (the paper's tables).
+    #[default]
+    OneBased,
+    /// The judges' raw answers (the Traverse convention): a 0-based index `i`, stored as
+    /// `m = i + 1`, with `-1` (or `none`) for "no mistake".
+    ZeroBased,
+}
+
+/// Parse a label's step as `steps` writes it.
+fn label_step(raw: &str, steps: LabelSteps) -> Result<Option<u32>, String> {
+    if steps == LabelSteps::ZeroBased {
+        const EXPECTED: &str = "a 0-based step index, or -1 (or `none`) for no mistake";
+        if raw.is_empty() {
+            return Err(format!("`step` is empty; write {EXPECTED}"));
+        }
+        if raw.eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        return match raw.parse::<i64>() {
+            Ok(-1) => Ok(None),
+            Ok(v) if v < -1 => Err(format!("`step` is {v}; write {EXPECTED}")),
+            Ok(v) => u32::try_from(v + 1).map(Some).map_err(|_| format!("`step` = {v} is too large")),
+            Err(_) => Err(format!("`step` must be {EXPECTED}, not {raw:?}")),
+        };
+    }
     const EXPECTED: &str = "a 1-based step or `none` (no mistake)";
     if raw.is_empty() {
         return Err(format!("`step` is empty; write {EXPECTED}"));
@@ -452,12 +479,12 @@ fn label_step(raw: &str) -> Result<Option<u32>, String> {
 /// first-mistake answer, one per source and trajectory. Whether each trajectory exists and the step
 /// is within its length is for the caller to check against the trajectories ([`LabelRow::line`]
 /// names the row).
-pub fn read_labels(path: &Path) -> Result<Vec<LabelRow>, InputError> {
-    labels_from(path, read_bounded(path, MAX_CSV_BYTES)?)
+pub fn read_labels(path: &Path, steps: LabelSteps) -> Result<Vec<LabelRow>, InputError> {
+    labels_from(path, read_bounded(path, MAX_CSV_BYTES)?, steps)
 }
 
 /// [`read_labels`] of the contents `text` of `path`.
-fn labels_from(path: &Path, text: Vec<u8>) -> Result<Vec<LabelRow>, InputError> {
+fn labels_from(path: &Path, text: Vec<u8>, steps: LabelSteps) -> Result<Vec<LabelRow>, InputError> {
     let mut table = Table::new(path, text, &["trajectory", "source", "step"], &["task"])?;
     let mut out = Vec::new();
     let mut seen: std::collections::HashMap<(String, String), u64> = std::collections::HashMap::new();
@@ -467,7 +494,7 @@ fn labels_from(path: &Path, text: Vec<u8>) -> Result<Vec<LabelRow>, InputError> 
         let parsed = (|| {
             let trajectory = non_empty("trajectory", &f[0])?;
             let source = non_empty("source", &f[1])?;
-            let step = label_step(&f[2])?;
+            let step = label_step(&f[2], steps)?;
             if let Some(first) = seen.get(&(trajectory.clone(), source.clone())) {
                 return Err(format!(
                     "`{source}` labels `{trajectory}` twice (first on line {first}); one answer per source and trajectory"

@@ -68,7 +68,8 @@ pub fn run(args: &LabelsArgs) -> Result<String, LabelsError> {
 /// Read the files of `args` and check them against each other.
 pub fn load(args: &LabelsArgs, params: &Thresholds) -> Result<LabelStudy, LabelsError> {
     let rows = input::read_trajectories(&args.trajectories)?;
-    let label_rows = input::read_labels(&args.labels)?;
+    let steps = if args.zero_based { input::LabelSteps::ZeroBased } else { input::LabelSteps::OneBased };
+    let label_rows = input::read_labels(&args.labels, steps)?;
     let index: HashMap<String, usize> =
         rows.iter().enumerate().map(|(i, row)| (row.record.trajectory.clone(), i)).collect();
     let task_given: Vec<bool> = rows.iter().map(|row| row.task_given).collect();
@@ -285,7 +286,7 @@ mod tests {
     }
 
     fn args(trajectories: PathBuf, labels: PathBuf, curves: Option<PathBuf>) -> LabelsArgs {
-        LabelsArgs { trajectories, labels, curves, pool: Vec::new(), json: true, thresholds: None }
+        LabelsArgs { trajectories, labels, curves, pool: Vec::new(), json: true, thresholds: None, zero_based: false }
     }
 
     const TRAJECTORIES: &str = "\
@@ -364,9 +365,13 @@ pub struct LabelsArgs {
     #[arg(long, value_name = "TRAJECTORIES.csv")]
     pub trajectories: PathBuf,
     /// CSV with header `trajectory,source,step`: each source's first-mistake label, a 1-based
-    /// step or `none`.
+    /// step or `none` (with --zero-based: the judges' raw 0-based index, -1 for no mistake).
     #[arg(long, value_name = "LABELS.csv")]
     pub labels: PathBuf,
+    /// The labels' steps are the judges' raw answers: a 0-based index `i` (stored as `m = i + 1`)
+    /// and -1 for "no mistake", the Traverse convention.
+    #[arg(long)]
+    pub zero_based: bool,
     /// `vcurve export`'s curves.csv: adds the probed drop at each label.
     #[arg(long, value_name = "CURVES.csv")]
     pub curves: Option<PathBuf>,

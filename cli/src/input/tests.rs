@@ -16,7 +16,7 @@ type Reader = fn(&Path) -> Result<(), InputError>;
 const READERS: &[(&str, Reader, u64)] = &[
     ("points", |p| read_points(p, 20).map(drop), MAX_CSV_BYTES),
     ("base runs", |p| read_base_runs(p).map(drop), MAX_CSV_BYTES),
-    ("labels", |p| read_labels(p).map(drop), MAX_CSV_BYTES),
+    ("labels", |p| read_labels(p, LabelSteps::OneBased).map(drop), MAX_CSV_BYTES),
     ("trajectories", |p| read_trajectories(p).map(drop), MAX_CSV_BYTES),
     ("curves", |p| read_curves(p).map(drop), MAX_CSV_BYTES),
     ("thresholds", |p| read_thresholds(Some(p)).map(drop), MAX_THRESHOLDS_BYTES),
@@ -119,7 +119,7 @@ const TRAJECTORIES: &[Column] = &[
     ("first_symptom", &["4", "", "none", "-1"], false),
     ("concentration", &["0.5", "", "2", "x"], false),
     ("onset", &["5", "", "40"], false),
-    ("pnr_certified", &["true", "false", "", "maybe"], false),
+    ("pnr_certified", &["true", "false", "1", "0", "TRUE", "", "maybe"], false),
     ("restart_point", &["2", "", "50"], false),
     ("continuations", &["100", "", "-1"], false),
 ];
@@ -230,7 +230,7 @@ proptest! {
     #[test]
     fn any_labels_file_is_read_or_refused(seed in any::<u64>(), edits in edits()) {
         let path = Path::new("labels.csv");
-        match labels_from(path, edited(LABELS, seed, &edits)) {
+        match labels_from(path, edited(LABELS, seed, &edits), LabelSteps::OneBased) {
             Ok(rows) => {
                 prop_assert!(!rows.is_empty());
                 let mut seen = HashSet::new();
@@ -286,7 +286,7 @@ proptest! {
         for result in [
             points_from(path, bytes.clone(), 20).map(drop),
             base_runs_from(path, bytes.clone()).map(drop),
-            labels_from(path, bytes.clone()).map(drop),
+            labels_from(path, bytes.clone(), LabelSteps::OneBased).map(drop),
             trajectories_from(path, bytes.clone()).map(drop),
             curves_from(path, bytes.clone()).map(drop),
         ] {
@@ -309,4 +309,30 @@ proptest! {
             Err(e) => check_error(path, &e)?,
         }
     }
+}
+
+#[test]
+fn zero_based_labels_store_the_judges_index_plus_one_and_minus_one_as_no_mistake() {
+    let path = Path::new("labels.csv");
+    let text = b"trajectory,source,step\na,J,0\nb,J,-1\nc,J,12\nd,J,none\n".to_vec();
+    let rows = labels_from(path, text.clone(), LabelSteps::ZeroBased).unwrap();
+    let steps: Vec<Option<u32>> = rows.iter().map(|r| r.label.step).collect();
+    assert_eq!(steps, [Some(1), None, Some(13), None]);
+    // 1-based, the same file is refused at its 0 and its -1, naming the line.
+    let e = labels_from(path, text, LabelSteps::OneBased).unwrap_err().to_string();
+    assert!(e.contains("labels.csv") && e.contains("line 2") && e.contains("1-based"), "{e}");
+    for (bad, part) in [("-2", "-2"), ("x", "0-based"), ("", "empty")] {
+        let text = format!("trajectory,source,step\na,J,{bad}\n").into_bytes();
+        let e = labels_from(path, text, LabelSteps::ZeroBased).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains(part), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn booleans_read_as_true_false_or_1_0() {
+    let path = Path::new("base_runs.csv");
+    let runs = base_runs_from(path, b"success,steps\ntrue,10\n0,20\nTRUE,5\n1,7\nfalse,9\n".to_vec()).unwrap();
+    assert_eq!(runs.0.iter().map(|r| r.success).collect::<Vec<_>>(), [true, false, true, true, false]);
+    let e = base_runs_from(path, b"success,steps\nyes,10\n".to_vec()).unwrap_err().to_string();
+    assert!(e.contains("`success` must be true, false, 1 or 0"), "{e}");
 }
