@@ -19,6 +19,11 @@ pub struct Cli {
 pub enum Command {
     /// Analyze one V-curve from points you already have and print it as JSON.
     Analyze(crate::analyze::AnalyzeArgs),
+    /// Import other agents' recorded runs as vcurve trajectories.
+    #[command(subcommand)]
+    Import(crate::import_cmd::ImportCommand),
+    /// Summarize one trajectory: a mini-swe-agent `.traj.json` or an imported one.
+    Inspect(crate::inspect_cmd::InspectArgs),
     /// Place first-mistake labels on curves measured earlier (the paper's Table 2), from files.
     Labels(crate::labels_cmd::LabelsArgs),
     /// Benchmarks: measure a part of vcurve on this machine.
@@ -166,7 +171,11 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Analyze(_) | Command::Labels(_) | Command::Bench(BenchCommand::Schedule(_)) => {
+        Command::Analyze(_)
+        | Command::Labels(_)
+        | Command::Import(_)
+        | Command::Inspect(_)
+        | Command::Bench(BenchCommand::Schedule(_)) => {
             unreachable!("synchronous commands")
         }
     }
@@ -203,6 +212,8 @@ pub fn main() -> ExitCode {
         Command::Analyze(args) => crate::analyze::run(&args),
         Command::Labels(args) => crate::labels_cmd::run(&args).map_err(anyhow::Error::from).and_then(output::print),
         Command::Bench(BenchCommand::Schedule(args)) => crate::bench_schedule::run_command(&args),
+        Command::Import(crate::import_cmd::ImportCommand::MiniSweAgent(args)) => crate::import_cmd::run(&args),
+        Command::Inspect(args) => crate::inspect_cmd::run(&args),
         command => {
             let server = matches!(command, Command::Coordinator(_) | Command::Worker(_));
             crate::telemetry::init(if server { "info" } else { "warn" });

@@ -1,0 +1,132 @@
+//! `vcurve import mini-swe-agent` and `vcurve inspect` as a user runs them, on the real
+//! mini-swe-agent fixtures (`/work/shared/fixtures/mini-swe-agent`, or `VCURVE_MSA_FIXTURES`).
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::vcurve;
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    std::env::var_os("VCURVE_MSA_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/mini-swe-agent")))
+}
+
+const FIXTURES: [&str; 4] = [
+    "astropy__astropy-13236.traj.json",
+    "astropy__astropy-14096.traj.json",
+    "astropy__astropy-14309.traj.json",
+    "django__django-10999.v1.traj.json",
+];
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn imports_the_fixtures_and_inspects_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("imported");
+    let mut args: Vec<String> = vec!["import".into(), "mini-swe-agent".into()];
+    args.extend(FIXTURES.iter().map(|f| fixtures().join(f).display().to_string()));
+    args.extend(["--out".into(), out.display().to_string()]);
+    let report = fixtures().join("eval-report.run_qwen_20_216375.json");
+    args.extend(["--report".into(), report.display().to_string()]);
+    let run = vcurve(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout).lines().count(), 4);
+
+    // One trajectory per file, loading and round-tripping.
+    for id in ["astropy__astropy-13236", "astropy__astropy-14096", "astropy__astropy-14309", "django__django-10999"] {
+        let bytes = std::fs::read(out.join(format!("{id}.json"))).unwrap();
+        let t = vcurve_record::Trajectory::from_json(&bytes).unwrap();
+        assert_eq!(t.task.id, id);
+        assert_eq!(vcurve_record::Trajectory::from_json(&t.canonical_bytes()).unwrap(), t);
+    }
+    let csv = std::fs::read_to_string(out.join("import.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().collect();
+    assert_eq!(rows[0], "file,instance_id,format,steps,exit_status,end_type,outcome,first_edit,first_symptom,digest");
+    let row = rows.iter().find(|r| r.contains(",astropy__astropy-13236,")).unwrap();
+    assert!(row.contains(",mini-swe-agent-1.1,84,Submitted,submitted,unresolved,41,70,"), "{row}");
+    let row = rows.iter().find(|r| r.contains(",astropy__astropy-14096,")).unwrap();
+    assert!(row.contains(",58,ContextWindowExceededError,context_window,empty_patch,,,"), "{row}");
+
+    // inspect --json, on the raw file and on the imported one.
+    let raw = vcurve(&["inspect", &fixtures().join(FIXTURES[2]).display().to_string(), "--json"]);
+    assert!(raw.status.success(), "{}", text(&raw.stderr));
+    let v: Value = serde_json::from_slice(&raw.stdout).unwrap();
+    assert_eq!(v["format"], "mini-swe-agent-1.1");
+    assert_eq!(v["instance_id"], "astropy__astropy-14309");
+    assert_eq!(v["steps"], 27);
+    assert_eq!(v["exit_status"], "Submitted");
+    assert_eq!(v["first_edit"]["step"], 12);
+    assert_eq!(v["first_edit"]["heuristic"], true);
+    assert!(v["first_symptom"].is_null());
+    assert_eq!(v["submission_sha256"].as_str().unwrap().len(), 64);
+    let per_step = v["per_step"].as_array().unwrap();
+    assert_eq!(per_step.len(), 27);
+    assert_eq!(per_step[3], serde_json::json!({"step": 4, "actions": 1, "returncodes": [1]}));
+    assert_eq!(per_step[0], serde_json::json!({"step": 1, "actions": 1, "returncodes": [0]}));
+
+    let imported = vcurve(&["inspect", &out.join("astropy__astropy-14096.json").display().to_string(), "--json"]);
+    assert!(imported.status.success(), "{}", text(&imported.stderr));
+    let v: Value = serde_json::from_slice(&imported.stdout).unwrap();
+    assert_eq!(v["format"], "vcurve.trajectory.v1");
+    assert_eq!(v["steps"], 58);
+    assert!(v["submission_sha256"].is_null());
+    assert_eq!(v["per_step"][57]["returncodes"], serde_json::json!([2]));
+
+    let readable = vcurve(&["inspect", &fixtures().join(FIXTURES[3]).display().to_string()]);
+    assert!(readable.status.success());
+    let readable = text(&readable.stdout);
+    assert!(readable.contains("first edit:     step 5 (heuristic"), "{readable}");
+}
+
+#[test]
+fn a_corrupted_file_is_refused_and_the_others_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = fixtures().join(FIXTURES[2]);
+    let bytes = std::fs::read(&good).unwrap();
+    let truncated = dir.path().join("truncated.traj.json");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let mut value: Value = serde_json::from_slice(&bytes).unwrap();
+    value.as_object_mut().unwrap().remove("messages");
+    let no_messages = dir.path().join("no-messages.traj.json");
+    std::fs::write(&no_messages, serde_json::to_vec(&value).unwrap()).unwrap();
+    let mut value: Value = serde_json::from_slice(&bytes).unwrap();
+    value["trajectory_format"] = "mini-swe-agent-7".into();
+    let unknown = dir.path().join("unknown.traj.json");
+    std::fs::write(&unknown, serde_json::to_vec(&value).unwrap()).unwrap();
+    let out = dir.path().join("out");
+    let run = vcurve(&[
+        "import",
+        "mini-swe-agent",
+        &truncated.display().to_string(),
+        &good.display().to_string(),
+        &no_messages.display().to_string(),
+        &unknown.display().to_string(),
+        // The same instance again: written with a suffix.
+        &good.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+    ]);
+    assert!(!run.status.success());
+    let stderr = text(&run.stderr);
+    assert!(stderr.contains(&format!("{}: not imported: not JSON", truncated.display())), "{stderr}");
+    assert!(stderr.contains(&format!("{}: not imported: `messages` is missing", no_messages.display())), "{stderr}");
+    assert!(
+        stderr
+            .contains(&format!("{}: not imported: unknown trajectory_format \"mini-swe-agent-7\"", unknown.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("3 of 5 files were not imported"), "{stderr}");
+    assert!(out.join("astropy__astropy-14309.json").exists());
+    assert!(out.join("astropy__astropy-14309.2.json").exists());
+    assert_eq!(std::fs::read_to_string(out.join("import.csv")).unwrap().lines().count(), 3);
+
+    let inspect = vcurve(&["inspect", &unknown.display().to_string(), "--json"]);
+    assert!(!inspect.status.success());
+    assert!(text(&inspect.stderr).contains("unknown trajectory_format"));
+}
