@@ -1,5 +1,5 @@
 //! `vcurve import mini-swe-agent` and `vcurve inspect` as a user runs them, on the real
-//! mini-swe-agent fixtures (`/work/shared/fixtures/mini-swe-agent`, or `VCURVE_MSA_FIXTURES`).
+//! mini-swe-agent fixtures (`record/tests/fixtures/mini-swe-agent`, or `VCURVE_MSA_FIXTURES`).
 
 mod common;
 
@@ -11,7 +11,7 @@ use serde_json::Value;
 fn fixtures() -> PathBuf {
     std::env::var_os("VCURVE_MSA_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/mini-swe-agent")))
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../record/tests/fixtures/mini-swe-agent")))
 }
 
 const FIXTURES: [&str; 4] = [

@@ -1,4 +1,4 @@
-//! Import of the real mini-swe-agent fixtures (`/work/shared/fixtures/mini-swe-agent`, or
+//! Import of the real mini-swe-agent fixtures (`record/tests/fixtures/mini-swe-agent`, or
 //! `VCURVE_MSA_FIXTURES`).
 
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use super::*;
 fn fixtures() -> PathBuf {
     std::env::var_os("VCURVE_MSA_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/mini-swe-agent")))
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mini-swe-agent")))
 }
 
 fn read(name: &str) -> Vec<u8> {
