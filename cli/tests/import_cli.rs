@@ -9,9 +9,9 @@ use common::vcurve;
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
-    std::env::var_os("VCURVE_MSA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../record/tests/fixtures/mini-swe-agent")))
+    std::env::var_os("VCURVE_MSA_FIXTURES").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../record/tests/fixtures/mini-swe-agent"))
+    })
 }
 
 const FIXTURES: [&str; 4] = [
