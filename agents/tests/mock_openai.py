@@ -25,7 +25,9 @@ continuation with another seed draws afresh:
     k >= explore + 2            `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt`
 
 A call listed in `format_errors` (0-based call indices) is answered with text and no tool call
-instead, which mini-swe-agent counts as a format error. The reply's text carries `call k seed S`
+instead, which mini-swe-agent counts as a format error; `commands` maps call indices to the commands
+to send instead of the plan's; a call at or after `context_window_at` is answered with HTTP 400 and
+OpenAI's `context_length_exceeded` error. The reply's text carries `call k seed S`
 so a test can tell which request produced which message.
 """
 
@@ -60,10 +62,15 @@ def model_calls(messages):
 class Policy:
     """The scripted stochastic policy: see the module's docstring."""
 
-    def __init__(self, explore=3, p_correct=0.7, format_errors=()):
+    def __init__(self, explore=3, p_correct=0.7, format_errors=(), commands=None, context_window_at=None):
         self.explore = explore
         self.p_correct = p_correct
         self.format_errors = set(format_errors)
+        self.commands = dict(commands or {})
+        self.context_window_at = context_window_at
+
+    def context_window_exceeded(self, messages):
+        return self.context_window_at is not None and model_calls(messages) >= self.context_window_at
 
     def fix_of(self, seed):
         """The fix a run with this seed writes (drawn at the fix call)."""
@@ -77,6 +84,8 @@ class Policy:
         tag = f"call {k} seed {seed}"
         if k in self.format_errors:
             return f"THOUGHT: I forgot to call a tool ({tag}).", []
+        if k in self.commands:
+            return f"THOUGHT: As scripted ({tag}).", list(self.commands[k])
         if k < self.explore:
             commands = [rng.choice(EXPLORE)]
             if rng.random() < 0.3:
@@ -119,6 +128,11 @@ class MockOpenAI:
                     index = len(server.requests)
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": f"no such endpoint {self.path}"}})
+                if server.policy.context_window_exceeded(body.get("messages") or []):
+                    return self._send(400, {"error": {
+                        "message": "This model's maximum context length is 32768 tokens. However, your "
+                                   "messages resulted in 40000 tokens. Please reduce the length of the messages.",
+                        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
                 return self._send(200, server.completion(body, index))
 
             def _send(self, status, obj):

@@ -334,6 +334,36 @@ print("ok")
                          proc.stdout.decode()[-3000:])
 
 
+class TestContextWindow(AdapterCase):
+    policy = mock_openai.Policy(context_window_at=2)
+
+    def test_context_window_ends_the_run(self):
+        run = self.run_adapter(8)
+        self.assertEqual(run["final"]["end_type"], "context_window", run["stderr"][-3000:])
+        self.assertEqual(run["final"]["submission"], "")
+        # The failed call is no step (it appended no message but the exit).
+        self.assertEqual(len(run["steps"]), 2)
+        exit_message = run["final"]["messages"][-1]
+        self.assertEqual(exit_message["role"], "exit")
+        self.assertIn("ContextWindow", exit_message["extra"]["exit_status"])
+
+
+class TestTimeout(AdapterCase):
+    policy = mock_openai.Policy(commands={0: ["echo before; sleep 5; echo after"]})
+
+    def test_a_command_that_times_out(self):
+        run = self.run_adapter(9, budget=1, model=self.model(timeout_s=1))
+        action = run["steps"][0]["actions"][0]
+        self.assertEqual((action["timeout_s"], action["timed_out"], action["returncode"]), (1, True, None))
+        obs = run["steps"][0]["messages"][1]
+        self.assertEqual(obs["extra"]["returncode"], -1)
+        self.assertEqual(obs["extra"]["exception_type"], "TimeoutExpired")
+        self.assertIn("timed out after 1 seconds", obs["extra"]["exception_info"])
+        self.assertIn("<exception>An error occurred while executing the command:", obs["content"])
+        self.assertIn("before", obs["extra"]["raw_output"])
+        self.assertEqual(run["final"]["end_type"], "step_cap")
+
+
 class TestFormatErrors(AdapterCase):
     """Format errors are model calls (steps without actions), and their consecutive count resumes."""
 
