@@ -2,8 +2,8 @@
 
 The real mini-swe-agent 2.4.6 code runs: the adapter is a subprocess under the virtual environment
 scripts/mini-swe-agent-venv makes (VCURVE_MSA_PYTHON, else .venv/mini-swe-agent/bin/python in the
-repository), its model calls go to tests/mock_openai.py over HTTP, and this file plays the worker's
-side of the protocol, running commands with `bash -c` in a local copy of the test task (support.py).
+repository), its model calls go to tests/mock_openai.py over HTTP, and vcurve_agents.driver plays the
+worker's side of the protocol, running commands with `bash -c` in a local copy of the test task (support.py).
 Without the virtual environment these tests fail (they do not skip): run scripts/mini-swe-agent-venv.
 """
 
@@ -14,7 +14,6 @@ import tempfile
 import unittest
 
 from vcurve_agents import driver
-from vcurve_agents.protocol import JsonLines, ProtocolError
 
 from . import mock_openai, support
 
@@ -30,84 +29,16 @@ def msa_python():
     return path
 
 
+def split_final(run):
+    """(own, trailing) of a run's final messages (driver.split_final)."""
+    return driver.split_final(run["start"]["messages"], run["steps"], run["final"]["messages"])
+
+
 def without_extra(messages):
     """Messages as mini-swe-agent sends them: without `extra` (LitellmModel drops it), and without
     the keys whose value is null (the assistant messages' `function_call` and
     `provider_specific_fields`, which the HTTP request leaves out, in base runs as in continuations)."""
     return [{k: v for k, v in m.items() if k != "extra" and v is not None} for m in messages]
-
-
-def drive(start, executor, env):
-    """The worker's side of the protocol for one run of the adapter.
-
-    Like driver.drive, but with the protocol's whole rule for final.messages
-    (prefix ++ own ++ steps ++ trailing, `own` only after an empty prefix), which the scripted
-    agent's driver checks more strictly (no trailing messages).
-    """
-    argv = [msa_python(), "-m", "vcurve_agents.mini_swe_agent"]
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
-                                start_new_session=True)
-        steps, actions, final, trailing_execs = [], [], None, []
-        try:
-            lines = JsonLines(proc.stdout, proc.stdin)
-            lines.write(start)
-            while final is None:
-                msg = lines.read()
-                if msg is None:
-                    raise ProtocolError("the agent exited (or closed stdout) before its final message")
-                kind = msg.get("type")
-                if kind == "exec":
-                    command, timeout_s = msg["command"], msg["timeout_s"]
-                    assert isinstance(command, str) and timeout_s > 0, msg
-                    result = executor.run(command, min(timeout_s, 3600))
-                    actions.append({"command": command, "timeout_s": timeout_s, **result})
-                    lines.write({"type": "exec_result", **result})
-                elif kind == "step":
-                    if len(steps) >= start["budget"]:
-                        raise ProtocolError(f"a step beyond the budget of {start['budget']}")
-                    if not isinstance(msg.get("messages"), list) or not msg["messages"]:
-                        raise ProtocolError("a step without messages")
-                    steps.append({"messages": msg["messages"], "actions": actions})
-                    actions = []
-                elif kind == "final":
-                    final = msg
-                    trailing_execs = actions
-                else:
-                    raise ProtocolError(f"an unexpected message type {kind!r}")
-            proc.stdin.close()
-            rc = proc.wait(timeout=30)
-            rest = proc.stdout.read()
-            proc.stdout.close()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            err.seek(0)
-            stderr = err.read().decode("utf-8", errors="replace")
-    run = {"start": start, "steps": steps, "final": final, "trailing_execs": trailing_execs,
-           "stderr": stderr, "returncode": rc, "stdout_after_final": rest}
-    return run
-
-
-def split_final(run):
-    """(own, trailing) of a run's final messages; raises AssertionError when they do not fit."""
-    messages, prefix = run["final"]["messages"], run["start"]["messages"]
-    assert messages[:len(prefix)] == prefix, "final.messages does not start with the prefix"
-    stepped = [m for s in run["steps"] for m in s["messages"]]
-    rest = messages[len(prefix):]
-    for own_len in range(len(rest) + 1):
-        if rest[own_len:own_len + len(stepped)] == stepped:
-            own, trailing = rest[:own_len], rest[own_len + len(stepped):]
-            assert not own or not prefix, "own messages after a non-empty prefix"
-            return own, trailing
-    raise AssertionError("final.messages is not prefix ++ own ++ steps ++ trailing")
-
-
-def prefix_at(run, t):
-    """h_t of a run this file recorded: its initial messages and its first t steps' messages."""
-    own, _ = split_final(run)
-    return list(run["start"]["messages"]) + own + [m for s in run["steps"][:t] for m in s["messages"]]
 
 
 class AdapterCase(unittest.TestCase):
@@ -137,12 +68,12 @@ class AdapterCase(unittest.TestCase):
         start = driver.make_start(support.TASK, messages, t=t, budget=budget, seed=seed,
                                   model=model or self.model())
         first = len(self.server.requests)
-        run = drive(start, self.sandbox.executor(workdir), self.env)
+        # The worker's side of the protocol, with its rules: status 0 after final, nothing written
+        # after it, final.messages = prefix ++ own ++ steps ++ trailing.
+        run = driver.drive(start, self.sandbox.executor(workdir), argv=[self.python, "-m", "vcurve_agents.mini_swe_agent"],
+                           env=self.env)
         run["requests"] = self.server.requests[first:]
         run["workdir"] = workdir
-        self.assertEqual(run["returncode"], 0, run["stderr"][-4000:])
-        self.assertEqual(run["stdout_after_final"], b"")
-        split_final(run)
         return run
 
     def replay(self, run, t):
@@ -155,7 +86,7 @@ class AdapterCase(unittest.TestCase):
         return workdir
 
     def resume(self, run, t, seed, budget=30, model=None):
-        return self.run_adapter(seed, prefix_at(run, t), t=t, budget=budget,
+        return self.run_adapter(seed, driver.prefix_at(run, t), t=t, budget=budget,
                                 workdir=self.replay(run, t), model=model)
 
 
@@ -249,7 +180,7 @@ class TestContinuation(AdapterCase):
         for t in (1, self.policy.explore, len(base["steps"]) - 1):
             with self.subTest(t=t):
                 seed = 1000 + t
-                prefix = prefix_at(base, t)
+                prefix = driver.prefix_at(base, t)
                 resumed = self.resume(base, t, seed)
                 first = resumed["requests"][0]
                 self.assertEqual(first["messages"], without_extra(prefix))
@@ -286,7 +217,7 @@ class TestContinuation(AdapterCase):
 class TestCost(AdapterCase):
     def test_cost_is_restored_from_the_prefix(self):
         base = self.run_adapter(31, budget=3)
-        prefix = prefix_at(base, 2)
+        prefix = driver.prefix_at(base, 2)
         for m in prefix:
             if m["role"] == "assistant":
                 m["extra"]["cost"] = 0.3
@@ -382,7 +313,7 @@ class TestFormatErrors(AdapterCase):
 
         # From h_4 (two format errors in a row at its end) one more ends the run: the count resumed.
         resumed = self.resume(base, 4, seed=6)
-        self.assertEqual(resumed["requests"][0]["messages"], without_extra(prefix_at(base, 4)))
+        self.assertEqual(resumed["requests"][0]["messages"], without_extra(driver.prefix_at(base, 4)))
         self.assertEqual(len(resumed["steps"]), 1)
         self.assertEqual(resumed["final"]["end_type"], "format_error")
 

@@ -3,9 +3,9 @@
 It starts the agent, sends `start`, runs every `exec` with `bash -c` in a local folder
 (LocalExecutor) or in a running container through `docker exec` (DockerExecutor), and records the
 steps and the final message, checking the protocol's rules on the agent's side as the worker does
-(order, budget, final messages extending the prefix and the steps, exit status 0). It is for tests
-and for trying an agent by hand, not a replacement for the worker: it has no replay, no fingerprints
-and no evaluation.
+(order, budget, final messages = prefix ++ own ++ steps ++ trailing, nothing after final, exit
+status 0). It is for tests and for trying an agent by hand, not a replacement for the worker: it has
+no replay, no fingerprints and no evaluation.
 
 By hand, against the task image (see deploy/images/README.md):
 
@@ -102,7 +102,8 @@ def drive(start, executor, argv=None, env=None):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (AGENTS_DIR, env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
+                                start_new_session=True)
         steps, actions, final, transcript = [], [], None, ["start"]
         try:
             lines = JsonLines(proc.stdout, proc.stdin)
@@ -133,13 +134,15 @@ def drive(start, executor, argv=None, env=None):
                     final = msg
                 else:
                     raise ProtocolError(f"an unknown or unexpected message type {kind!r}")
-            if actions:
-                raise ProtocolError("exec after the last step, before final")
+            # Commands after the last step belong to no step (the protocol's trailing actions).
+            trailing_execs = actions
             _check_final(start, steps, final)
             proc.stdin.close()
-            rc = proc.wait(timeout=10)
+            rc = proc.wait(timeout=30)
             if rc != 0:
                 raise ProtocolError(f"the agent exited with status {rc} after its final message")
+            if proc.stdout.read():
+                raise ProtocolError("the agent wrote after its final message")
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -151,7 +154,8 @@ def drive(start, executor, argv=None, env=None):
                     pass
             err.seek(0)
             stderr = _decode(err.read())
-    return {"start": start, "steps": steps, "final": final, "transcript": transcript, "stderr": stderr}
+    return {"start": start, "steps": steps, "final": final, "trailing_execs": trailing_execs,
+            "transcript": transcript, "stderr": stderr}
 
 
 def _check_final(start, steps, final):
@@ -163,21 +167,31 @@ def _check_final(start, steps, final):
     messages = final.get("messages")
     if not isinstance(messages, list):
         raise ProtocolError("final.messages is not a list")
-    prefix = start["messages"]
-    stepped = [m for s in steps for m in s["messages"]]
+    split_final(start["messages"], steps, messages)
+
+
+def split_final(prefix, steps, messages):
+    """`(own, trailing)` of a final message list, which must be
+    `prefix ++ own ++ step_1 ++ … ++ step_n ++ trailing` (docs/agent-protocol.md): `own` (the
+    agent's system prompt and task) only after an empty prefix, `trailing` messages after the last
+    step (a scaffold's exit notice) in no step. Raises ProtocolError when it does not fit."""
     if messages[:len(prefix)] != prefix:
         raise ProtocolError("final.messages does not start with the prefix the agent was handed")
-    if stepped and messages[len(messages) - len(stepped):] != stepped:
-        raise ProtocolError("final.messages does not end with the messages of the steps")
-    if len(messages) < len(prefix) + len(stepped):
-        raise ProtocolError("final.messages is shorter than the prefix and the steps")
+    stepped = [m for s in steps for m in s["messages"]]
+    rest = messages[len(prefix):]
+    for own_len in range(len(rest) - len(stepped) + 1):
+        if rest[own_len:own_len + len(stepped)] == stepped:
+            if own_len and prefix:
+                raise ProtocolError("final.messages has messages of its own after a non-empty prefix")
+            return rest[:own_len], rest[own_len + len(stepped):]
+    raise ProtocolError("final.messages is not the prefix, the agent's own messages, the steps' and trailing ones")
 
 
 def initial_messages_of(run):
-    """The messages a run started from: its final list without the messages of its steps."""
-    stepped = sum(len(s["messages"]) for s in run["steps"])
-    messages = run["final"]["messages"]
-    return messages[:len(messages) - stepped]
+    """The messages a run started from (`h_0`): the prefix it was handed and its own messages."""
+    prefix = run["start"]["messages"]
+    own, _ = split_final(prefix, run["steps"], run["final"]["messages"])
+    return list(prefix) + own
 
 
 def prefix_at(run, t):
