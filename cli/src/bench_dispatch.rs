@@ -12,13 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::client::{self, Connection};
-use vcurve_coordinator::core::{Coordinator, Timing};
-use vcurve_coordinator::server::{self, ServeOptions};
+use vcurve_coordinator::core::Timing;
 use vcurve_coordinator::store::{LeasePolicy, SqlStore};
 
 /// What one run measured.
@@ -67,16 +65,8 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
         heartbeat_interval: Duration::from_secs(20),
         max_lease_wait: Duration::from_millis(200),
     };
-    let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let stop = CancellationToken::new();
-    let server = {
-        let stop = stop.clone();
-        tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move {
-            stop.cancelled().await
-        }))
-    };
+    let local = crate::demo::LocalCoordinator::serve(store, timing).await?;
+    let (coordinator, url) = (local.coordinator.clone(), local.url.clone());
     let (yaml, files) = study_for(continuations);
     coordinator.launch(&yaml, &files).await?;
 
@@ -135,8 +125,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
         latencies.extend(t.await??);
     }
     let seconds = started.elapsed().as_secs_f64();
-    stop.cancel();
-    server.await??;
+    local.stop().await?;
     latencies.sort();
     let done = reported.load(Ordering::Relaxed);
     Ok(DispatchReport {

@@ -108,8 +108,8 @@ fn demo_spec(trajectories: &[DemoTrajectory], duration_ms: u64) -> (String, BTre
     (yaml, files)
 }
 
-/// A demo's coordinator: a fresh embedded store `DIR/demo.sqlite`, serving gRPC on a loopback
-/// port to the demo's in-process workers and its client.
+/// A coordinator in this process, serving gRPC on a loopback port to in-process workers and clients:
+/// a demo's on a fresh embedded store `DIR/demo.sqlite`, or a benchmark's on any store.
 pub struct LocalCoordinator {
     pub coordinator: Arc<Coordinator<SqlStore>>,
     pub url: String,
@@ -126,6 +126,11 @@ impl LocalCoordinator {
             let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
         }
         let store = SqlStore::connect(&format!("sqlite://{}", db.display())).await?;
+        Self::serve(store, timing).await
+    }
+
+    /// Serve `store` on a loopback port.
+    pub async fn serve(store: SqlStore, timing: Timing) -> anyhow::Result<LocalCoordinator> {
         let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
