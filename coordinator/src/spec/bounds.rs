@@ -504,12 +504,17 @@ impl<'a> Scanner<'a> {
         let c = self.at(0);
         let in_flow = !self.flows.is_empty();
         if self.column == 0 && c == b'%' {
-            // A directive: its line, whatever is on it.
+            // A directive: its line, whatever is on it, and its line break (libyaml's
+            // scan_directive eats the break without allowing a key, so a tab starting the next
+            // line is skipped as blank).
             self.unroll(-1);
             self.remove_key();
             self.key_allowed = false;
             while !self.is_breakz(0) {
                 self.skip();
+            }
+            if self.is_break(0) {
+                self.skip_line();
             }
         } else if self.is_document_indicator() {
             self.unroll(-1);

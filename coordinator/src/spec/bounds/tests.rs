@@ -57,6 +57,17 @@ fn the_depth_counted_is_the_parsed_depth() {
 }
 
 #[test]
+fn a_directive_eats_its_line_break_so_a_tab_may_start_the_next_line() {
+    // Found by the syntax soup below: libyaml skips the tab as blank (no key is allowed yet).
+    for text in ["#\n%YAML 1.1\n\t#\n---\n''", "%YAML 1.1\n\t# c\n--- [a]"] {
+        assert!(serde_norway::from_str::<Value>(text).is_ok(), "{text:?}");
+        let counted = yaml_depth(text, 64);
+        assert_eq!(counted.syntax_error, None, "{text:?}");
+    }
+    assert_depth("%YAML 1.1\n\t# c\n--- [a]", 1);
+}
+
+#[test]
 fn line_breaks_other_than_newline_end_comments_and_scalars() {
     // libyaml breaks lines at NEL, LS and PS too: what follows a comment on the same "line" is YAML.
     for brk in ["\r", "\r\n", "\u{85}", "\u{2028}", "\u{2029}"] {
