@@ -422,7 +422,7 @@ fn check_task(task: &vcurve_record::Task) -> Result<(), String> {
                 return Err("evaluator.timeout_s must be at least 1".into());
             }
         }
-        vcurve_record::Evaluator::Swebench { instance_id } => {
+        vcurve_record::Evaluator::Swebench { instance_id, .. } => {
             if instance_id.trim().is_empty() {
                 return Err("evaluator.instance_id is empty".into());
             }

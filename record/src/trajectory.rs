@@ -43,8 +43,16 @@ pub enum Evaluator {
     /// Apply the patch in a fresh container of the task image and run `command` there: resolved
     /// iff it exits 0 within `timeout_s`.
     Command { command: String, timeout_s: u32 },
-    /// The official SWE-bench harness for one instance.
-    Swebench { instance_id: String },
+    /// The official SWE-bench harness (`swebench==5.0.2`) for one instance.
+    Swebench {
+        instance_id: String,
+        /// The instance's dataset row as the harness reads it (SWE-bench Verified's fields:
+        /// `repo`, `version`, `base_commit`, `test_patch`, `FAIL_TO_PASS`, `PASS_TO_PASS`, …).
+        /// Absent on a task imported from a trajectory alone: such a task cannot be evaluated
+        /// until a study gives it its row (a SWE-bench dataset file).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<serde_json::Value>,
+    },
 }
 
 /// How the recording agent ran commands: the interpreter's argument vector before the command

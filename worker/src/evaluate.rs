@@ -149,7 +149,7 @@ pub async fn evaluate_command(
     }
     let (command, timeout_s) = match &task.evaluator {
         Evaluator::Command { command, timeout_s } => (command.as_str(), *timeout_s),
-        Evaluator::Swebench { instance_id } => {
+        Evaluator::Swebench { instance_id, .. } => {
             return Err(EvalFailure::Unsupported(format!(
                 "task {}: the SWE-bench evaluator (instance {instance_id}) is not supported by this worker yet; \
                  only evaluators of kind `command` are",
@@ -348,7 +348,7 @@ mod tests {
         }
         // Even for an evaluator this worker cannot run.
         let mut swebench = task(TESTS);
-        swebench.evaluator = Evaluator::Swebench { instance_id: "django__django-1".into() };
+        swebench.evaluator = Evaluator::Swebench { instance_id: "django__django-1".into(), instance: None };
         assert!(!evaluate(&runtime, &swebench, "").await.unwrap().resolved);
         assert_eq!(runtime.calls(), vec![]);
         assert!(!is_empty_patch(" x "));
@@ -473,7 +473,7 @@ mod tests {
     async fn swebench_is_unsupported_and_cancel_stops_the_evaluation() {
         let runtime = runtime();
         let mut swebench = task(TESTS);
-        swebench.evaluator = Evaluator::Swebench { instance_id: "django__django-1".into() };
+        swebench.evaluator = Evaluator::Swebench { instance_id: "django__django-1".into(), instance: None };
         match evaluate(&runtime, &swebench, &patch("git_apply", "right")).await {
             Err(EvalFailure::Unsupported(reason)) => {
                 assert!(reason.contains("SWE-bench evaluator (instance django__django-1) is not supported"), "{reason}")

@@ -147,6 +147,7 @@ fn inline_task(map: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<T
                         get(e, "instance_id").ok_or_else(|| missing("evaluator.instance_id"))?,
                         "evaluator.instance_id",
                     )?,
+                    instance: None,
                 },
                 other => {
                     return Err(problem(

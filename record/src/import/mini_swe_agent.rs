@@ -168,7 +168,7 @@ pub fn import_mini_swe_agent(
             id: instance_id.clone(),
             image,
             workdir,
-            evaluator: Evaluator::Swebench { instance_id: instance_id.clone() },
+            evaluator: Evaluator::Swebench { instance_id: instance_id.clone(), instance: None },
             problem_statement: problem_statement(&text_of(&messages[1])),
         },
         interpreter,
