@@ -23,7 +23,9 @@
 //!
 //! A runtime error at any point, or a tree that cannot be reset, is an
 //! [`EvalFailure::Infrastructure`]: the evaluation has no outcome and is run again.
-//! [`Evaluator::Swebench`] is [`EvalFailure::Unsupported`] for now.
+//!
+//! A task whose evaluator is [`Evaluator::Swebench`] is judged by the official SWE-bench harness
+//! instead, run as a child process ([`swebench`], with the worker's [`SwebenchHarness::from_env`]).
 
 use std::sync::Arc;
 
@@ -33,6 +35,10 @@ use vcurve_record::{Evaluator, Interpreter, Task};
 use crate::agent::last_bytes as tail;
 use crate::container::{Container, ContainerRuntime, ContainerSpec, RuntimeError};
 use crate::exec::{Observed, run_command};
+
+pub mod swebench;
+
+pub use swebench::{SwebenchHarness, evaluate_swebench};
 
 /// Where the patch is written in the container: outside any task's working directory, so that
 /// neither `git clean` nor the patch itself touches it.
@@ -122,9 +128,13 @@ pub enum EvalFailure {
     /// in: no outcome, run again.
     #[error("infrastructure failure during evaluation: {0}")]
     Infrastructure(String),
-    /// This worker cannot run the task's evaluator.
+    /// This worker cannot run the task's evaluator (say, it lacks the SWE-bench harness).
     #[error("{0}")]
     Unsupported(String),
+    /// The task cannot be evaluated as it is given (a SWE-bench evaluator without its dataset
+    /// row, a row the harness refuses): running it again changes nothing until the task does.
+    #[error("{0}")]
+    InvalidTask(String),
     /// The caller cancelled the evaluation.
     #[error("the evaluation was cancelled")]
     Cancelled,
@@ -136,7 +146,9 @@ pub fn is_empty_patch(patch: &str) -> bool {
 }
 
 /// Judge `patch` for `task` (see the module docs). `base` gives the container's limits and
-/// labels; its image is replaced by the task's.
+/// labels; its image is replaced by the task's. A SWE-bench task goes to [`evaluate_swebench`]
+/// with the worker's harness ([`SwebenchHarness::from_env`]); `base` does not apply to the
+/// harness's container.
 pub async fn evaluate_command(
     runtime: Arc<dyn ContainerRuntime>,
     task: &Task,
@@ -149,12 +161,8 @@ pub async fn evaluate_command(
     }
     let (command, timeout_s) = match &task.evaluator {
         Evaluator::Command { command, timeout_s } => (command.as_str(), *timeout_s),
-        Evaluator::Swebench { instance_id, .. } => {
-            return Err(EvalFailure::Unsupported(format!(
-                "task {}: the SWE-bench evaluator (instance {instance_id}) is not supported by this worker yet; \
-                 only evaluators of kind `command` are",
-                task.id
-            )));
+        Evaluator::Swebench { .. } => {
+            return evaluate_swebench(&SwebenchHarness::from_env(), runtime, task, patch, cancel).await;
         }
     };
     if cancel.is_cancelled() {
@@ -470,15 +478,21 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn swebench_is_unsupported_and_cancel_stops_the_evaluation() {
+    async fn swebench_without_its_row_is_an_invalid_task_and_cancel_stops_the_evaluation() {
         let runtime = runtime();
         let mut swebench = task(TESTS);
         swebench.evaluator = Evaluator::Swebench { instance_id: "django__django-1".into(), instance: None };
         match evaluate(&runtime, &swebench, &patch("git_apply", "right")).await {
-            Err(EvalFailure::Unsupported(reason)) => {
-                assert!(reason.contains("SWE-bench evaluator (instance django__django-1) is not supported"), "{reason}")
+            Err(EvalFailure::InvalidTask(reason)) => {
+                assert!(
+                    reason.starts_with(
+                        "task calc-1: its SWE-bench evaluator (instance django__django-1) carries no dataset row"
+                    ),
+                    "{reason}"
+                );
+                assert!(reason.contains("launch the study from a SWE-bench dataset file"), "{reason}");
             }
-            other => panic!("expected Unsupported, got {other:?}"),
+            other => panic!("expected InvalidTask, got {other:?}"),
         }
         assert_eq!(runtime.calls(), vec![]);
 
