@@ -73,6 +73,7 @@ pub const MAX_LENGTH: u32 = 100_000;
 
 pub mod bounds;
 pub mod restart_check;
+mod swebench;
 mod tasks;
 pub use bounds::ReadError;
 
@@ -238,6 +239,13 @@ pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>)
         })?;
         files.insert(path, text);
     }
+    if let Some(path) = doc.as_ref().and_then(swebench::dataset_reference).filter(|p| !files.contains_key(p)) {
+        let text = read_limited(&dir.join(&path)).map_err(|message| SpecError::Field {
+            field: "swebench.dataset".into(),
+            message: format!("{path}: {message}"),
+        })?;
+        files.insert(path, text);
+    }
     Ok((yaml, files))
 }
 
@@ -269,6 +277,7 @@ const TOP_FIELDS: &[&str] = &[
     "tasks",
     "base_runs",
     "selection",
+    "swebench",
 ];
 /// The most base runs a study may ask of one task.
 pub const MAX_BASE_RUNS: u32 = 1000;
@@ -301,7 +310,8 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
 
     let runner = parse_runner(required(top, "runner", "")?)?;
 
-    let task_entries = tasks::parse_tasks(top, &runner.kind, file)?;
+    let mut task_entries = tasks::parse_tasks(top, &runner.kind, file)?;
+    let dataset = swebench::parse(top, &runner.kind, file, &mut task_entries)?;
     // The trajectory count bounds the control counts, so look at the list's shape first. Every
     // base run may fail and become a trajectory.
     let no_entries: &[Value] = &[];
@@ -347,6 +357,7 @@ fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<L
         }
         trajectories.push(trajectory);
     }
+    swebench::fill_recorded(dataset, &mut trajectories, &mut recorded)?;
 
     let decoys = match get(top, "decoys") {
         None => Vec::new(),

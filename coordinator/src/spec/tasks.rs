@@ -13,6 +13,9 @@
 //!     base_runs: 16            # this task's own count
 //! ```
 //!
+//! Tasks may also come by SWE-bench instance id from a dataset file (`swebench:`,
+//! [`super::swebench`]); they are appended after these entries and counted as they are.
+//!
 //! Decisions the issue left open:
 //!
 //! - Each selection parameter has one value: the `selection` field or its `thresholds` twin
