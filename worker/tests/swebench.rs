@@ -134,6 +134,7 @@ async fn docker_swebench_resolves_the_correct_fix_and_not_the_flawed_one() {
     let task = image.task();
     let logs = tempfile::tempdir().expect("a temporary folder");
     let harness = harness(logs.path());
+    harness.check().await.unwrap_or_else(|e| panic!("the harness's environment: {e}"));
     let runtime = runtime().await;
     let (correct, flawed) = (fixture("calc-1-correct.diff"), fixture("calc-1-flawed.diff"));
     // Concurrently: two evaluations of one instance never share a container name.

@@ -48,6 +48,8 @@ use super::{ApplyMethod, EvalFailure, OUTPUT_TAIL_BYTES, Verdict, is_empty_patch
 use crate::agent::last_bytes as tail;
 use crate::container::ContainerRuntime;
 
+/// The harness's version: the paper's evaluator.
+pub const VERSION: &str = "5.0.2";
 /// The variable naming the python of the harness's virtual environment.
 pub const PYTHON_VAR: &str = "VCURVE_SWEBENCH_PYTHON";
 /// The harness's python, relative to the worker's working directory, when none is named.
@@ -108,6 +110,47 @@ impl SwebenchHarness {
         self.test_timeout_s = seconds;
         self.timeout = Duration::from_secs(u64::from(seconds) + HARNESS_MARGIN_S);
         self
+    }
+}
+
+impl SwebenchHarness {
+    /// Import the evaluator and the harness with the environment's python and check the harness's
+    /// version, so that a worker can refuse a broken environment once, at its start, rather than
+    /// fail every evaluation; the error says what is wrong and what to run.
+    pub async fn check(&self) -> Result<(), String> {
+        let script = "import importlib.metadata as m, vcurve_agents.swebench_eval, swebench.harness.run_evaluation; \
+                      print(m.version('swebench'))";
+        let mut child = Command::new(&self.python);
+        child.arg("-c").arg(script).env("PYTHONPATH", &self.agents_dir).kill_on_drop(true);
+        let output = tokio::time::timeout(Duration::from_secs(120), child.output())
+            .await
+            .map_err(|_| format!("{} did not import the SWE-bench harness within 120 s", self.python.display()))?
+            .map_err(|e| {
+                format!(
+                    "cannot run the SWE-bench harness's python {}: {e}; create it with scripts/swebench-venv and set \
+                     {PYTHON_VAR} to the path it prints",
+                    self.python.display()
+                )
+            })?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+            return Err(format!(
+                "{} cannot import the SWE-bench evaluator ({last}) with PYTHONPATH={}; recreate the environment \
+                 with scripts/swebench-venv",
+                self.python.display(),
+                self.agents_dir.display()
+            ));
+        }
+        let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        if version != VERSION {
+            return Err(format!(
+                "{} has swebench {version}; the evaluator is written for {VERSION} (the paper's): recreate the \
+                 environment with scripts/swebench-venv",
+                self.python.display()
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -616,6 +659,25 @@ mod tests {
             matches!(runtime.calls().first(), Some(Call::Remove { container }) if container.starts_with("sweb.eval.vcurve__calc-1.vcurve-"))
         );
         assert_eq!(log_folders(&harness), Vec::<PathBuf>::new());
+    }
+
+    #[tokio::test]
+    async fn the_check_wants_the_harness_at_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(fake(dir.path(), "echo 5.0.2").check().await, Ok(()));
+        let e = fake(dir.path(), "echo 4.1.0").check().await.unwrap_err();
+        assert!(e.ends_with("has swebench 4.1.0; the evaluator is written for 5.0.2 (the paper's): recreate the environment with scripts/swebench-venv"), "{e}");
+        let e = fake(dir.path(), "echo 'ModuleNotFoundError: No module named swebench' >&2; exit 1")
+            .check()
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("cannot import the SWE-bench evaluator (ModuleNotFoundError: No module named swebench)"),
+            "{e}"
+        );
+        let missing = SwebenchHarness::new(dir.path().join("nothing"), dir.path());
+        let e = missing.check().await.unwrap_err();
+        assert!(e.contains("cannot run the SWE-bench harness's python") && e.contains("scripts/swebench-venv"), "{e}");
     }
 
     #[tokio::test]
