@@ -26,12 +26,15 @@
 //!   study uses it (a dataset with two rows of one instance is ambiguous). The file is read like a
 //!   task file, through the spec's file reader, and may be as large as any referenced file
 //!   ([`super::MAX_FILE_BYTES`]; Verified is 500 rows, ~10 MB).
-//! - Of a row the study uses, `problem_statement` must be text when the row becomes a task; the
-//!   fields the harness reads are checked for their shape when present (`repo`, `base_commit`,
-//!   `test_patch`, `version`, `environment_setup_commit` text; `FAIL_TO_PASS`, `PASS_TO_PASS` a
-//!   list of test names or that list JSON-encoded, as in the Hugging Face dataset), so a damaged
-//!   export fails at launch rather than as no-outcomes of every evaluation. They are not required:
-//!   what the harness needs of a row is the evaluator's to say. The row is stored as read.
+//! - A row the study uses must carry what the `swebench` evaluator needs to judge a patch, checked
+//!   at launch so that a row it cannot use fails there rather than as an invalid task at every
+//!   evaluation after the agent runs: swebench 5.0.2 reads the v5 fields `repo`, `version`,
+//!   `log_parser`, `eval_type` (`pass_and_fail` or `fail_only`) and `eval_script` (text) and
+//!   `FAIL_TO_PASS`, `PASS_TO_PASS` (a list of test names, or that list JSON-encoded as in the
+//!   Hugging Face dataset) — `docs/swebench-evaluator.md`. A SWE-bench 4 row, without
+//!   `log_parser`, `eval_type` and `eval_script`, is refused naming what it lacks. `image`,
+//!   `base_commit`, `test_patch` and `environment_setup_commit` must be text when present. A row
+//!   that becomes a task needs a `problem_statement` (text). The row is stored as read.
 //! - `instances` is a list of ids, in the order base runs are queued, or `all` (every row in file
 //!   order). It may be left out: the dataset then only gives rows to the study's other SWE-bench
 //!   tasks and recorded runs (below), and at least one of them must be in it. Ids not in the file
@@ -40,7 +43,10 @@
 //!   lowercased>:latest` ([`vcurve_record::import::swebench_image`], the rule `vcurve import`
 //!   uses). `image` is a template instead, where `{instance_id}` is the instance id and
 //!   `{harness}` the harness's image name (for a mirror); `image_field` takes the image from a
-//!   field of each row. Giving both is an error.
+//!   field of each row. Giving both is an error. The harness judges a patch in the row's `image`
+//!   when the row has one, so a row's `image` must be the task's (as Docker reads the names:
+//!   `docker.io/` implied, `:latest` by default), or the agent would run in one image and be
+//!   judged in another; `image_field: image` takes the row's.
 //! - `swebench` and `tasks` may be given together: the study's tasks are the `tasks` entries, then
 //!   the instances; an id in both is an error. A study with `swebench` is a study from tasks: it
 //!   needs no `trajectories`, and `base_runs` and `selection` apply to its instances.
@@ -75,10 +81,16 @@ use super::{
 const FIELDS: &[&str] = &["dataset", "instances", "image", "image_field", "workdir", "base_runs"];
 /// The working directory of SWE-bench's images.
 pub const DEFAULT_WORKDIR: &str = "/testbed";
-/// Row fields the harness reads as text, checked when present.
-const TEXT_FIELDS: &[&str] = &["repo", "base_commit", "test_patch", "version", "environment_setup_commit"];
-/// Row fields holding lists of test names (JSON-encoded in the Hugging Face dataset).
-const TEST_LIST_FIELDS: &[&str] = &["FAIL_TO_PASS", "PASS_TO_PASS"];
+/// Row fields the `swebench` evaluator needs as text: what swebench 5.0.2's `make_test_spec` reads
+/// beside `instance_id` and `image` (`agents/vcurve_agents/swebench_eval.py`,
+/// `docs/swebench-evaluator.md`).
+const REQUIRED_TEXT: &[&str] = &["repo", "version", "log_parser", "eval_type", "eval_script"];
+/// Row fields holding lists of test names (JSON-encoded in the Hugging Face dataset); required.
+const TEST_LISTS: &[&str] = &["FAIL_TO_PASS", "PASS_TO_PASS"];
+/// Row fields that must be text when present (`image` falls back to the task's image).
+const OPTIONAL_TEXT: &[&str] = &["image", "base_commit", "test_patch", "environment_setup_commit"];
+/// The harness's evaluation types.
+const EVAL_TYPES: &[&str] = &["pass_and_fail", "fail_only"];
 
 /// One row of the dataset: its 1-based line and the row as read.
 struct Row {
@@ -154,7 +166,7 @@ pub(super) fn parse(
     let (rows, order) = read_dataset(&contents).map_err(|m| at(problem("dataset", format!("{path}: {m}"))))?;
     let mut dataset = Dataset { path, rows, instances_given: false, used: 0 };
 
-    let image = match (get(map, "image"), get(map, "image_field")) {
+    let image_choice = match (get(map, "image"), get(map, "image_field")) {
         (Some(_), Some(_)) => {
             return Err(at(problem("image_field", "and swebench.image are both given; give one of them")));
         }
@@ -261,7 +273,7 @@ pub(super) fn parse(
             Some(Json::String(s)) => s.clone(),
             Some(other) => return Err(in_row(format!("problem_statement must be text, found {}", kind(other)))),
         };
-        let image = match &image {
+        let image = match &image_choice {
             Image::Harness => swebench_image(&id),
             Image::Template(t) => t.replace("{instance_id}", &id).replace("{harness}", &swebench_image(&id)),
             Image::Field(field) => match row.value.get(field) {
@@ -277,6 +289,17 @@ pub(super) fn parse(
                 }
             },
         };
+        let source = match &image_choice {
+            Image::Harness => "the harness's naming rule",
+            Image::Template(_) => "swebench.image",
+            Image::Field(_) => "swebench.image_field",
+        };
+        same_image(&row.value, &image).map_err(|m| {
+            in_row(format!(
+                "{m}, the image the task gets from {source}: its patches would be judged in another image than the \
+                 agent ran in; take the row's with image_field: image"
+            ))
+        })?;
         let task = Task {
             id: id.clone(),
             image,
@@ -357,6 +380,11 @@ impl Dataset {
         };
         let where_ = format!("{}: line {} (instance {instance_id:?})", self.path, row.line);
         check_row(&row.value).map_err(|m| format!("{where_}: {m}"))?;
+        same_image(&row.value, &task.image).map_err(|m| {
+            format!(
+                "{where_}: {m}, the task's image: its patches would be judged in another image than the agent ran in"
+            )
+        })?;
         match instance {
             None => {
                 *instance = Some(row.value.clone());
@@ -420,27 +448,56 @@ fn read_dataset(contents: &str) -> Result<(HashMap<String, Row>, Vec<String>), S
 
 /// The shapes of the fields the harness reads, where a row has them.
 fn check_row(row: &Json) -> Result<(), String> {
-    for field in TEXT_FIELDS {
+    let absent = |field: &str| matches!(row.get(field), None | Some(Json::Null)) || row[field] == "";
+    let lacking: Vec<&str> = REQUIRED_TEXT.iter().chain(TEST_LISTS).copied().filter(|f| absent(f)).collect();
+    if !lacking.is_empty() {
+        return Err(format!(
+            "lacks {}, which the swebench evaluator needs (swebench 5.0.2 reads the v5 fields repo, version, \
+             FAIL_TO_PASS, PASS_TO_PASS, log_parser, eval_type, eval_script; docs/swebench-evaluator.md): give a \
+             dataset whose rows carry them",
+            lacking.join(", ")
+        ));
+    }
+    for field in REQUIRED_TEXT.iter().chain(OPTIONAL_TEXT) {
         match row.get(field) {
             None | Some(Json::Null | Json::String(_)) => {}
             Some(other) => return Err(format!("{field} must be text, found {}", kind(other))),
         }
     }
-    for field in TEST_LIST_FIELDS {
+    if let Some(t) = row["eval_type"].as_str().filter(|t| !EVAL_TYPES.contains(t)) {
+        return Err(format!("eval_type = {t:?} is not an evaluation type of the harness ({})", EVAL_TYPES.join(", ")));
+    }
+    for field in TEST_LISTS {
         let expected = "a list of test names, or that list JSON-encoded";
         let names = |list: &Json| list.as_array().is_some_and(|l| l.iter().all(Json::is_string));
-        match row.get(field) {
-            None | Some(Json::Null) => {}
-            Some(list @ Json::Array(_)) if names(list) => {}
-            Some(Json::String(s)) => match serde_json::from_str::<Json>(s) {
+        match &row[*field] {
+            list @ Json::Array(_) if names(list) => {}
+            Json::String(s) => match serde_json::from_str::<Json>(s) {
                 Ok(list) if names(&list) => {}
                 Ok(_) => return Err(format!("{field} must be {expected}; the text does not decode to a list of text")),
                 Err(e) => return Err(format!("{field} must be {expected}; the text is not JSON: {e}")),
             },
-            Some(other) => return Err(format!("{field} must be {expected}, found {}", kind(other))),
+            other => return Err(format!("{field} must be {expected}, found {}", kind(other))),
         }
     }
     Ok(())
+}
+
+/// A row's `image` (the harness judges in it, swebench 5) must be the task's, the image the agent
+/// runs in; names are compared as Docker reads them (`docker.io/` implied, `:latest` by default).
+fn same_image(row: &Json, image: &str) -> Result<(), String> {
+    fn normalized(name: &str) -> String {
+        let name = name.strip_prefix("docker.io/").or_else(|| name.strip_prefix("index.docker.io/")).unwrap_or(name);
+        let name = name.strip_prefix("library/").unwrap_or(name);
+        let last = name.rsplit('/').next().unwrap_or(name);
+        if last.contains([':', '@']) { name.to_string() } else { format!("{name}:latest") }
+    }
+    match row.get("image") {
+        Some(Json::String(own)) if normalized(own) != normalized(image) => {
+            Err(format!("the row's image {own:?} is not {image:?}"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// An image template's placeholders are `{instance_id}` and `{harness}`.
@@ -520,7 +577,11 @@ mod tests {
 
     /// The dataset with one row's field set (`None` removes it).
     fn with_field(line: usize, field: &str, value: Option<Json>) -> String {
-        DATASET
+        with_field_of(DATASET, line, field, value)
+    }
+
+    fn with_field_of(dataset: &str, line: usize, field: &str, value: Option<Json>) -> String {
+        dataset
             .lines()
             .enumerate()
             .map(|(i, l)| {
@@ -598,6 +659,34 @@ mod tests {
         let yaml = with_block("  instances: [django__django-10999]\n  image_field: image_name\n");
         let spec = launch(&yaml, &files(&dataset)).unwrap().spec;
         assert_eq!(spec.tasks[0].task.image, "ghcr.io/x/django-10999:1");
+    }
+
+    #[test]
+    fn a_row_that_names_its_image_must_name_the_one_the_agent_runs_in() {
+        // The harness judges in the row's image: the last row's is the harness's name, untagged.
+        let spec = parsed(&with_block("  instances: [astropy__astropy-14309]\n"));
+        assert_eq!(spec.tasks[0].task.image, "swebench/sweb.eval.x86_64.astropy_1776_astropy-14309:latest");
+        let spec = parsed(&with_block("  instances: [astropy__astropy-14309]\n  image_field: image\n"));
+        assert_eq!(spec.tasks[0].task.image, "swebench/sweb.eval.x86_64.astropy_1776_astropy-14309");
+        let mirror = with_block("  instances: [astropy__astropy-14309]\n  image: \"mirror:5000/{harness}\"\n");
+        assert_mentions(
+            &rejected_with(&mirror, &files(DATASET)),
+            &[
+                "swebench.dataset data/verified.jsonl: line 3 (instance \"astropy__astropy-14309\"): the row's image",
+                "is not \"mirror:5000/swebench/sweb.eval.x86_64.astropy_1776_astropy-14309:latest\"",
+                "from swebench.image",
+                "image_field: image",
+            ],
+        );
+        // Nor may a task's or a recorded run's differ from its row's.
+        let dataset = with_field(0, "image", Some(Json::from("docker.io/other/django:1")));
+        let yaml = format!("{}{INLINE}", with_block(""));
+        assert_mentions(
+            &rejected_with(&yaml, &files(&dataset)),
+            &["tasks[1].evaluator of task \"dj\"", "the row's image \"docker.io/other/django:1\" is not \"dj:1\""],
+        );
+        let dataset = with_field(0, "image", Some(Json::from("dj:1")));
+        assert_eq!(launch(&yaml, &files(&dataset)).unwrap().spec.tasks.len(), 2);
     }
 
     const INLINE: &str = "tasks:\n  - id: calc-1\n    image: calc:1\n    workdir: /testbed\n    \
@@ -730,6 +819,16 @@ mod tests {
             (with_field(0, "FAIL_TO_PASS", Some(Json::from("[\"a\", 1]"))), &["line 1", "FAIL_TO_PASS"][..]),
             (with_field(0, "PASS_TO_PASS", Some(Json::from("not json"))), &["PASS_TO_PASS", "not JSON"][..]),
             (with_field(0, "version", Some(Json::from(3.0))), &["version must be text, found a number"][..]),
+            (with_field(0, "eval_type", Some(Json::from("all"))), &["eval_type = \"all\"", "pass_and_fail"][..]),
+            (with_field(0, "FAIL_TO_PASS", None), &["line 1", "lacks FAIL_TO_PASS, which the swebench evaluator"][..]),
+            (with_field(0, "image", Some(Json::from(2))), &["image must be text"][..]),
+            (
+                // A SWE-bench 4 row: swebench 5.0.2 could not judge its patches.
+                ["log_parser", "eval_type", "eval_script"]
+                    .into_iter()
+                    .fold(DATASET.to_string(), |d, f| with_field_of(&d, 0, f, None)),
+                &["line 1 (instance \"django__django-10999\"): lacks log_parser, eval_type, eval_script", "v5"][..],
+            ),
         ] {
             assert_mentions(&rejected_with(&yaml, &files(&dataset)), parts);
         }
@@ -808,6 +907,7 @@ mod tests {
                 let row = serde_json::json!({
                     "instance_id": format!("org__repo-{i}"), "repo": "org/repo", "problem_statement": text,
                     "FAIL_TO_PASS": "[\"t\"]", "PASS_TO_PASS": "[]", "version": "1.0",
+                    "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail", "eval_script": "pytest",
                 });
                 format!("{row}\n")
             })
