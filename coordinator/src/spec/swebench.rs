@@ -204,9 +204,12 @@ pub(super) fn parse(
 
     let instances: Vec<(String, String)> = match get(map, "instances") {
         None => Vec::new(),
-        Some(Value::String(s)) if s == "all" => {
-            order.iter().map(|id| (format!("line {}", dataset.rows[id].line), id.clone())).collect()
-        }
+        Some(Value::String(s)) if s == "all" => order
+            .iter()
+            .map(|id| {
+                (format!("swebench.instances (all: line {} of {})", dataset.rows[id].line, dataset.path), id.clone())
+            })
+            .collect(),
         Some(Value::Sequence(ids)) if ids.is_empty() => {
             return Err(at(problem(
                 "instances",
@@ -714,6 +717,10 @@ mod tests {
             &rejected_with(&both, &files(DATASET)),
             &["swebench.instances[0]", "django__django-10999", "tasks[1]"],
         );
+        assert_mentions(
+            &rejected_with(&both.replace("instances: [django__django-10999]", "instances: all"), &files(DATASET)),
+            &["swebench.instances (all: line 1 of data/verified.jsonl) = \"django__django-10999\"", "tasks[1]"],
+        );
         let absent =
             format!("{}{INLINE}", with_block("")).replace("instance_id: django__django-10999", "instance_id: a__b-1");
         assert_mentions(
@@ -896,6 +903,19 @@ mod tests {
         std::fs::remove_file(dir.path().join("data/verified.jsonl")).unwrap();
         let e = load(&dir.path().join("study.yaml")).unwrap_err().to_string();
         assert_mentions(&e, &["swebench.dataset data/verified.jsonl: cannot read"]);
+    }
+
+    #[test]
+    fn the_papers_agent_settings_run_a_swebench_study_with_their_options_kept() {
+        // mini-swe-agent 2.4.6 on vLLM at temperature 0.70, top-p 0.80: the runner's to validate.
+        let runner = "runner: {kind: mini-swe-agent, model: {model_name: openai/Qwen/Qwen3-32B, \
+                      base_url: \"http://127.0.0.1:8000/v1\", temperature: 0.7, top_p: 0.8}}\n";
+        let yaml =
+            with_block("  instances: all\n").replace("runner: {kind: agent, command: [python3, -m, agent]}\n", runner);
+        let spec = parsed(&yaml);
+        assert_eq!((spec.runner.kind.as_str(), spec.tasks.len()), ("mini-swe-agent", 3));
+        assert_eq!(spec.runner.options["model"]["temperature"], 0.7);
+        assert_eq!(spec.runner.options["model"]["top_p"], 0.8);
     }
 
     #[test]
