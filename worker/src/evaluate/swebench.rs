@@ -267,6 +267,14 @@ pub async fn evaluate_swebench(
             )));
         }
     }
+    if let Some(Value::String(image)) = row.get("image")
+        && !image.is_empty()
+        && *image != task.image
+    {
+        // The harness evaluates in the row's image; the agent ran in the task's.
+        tracing::warn!(task = %task.id, row_image = %image, task_image = %task.image,
+            "the SWE-bench row names another image than the task's: the harness uses the row's");
+    }
     if cancel.is_cancelled() {
         return Err(EvalFailure::Cancelled);
     }
