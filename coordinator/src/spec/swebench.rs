@@ -6,7 +6,7 @@
 //! swebench:
 //!   dataset: data/swe-bench-verified.jsonl         # JSON Lines, one instance a line; relative to the spec file
 //!   instances: [django__django-10999, astropy__astropy-14309]   # or `all`; optional (see below)
-//!   image: "registry.local:5000/{harness}"         # optional (default: the harness's image); or
+//!   image: "registry.local:5000/{harness}"         # optional (default: the harness's image, below); or
 //!   image_field: image_name                        #   the row's field that names the image
 //!   workdir: /testbed                              # optional (default /testbed, as in SWE-bench images)
 //!   base_runs: 8                                   # optional: each instance's count (default: base_runs)
@@ -38,7 +38,7 @@
 //! - `instances` is a list of ids, in the order base runs are queued, or `all` (every row in file
 //!   order). It may be left out: the dataset then only gives rows to the study's other SWE-bench
 //!   tasks and recorded runs (below), and at least one of them must be in it. Ids not in the file
-//!   are named, all of them, by their positions in the list.
+//!   are named by their positions in the list (the first six, and how many more).
 //! - The image is the SWE-bench harness's: `swebench/sweb.eval.x86_64.<id with "__" → "_1776_",
 //!   lowercased>:latest` ([`vcurve_record::import::swebench_image`], the rule `vcurve import`
 //!   uses). `image` is a template instead, where `{instance_id}` is the instance id and
