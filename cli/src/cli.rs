@@ -116,13 +116,14 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             .await?;
         }
         Command::Worker(a) => {
+            let offer = a.runners();
             let mut config = vcurve_worker::WorkerConfig::new(a.coordinator);
             config.slots = a.slots;
             config.name = a.name.unwrap_or_else(host_name);
             config.token = crate::client::read_token(a.token_file.as_deref(), "VCURVE_WORKER_TOKEN")?;
             config.tls_ca = a.tls_ca;
             config.shutdown_grace = std::time::Duration::from_secs(a.shutdown_grace_s);
-            commands::run_worker(config, a.docker.then_some(a.snapshot_budget_gb)).await?;
+            commands::run_worker(config, offer).await?;
         }
         Command::Launch(a) => output::println(commands::launch(&a.spec, &a.remote.connection()?).await?)?,
         Command::RestartCheck(a) => crate::restart_check_cmd::run(&a).await?,

@@ -145,10 +145,31 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-pub async fn run_worker(config: vcurve_worker::WorkerConfig, docker: Option<f64>) -> anyhow::Result<()> {
+pub async fn run_worker(config: vcurve_worker::WorkerConfig, offer: WorkerRunners) -> anyhow::Result<()> {
     let mut runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
-    if let Some(budget_gb) = docker {
-        runners.insert(std::sync::Arc::new(agent_runner(&config.name, budget_gb).await?));
+    let located =
+        vcurve_worker::MiniSweAgent::locate(offer.mini_swe_agent_python.as_deref(), offer.agents_dir.as_deref());
+    match offer.docker {
+        Some(budget_gb) => {
+            let agent = agent_runner(&config.name, budget_gb).await?;
+            match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
+                Some(adapter) => {
+                    adapter.check().await.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))?;
+                    tracing::info!(python = %adapter.python.display(), "offering the mini-swe-agent runner");
+                    runners.insert(std::sync::Arc::new(agent.mini_swe_agent(adapter.command())));
+                }
+                None => tracing::info!(
+                    "not offering the mini-swe-agent runner: no {} (make it with scripts/mini-swe-agent-venv, \
+                     or name one with --mini-swe-agent-python)",
+                    vcurve_worker::mini_swe_agent::DEFAULT_PYTHON
+                ),
+            }
+            runners.insert(std::sync::Arc::new(agent));
+        }
+        None if offer.mini_swe_agent_python.is_some() => {
+            bail!("--mini-swe-agent-python needs --docker: the mini-swe-agent runner runs agents in containers")
+        }
+        None => {}
     }
     let summary = vcurve_worker::run(config, runners, shutdown_signal()).await?;
     eprintln!("vcurve worker stopped: {summary:?}");
@@ -593,6 +614,36 @@ pub struct WorkerArgs {
     /// snapshots are removed beyond it.
     #[arg(long, env = "VCURVE_SNAPSHOT_BUDGET_GB", default_value_t = 20.0, value_parser = parse_budget_gb)]
     pub snapshot_budget_gb: f64,
+    /// With --docker, also offer the `mini-swe-agent` runner, run by this python of a
+    /// mini-swe-agent 2.4.6 environment (scripts/mini-swe-agent-venv makes one and prints its
+    /// path) [default: .venv/mini-swe-agent/bin/python, when it exists].
+    #[arg(long, env = "VCURVE_MSA_PYTHON", value_name = "PYTHON")]
+    pub mini_swe_agent_python: Option<PathBuf>,
+    /// The folder holding the `vcurve_agents` package (the repository's agents/).
+    #[arg(long, env = "VCURVE_AGENTS_DIR", value_name = "DIR")]
+    pub agents_dir: Option<PathBuf>,
+}
+
+/// What runners a worker offers beyond `synthetic`.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerRunners {
+    /// `--docker`: the snapshot budget in GiB.
+    pub docker: Option<f64>,
+    /// `--mini-swe-agent-python`.
+    pub mini_swe_agent_python: Option<PathBuf>,
+    /// `--agents-dir`.
+    pub agents_dir: Option<PathBuf>,
+}
+
+impl WorkerArgs {
+    /// The runners these arguments ask for.
+    pub fn runners(&self) -> WorkerRunners {
+        WorkerRunners {
+            docker: self.docker.then_some(self.snapshot_budget_gb),
+            mini_swe_agent_python: self.mini_swe_agent_python.clone(),
+            agents_dir: self.agents_dir.clone(),
+        }
+    }
 }
 
 fn parse_budget_gb(s: &str) -> Result<f64, String> {

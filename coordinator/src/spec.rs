@@ -62,7 +62,7 @@ use std::path::{Path, PathBuf};
 use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{BaseRun, BaseRuns, Thresholds, ThresholdsError};
-use vcurve_record::runner::{AGENT, AgentOptions, SyntheticOptions};
+use vcurve_record::runner::{AgentOptions, SyntheticOptions, runs_containers};
 pub use vcurve_record::study::{
     Admission, ControlCounts, DecoySpec, Label, RunnerSpec, SelectionSpec, StudySpec, TaskRuns, TrajectorySpec,
 };
@@ -509,8 +509,8 @@ fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
         options.insert(key.to_string(), json);
     }
     let options = serde_json::Value::Object(options);
-    if kind == AGENT {
-        AgentOptions::from_json(&options).map_err(|e| top_error(problem("runner", e)))?;
+    if runs_containers(&kind) {
+        AgentOptions::for_kind(&kind, &options).map_err(|e| top_error(problem("runner", e)))?;
     }
     if kind == SYNTHETIC {
         // The typed options the workers read: what passed the checks above must parse.

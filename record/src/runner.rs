@@ -12,8 +12,24 @@ pub const SYNTHETIC: &str = "synthetic";
 /// recorded runs, resumes the agent from a step, judges its patch through the study's cache.
 pub const AGENT: &str = "agent";
 
+/// The runner kind that runs mini-swe-agent 2.4.6 (the paper's agent) in containers: the `agent`
+/// runner with the worker's own adapter (`agents/vcurve_agents/mini_swe_agent.py` under the
+/// worker's mini-swe-agent virtual environment) as the agent process, so a study names the model
+/// and not a command.
+pub const MINI_SWE_AGENT: &str = "mini-swe-agent";
+
 /// The runner kinds this build offers: a study naming another is refused at launch.
-pub const KINDS: &[&str] = &[SYNTHETIC, AGENT];
+pub const KINDS: &[&str] = &[SYNTHETIC, AGENT, MINI_SWE_AGENT];
+
+/// The argument vector of the mini-swe-agent adapter as a study records it: the worker runs the
+/// module with its mini-swe-agent environment's python in place of `python3`.
+pub const MINI_SWE_AGENT_COMMAND: &[&str] = &["python3", "-m", "vcurve_agents.mini_swe_agent"];
+
+/// Whether a runner kind runs agent processes in containers (replays, snapshots, patches judged
+/// through the study's cache), so its options are [`AgentOptions`].
+pub fn runs_containers(kind: &str) -> bool {
+    kind == AGENT || kind == MINI_SWE_AGENT
+}
 
 /// The options of the `synthetic` runner.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
@@ -186,6 +202,33 @@ impl AgentOptions {
         Ok(parsed)
     }
 
+    /// The options of a container runner of `kind` ([`runs_containers`]): for `agent` as
+    /// [`AgentOptions::from_json`]; for `mini-swe-agent` the same options less `command` (the
+    /// worker's adapter, [`MINI_SWE_AGENT_COMMAND`]), and a `model` that names the model as the
+    /// adapter reads it (`model_name`, `base_url`, `api_key` or `api_key_env`, `temperature`,
+    /// `top_p`, `timeout_s`, …). The error names the field.
+    pub fn for_kind(kind: &str, options: &serde_json::Value) -> Result<Self, String> {
+        if kind != MINI_SWE_AGENT {
+            return Self::from_json(options);
+        }
+        let bad = |message: String| Err(format!("invalid mini-swe-agent runner options: {message}"));
+        let Some(map) = options.as_object() else {
+            return bad(format!("expected a mapping with `model`, got {options}"));
+        };
+        if map.contains_key("command") {
+            return bad("command: the mini-swe-agent runner runs the worker's own adapter (vcurve worker \
+                 --mini-swe-agent-python); give no command, or use kind: agent to run another one"
+                .into());
+        }
+        if let Err(e) = check_mini_swe_agent_model(map.get("model").unwrap_or(&serde_json::Value::Null)) {
+            return bad(format!("model.{e}").replace("model.: ", "model: "));
+        }
+        let mut with_command = map.clone();
+        with_command.insert("command".into(), serde_json::json!(MINI_SWE_AGENT_COMMAND));
+        Self::from_json(&serde_json::Value::Object(with_command))
+            .map_err(|e| e.replace("invalid agent runner options", "invalid mini-swe-agent runner options"))
+    }
+
     /// The normalizer replay uses: the study's rules, or the shipped set.
     pub fn normalizer(&self) -> Result<crate::replay::Normalizer, String> {
         match &self.normalization {
@@ -193,6 +236,59 @@ impl AgentOptions {
             None => Ok(crate::replay::Normalizer::default()),
         }
     }
+}
+
+/// The model settings the mini-swe-agent adapter reads (its module docs), checked at launch so
+/// that a typo is refused then rather than failing every run; the error starts with the key.
+fn check_mini_swe_agent_model(model: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value;
+    let Some(m) = model.as_object() else {
+        return Err(match model {
+            Value::Null => "model_name: missing; the study must name the model, e.g. \
+                            model: {model_name: openai/Qwen/Qwen3-32B, base_url: http://HOST:8000/v1}"
+                .into(),
+            other => format!(": must be a mapping of model settings, got {other}"),
+        });
+    };
+    let name = m.get("model_name").or_else(|| m.get("name"));
+    match name {
+        Some(Value::String(s)) if !s.trim().is_empty() => {}
+        Some(other) => return Err(format!("model_name must be a non-empty string, got {other}")),
+        None => {
+            return Err("model_name: missing; the litellm model name, e.g. openai/Qwen/Qwen3-32B".into());
+        }
+    }
+    for key in ["base_url", "api_base", "api_key", "api_key_env", "cost_tracking"] {
+        if let Some(v) = m.get(key)
+            && !v.is_string()
+        {
+            return Err(format!("{key} must be a string, got {v}"));
+        }
+    }
+    let number = |key: &str, range: std::ops::RangeInclusive<f64>| -> Result<(), String> {
+        match m.get(key) {
+            None => Ok(()),
+            Some(v) => match v.as_f64() {
+                Some(x) if range.contains(&x) => Ok(()),
+                _ => Err(format!("{key} = {v} is outside [{}, {}]", range.start(), range.end())),
+            },
+        }
+    };
+    number("temperature", 0.0..=2.0)?;
+    number("top_p", 0.0..=1.0)?;
+    number("timeout_s", 0.001..=86_400.0)?;
+    number("cost_limit", 0.0..=f64::MAX)?;
+    if let Some(v) = m.get("max_consecutive_format_errors")
+        && v.as_u64().is_none()
+    {
+        return Err(format!("max_consecutive_format_errors must be a whole number, got {v}"));
+    }
+    if let Some(v) = m.get("model_kwargs")
+        && !v.is_object()
+    {
+        return Err(format!("model_kwargs must be a mapping of litellm arguments, got {v}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -225,5 +321,31 @@ mod tests {
             let e = AgentOptions::from_json(&options).unwrap_err();
             assert!(e.contains(field), "{e} should name {field}");
         }
+    }
+
+    #[test]
+    fn mini_swe_agent_options_name_the_model_and_take_no_command() {
+        let ok = json!({"kind": "mini-swe-agent", "model": {"model_name": "openai/Qwen/Qwen3-32B",
+            "base_url": "http://127.0.0.1:8000/v1", "temperature": 0.7, "top_p": 0.8}, "memory_mb": 4096});
+        let o = AgentOptions::for_kind(MINI_SWE_AGENT, &ok).unwrap();
+        assert_eq!(o.command, MINI_SWE_AGENT_COMMAND);
+        assert_eq!(o.memory_mb, 4096);
+        assert_eq!(o.model["model_name"], "openai/Qwen/Qwen3-32B");
+        for (options, field) in [
+            (json!({}), "model_name"),
+            (json!({"model": {}}), "model_name"),
+            (json!({"model": {"model_name": ""}}), "model_name"),
+            (json!({"model": "qwen"}), "model"),
+            (json!({"model": {"model_name": "m", "temperature": 3}}), "temperature"),
+            (json!({"model": {"model_name": "m", "top_p": "high"}}), "top_p"),
+            (json!({"model": {"model_name": "m", "base_url": 8000}}), "base_url"),
+            (json!({"model": {"model_name": "m", "model_kwargs": []}}), "model_kwargs"),
+            (json!({"model": {"model_name": "m"}, "command": ["python3"]}), "command"),
+            (json!({"model": {"model_name": "m"}, "memory_mb": 1}), "memory_mb"),
+        ] {
+            let e = AgentOptions::for_kind(MINI_SWE_AGENT, &options).unwrap_err();
+            assert!(e.contains(field) && e.contains("mini-swe-agent"), "{e} should name {field}");
+        }
+        assert!(runs_containers(AGENT) && runs_containers(MINI_SWE_AGENT) && !runs_containers(SYNTHETIC));
     }
 }

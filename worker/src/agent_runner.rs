@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use vcurve_record::jobs::{Judged, RunOutcome};
-use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy};
+use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy, MINI_SWE_AGENT};
 use vcurve_record::{EndType, Interpreter, Task, Trajectory, TrajectoryPayload};
 
 use crate::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
@@ -48,6 +48,11 @@ pub struct AgentProcessRunner {
 }
 
 struct Inner {
+    /// The runner kind served: `agent` (the study's command) or `mini-swe-agent` (`adapter`).
+    kind: &'static str,
+    /// The agent process of every run when the kind fixes it (`mini-swe-agent`), whatever the
+    /// study's `command`; `None`: the study's `command` and `env`.
+    adapter: Option<AgentCommand>,
     runtime: Arc<dyn ContainerRuntime>,
     snapshots: SnapshotCache,
     /// The worker's name: every container is labelled with it, and reaped by it.
@@ -80,6 +85,8 @@ impl AgentProcessRunner {
         let snapshots = SnapshotCache::open(runtime.clone(), snapshot_budget_bytes).await?;
         Ok(AgentProcessRunner {
             inner: Arc::new(Inner {
+                kind: AGENT,
+                adapter: None,
                 runtime,
                 snapshots,
                 worker_name: worker_name.to_owned(),
@@ -87,6 +94,25 @@ impl AgentProcessRunner {
                 services: OnceLock::new(),
             }),
         })
+    }
+
+    /// The `mini-swe-agent` runner beside this one: the same runtime, snapshot cache and worker,
+    /// every run's agent process `adapter` (the worker's mini-swe-agent environment running
+    /// `vcurve_agents.mini_swe_agent`, see [`MiniSweAgent`]) with the study's `env` laid over
+    /// its own.
+    pub fn mini_swe_agent(&self, adapter: AgentCommand) -> AgentProcessRunner {
+        let inner = &self.inner;
+        AgentProcessRunner {
+            inner: Arc::new(Inner {
+                kind: MINI_SWE_AGENT,
+                adapter: Some(adapter),
+                runtime: inner.runtime.clone(),
+                snapshots: inner.snapshots.clone(),
+                worker_name: inner.worker_name.clone(),
+                normalizer: inner.normalizer.clone(),
+                services: OnceLock::new(),
+            }),
+        }
     }
 
     /// The snapshots this worker holds, `(payload digest, t)`.
@@ -102,7 +128,7 @@ impl AgentProcessRunner {
 
 impl AgentRunner for AgentProcessRunner {
     fn kind(&self) -> &'static str {
-        Self::KIND
+        self.inner.kind
     }
 
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
@@ -171,8 +197,21 @@ impl Inner {
         }
     }
 
+    /// The agent process of a run: the kind's adapter (the study's `env` over its own), or the
+    /// study's command.
+    fn command(&self, options: &AgentOptions) -> AgentCommand {
+        match &self.adapter {
+            Some(adapter) => {
+                let mut command = adapter.clone();
+                command.env.extend(options.env.clone());
+                command
+            }
+            None => AgentCommand::from_options(options),
+        }
+    }
+
     async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, String> {
-        let options = AgentOptions::from_json(&job.options)?;
+        let options = AgentOptions::for_kind(self.kind, &job.options)?;
         let limits = self.limits(job, &options);
         let own = match &options.normalization {
             Some(_) => Some(options.normalizer()?),
@@ -195,7 +234,7 @@ impl Inner {
                     Verdict::NonReplayable(why) => return Ok(JobReport::NonReplayable(why)),
                 };
                 let start = AgentStart {
-                    command: AgentCommand::from_options(&options),
+                    command: self.command(&options),
                     task: recorded.task.clone(),
                     interpreter: recorded.interpreter.clone(),
                     messages: prefix(recorded, k.t),
@@ -231,7 +270,7 @@ impl Inner {
                     .map_err(|e| format!("starting the task container: {e}"))?;
                 let interpreter = Interpreter::default();
                 let start = AgentStart {
-                    command: AgentCommand::from_options(&options),
+                    command: self.command(&options),
                     task: task.clone(),
                     interpreter: interpreter.clone(),
                     messages: Vec::new(),

@@ -176,17 +176,41 @@ fn parameters_may_come_from_thresholds_and_agree_with_their_twins() {
 fn other_runners_need_no_curve_and_keep_their_options() {
     let yaml = edit(
         "runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}",
-        "runner: {kind: mini-swe-agent, model: {name: gpt-5.5, temperature: 0.7}, retries: [1, 2]}",
+        "runner: {kind: my-agent, model: {name: gpt-5.5, temperature: 0.7}, retries: [1, 2]}",
     )
     .replace("    curve: curves/beta.csv\n", "");
     let spec = parse_with(&yaml, &valid_files()).unwrap();
-    assert_eq!(spec.runner.kind, "mini-swe-agent");
+    assert_eq!(spec.runner.kind, "my-agent");
     assert_eq!(
         spec.runner.options,
         serde_json::json!({"model": {"name": "gpt-5.5", "temperature": 0.7}, "retries": [1, 2]})
     );
     assert_eq!(spec.trajectories[1].curve, None);
     assert!(spec.trajectories[0].curve.is_some(), "a curve given is still read");
+}
+
+#[test]
+fn the_mini_swe_agent_runner_names_its_model_and_no_command() {
+    let runner = |r: &str| {
+        edit("runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}", r)
+            .replace("    curve: curves/beta.csv\n", "")
+    };
+    let ok = runner(
+        "runner: {kind: mini-swe-agent, model: {model_name: openai/Qwen/Qwen3-32B, base_url: 'http://gpu-1:8000/v1', \
+         temperature: 0.7, top_p: 0.8}, memory_mb: 4096}",
+    );
+    let spec = parse_with(&ok, &valid_files()).unwrap();
+    assert_eq!(spec.runner.kind, "mini-swe-agent");
+    assert_eq!(spec.runner.options["model"]["model_name"], "openai/Qwen/Qwen3-32B");
+    for (r, field) in [
+        ("runner: {kind: mini-swe-agent}", "model_name"),
+        ("runner: {kind: mini-swe-agent, model: {model_name: m, top_p: 2}}", "top_p"),
+        ("runner: {kind: mini-swe-agent, model: {model_name: m}, command: [python3]}", "command"),
+        ("runner: {kind: mini-swe-agent, model: {model_name: m}, retries: 2}", "retries"),
+    ] {
+        let err = parse_with(&runner(r), &valid_files()).unwrap_err().to_string();
+        assert!(err.contains(field) && err.contains("mini-swe-agent"), "{r}: {err}");
+    }
 }
 
 #[test]

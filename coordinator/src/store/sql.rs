@@ -915,7 +915,7 @@ impl SqlStore {
                 .execute(&mut **tx)
                 .await?;
                 self.count(tx, &key.study, &key.trajectory, "n_done", 1).await?;
-                if config.runner_kind == vcurve_record::runner::AGENT {
+                if vcurve_record::runner::runs_containers(&config.runner_kind) {
                     let (task, payload) = self.task_of(tx, &key.study, &key.trajectory).await?;
                     let run = verdicts::RunOf { study: &key.study, task: &task, payload: payload.as_deref() };
                     rechecks = self.judge_run(tx, &config, run, o, now).await?;
@@ -1018,7 +1018,7 @@ impl SqlStore {
             }
             (JobKey::BaseRun { task: subject, .. }, JobReport::Outcome(o)) => {
                 let mut wakes = false;
-                if config.runner_kind == vcurve_record::runner::AGENT {
+                if vcurve_record::runner::runs_containers(&config.runner_kind) {
                     let payload = self.job_payload(tx, key).await?;
                     let (task, _) = config.base_run_of(subject);
                     let run = verdicts::RunOf { study, task, payload: payload.as_deref() };
@@ -1415,7 +1415,7 @@ impl Store for SqlStore {
                 .fetch_one(&mut *tx)
                 .await?
                 .try_get("n")?;
-        let evaluation = if runner_kind == vcurve_record::runner::AGENT {
+        let evaluation = if vcurve_record::runner::runs_containers(&runner_kind) {
             Some(self.verdict_totals(&mut *tx, study).await?)
         } else {
             None

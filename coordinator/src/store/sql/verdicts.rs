@@ -13,15 +13,15 @@ use sha2::{Digest, Sha256};
 use sqlx::{Any, Row, Transaction};
 use vcurve_record::EvaluationStats;
 use vcurve_record::jobs::{JobKey, Judged, RunOutcome};
-use vcurve_record::runner::{AGENT, AgentOptions};
+use vcurve_record::runner::{AgentOptions, runs_containers};
 
 use super::{SqlStore, StudyConfig, insert_job};
 use crate::store::StoreError;
 
 /// The flake-check parameters of a study: its runner's options, or SPEC.md §6's values.
 fn flake_parameters(config: &StudyConfig) -> (f64, f64) {
-    match AgentOptions::from_json(&config.runner_options) {
-        Ok(o) if config.runner_kind == AGENT => (o.flake_recheck_rate, o.flake_threshold),
+    match AgentOptions::for_kind(&config.runner_kind, &config.runner_options) {
+        Ok(o) if runs_containers(&config.runner_kind) => (o.flake_recheck_rate, o.flake_threshold),
         _ => (0.10, 0.03),
     }
 }

@@ -1,0 +1,130 @@
+//! Where a worker finds the mini-swe-agent adapter it runs for the `mini-swe-agent` runner kind:
+//! the virtual environment `scripts/mini-swe-agent-venv` makes (mini-swe-agent 2.4.6, the
+//! paper's version) and the repository's `agents/` folder holding `vcurve_agents`.
+//!
+//! The worker checks both once, before it registers: a python that cannot import the adapter, or
+//! has another mini-swe-agent version, is refused then with what to run, rather than failing
+//! every run of a study.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::agent::AgentCommand;
+
+/// The mini-swe-agent version the adapter is written for.
+pub const VERSION: &str = "2.4.6";
+
+/// The environment's python, relative to the worker's working directory, when none is named.
+pub const DEFAULT_PYTHON: &str = ".venv/mini-swe-agent/bin/python";
+
+/// The folder holding the `vcurve_agents` package, relative to the worker's working directory,
+/// when none is named.
+pub const DEFAULT_AGENTS_DIR: &str = "agents";
+
+/// A checked adapter: its python and the folder on its `PYTHONPATH`, both absolute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MiniSweAgent {
+    pub python: PathBuf,
+    pub agents_dir: PathBuf,
+}
+
+impl MiniSweAgent {
+    /// Find the adapter: `python` (or [`DEFAULT_PYTHON`]) and `agents_dir` (or
+    /// [`DEFAULT_AGENTS_DIR`]). `Ok(None)` when neither was named and the default python does not
+    /// exist (the worker then does not offer the kind); an error when a named one is missing.
+    pub fn locate(python: Option<&Path>, agents_dir: Option<&Path>) -> Result<Option<MiniSweAgent>, String> {
+        let named = python.is_some();
+        let python = python.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_PYTHON));
+        if !python.exists() {
+            if named {
+                return Err(format!(
+                    "the mini-swe-agent python {} does not exist; create the environment with \
+                     scripts/mini-swe-agent-venv (it prints the python's path)",
+                    python.display()
+                ));
+            }
+            return Ok(None);
+        }
+        let agents = agents_dir.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(DEFAULT_AGENTS_DIR));
+        if !agents.join("vcurve_agents").join("mini_swe_agent.py").is_file() {
+            return Err(format!(
+                "{} holds no vcurve_agents/mini_swe_agent.py; point --agents-dir at the repository's agents/ folder",
+                agents.display()
+            ));
+        }
+        let absolute =
+            |p: &Path, what: &str| std::path::absolute(p).map_err(|e| format!("the {what} {}: {e}", p.display()));
+        Ok(Some(MiniSweAgent {
+            python: absolute(&python, "mini-swe-agent python")?,
+            agents_dir: absolute(&agents, "agents folder")?,
+        }))
+    }
+
+    /// The agent process of every run.
+    pub fn command(&self) -> AgentCommand {
+        AgentCommand {
+            argv: vec![self.python.display().to_string(), "-m".into(), "vcurve_agents.mini_swe_agent".into()],
+            env: BTreeMap::from([("PYTHONPATH".to_owned(), self.agents_dir.display().to_string())]),
+            cwd: None,
+        }
+    }
+
+    /// Import the adapter and mini-swe-agent with the environment's python and check the
+    /// version; the error says what is wrong and what to run.
+    pub async fn check(&self) -> Result<(), String> {
+        let script = "import importlib.metadata as m, vcurve_agents.mini_swe_agent, minisweagent; \
+                      print(m.version('mini-swe-agent'))";
+        let mut child = tokio::process::Command::new(&self.python);
+        child.arg("-c").arg(script).env("PYTHONPATH", &self.agents_dir).kill_on_drop(true);
+        let output = tokio::time::timeout(Duration::from_secs(120), child.output())
+            .await
+            .map_err(|_| format!("{} did not import the mini-swe-agent adapter within 120 s", self.python.display()))?
+            .map_err(|e| format!("cannot run {}: {e}", self.python.display()))?;
+        if !output.status.success() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+            return Err(format!(
+                "{} cannot import the mini-swe-agent adapter ({last}); recreate the environment with \
+                 scripts/mini-swe-agent-venv",
+                self.python.display()
+            ));
+        }
+        let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        if version != VERSION {
+            return Err(format!(
+                "{} has mini-swe-agent {version}; the adapter is written for {VERSION} (the paper's): \
+                 recreate the environment with scripts/mini-swe-agent-venv",
+                self.python.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_python_that_is_missing_is_an_error() {
+        let missing = Path::new("/nonexistent/venv/bin/python");
+        let e = MiniSweAgent::locate(Some(missing), None).unwrap_err();
+        assert!(e.contains("/nonexistent/venv/bin/python") && e.contains("scripts/mini-swe-agent-venv"), "{e}");
+    }
+
+    #[test]
+    fn the_agents_folder_must_hold_the_adapter() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python");
+        std::fs::write(&python, "").unwrap();
+        let e = MiniSweAgent::locate(Some(&python), Some(dir.path())).unwrap_err();
+        assert!(e.contains("vcurve_agents/mini_swe_agent.py"), "{e}");
+        let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
+        let found = MiniSweAgent::locate(Some(&python), Some(&agents)).unwrap().unwrap();
+        let command = found.command();
+        assert_eq!(command.argv[1..], ["-m", "vcurve_agents.mini_swe_agent"]);
+        assert!(Path::new(&command.argv[0]).is_absolute());
+        assert!(Path::new(&command.env["PYTHONPATH"]).is_absolute());
+    }
+}
