@@ -32,6 +32,26 @@ pub struct ImportArgs {
     /// harness's `swebench/sweb.eval.x86_64.<id>:latest`).
     #[arg(long)]
     pub image: Option<String>,
+    /// A vcurve task file (`{id, image, workdir, evaluator, problem_statement}`, as a study's
+    /// `tasks:` take) for the trajectories of instance `id`, in place of the SWE-bench task the
+    /// import derives (for runs on your own tasks and images). Repeat it for several tasks.
+    #[arg(long = "task", value_name = "FILE")]
+    pub tasks: Vec<PathBuf>,
+}
+
+/// The `--task` files by task id.
+fn read_tasks(paths: &[PathBuf]) -> anyhow::Result<std::collections::BTreeMap<String, vcurve_record::Task>> {
+    let mut tasks = std::collections::BTreeMap::new();
+    for path in paths {
+        let bytes = crate::input::read_small_file(path).with_context(|| format!("--task {}", path.display()))?;
+        let task: vcurve_record::Task = serde_json::from_slice(&bytes).with_context(|| {
+            format!("--task {}: not a vcurve task (id, image, workdir, evaluator, problem_statement)", path.display())
+        })?;
+        if let Some(first) = tasks.insert(task.id.clone(), task) {
+            anyhow::bail!("--task {}: a second task {} (one task per id)", path.display(), first.id);
+        }
+    }
+    Ok(tasks)
 }
 
 /// A file name for an instance that no other trajectory of this import took.
@@ -61,6 +81,8 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         None => None,
     };
     let options = ImportOptions { image: args.image.clone(), report };
+    let tasks = read_tasks(&args.tasks)?;
+    let mut used = BTreeSet::new();
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let mut taken = BTreeSet::new();
     let mut table = csv::Writer::from_writer(Vec::new());
@@ -81,7 +103,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         let imported = std::fs::read(path)
             .map_err(anyhow::Error::from)
             .and_then(|bytes| Ok(import_mini_swe_agent(&path.to_string_lossy(), &bytes, &options)?));
-        let imported = match imported {
+        let mut imported = match imported {
             Ok(i) => i,
             Err(e) => {
                 eprintln!("vcurve: {}: not imported: {e:#}", path.display());
@@ -89,6 +111,10 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
+        if let Some(task) = tasks.get(&imported.instance_id) {
+            imported.trajectory.task = task.clone();
+            used.insert(task.id.clone());
+        }
         let name = file_name(&imported.instance_id, &mut taken);
         let target = args.out.join(&name);
         write_trajectory(&imported, &target)?;
@@ -109,6 +135,9 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         for warning in &imported.warnings {
             eprintln!("vcurve: {}: note: {warning}", path.display());
         }
+    }
+    for id in tasks.keys().filter(|id| !used.contains(*id)) {
+        eprintln!("vcurve: note: --task {id}: no imported trajectory is of instance {id}");
     }
     let csv_path = args.out.join("import.csv");
     std::fs::write(&csv_path, table.into_inner()?).with_context(|| format!("cannot write {}", csv_path.display()))?;

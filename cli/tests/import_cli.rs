@@ -130,3 +130,41 @@ fn a_corrupted_file_is_refused_and_the_others_import() {
     assert!(!inspect.status.success());
     assert!(text(&inspect.stderr).contains("unknown trajectory_format"));
 }
+
+#[test]
+fn a_task_file_replaces_the_derived_swebench_task_of_its_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let task = serde_json::json!({
+        "id": "astropy__astropy-14309", "image": "my-registry/astropy-14309:v2", "workdir": "/work",
+        "evaluator": {"kind": "command", "command": "pytest -q", "timeout_s": 600},
+        "problem_statement": "IndexError: tuple index out of range in identify_format",
+    });
+    let task_path = dir.path().join("task.json");
+    std::fs::write(&task_path, task.to_string()).unwrap();
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, serde_json::json!({"id": "nobody", "image": "i", "workdir": "/", "evaluator": {"kind": "command", "command": "true", "timeout_s": 1}, "problem_statement": "p"}).to_string()).unwrap();
+    let out = dir.path().join("out");
+    let files = [FIXTURES[1], FIXTURES[2]].map(|f| fixtures().join(f).display().to_string());
+    let (t1, t2, o) = (task_path.display().to_string(), other.display().to_string(), out.display().to_string());
+    let run = vcurve(&["import", "mini-swe-agent", &files[0], &files[1], "--task", &t1, "--task", &t2, "--out", &o]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains("--task nobody: no imported trajectory is of instance nobody"),
+        "{}",
+        text(&run.stderr)
+    );
+    let read = |id: &str| {
+        vcurve_record::Trajectory::from_json(&std::fs::read(out.join(format!("{id}.json"))).unwrap()).unwrap()
+    };
+    let given = read("astropy__astropy-14309");
+    assert_eq!(serde_json::to_value(&given.task).unwrap(), task);
+    let derived = read("astropy__astropy-14096");
+    assert_eq!(derived.task.image, "swebench/sweb.eval.x86_64.astropy_1776_astropy-14096:latest");
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"id\": 3}").unwrap();
+    let b = bad.display().to_string();
+    let run = vcurve(&["import", "mini-swe-agent", &files[0], "--task", &b, "--out", &o]);
+    assert!(!run.status.success());
+    assert!(text(&run.stderr).contains("--task") && text(&run.stderr).contains("bad.json"), "{}", text(&run.stderr));
+}

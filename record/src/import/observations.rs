@@ -71,6 +71,13 @@ static COPY: LazyLock<Regex> = LazyLock::new(|| re(r"\b(?:cp|mv)\s+(?:-\S+\s+)*\
 static PY_WRITE: LazyLock<Regex> = LazyLock::new(|| {
     re(r#"open\(\s*['"]([^'"]+)['"]\s*,\s*['"][wa]\+?b?['"]|Path\(\s*['"]([^'"]+)['"]\s*\)\.write_(?:text|bytes)"#)
 });
+/// A Python write through a path held in a variable (`p = Path('x.py'); p.write_text(s)`), or
+/// `open(name, 'w')`: an edit whose target the words do not name.
+static PY_WRITE_UNNAMED: LazyLock<Regex> =
+    LazyLock::new(|| re(r#"\.write_(?:text|bytes)\(|\bopen\([^()'"]*,\s*['"][wa]\+?b?['"]"#));
+/// The paths a Python program names (`Path('x.py')`, `open('x.py')`), for the target of such a
+/// write.
+static PY_PATH: LazyLock<Regex> = LazyLock::new(|| re(r#"\b(?:Path|open)\(\s*['"]([^'"]+)['"]"#));
 static TEST: LazyLock<Regex> = LazyLock::new(|| {
     re(
         r"\b(pytest|py\.test|tox|nox|nosetests|runtests\.py|unittest)\b|manage\.py\s+test\b|\bmake\s+(test|check)\b|\b(cargo|go)\s+test\b",
@@ -139,7 +146,11 @@ pub fn command_kind(command: &str) -> CommandKind {
         return CommandKind::Submit;
     }
     let words = skeleton(command);
-    if IN_PLACE.is_match(&words) || PATCH_TOOL.is_match(&words) || PY_WRITE.is_match(command) {
+    if IN_PLACE.is_match(&words)
+        || PATCH_TOOL.is_match(&words)
+        || PY_WRITE.is_match(command)
+        || PY_WRITE_UNNAMED.is_match(command)
+    {
         CommandKind::Edit
     } else if INSTALL.is_match(&words) {
         CommandKind::Install
@@ -232,8 +243,15 @@ pub fn first_edit(trajectory: &Trajectory) -> Option<FirstEdit> {
                     return hit(Some(target));
                 }
             }
-            let python = PY_WRITE.captures_iter(command).filter_map(|c| c.get(1).or_else(|| c.get(2)));
-            let targets: Vec<&str> = write_targets(&words).chain(python.map(|m| m.as_str())).collect();
+            let mut python: Vec<&str> = PY_WRITE
+                .captures_iter(command)
+                .filter_map(|c| c.get(1).or_else(|| c.get(2)))
+                .map(|m| m.as_str())
+                .collect();
+            if PY_WRITE_UNNAMED.is_match(command) {
+                python.extend(PY_PATH.captures_iter(command).filter_map(|c| c.get(1)).map(|m| m.as_str()));
+            }
+            let targets: Vec<&str> = write_targets(&words).chain(python).collect();
             for target in targets {
                 let Some(relative) = in_repo(target, workdir) else { continue };
                 if !created.contains(&relative) && seen.contains(&relative) {
@@ -377,6 +395,11 @@ mod tests {
             ("grep -rn \"x > y\" /testbed/astropy", CommandKind::Search),
             ("find /testbed -name '*.py' | xargs grep -l foo", CommandKind::Search),
             ("echo hi", CommandKind::Other),
+            (
+                "python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('calc/parse.py')\ns = p.read_text()\np.write_text(s)\nEOF",
+                CommandKind::Edit,
+            ),
+            ("python3 - <<'EOF'\nf = open(name, 'w')\nEOF", CommandKind::Edit),
         ];
         for (command, kind) in cases {
             assert_eq!(command_kind(command), kind, "{command}");
