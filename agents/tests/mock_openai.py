@@ -29,6 +29,15 @@ instead, which mini-swe-agent counts as a format error; `commands` maps call ind
 to send instead of the plan's; a call at or after `context_window_at` is answered with HTTP 400 and
 OpenAI's `context_length_exceeded` error. The reply's text carries `call k seed S`
 so a test can tell which request produced which message.
+
+As a program (for the Rust end-to-end tests, which run it as a process beside vcurve):
+
+    PYTHONPATH=agents python3 agents/tests/mock_openai.py --port-file PORT_FILE \
+        --requests REQUESTS.jsonl [--explore 3] [--p-correct 0.7]
+
+serves until it is killed, writes its port to PORT_FILE once it listens (written whole, then
+renamed, so a reader never sees half of it), and appends every request body to REQUESTS.jsonl as
+one JSON line, flushed before the reply is sent.
 """
 
 import json
@@ -101,12 +110,14 @@ class Policy:
 
 
 class MockOpenAI:
-    """The server: start on construction (or `with`), `close()` to stop."""
+    """The server: start on construction (or `with`), `close()` to stop. `log`, when given, is a
+    text file every request body is appended to as a JSON line."""
 
-    def __init__(self, policy=None, model="mock-model"):
+    def __init__(self, policy=None, model="mock-model", log=None):
         self.policy = policy or Policy()
         self.model = model
         self.requests = []
+        self.log = log
         self._lock = threading.Lock()
         server = self
 
@@ -126,6 +137,9 @@ class MockOpenAI:
                 with server._lock:
                     server.requests.append(body)
                     index = len(server.requests)
+                    if server.log is not None:
+                        server.log.write(json.dumps(body) + "\n")
+                        server.log.flush()
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     return self._send(404, {"error": {"message": f"no such endpoint {self.path}"}})
                 if server.policy.context_window_exceeded(body.get("messages") or []):
@@ -183,3 +197,33 @@ class MockOpenAI:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def main(argv=None):
+    import argparse
+    import os
+    import signal
+
+    parser = argparse.ArgumentParser(description="a mock OpenAI-compatible chat server (test code)")
+    parser.add_argument("--port-file", required=True, help="where to write the port once listening")
+    parser.add_argument("--requests", required=True, help="JSONL file every request body is appended to")
+    parser.add_argument("--explore", type=int, default=3, help="exploration calls before the fix")
+    parser.add_argument("--p-correct", type=float, default=0.7, help="probability of the correct fix")
+    args = parser.parse_args(argv)
+    with open(args.requests, "a", encoding="utf-8") as log:
+        server = MockOpenAI(Policy(explore=args.explore, p_correct=args.p_correct), log=log)
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(str(server.port))
+        os.replace(tmp, args.port_file)
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        server.close()
+
+
+if __name__ == "__main__":
+    main()
