@@ -152,6 +152,7 @@ pub async fn run_worker(config: vcurve_worker::WorkerConfig, offer: WorkerRunner
     match offer.docker {
         Some(budget_gb) => {
             let agent = agent_runner(&config.name, budget_gb).await?;
+            agent.use_swebench(swebench_harness(&offer).await?);
             match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
                 Some(adapter) => {
                     adapter.check().await.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))?;
@@ -169,11 +170,35 @@ pub async fn run_worker(config: vcurve_worker::WorkerConfig, offer: WorkerRunner
         None if offer.mini_swe_agent_python.is_some() => {
             bail!("--mini-swe-agent-python needs --docker: the mini-swe-agent runner runs agents in containers")
         }
+        None if offer.swebench_python.is_some() => {
+            bail!("--swebench-python needs --docker: the SWE-bench harness judges patches in containers")
+        }
         None => {}
     }
     let summary = vcurve_worker::run(config, runners, shutdown_signal()).await?;
     eprintln!("vcurve worker stopped: {summary:?}");
     Ok(())
+}
+
+/// The SWE-bench harness a worker judges `swebench` tasks with: `--swebench-python` (checked:
+/// an error when it cannot run the harness), or the default environment when it exists
+/// (checked the same way); without either, SWE-bench tasks are not judged here (each such
+/// evaluation is a no-outcome naming scripts/swebench-venv).
+async fn swebench_harness(offer: &WorkerRunners) -> anyhow::Result<vcurve_worker::evaluate::SwebenchHarness> {
+    use vcurve_worker::evaluate::swebench::{DEFAULT_AGENTS_DIR, DEFAULT_PYTHON};
+    let agents = offer.agents_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_AGENTS_DIR));
+    let python = offer.swebench_python.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_PYTHON));
+    let harness = vcurve_worker::evaluate::SwebenchHarness::new(&python, &agents);
+    if offer.swebench_python.is_none() && !python.exists() {
+        tracing::info!(
+            "SWE-bench tasks are not judged on this worker: no {DEFAULT_PYTHON} (make it with scripts/swebench-venv, \
+             or name one with --swebench-python)"
+        );
+        return Ok(harness);
+    }
+    harness.check().await.map_err(|e| anyhow::anyhow!("--swebench-python: {e}"))?;
+    tracing::info!(python = %harness.python.display(), "judging SWE-bench tasks with the harness");
+    Ok(harness)
 }
 
 /// The `agent` runner on this host's Docker Engine, for the worker `name`: reaps what a previous
@@ -619,7 +644,12 @@ pub struct WorkerArgs {
     /// path) [default: .venv/mini-swe-agent/bin/python, when it exists].
     #[arg(long, env = "VCURVE_MSA_PYTHON", value_name = "PYTHON")]
     pub mini_swe_agent_python: Option<PathBuf>,
-    /// The folder holding the `vcurve_agents` package (the repository's agents/).
+    /// With --docker, judge tasks of the `swebench` evaluator with the SWE-bench harness 5.0.2 of
+    /// this python (scripts/swebench-venv makes the environment and prints its path)
+    /// [default: .venv/swebench/bin/python, when it exists].
+    #[arg(long, env = "VCURVE_SWEBENCH_PYTHON", value_name = "PYTHON")]
+    pub swebench_python: Option<PathBuf>,
+    /// The folder holding the `vcurve_agents` package (the repository's agents/) [default: agents].
     #[arg(long, env = "VCURVE_AGENTS_DIR", value_name = "DIR")]
     pub agents_dir: Option<PathBuf>,
 }
@@ -631,6 +661,8 @@ pub struct WorkerRunners {
     pub docker: Option<f64>,
     /// `--mini-swe-agent-python`.
     pub mini_swe_agent_python: Option<PathBuf>,
+    /// `--swebench-python`.
+    pub swebench_python: Option<PathBuf>,
     /// `--agents-dir`.
     pub agents_dir: Option<PathBuf>,
 }
@@ -641,6 +673,7 @@ impl WorkerArgs {
         WorkerRunners {
             docker: self.docker.then_some(self.snapshot_budget_gb),
             mini_swe_agent_python: self.mini_swe_agent_python.clone(),
+            swebench_python: self.swebench_python.clone(),
             agents_dir: self.agents_dir.clone(),
         }
     }

@@ -35,7 +35,7 @@ use vcurve_record::{EndType, Interpreter, Task, Trajectory, TrajectoryPayload};
 
 use crate::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
 use crate::container::{Container, ContainerRuntime, ContainerSpec, labels, reap};
-use crate::evaluate::{evaluate_command, is_empty_patch};
+use crate::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
 use crate::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict, replay_trajectory};
 use crate::runner::{AgentRunner, JobKey, JobReport, JobSpec};
 use crate::services::JobServices;
@@ -60,6 +60,9 @@ struct Inner {
     /// The shipped normalization rules, for studies that give none of their own.
     normalizer: Normalizer,
     services: OnceLock<Arc<dyn JobServices>>,
+    /// The SWE-bench harness tasks judged by `swebench` are evaluated with
+    /// ([`AgentProcessRunner::use_swebench`]); unset: [`SwebenchHarness::from_env`].
+    swebench: OnceLock<SwebenchHarness>,
 }
 
 impl AgentProcessRunner {
@@ -92,6 +95,7 @@ impl AgentProcessRunner {
                 worker_name: worker_name.to_owned(),
                 normalizer: Normalizer::default(),
                 services: OnceLock::new(),
+                swebench: OnceLock::new(),
             }),
         })
     }
@@ -111,8 +115,16 @@ impl AgentProcessRunner {
                 worker_name: inner.worker_name.clone(),
                 normalizer: inner.normalizer.clone(),
                 services: OnceLock::new(),
+                swebench: inner.swebench.clone(),
             }),
         }
+    }
+
+    /// Evaluate SWE-bench tasks with `harness` (the worker's checked one); false when a harness
+    /// was set before. Call it before [`AgentProcessRunner::mini_swe_agent`], which takes this
+    /// runner's.
+    pub fn use_swebench(&self, harness: SwebenchHarness) -> bool {
+        self.inner.swebench.set(harness).is_ok()
     }
 
     /// The snapshots this worker holds, `(payload digest, t)`.
@@ -180,6 +192,10 @@ fn prefix(recorded: &Trajectory, t: u32) -> Vec<serde_json::Value> {
 }
 
 impl Inner {
+    fn swebench(&self) -> SwebenchHarness {
+        self.swebench.get().cloned().unwrap_or_else(SwebenchHarness::from_env)
+    }
+
     fn services(&self) -> Result<&Arc<dyn JobServices>, String> {
         self.services.get().ok_or_else(|| "the agent runner has no connection to the coordinator's services".to_owned())
     }
@@ -294,8 +310,9 @@ impl Inner {
                 let task = payload.task_def().ok_or("the evaluation's payload carries no task")?;
                 let bytes = self.services()?.fetch_file(patch_sha256).await?;
                 let patch = String::from_utf8(bytes).map_err(|_| format!("patch {patch_sha256} is not UTF-8 text"))?;
+                let spec = limits.spec(&task.image);
                 let verdict =
-                    evaluate_command(self.runtime.clone(), task, &patch, &limits.spec(&task.image), cancel.clone())
+                    evaluate_command(self.runtime.clone(), task, &patch, &spec, &self.swebench(), cancel.clone())
                         .await
                         .map_err(|e| e.to_string())?;
                 Ok(JobReport::Evaluated { resolved: verdict.resolved })
@@ -376,9 +393,11 @@ impl Inner {
                 Some(resolved) => (resolved, Judged::Cached),
                 None => {
                     let spec: ContainerSpec = limits.spec(&task.image);
-                    let verdict = evaluate_command(self.runtime.clone(), task, submission, &spec, cancel.clone())
-                        .await
-                        .map_err(|e| e.to_string())?;
+                    let harness = self.swebench();
+                    let verdict =
+                        evaluate_command(self.runtime.clone(), task, submission, &spec, &harness, cancel.clone())
+                            .await
+                            .map_err(|e| e.to_string())?;
                     // The patch is kept by the coordinator, for its flake re-check.
                     services.put_file(submission.as_bytes()).await?;
                     (verdict.resolved, Judged::Evaluated)

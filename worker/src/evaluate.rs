@@ -147,13 +147,13 @@ pub fn is_empty_patch(patch: &str) -> bool {
 
 /// Judge `patch` for `task` (see the module docs). `base` gives the container's limits and
 /// labels; its image is replaced by the task's. A SWE-bench task goes to [`evaluate_swebench`]
-/// with the worker's harness ([`SwebenchHarness::from_env`]); `base` does not apply to the
-/// harness's container.
+/// with the worker's `swebench` harness; `base` does not apply to the harness's container.
 pub async fn evaluate_command(
     runtime: Arc<dyn ContainerRuntime>,
     task: &Task,
     patch: &str,
     base: &ContainerSpec,
+    swebench: &SwebenchHarness,
     cancel: CancellationToken,
 ) -> Result<Verdict, EvalFailure> {
     if is_empty_patch(patch) {
@@ -162,7 +162,7 @@ pub async fn evaluate_command(
     let (command, timeout_s) = match &task.evaluator {
         Evaluator::Command { command, timeout_s } => (command.as_str(), *timeout_s),
         Evaluator::Swebench { .. } => {
-            return evaluate_swebench(&SwebenchHarness::from_env(), runtime, task, patch, cancel).await;
+            return evaluate_swebench(swebench, runtime, task, patch, cancel).await;
         }
     };
     if cancel.is_cancelled() {
@@ -329,6 +329,10 @@ mod tests {
         }
     }
 
+    fn harness() -> SwebenchHarness {
+        SwebenchHarness::from_env()
+    }
+
     fn base() -> ContainerSpec {
         ContainerSpec {
             image: "ignored".into(),
@@ -339,7 +343,8 @@ mod tests {
     }
 
     async fn evaluate(runtime: &Arc<FakeRuntime>, task: &Task, patch: &str) -> Result<Verdict, EvalFailure> {
-        evaluate_command(runtime.clone(), task, patch, &base(), CancellationToken::new()).await
+        evaluate_command(runtime.clone(), task, patch, &base(), &SwebenchHarness::from_env(), CancellationToken::new())
+            .await
     }
 
     fn patch(first: &str, fix: &str) -> String {
@@ -505,7 +510,8 @@ mod tests {
         }));
         runtime.add_image("task:calc", [("/testbed/calc.py", "")]);
         let result =
-            evaluate_command(runtime.clone(), &task(TESTS), &patch("git_apply", "right"), &base(), cancel).await;
+            evaluate_command(runtime.clone(), &task(TESTS), &patch("git_apply", "right"), &base(), &harness(), cancel)
+                .await;
         assert_eq!(result, Err(EvalFailure::Cancelled));
         assert!(!runtime.commands().contains(&TESTS.to_string()));
         for _ in 0..100 {
@@ -519,8 +525,15 @@ mod tests {
         let cancelled = CancellationToken::new();
         cancelled.cancel();
         let runtime = self::runtime();
-        let result =
-            evaluate_command(runtime.clone(), &task(TESTS), &patch("git_apply", "right"), &base(), cancelled).await;
+        let result = evaluate_command(
+            runtime.clone(),
+            &task(TESTS),
+            &patch("git_apply", "right"),
+            &base(),
+            &harness(),
+            cancelled,
+        )
+        .await;
         assert_eq!(result, Err(EvalFailure::Cancelled));
         assert_eq!(runtime.calls(), vec![]);
     }

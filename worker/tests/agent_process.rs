@@ -250,7 +250,8 @@ async fn docker_base_run(scope: &Scope, task: &Task, model: Value, seed: u64) ->
 }
 
 async fn judge(scope: &Scope, task: &Task, patch: &str) -> vcurve_worker::evaluate::Verdict {
-    evaluate_command(scope.runtime.clone(), task, patch, &scope.spec("replaced"), CancellationToken::new())
+    let harness = vcurve_worker::evaluate::SwebenchHarness::from_env();
+    evaluate_command(scope.runtime.clone(), task, patch, &scope.spec("replaced"), &harness, CancellationToken::new())
         .await
         .unwrap_or_else(|e| panic!("the evaluation failed: {e}"))
 }
