@@ -11,13 +11,16 @@
 //!    **continued** from `h_t` by the adapter (`agents/vcurve_agents/mini_swe_agent.py`): the first
 //!    request of a continuation from `h_t` carries exactly the recorded messages up to `o_t`
 //!    (without mini-swe-agent's `extra`), and a seed of its own;
-//! 4. a study **from the task** whose base runs are the adapter's from `h_0`: its first request is
-//!    mini-swe-agent's SWE-bench system and instance messages rendered with the task's problem
-//!    statement, and the base runs are recorded as trajectories.
+//! 4. a study **from a SWE-bench dataset** (the test task as the v5 instance `vcurve__calc-1` of
+//!    `agents/tests/fixtures/swebench/calc-1.json`, its image the task image tagged with the
+//!    harness's name) whose base runs are the adapter's from `h_0` — each opening with
+//!    mini-swe-agent's SWE-bench system and instance messages rendered with the problem statement —
+//!    and whose patches the official harness judges: a run that wrote the correct fix succeeds, one
+//!    that wrote the flawed fix fails.
 //!
-//! Needs the images `deploy/images/build` makes (`VCURVE_TEST_TASK_IMAGE`) and the mini-swe-agent
-//! environment `scripts/mini-swe-agent-venv` makes (`VCURVE_MSA_PYTHON`); scripts/test provides
-//! both. The studies are cancelled once they have shown what is checked (a whole curve of
+//! Needs the images `deploy/images/build` makes (`VCURVE_TEST_TASK_IMAGE`) and the environments
+//! `scripts/mini-swe-agent-venv` and `scripts/swebench-venv` make (`VCURVE_MSA_PYTHON`,
+//! `VCURVE_SWEBENCH_PYTHON`); scripts/test provides them all. The studies are cancelled once they have shown what is checked (a whole curve of
 //! mini-swe-agent runs takes too long for CI), and must then leave no container behind.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +33,7 @@ use vcurve_e2e::{Process, TestDir, free_port, try_status_json, vcurve_ok};
 
 const TASK_IMAGE_ENV: &str = "VCURVE_TEST_TASK_IMAGE";
 const MSA_PYTHON_ENV: &str = "VCURVE_MSA_PYTHON";
+const SWEBENCH_PYTHON_ENV: &str = "VCURVE_SWEBENCH_PYTHON";
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a study may take to show what is checked (about 2 minutes on 2 idle cores).
 const STUDY_TIMEOUT: Duration = Duration::from_secs(900);
@@ -170,6 +174,8 @@ fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_pre
     let image = required_env(TASK_IMAGE_ENV, "the task image deploy/images/build makes");
     let python =
         required_env(MSA_PYTHON_ENV, "the python of the mini-swe-agent environment scripts/mini-swe-agent-venv makes");
+    let swebench_python =
+        required_env(SWEBENCH_PYTHON_ENV, "the python of the environment scripts/swebench-venv makes");
     let started = Instant::now();
     let dir = TestDir::new("mini-swe-agent");
     let repo = repository();
@@ -255,6 +261,8 @@ fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_pre
         "2",
         "--mini-swe-agent-python",
         &python,
+        "--swebench-python",
+        &swebench_python,
         "--agents-dir",
         &agents.to_string_lossy(),
     ];
@@ -310,14 +318,27 @@ fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_pre
     assert!(seeds.iter().all(|s| *s < 1 << 63), "seeds are sent below 2^63 (vLLM's signed 64-bit): {seeds:?}");
     cancel_and_check_clean(&url, &study);
 
-    // 4. Base runs from h_0 with the same adapter, in a study from the task.
+    // 4. Base runs from h_0 with the same adapter, in a study from a SWE-bench dataset, judged by
+    // the harness.
     let before = server.requests().len();
+    let mut row: Value = serde_json::from_slice(
+        &std::fs::read(repo.join("agents/tests/fixtures/swebench/calc-1.json")).expect("the SWE-bench test instance"),
+    )
+    .expect("JSON");
+    let harness_image = format!("swebench/sweb.eval.x86_64.vcurve_1776_calc-1:e2e-{}", std::process::id());
+    let tagged = Command::new("docker").args(["tag", &image, &harness_image]).status().expect("run docker tag");
+    assert!(tagged.success(), "docker tag {image} {harness_image} failed");
+    let _untag = Untag(harness_image.clone());
+    row["image"] = Value::String(harness_image.clone());
+    let dataset = dir.path().join("verified.jsonl");
+    std::fs::write(&dataset, format!("{row}\n")).expect("write the dataset");
     let spec = dir.path().join("base-runs.yaml");
     std::fs::write(
         &spec,
         format!(
-            "name: e2e-mini-swe-agent-base-runs\nseed: 5\nbudget: 12\n{runner}{thresholds}tasks:\n  - {{task: {}, base_runs: 2}}\n",
-            task_file.display()
+            "name: e2e-mini-swe-agent-base-runs\nseed: 2\nbudget: 12\n{runner}{thresholds}swebench:\n  \
+             dataset: {}\n  instances: [vcurve__calc-1]\n  image_field: image\n  base_runs: 2\n",
+            dataset.display()
         ),
     )
     .expect("write the spec");
@@ -335,11 +356,12 @@ fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_pre
     let base_runs = std::fs::read_to_string(export_dir.join("base_runs.csv")).expect("the export's base_runs.csv");
     let rows: Vec<&str> = base_runs.lines().skip(1).collect();
     assert_eq!(rows.len(), 2, "two base runs:\n{base_runs}");
-    for row in &rows {
-        let fields: Vec<&str> = row.split(',').collect();
-        assert_eq!(fields.get(4), Some(&"submitted"), "the policy submits after its fix: {row}");
-        assert_eq!(fields.get(3), Some(&"6"), "six model calls: {row}");
+    for line in &rows {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(fields.get(4), Some(&"submitted"), "the policy submits after its fix: {line}");
+        assert_eq!(fields.get(3), Some(&"6"), "six model calls: {line}");
     }
+    let successes = rows.iter().filter(|r| r.split(',').nth(2) == Some("true")).count();
     let requests = server.requests();
     let openers: Vec<&Value> =
         requests[before..].iter().filter(|r| r["messages"].as_array().is_some_and(|m| m.len() == 2)).collect();
@@ -350,13 +372,45 @@ fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_pre
         assert_eq!(messages[1]["role"], "user");
         let instance = messages[1]["content"].as_str().expect("the instance message is text");
         assert!(
-            instance.contains(task["problem_statement"].as_str().expect("a problem statement").trim()),
-            "the instance message carries the task's problem statement: {instance}"
+            instance.contains(row["problem_statement"].as_str().expect("a problem statement").trim()),
+            "the instance message carries the instance's problem statement: {instance}"
         );
     }
     assert_ne!(openers[0]["seed"], openers[1]["seed"], "two base runs with one seed");
+    // The fix each run wrote, as its later requests carry the reply (mock_openai.py tags it), and
+    // the harness's verdicts: the correct fix resolves calc-1, the flawed one does not.
+    let correct = openers
+        .iter()
+        .filter(|opener| {
+            requests[before..].iter().any(|r| {
+                r["seed"] == opener["seed"]
+                    && r["messages"].as_array().is_some_and(|m| {
+                        m.iter().any(|m| m["content"].as_str().is_some_and(|c| c.contains(", correct)")))
+                    })
+            })
+        })
+        .count();
+    assert_eq!(successes, correct, "base runs judged resolved by the harness vs runs that wrote the correct fix");
+    // With study seed 2 the worker's run seeds (SHA-256 of "2/vcurve__calc-1/base_run/{i}", below
+    // 2^63) make the mock write the correct fix in base run 0 and the flawed one in base run 1
+    // (mock_openai.Policy.fix_of, computed for seeds 1–14): one verdict of each kind.
+    assert_eq!(successes, 1, "one base run resolved, one not:\n{base_runs}");
+    let harness_left = Command::new("docker")
+        .args(["ps", "-a", "-q", "--filter", "name=sweb.eval.vcurve__calc-1"])
+        .output()
+        .expect("run docker ps");
+    assert!(harness_left.stdout.is_empty(), "the harness's containers are left behind");
     eprintln!("base runs:\n{base_runs}");
     cancel_and_check_clean(&url, &study);
     assert!(worker.is_running(), "the worker exited; see {}", worker.log().display());
     eprintln!("mini-swe-agent round trip: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Removes a tag it was given when dropped (the image stays under its other tags).
+struct Untag(String);
+
+impl Drop for Untag {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", &self.0]).output();
+    }
 }
