@@ -192,6 +192,9 @@ async fn an_imported_mini_swe_agent_run_is_replayed_with_its_instance_row() {
         assert!(record.spec.tasks.is_empty(), "{}: no instances, no base runs", ts.name);
         let digest = record.spec.trajectories[0].recorded.clone().unwrap();
         assert_ne!(digest, imported.trajectory.digest(), "{}: digested with the row", ts.name);
+        let kept = c.file(&digest).await.unwrap();
+        let kept = vcurve_record::Trajectory::from_json(&kept).expect("the run is kept under its digest");
+        assert_eq!(kept.digest(), digest, "{}: what a restart check reads the run's task from", ts.name);
 
         let w = c.register("w", 4, &["agent".into()], "2.0").await.unwrap();
         let jobs = c.lease(&w, 4, Duration::ZERO).await.unwrap();

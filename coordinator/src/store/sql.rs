@@ -1205,6 +1205,11 @@ impl Store for SqlStore {
             let bytes = payload.canonical_bytes();
             let digest = vcurve_record::trajectory::sha256_hex(&bytes);
             insert_file(&mut tx, &digest, &bytes, now).await?;
+            // The recorded run under its own digest too (the spec's `recorded`), for what reads
+            // it without its payload: a restart check takes the run's task from it.
+            if let Some(run) = &payload.recorded {
+                insert_file(&mut tx, &run.digest(), &run.canonical_bytes(), now).await?;
+            }
             sqlx::query(
                 "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, plan_json, payload_digest, \
                  recorded_digest, task) VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6, $7, $8)",
