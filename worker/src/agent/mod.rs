@@ -573,9 +573,9 @@ async fn kill(child: &mut Child, group: Option<u32>) {
     let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
 }
 
-/// Kills what is left of the agent's process group when dropped (`kill_on_drop` kills the agent
-/// alone).
-struct GroupGuard(Option<u32>);
+/// Kills what is left of a child's process group when dropped (`kill_on_drop` kills the child
+/// alone, not what it started: the agent's commands, the harness's `docker` calls).
+pub(crate) struct GroupGuard(pub(crate) Option<u32>);
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
@@ -583,7 +583,8 @@ impl Drop for GroupGuard {
     }
 }
 
-/// SIGKILL whatever is left of the agent's process group.
+/// SIGKILL whatever is left of a child's process group (the child made it, with
+/// `process_group(0)`).
 fn kill_group(group: Option<u32>) {
     if let Some(pid) = group.and_then(|id| i32::try_from(id).ok()).and_then(rustix::process::Pid::from_raw) {
         // The group may be empty by now; that is not an error worth reporting.

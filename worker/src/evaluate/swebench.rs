@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::{Evaluator, Task};
 
 use super::{ApplyMethod, EvalFailure, OUTPUT_TAIL_BYTES, Verdict, is_empty_patch};
-use crate::agent::last_bytes as tail;
+use crate::agent::{GroupGuard, last_bytes as tail};
 use crate::container::ContainerRuntime;
 
 /// The harness's version: the paper's evaluator.
@@ -214,22 +214,6 @@ impl Drop for LogDir {
         {
             tracing::warn!(dir = %self.0.display(), error = %e, "cannot remove a SWE-bench log folder");
         }
-    }
-}
-
-/// Kills what is left of the program's process group when dropped (`kill_on_drop` kills the
-/// program alone, not the `docker` commands it runs).
-struct GroupGuard(Option<u32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        kill_group(self.0);
-    }
-}
-
-fn kill_group(group: Option<u32>) {
-    if let Some(pid) = group.and_then(|id| i32::try_from(id).ok()).and_then(rustix::process::Pid::from_raw) {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
 }
 
