@@ -155,9 +155,10 @@ pub async fn run_worker(config: vcurve_worker::WorkerConfig, offer: WorkerRunner
             agent.use_swebench(swebench_harness(&offer).await?);
             match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
                 Some(adapter) => {
-                    adapter.check().await.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))?;
+                    let interpreter =
+                        adapter.check().await.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))?;
                     tracing::info!(python = %adapter.python.display(), "offering the mini-swe-agent runner");
-                    runners.insert(std::sync::Arc::new(agent.mini_swe_agent(adapter.command())));
+                    runners.insert(std::sync::Arc::new(agent.mini_swe_agent(adapter.command(), interpreter)));
                 }
                 None => tracing::info!(
                     "not offering the mini-swe-agent runner: no {} (make it with scripts/mini-swe-agent-venv, \

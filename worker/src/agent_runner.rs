@@ -53,6 +53,9 @@ struct Inner {
     /// The agent process of every run when the kind fixes it (`mini-swe-agent`), whatever the
     /// study's `command`; `None`: the study's `command` and `env`.
     adapter: Option<AgentCommand>,
+    /// How a run from `h_0` runs its commands, where no recorded run says: the kind's
+    /// (mini-swe-agent's SWE-bench configuration), or `bash -c`.
+    base_interpreter: Interpreter,
     runtime: Arc<dyn ContainerRuntime>,
     snapshots: SnapshotCache,
     /// The worker's name: every container is labelled with it, and reaped by it.
@@ -90,6 +93,7 @@ impl AgentProcessRunner {
             inner: Arc::new(Inner {
                 kind: AGENT,
                 adapter: None,
+                base_interpreter: Interpreter::default(),
                 runtime,
                 snapshots,
                 worker_name: worker_name.to_owned(),
@@ -102,14 +106,16 @@ impl AgentProcessRunner {
 
     /// The `mini-swe-agent` runner beside this one: the same runtime, snapshot cache and worker,
     /// every run's agent process `adapter` (the worker's mini-swe-agent environment running
-    /// `vcurve_agents.mini_swe_agent`, see [`MiniSweAgent`]) with the study's `env` laid over
-    /// its own.
-    pub fn mini_swe_agent(&self, adapter: AgentCommand) -> AgentProcessRunner {
+    /// `vcurve_agents.mini_swe_agent`, see [`crate::MiniSweAgent`]) with the study's `env` laid
+    /// over its own, and base runs running their commands with `interpreter` (what
+    /// [`crate::MiniSweAgent::check`] found in mini-swe-agent's SWE-bench configuration).
+    pub fn mini_swe_agent(&self, adapter: AgentCommand, interpreter: Interpreter) -> AgentProcessRunner {
         let inner = &self.inner;
         AgentProcessRunner {
             inner: Arc::new(Inner {
                 kind: MINI_SWE_AGENT,
                 adapter: Some(adapter),
+                base_interpreter: interpreter,
                 runtime: inner.runtime.clone(),
                 snapshots: inner.snapshots.clone(),
                 worker_name: inner.worker_name.clone(),
@@ -284,7 +290,7 @@ impl Inner {
                 let container = Container::start(self.runtime.clone(), &limits.spec(&task.image))
                     .await
                     .map_err(|e| format!("starting the task container: {e}"))?;
-                let interpreter = Interpreter::default();
+                let interpreter = self.base_interpreter.clone();
                 let start = AgentStart {
                     command: self.command(&options),
                     task: task.clone(),

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use vcurve_record::Interpreter;
+
 use crate::agent::AgentCommand;
 
 /// The mini-swe-agent version the adapter is written for.
@@ -71,10 +73,15 @@ impl MiniSweAgent {
     }
 
     /// Import the adapter and mini-swe-agent with the environment's python and check the
-    /// version; the error says what is wrong and what to run.
-    pub async fn check(&self) -> Result<(), String> {
-        let script = "import importlib.metadata as m, vcurve_agents.mini_swe_agent, minisweagent; \
-                      print(m.version('mini-swe-agent'))";
+    /// version; the error says what is wrong and what to run. Returns how mini-swe-agent's
+    /// SWE-bench configuration runs commands (its `environment.interpreter` and `environment.env`:
+    /// `bash -c` with `PAGER=cat`, `BASH_ENV=/root/.bashrc` — which activates a SWE-bench image's
+    /// conda environment — …), the interpreter of the runs that start from `h_0`.
+    pub async fn check(&self) -> Result<Interpreter, String> {
+        let script = "import importlib.metadata as m, json, vcurve_agents.mini_swe_agent as a, minisweagent; \
+                      e = a.swebench_config()['environment']; \
+                      print(json.dumps({'version': m.version('mini-swe-agent'), \
+                      'interpreter': e.get('interpreter', ['bash', '-c']), 'env': e.get('env', {})}))";
         let mut child = tokio::process::Command::new(&self.python);
         child.arg("-c").arg(script).env("PYTHONPATH", &self.agents_dir).kill_on_drop(true);
         let output = tokio::time::timeout(Duration::from_secs(120), child.output())
@@ -90,7 +97,17 @@ impl MiniSweAgent {
                 self.python.display()
             ));
         }
-        let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        #[derive(serde::Deserialize)]
+        struct Found {
+            version: String,
+            interpreter: Vec<String>,
+            env: BTreeMap<String, String>,
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let found: Found = serde_json::from_str(stdout.trim()).map_err(|e| {
+            format!("{} printed no mini-swe-agent configuration ({e}): {}", self.python.display(), stdout.trim())
+        })?;
+        let version = found.version;
         if version != VERSION {
             return Err(format!(
                 "{} has mini-swe-agent {version}; the adapter is written for {VERSION} (the paper's): \
@@ -98,7 +115,13 @@ impl MiniSweAgent {
                 self.python.display()
             ));
         }
-        Ok(())
+        if found.interpreter.is_empty() {
+            return Err(format!(
+                "{}: mini-swe-agent's SWE-bench configuration names no interpreter",
+                self.python.display()
+            ));
+        }
+        Ok(Interpreter { argv: found.interpreter, env: found.env })
     }
 }
 
@@ -126,5 +149,21 @@ mod tests {
         assert_eq!(command.argv[1..], ["-m", "vcurve_agents.mini_swe_agent"]);
         assert!(Path::new(&command.argv[0]).is_absolute());
         assert!(Path::new(&command.env["PYTHONPATH"]).is_absolute());
+    }
+
+    /// With the real environment (scripts/test makes it and sets `VCURVE_MSA_PYTHON`): the
+    /// version is checked and the SWE-bench configuration's interpreter comes back.
+    #[tokio::test]
+    async fn the_real_environment_passes_and_gives_the_swebench_interpreter() {
+        let Some(python) = std::env::var_os("VCURVE_MSA_PYTHON") else {
+            eprintln!("skipped: VCURVE_MSA_PYTHON is not set (scripts/test sets it)");
+            return;
+        };
+        let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
+        let adapter = MiniSweAgent::locate(Some(Path::new(&python)), Some(&agents)).unwrap().unwrap();
+        let interpreter = adapter.check().await.unwrap();
+        assert_eq!(interpreter.argv, ["bash", "-c"]);
+        assert_eq!(interpreter.env.get("BASH_ENV").map(String::as_str), Some("/root/.bashrc"));
+        assert_eq!(interpreter.env.get("PAGER").map(String::as_str), Some("cat"));
     }
 }
