@@ -83,6 +83,8 @@ pub struct Coordinator<S> {
     runner_kinds: std::sync::RwLock<std::collections::BTreeSet<String>>,
     /// `(when, milliseconds)` of recent leases that handed out work.
     lease_latencies: std::sync::Mutex<std::collections::VecDeque<(i64, f64)>>,
+    /// What this process measures for `/metrics` (the lease latency histogram).
+    metrics: crate::metrics::ProcessMetrics,
 }
 
 /// How long lease latencies are kept for progress.
@@ -107,6 +109,7 @@ impl<S: Store> Coordinator<S> {
             renderer,
             runner_kinds: std::sync::RwLock::new(runner_kinds),
             lease_latencies: Default::default(),
+            metrics: Default::default(),
         })
     }
 
@@ -117,6 +120,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     fn record_lease_latency(&self, ms: f64) {
+        self.metrics.lease_latency.observe(ms / 1000.0);
         let now = self.now_ms();
         let mut latencies = self.lease_latencies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         latencies.push_back((now, ms));
@@ -151,6 +155,11 @@ impl<S: Store> Coordinator<S> {
             .await
             .map_err(|e| CoordinatorError::Internal(format!("rendering panicked: {e}")))?
             .map_err(CoordinatorError::Render)
+    }
+
+    /// What this process measures itself, for `/metrics`.
+    pub fn process_metrics(&self) -> &crate::metrics::ProcessMetrics {
+        &self.metrics
     }
 
     pub fn store(&self) -> &S {

@@ -13,11 +13,12 @@
 //! for next — one transaction each, so a coordinator can be killed at any moment. [`core`] is the
 //! thin layer between the services and the store (clock, long-poll wake-ups, lease sweeping).
 //! Results leave through the export call, rendered by the [`Renderer`] the binary supplies, and
-//! are shown by the live [`dashboard`].
+//! are shown by the live [`dashboard`]; [`metrics`] serves the Prometheus endpoint.
 
 pub mod core;
 pub mod dashboard;
 pub mod error;
+pub mod metrics;
 pub mod model;
 pub mod planner;
 pub mod render;

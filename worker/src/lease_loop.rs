@@ -40,6 +40,7 @@ use crate::cache::{DEFAULT_BUDGET_BYTES, TrajectoryCache};
 use crate::client::{Backoff, Coordinator};
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
+use crate::metrics::WorkerMetrics;
 use crate::runner::{HeldJob, JobReport, JobSpec, Runners};
 use crate::wire;
 
@@ -96,6 +97,16 @@ pub async fn run(
     runners: Runners,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<WorkerSummary, WorkerError> {
+    run_with_metrics(config, runners, None, shutdown).await
+}
+
+/// [`run`], counting its slots and jobs into `metrics` (`vcurve worker --metrics`).
+pub async fn run_with_metrics(
+    config: WorkerConfig,
+    runners: Runners,
+    metrics: Option<Arc<WorkerMetrics>>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<WorkerSummary, WorkerError> {
     config.validate()?;
     if runners.is_empty() {
         return Err(WorkerError::Config("no agent runners: at least one kind is needed".into()));
@@ -105,7 +116,12 @@ pub async fn run(
     for runner in runners.all() {
         runner.attach(services.clone());
     }
-    let shared = Arc::new(Shared::new(config, runners, coordinator));
+    if let Some(m) = &metrics {
+        m.set_slots(config.slots);
+    }
+    let mut shared = Shared::new(config, runners, coordinator);
+    shared.metrics = metrics;
+    let shared = Arc::new(shared);
     let mut shutdown = std::pin::pin!(shutdown);
 
     // If this future is dropped midway (an aborted task, a timeout around it), the guard cancels
@@ -237,6 +253,8 @@ struct Shared {
     held: Mutex<HashMap<HeldJob, Entry>>,
     tracker: TaskTracker,
     counters: Counters,
+    /// `vcurve worker --metrics`: the job families.
+    metrics: Option<Arc<WorkerMetrics>>,
     fatal: CancellationToken,
     fatal_error: Mutex<Option<WorkerError>>,
     /// The parent of every stop and job-cancel token; cancelled when `run` returns or is dropped.
@@ -264,6 +282,7 @@ impl Shared {
             held: Mutex::new(HashMap::new()),
             tracker: TaskTracker::new(),
             counters: Counters::default(),
+            metrics: None,
             fatal: CancellationToken::new(),
             fatal_error: Mutex::new(None),
             root: CancellationToken::new(),
@@ -414,10 +433,14 @@ impl Shared {
     async fn job_task(&self, held: HeldJob, job: Result<JobSpec, String>, cancel: CancellationToken) {
         let started = Instant::now();
         tracing::debug!("started");
+        let _running = self.metrics.as_ref().map(WorkerMetrics::job_started);
         let result = match job {
             Ok(spec) => self.run_job(spec, &cancel).await,
             Err(reason) => Some(JobReport::NoOutcome { reason }),
         };
+        if let Some(m) = &self.metrics {
+            m.job_ended(held.key.kind(), result.as_ref(), started.elapsed());
+        }
         match result {
             Some(result) => self.report(&held, &result, started.elapsed(), &cancel).await,
             None => self.settle_cancelled(&held),

@@ -41,6 +41,8 @@
 //! - [`tls`]: TLS checks shared with the command line (a CA file that parses, whether a server
 //!   speaks TLS).
 //! - `wire`: the only module that converts between `vcurve.v1` wire types and the worker's.
+//! - [`metrics`]: the Prometheus endpoint (`vcurve worker --metrics`): jobs, container operations
+//!   timed by a wrapper of the runtime, the snapshot cache's disk.
 //! - [`WorkerConfig`], [`WorkerError`].
 //!
 //! The Docker runtime (replay, fingerprints) and the real agent runners come later, behind the
@@ -56,6 +58,7 @@ mod error;
 pub mod evaluate;
 pub mod exec;
 mod lease_loop;
+pub mod metrics;
 pub mod mini_swe_agent;
 pub mod replay;
 pub mod runner;
@@ -68,7 +71,7 @@ mod wire;
 pub use agent_runner::AgentProcessRunner;
 pub use config::WorkerConfig;
 pub use error::WorkerError;
-pub use lease_loop::{WorkerSummary, run};
+pub use lease_loop::{WorkerSummary, run, run_with_metrics};
 pub use mini_swe_agent::MiniSweAgent;
 pub use runner::{AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobSpec, Runners};
 pub use synthetic::SyntheticRunner;

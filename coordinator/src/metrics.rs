@@ -1,0 +1,199 @@
+//! The coordinator's Prometheus endpoint: `GET /metrics` in the Prometheus text format 0.0.4,
+//! served on its own listener (`vcurve coordinator --metrics ADDR`) with the dashboard's HTTP
+//! stack (axum).
+//!
+//! What is durable comes from the store at scrape time, through the same per-study progress that
+//! `vcurve status` and the dashboard read (counters kept by the store's transactions, no scan of
+//! continuations): any coordinator on the store answers the same. What is per process — the
+//! latency of this coordinator's leases — comes from [`ProcessMetrics`], kept by the
+//! [`Coordinator`] as it serves. A non-loopback listener needs the client token, presented as
+//! `Authorization: Bearer …` (Prometheus' `authorization` setting).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+
+use crate::core::Coordinator;
+use crate::error::CoordinatorError;
+use crate::model::{Progress, StudyState};
+use crate::store::Store;
+
+/// The content type of the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// Upper bounds of the lease latency buckets, in seconds: a lease that finds work answers in
+/// milliseconds; one that long-polls for it waits up to the 5 s lease wait.
+pub const LEASE_LATENCY_BUCKETS: [f64; 12] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+/// What this coordinator process measures itself (the store holds everything else).
+#[derive(Debug, Clone)]
+pub struct ProcessMetrics {
+    /// Seconds from a lease request to an answer that handed out work (long-poll waiting
+    /// included): the same leases whose p50/p99 `vcurve status` shows.
+    pub lease_latency: Histogram,
+}
+
+impl Default for ProcessMetrics {
+    fn default() -> Self {
+        ProcessMetrics { lease_latency: Histogram::new(LEASE_LATENCY_BUCKETS) }
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn gauge_family(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
+    let family = Family::<Labels, Gauge>::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+fn counter_family(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter> {
+    let family = Family::<Labels, Counter>::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+fn count(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+/// The exposition of every family from `studies` (each study's progress, as
+/// [`Coordinator::list`] returns them) and this process's measurements.
+pub fn encode(studies: &[Progress], process: &ProcessMetrics) -> String {
+    let mut registry = Registry::default();
+    let by_state = gauge_family(&mut registry, "vcurve_studies", "Studies in the store by state");
+    for state in [StudyState::Running, StudyState::Done, StudyState::Cancelled] {
+        let n = studies.iter().filter(|p| p.state == state).count();
+        by_state.get_or_create(&vec![("state", state.as_str().to_string())]).set(count(n));
+    }
+    let continuations =
+        gauge_family(&mut registry, "vcurve_continuations", "Continuations of a study by state (running: leased now)");
+    let stages = gauge_family(
+        &mut registry,
+        "vcurve_trajectories_in_stage",
+        "A study's admitted trajectories still in progress, by the schedule stage they wait in",
+    );
+    let non_replayable = gauge_family(
+        &mut registry,
+        "vcurve_trajectories_non_replayable",
+        "A study's trajectories whose replay did not reproduce the recorded run",
+    );
+    let cache_hits = counter_family(
+        &mut registry,
+        "vcurve_evaluation_cache_hits",
+        "Runs judged by a verdict already in the patch cache",
+    );
+    let evaluations = counter_family(
+        &mut registry,
+        "vcurve_evaluations",
+        "Patch evaluations carried out (first ones and flake checks)",
+    );
+    let flake_checks =
+        counter_family(&mut registry, "vcurve_evaluation_flake_checks", "Evaluations of a patch after its first one");
+    let flakes =
+        counter_family(&mut registry, "vcurve_evaluation_flakes", "Flake checks whose verdict differed from the first");
+    for p in studies {
+        let study = || vec![("study", p.study.clone())];
+        for (state, n) in [("pending", p.pending), ("running", p.running), ("done", p.done), ("retired", p.retired)] {
+            let mut labels = study();
+            labels.push(("state", state.to_string()));
+            continuations.get_or_create(&labels).set(count(n));
+        }
+        for (stage, n) in &p.stages {
+            let mut labels = study();
+            labels.push(("stage", stage.as_str().to_string()));
+            stages.get_or_create(&labels).set(count(*n));
+        }
+        non_replayable.get_or_create(&study()).set(count(p.trajectories_non_replayable));
+        // Only a runner that judges patches has a patch cache: a synthetic study has no series.
+        if let Some(e) = &p.evaluation {
+            cache_hits.get_or_create(&study()).inc_by(e.cache_hits);
+            evaluations.get_or_create(&study()).inc_by(e.evaluations);
+            flake_checks.get_or_create(&study()).inc_by(e.flake_checks);
+            flakes.get_or_create(&study()).inc_by(e.flakes);
+        }
+    }
+    // Workers are the store's live ones (seen within the lease timeout); every study's progress
+    // lists the same, and without a study there is no progress to read them from.
+    if let Some(p) = studies.first() {
+        let gauge = |registry: &mut Registry, name: &str, help: &str, value: i64| {
+            let g = Gauge::<i64>::default();
+            g.set(value);
+            registry.register(name, help, g);
+        };
+        gauge(&mut registry, "vcurve_workers", "Live workers (seen within the lease timeout)", count(p.workers.len()));
+        let slots: u64 = p.workers.iter().map(|w| u64::from(w.slots)).sum();
+        let busy: u64 = p.workers.iter().map(|w| u64::from(w.running)).sum();
+        gauge(&mut registry, "vcurve_worker_slots", "Slots of the live workers", count(slots));
+        gauge(&mut registry, "vcurve_worker_slots_busy", "Slots of the live workers holding a leased job", count(busy));
+    }
+    registry.register(
+        "vcurve_lease_latency_seconds",
+        "This coordinator's leases that handed out work, from request to answer (long-poll waiting included)",
+        process.lease_latency.clone(),
+    );
+    let mut out = String::new();
+    prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
+    out
+}
+
+/// One scrape: every study's progress from the store, and this process's measurements.
+pub async fn scrape<S: Store>(coordinator: &Coordinator<S>) -> Result<String, CoordinatorError> {
+    let studies = coordinator.list().await?;
+    Ok(encode(&studies, coordinator.process_metrics()))
+}
+
+struct Endpoint<S> {
+    coordinator: Arc<Coordinator<S>>,
+    token: Option<String>,
+}
+
+fn authorized(token: &Option<String>, headers: &HeaderMap) -> bool {
+    let Some(expected) = token else { return true };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|p| p.as_bytes().ct_eq(expected.as_bytes()).into())
+}
+
+/// The metrics route over a coordinator; with a `token`, every request must present it.
+pub fn router<S: Store>(coordinator: Arc<Coordinator<S>>, token: Option<String>) -> Router {
+    Router::new().route("/metrics", get(metrics::<S>)).with_state(Arc::new(Endpoint { coordinator, token }))
+}
+
+/// Serve `/metrics` on `listener` until `shutdown` resolves.
+pub async fn serve<S: Store>(
+    coordinator: Arc<Coordinator<S>>,
+    listener: TcpListener,
+    token: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    tracing::info!(addr = %listener.local_addr()?, "metrics listening");
+    axum::serve(listener, router(coordinator, token)).with_graceful_shutdown(shutdown).await
+}
+
+async fn metrics<S: Store>(State(e): State<Arc<Endpoint<S>>>, headers: HeaderMap) -> Response {
+    if !authorized(&e.token, &headers) {
+        return (StatusCode::UNAUTHORIZED, "client token required: Authorization: Bearer …\n").into_response();
+    }
+    match scrape(&e.coordinator).await {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "metrics scrape failed");
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")).into_response()
+        }
+    }
+}
