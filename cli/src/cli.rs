@@ -112,6 +112,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                 lease_timeout: std::time::Duration::from_millis(a.lease_timeout_ms),
                 heartbeat_interval: std::time::Duration::from_millis(a.heartbeat_ms),
                 dashboard: a.dashboard,
+                metrics: a.metrics,
             })
             .await?;
         }
@@ -123,7 +124,14 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             config.token = crate::client::read_token(a.token_file.as_deref(), "VCURVE_WORKER_TOKEN")?;
             config.tls_ca = a.tls_ca;
             config.shutdown_grace = std::time::Duration::from_secs(a.shutdown_grace_s);
-            commands::run_worker(config, offer).await?;
+            let metrics = match a.metrics {
+                Some(addr) => Some(commands::WorkerMetricsSettings {
+                    addr,
+                    token: crate::client::read_token(a.client_token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
+                }),
+                None => None,
+            };
+            commands::run_worker(config, offer, metrics).await?;
         }
         Command::Launch(a) => output::println(commands::launch(&a.spec, &a.remote.connection()?).await?)?,
         Command::RestartCheck(a) => crate::restart_check_cmd::run(&a).await?,

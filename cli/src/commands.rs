@@ -46,6 +46,8 @@ pub struct CoordinatorSettings {
     pub heartbeat_interval: Duration,
     /// Where to serve the live dashboard, if anywhere.
     pub dashboard: Option<String>,
+    /// Where to serve the Prometheus endpoint `/metrics`, if anywhere.
+    pub metrics: Option<String>,
 }
 
 pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
@@ -99,6 +101,19 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let metrics = match &args.metrics {
+        Some(addr) => {
+            let listener = metrics_listener(addr, args.tokens.client.is_some(), "client").await?;
+            let stop = stop.clone();
+            Some(tokio::spawn(vcurve_coordinator::metrics::serve(
+                coordinator.clone(),
+                listener,
+                args.tokens.client.clone(),
+                async move { stop.cancelled().await },
+            )))
+        }
+        None => None,
+    };
     let signal = {
         let stop = stop.clone();
         async move {
@@ -111,8 +126,23 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
     if let Some(d) = dashboard {
         d.await??;
     }
+    if let Some(m) = metrics {
+        m.await??;
+    }
     served?;
     Ok(())
+}
+
+/// Bind `--metrics ADDR`; a non-loopback address needs a token (the `role`'s) to scrape with.
+async fn metrics_listener(addr: &str, has_token: bool, role: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot serve metrics on {addr}"))?;
+    let local = listener.local_addr()?;
+    if !local.ip().is_loopback() && !has_token {
+        bail!("refusing to serve metrics on {local} without a {role} token");
+    }
+    eprintln!("vcurve metrics on http://{local}/metrics");
+    Ok(listener)
 }
 
 /// Read `--tls-cert` and `--tls-key` and check that they can be served, before the store is opened
@@ -145,13 +175,42 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-pub async fn run_worker(config: vcurve_worker::WorkerConfig, offer: WorkerRunners) -> anyhow::Result<()> {
+/// `vcurve worker --metrics ADDR`, and the token a scrape must present (`--client-token-file`).
+#[derive(Clone)]
+pub struct WorkerMetricsSettings {
+    pub addr: String,
+    pub token: Option<String>,
+}
+
+pub async fn run_worker(
+    config: vcurve_worker::WorkerConfig,
+    offer: WorkerRunners,
+    metrics_at: Option<WorkerMetricsSettings>,
+) -> anyhow::Result<()> {
+    let stop_metrics = tokio_util::sync::CancellationToken::new();
+    let (metrics, metrics_task) = match metrics_at {
+        Some(at) => {
+            let listener = metrics_listener(&at.addr, at.token.is_some(), "client").await?;
+            if !listener.local_addr()?.ip().is_loopback() && at.token.is_some() && at.token == config.token {
+                bail!(
+                    "refusing to serve metrics with the worker token: a scraper could act as a worker; give it its own"
+                );
+            }
+            let metrics = Arc::new(vcurve_worker::metrics::WorkerMetrics::new());
+            let stop = stop_metrics.clone();
+            let task = tokio::spawn(vcurve_worker::metrics::serve(metrics.clone(), listener, at.token, async move {
+                stop.cancelled().await
+            }));
+            (Some(metrics), Some(task))
+        }
+        None => (None, None),
+    };
     let mut runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
     let located =
         vcurve_worker::MiniSweAgent::locate(offer.mini_swe_agent_python.as_deref(), offer.agents_dir.as_deref());
     match offer.docker {
         Some(budget_gb) => {
-            let agent = agent_runner(&config.name, budget_gb).await?;
+            let agent = agent_runner(&config.name, budget_gb, metrics.as_ref()).await?;
             agent.use_swebench(swebench_harness(&offer).await?);
             match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
                 Some(adapter) => {
@@ -176,8 +235,12 @@ pub async fn run_worker(config: vcurve_worker::WorkerConfig, offer: WorkerRunner
         }
         None => {}
     }
-    let summary = vcurve_worker::run(config, runners, shutdown_signal()).await?;
-    eprintln!("vcurve worker stopped: {summary:?}");
+    let summary = vcurve_worker::run_with_metrics(config, runners, metrics, shutdown_signal()).await;
+    stop_metrics.cancel();
+    if let Some(task) = metrics_task {
+        task.await??;
+    }
+    eprintln!("vcurve worker stopped: {:?}", summary?);
     Ok(())
 }
 
@@ -203,15 +266,34 @@ async fn swebench_harness(offer: &WorkerRunners) -> anyhow::Result<vcurve_worker
 }
 
 /// The `agent` runner on this host's Docker Engine, for the worker `name`: reaps what a previous
-/// run of the worker left behind and opens the snapshot cache.
-pub async fn agent_runner(name: &str, budget_gb: f64) -> anyhow::Result<vcurve_worker::AgentProcessRunner> {
+/// run of the worker left behind and opens the snapshot cache. With `metrics`, its container
+/// operations are timed and its snapshot cache's disk is read at every scrape.
+pub async fn agent_runner(
+    name: &str,
+    budget_gb: f64,
+    metrics: Option<&Arc<vcurve_worker::metrics::WorkerMetrics>>,
+) -> anyhow::Result<vcurve_worker::AgentProcessRunner> {
+    use vcurve_worker::metrics::{MeteredRuntime, SnapshotUsage};
     let runtime = vcurve_worker::container::docker::DockerRuntime::connect()
         .await
         .context("--docker: cannot reach the Docker Engine")?;
+    let mut runtime: Arc<dyn vcurve_worker::container::ContainerRuntime> = Arc::new(runtime);
+    if let Some(m) = metrics {
+        runtime = Arc::new(MeteredRuntime::new(runtime, m.clone()));
+    }
     let budget = (budget_gb * f64::from(1u32 << 30)) as u64;
-    vcurve_worker::AgentProcessRunner::start(std::sync::Arc::new(runtime), name, budget)
+    let agent = vcurve_worker::AgentProcessRunner::start(runtime, name, budget)
         .await
-        .context("--docker: cannot start the agent runner")
+        .context("--docker: cannot start the agent runner")?;
+    if let Some(m) = metrics {
+        let cache = agent.clone();
+        m.watch_snapshots(move || SnapshotUsage {
+            bytes: cache.snapshot_bytes(),
+            snapshots: cache.held_snapshots().len() as u64,
+            budget_bytes: budget,
+        });
+    }
+    Ok(agent)
 }
 
 /// Context for an error of a call to the coordinator: names it.
@@ -610,6 +692,10 @@ pub struct CoordinatorArgs {
     /// Also serve the live dashboard (a read-only web page; client token required) here.
     #[arg(long, env = "VCURVE_DASHBOARD", value_name = "ADDR")]
     pub dashboard: Option<String>,
+    /// Also serve Prometheus metrics at http://ADDR/metrics (client token as a bearer token when
+    /// one is set; required on a non-loopback address).
+    #[arg(long, env = "VCURVE_METRICS", value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -653,6 +739,14 @@ pub struct WorkerArgs {
     /// The folder holding the `vcurve_agents` package (the repository's agents/) [default: agents].
     #[arg(long, env = "VCURVE_AGENTS_DIR", value_name = "DIR")]
     pub agents_dir: Option<PathBuf>,
+    /// Also serve Prometheus metrics at http://ADDR/metrics (the client token as a bearer token
+    /// when one is set; required on a non-loopback address).
+    #[arg(long, env = "VCURVE_METRICS", value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// File holding the client bearer token a scrape of --metrics presents [default:
+    /// $VCURVE_CLIENT_TOKEN].
+    #[arg(long, value_name = "FILE")]
+    pub client_token_file: Option<PathBuf>,
 }
 
 /// What runners a worker offers beyond `synthetic`.

@@ -370,6 +370,7 @@ async fn tls_files_that_do_not_parse_are_refused_at_start() {
         lease_timeout: Duration::from_secs(30),
         heartbeat_interval: Duration::from_secs(10),
         dashboard: None,
+        metrics: None,
     };
     let err = format!("{:#}", vcurve_cli::commands::run_coordinator(args).await.unwrap_err());
     assert!(err.contains(&format!("--tls-cert {}", garbage.display())) && err.contains("no PEM certificate"), "{err}");
