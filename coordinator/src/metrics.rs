@@ -136,8 +136,13 @@ pub fn encode(studies: &[Progress], process: &ProcessMetrics) -> String {
         gauge(&mut registry, "vcurve_workers", "Live workers (seen within the lease timeout)", count(p.workers.len()));
         let slots: u64 = p.workers.iter().map(|w| u64::from(w.slots)).sum();
         let busy: u64 = p.workers.iter().map(|w| u64::from(w.running)).sum();
-        gauge(&mut registry, "vcurve_worker_slots", "Slots of the live workers", count(slots));
-        gauge(&mut registry, "vcurve_worker_slots_busy", "Slots of the live workers holding a leased job", count(busy));
+        gauge(&mut registry, "vcurve_workers_slots", "Slots of the live workers", count(slots));
+        gauge(
+            &mut registry,
+            "vcurve_workers_slots_busy",
+            "Slots of the live workers holding a leased job",
+            count(busy),
+        );
     }
     registry.register(
         "vcurve_lease_latency_seconds",
@@ -195,5 +200,111 @@ async fn metrics<S: Store>(State(e): State<Arc<Endpoint<S>>>, headers: HeaderMap
             tracing::warn!(%error, "metrics scrape failed");
             (StatusCode::SERVICE_UNAVAILABLE, format!("{error}\n")).into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::WorkerInfo;
+    use vcurve_method::schedule::Stage;
+
+    fn progress(study: &str, state: StudyState) -> Progress {
+        Progress {
+            study: study.into(),
+            name: "n".into(),
+            state,
+            done: 0,
+            running: 0,
+            pending: 0,
+            retired: 0,
+            trajectories: 0,
+            trajectories_admitted: 0,
+            trajectories_done: 0,
+            trajectories_doomed: 0,
+            trajectories_non_replayable: 0,
+            stages: Vec::new(),
+            workers: Vec::new(),
+            throughput_per_min: 0.0,
+            eta_seconds: None,
+            waiting_for_runner: None,
+            lease_latency: None,
+            evaluation: None,
+        }
+    }
+
+    fn lines(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[test]
+    fn every_family_is_read_from_the_progress_and_the_process() {
+        let worker = |name: &str, slots, running| WorkerInfo {
+            id: name.into(),
+            name: name.into(),
+            slots,
+            running,
+            last_seen_ms_ago: 0,
+            capabilities: vec!["agent".into()],
+        };
+        let mut a = progress("a", StudyState::Running);
+        (a.done, a.running, a.pending, a.retired) = (10, 3, 7, 1);
+        a.stages = vec![(Stage::Screen, 2), (Stage::Bisect, 1)];
+        a.trajectories_non_replayable = 4;
+        a.workers = vec![worker("w1", 4, 3), worker("w2", 2, 0)];
+        a.evaluation = Some(vcurve_record::EvaluationStats {
+            cache_hits: 5,
+            evaluations: 9,
+            flake_checks: 3,
+            flakes: 1,
+            ..Default::default()
+        });
+        let b = progress("b", StudyState::Done);
+        let process = ProcessMetrics::default();
+        for seconds in [0.0005, 0.003, 0.003, 7.0] {
+            process.lease_latency.observe(seconds);
+        }
+        let text = encode(&[a.clone(), b], &process);
+        let samples = lines(&text);
+        for expected in [
+            r#"vcurve_studies{state="running"} 1"#,
+            r#"vcurve_studies{state="done"} 1"#,
+            r#"vcurve_studies{state="cancelled"} 0"#,
+            r#"vcurve_continuations{study="a",state="done"} 10"#,
+            r#"vcurve_continuations{study="a",state="running"} 3"#,
+            r#"vcurve_continuations{study="a",state="pending"} 7"#,
+            r#"vcurve_continuations{study="a",state="retired"} 1"#,
+            r#"vcurve_continuations{study="b",state="done"} 0"#,
+            r#"vcurve_trajectories_in_stage{study="a",stage="screen"} 2"#,
+            r#"vcurve_trajectories_in_stage{study="a",stage="bisect"} 1"#,
+            r#"vcurve_trajectories_non_replayable{study="a"} 4"#,
+            r#"vcurve_evaluation_cache_hits_total{study="a"} 5"#,
+            r#"vcurve_evaluations_total{study="a"} 9"#,
+            r#"vcurve_evaluation_flake_checks_total{study="a"} 3"#,
+            r#"vcurve_evaluation_flakes_total{study="a"} 1"#,
+            "vcurve_workers 2",
+            "vcurve_workers_slots 6",
+            "vcurve_workers_slots_busy 3",
+            r#"vcurve_lease_latency_seconds_bucket{le="0.001"} 1"#,
+            r#"vcurve_lease_latency_seconds_bucket{le="0.0025"} 1"#,
+            r#"vcurve_lease_latency_seconds_bucket{le="0.005"} 3"#,
+            r#"vcurve_lease_latency_seconds_bucket{le="5"} 3"#,
+            r#"vcurve_lease_latency_seconds_bucket{le="+Inf"} 4"#,
+            "vcurve_lease_latency_seconds_count 4",
+        ] {
+            assert!(samples.contains(&expected), "no {expected:?} in\n{text}");
+        }
+        // A study without a patch cache (synthetic) has no evaluation series.
+        assert!(!text.contains(r#"vcurve_evaluations_total{study="b"}"#), "{text}");
+        assert!(text.contains("# TYPE vcurve_lease_latency_seconds histogram"), "{text}");
+        assert!(text.contains("# TYPE vcurve_evaluation_flakes_total counter"), "{text}");
+        assert!(!text.contains("# EOF"), "the 0.0.4 format has no EOF marker");
+    }
+
+    #[test]
+    fn without_a_study_there_are_no_worker_series() {
+        let text = encode(&[], &ProcessMetrics::default());
+        assert!(!text.contains("vcurve_workers"), "{text}");
+        assert!(lines(&text).contains(&"vcurve_lease_latency_seconds_count 0"), "{text}");
     }
 }
