@@ -547,7 +547,9 @@ async fn a_runner_kind_no_build_offers_is_refused_at_launch() {
     let yaml = yaml.replace("kind: synthetic, duration_ms: 0", "kind: docker");
     let err = c.launch(&yaml, &files).await.unwrap_err().to_string();
     assert!(
-        err.contains("runner.kind = \"docker\" is not a runner this build offers (it offers: agent, mini-swe-agent, synthetic)"),
+        err.contains(
+            "runner.kind = \"docker\" is not a runner this build offers (it offers: agent, mini-swe-agent, synthetic)"
+        ),
         "{err}"
     );
     assert!(c.store().list_studies().await.unwrap().is_empty(), "nothing was stored");
