@@ -11,7 +11,13 @@ pub fn init(default: &str) {
         .map(EnvFilter::new)
         .unwrap_or_else(|_| EnvFilter::new(format!("{default},sqlx=warn")));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    // A write to a closed stderr loses that line; the default would print the error with
+    // `eprintln!`, which panics on the same closed stderr and takes the task with it.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .log_internal_errors(false);
     let _ = if std::env::var("VCURVE_LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().try_init()
     } else {

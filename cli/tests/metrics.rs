@@ -405,13 +405,13 @@ async fn the_coordinator_binary_serves_metrics_and_logs_json_lines() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     // Read until both the metrics address and the JSON log of the metrics listener are in.
     let (lines, addr) = tokio::task::spawn_blocking(move || {
         let mut lines = Vec::new();
         let mut addr = None;
         let mut logged = false;
-        for line in stderr.lines() {
+        for line in stderr.by_ref().lines() {
             let line = line.unwrap();
             if let Some(rest) = line.strip_prefix("vcurve metrics on http://") {
                 addr = rest.strip_suffix("/metrics").map(str::to_string);
@@ -422,6 +422,8 @@ async fn the_coordinator_binary_serves_metrics_and_logs_json_lines() {
                 break;
             }
         }
+        // Keep draining: a coordinator writing to a closed pipe is not what is tested here.
+        std::thread::spawn(move || for _ in stderr.lines() {});
         (lines, addr)
     })
     .await
