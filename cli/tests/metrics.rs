@@ -411,7 +411,7 @@ async fn the_coordinator_binary_serves_metrics_and_logs_json_lines() {
         let mut lines = Vec::new();
         let mut addr = None;
         let mut logged = false;
-        for line in stderr.by_ref().lines() {
+        for line in (&mut stderr).lines() {
             let line = line.unwrap();
             if let Some(rest) = line.strip_prefix("vcurve metrics on http://") {
                 addr = rest.strip_suffix("/metrics").map(str::to_string);
