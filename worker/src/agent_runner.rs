@@ -80,6 +80,17 @@ impl AgentProcessRunner {
         worker_name: &str,
         snapshot_budget_bytes: u64,
     ) -> Result<AgentProcessRunner, crate::container::RuntimeError> {
+        AgentProcessRunner::start_with_registry(runtime, worker_name, snapshot_budget_bytes, None).await
+    }
+
+    /// [`AgentProcessRunner::start`] with the snapshot cache pushing to and pulling from
+    /// `snapshot_registry` (`HOST:PORT`; see [`crate::snapshots`]).
+    pub async fn start_with_registry(
+        runtime: Arc<dyn ContainerRuntime>,
+        worker_name: &str,
+        snapshot_budget_bytes: u64,
+        snapshot_registry: Option<String>,
+    ) -> Result<AgentProcessRunner, crate::container::RuntimeError> {
         let reaped = reap(runtime.as_ref(), worker_name).await?;
         if reaped > 0 {
             tracing::info!(
@@ -88,7 +99,8 @@ impl AgentProcessRunner {
                 "removed containers a previous run of this worker left behind"
             );
         }
-        let snapshots = SnapshotCache::open(runtime.clone(), snapshot_budget_bytes).await?;
+        let snapshots =
+            SnapshotCache::open_with_registry(runtime.clone(), snapshot_budget_bytes, snapshot_registry).await?;
         Ok(AgentProcessRunner {
             inner: Arc::new(Inner {
                 kind: AGENT,
@@ -141,6 +153,11 @@ impl AgentProcessRunner {
     /// The snapshot cache's size on disk, in bytes.
     pub fn snapshot_bytes(&self) -> u64 {
         self.inner.snapshots.total_bytes()
+    }
+
+    /// Where continuations found their state, and the registry's pushes and pulls, so far.
+    pub fn snapshot_stats(&self) -> crate::snapshots::SnapshotStats {
+        self.inner.snapshots.stats()
     }
 }
 

@@ -4,7 +4,10 @@
 //! [`WorkerMetrics`] is what one worker process measures: its jobs (running now, finished by kind
 //! and result, durations), the container operations its runners make — timed by
 //! [`MeteredRuntime`], a [`ContainerRuntime`] wrapping the real one, so the Docker code is
-//! untouched — and the disk its snapshot cache uses, read from the cache at scrape time.
+//! untouched — and the disk its snapshot cache uses, read from the cache at scrape time, with where
+//! continuations found their state (`vcurve_worker_snapshot_hits{source="local"|"registry"|"rebuild"}`)
+//! and the registry's pushes and pulls (`vcurve_worker_snapshot_transfers{direction,result}`; their
+//! durations are the container operations `push` and `pull`).
 //! [`crate::run_with_metrics`] feeds the job families; [`crate::run`] keeps none.
 
 use std::collections::BTreeMap;
@@ -28,6 +31,7 @@ use tokio::net::TcpListener;
 
 use crate::container::{Change, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
 use crate::runner::{JobKind, JobReport};
+use crate::snapshots::SnapshotStats;
 
 /// The content type of the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -56,6 +60,7 @@ pub struct SnapshotUsage {
 }
 
 type SnapshotSource = Arc<dyn Fn() -> SnapshotUsage + Send + Sync>;
+type StatsSource = Arc<dyn Fn() -> SnapshotStats + Send + Sync>;
 
 /// One worker's measurements. Share it as `Arc<WorkerMetrics>`.
 pub struct WorkerMetrics {
@@ -70,6 +75,9 @@ pub struct WorkerMetrics {
     snapshots: Gauge,
     snapshot_budget_bytes: Gauge,
     snapshot_source: Mutex<Option<SnapshotSource>>,
+    snapshot_hits: Family<Labels, Counter>,
+    snapshot_transfers: Family<Labels, Counter>,
+    stats_source: Mutex<Option<StatsSource>>,
 }
 
 impl std::fmt::Debug for WorkerMetrics {
@@ -133,6 +141,20 @@ impl WorkerMetrics {
             "The snapshot cache's disk budget",
             snapshot_budget_bytes.clone(),
         );
+        let snapshot_hits = Family::<Labels, Counter>::default();
+        registry.register(
+            "vcurve_worker_snapshot_hits",
+            "Continuations from t > 0 by where their container started: a snapshot held here (local), one pulled \
+             from the registry (registry), the task image replaying every step (rebuild)",
+            snapshot_hits.clone(),
+        );
+        let snapshot_transfers = Family::<Labels, Counter>::default();
+        registry.register(
+            "vcurve_worker_snapshot_transfers",
+            "Snapshot pushes to and pulls from the registry, by direction and result (failed: an error, a \
+             snapshot the registry lacks, or a pulled one that did not check out)",
+            snapshot_transfers.clone(),
+        );
         WorkerMetrics {
             registry,
             slots,
@@ -145,6 +167,9 @@ impl WorkerMetrics {
             snapshots,
             snapshot_budget_bytes,
             snapshot_source: Mutex::new(None),
+            snapshot_hits,
+            snapshot_transfers,
+            stats_source: Mutex::new(None),
         }
     }
 
@@ -188,8 +213,31 @@ impl WorkerMetrics {
         *self.snapshot_source.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(source));
     }
 
+    /// Read the snapshot cache's counts from `source` at every scrape.
+    pub fn watch_snapshot_stats(&self, source: impl Fn() -> SnapshotStats + Send + Sync + 'static) {
+        *self.stats_source.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(source));
+    }
+
     /// The exposition of every family now.
     pub fn encode(&self) -> String {
+        let stats = self.stats_source.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some(stats) = stats {
+            let s = stats();
+            // The cache's counts only grow: each counter takes what it has not seen yet.
+            let catch_up = |family: &Family<Labels, Counter>, labels: Labels, total: u64| {
+                let counter = family.get_or_create(&labels);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            };
+            catch_up(&self.snapshot_hits, vec![("source", "local".into())], s.hits_local);
+            catch_up(&self.snapshot_hits, vec![("source", "registry".into())], s.hits_registry);
+            catch_up(&self.snapshot_hits, vec![("source", "rebuild".into())], s.rebuilds);
+            let transfer =
+                |direction: &str, result: &str| vec![("direction", direction.into()), ("result", result.into())];
+            catch_up(&self.snapshot_transfers, transfer("push", "ok"), s.pushes);
+            catch_up(&self.snapshot_transfers, transfer("push", "failed"), s.push_failures);
+            catch_up(&self.snapshot_transfers, transfer("pull", "ok"), s.pulls);
+            catch_up(&self.snapshot_transfers, transfer("pull", "failed"), s.pull_failures);
+        }
         let source = self.snapshot_source.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         if let Some(source) = source {
             let usage = source();
@@ -300,6 +348,14 @@ impl ContainerRuntime for MeteredRuntime {
     ) -> BoxFuture<'a, Result<Vec<ImageInfo>, RuntimeError>> {
         self.timed("list_images", self.inner.images(filter))
     }
+
+    fn push_image<'a>(&'a self, reference: &'a str, remote: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        self.timed("push", self.inner.push_image(reference, remote))
+    }
+
+    fn pull_image<'a>(&'a self, remote: &'a str, reference: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        self.timed("pull", self.inner.pull_image(remote, reference))
+    }
 }
 
 struct Endpoint {
@@ -332,4 +388,26 @@ async fn scrape(State(e): State<Arc<Endpoint>>, headers: HeaderMap) -> Response 
         }
     }
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], e.metrics.encode()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshot_hits_and_transfers_follow_the_caches_counts() {
+        let metrics = WorkerMetrics::new();
+        let stats = Arc::new(Mutex::new(SnapshotStats { hits_local: 3, rebuilds: 1, pushes: 2, ..Default::default() }));
+        let source = stats.clone();
+        metrics.watch_snapshot_stats(move || *source.lock().unwrap());
+        let text = metrics.encode();
+        assert!(text.contains("vcurve_worker_snapshot_hits_total{source=\"local\"} 3"), "{text}");
+        assert!(text.contains("vcurve_worker_snapshot_hits_total{source=\"rebuild\"} 1"), "{text}");
+        assert!(text.contains("vcurve_worker_snapshot_transfers_total{direction=\"push\",result=\"ok\"} 2"), "{text}");
+        stats.lock().unwrap().hits_registry = 5;
+        stats.lock().unwrap().hits_local = 4;
+        let text = metrics.encode();
+        assert!(text.contains("vcurve_worker_snapshot_hits_total{source=\"registry\"} 5"), "{text}");
+        assert!(text.contains("vcurve_worker_snapshot_hits_total{source=\"local\"} 4"), "{text}");
+    }
 }

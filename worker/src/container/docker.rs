@@ -57,6 +57,16 @@
 //! (`SharedSize` is -1 unless asked for, and then only counts sharing), so a 3-byte snapshot of a
 //! 243 MB base lists as 243 MB there. An untagged image is listed under its id.
 //!
+//! [`DockerRuntime::push_image`] tags the image with the remote name, pushes it (an error the
+//! engine reports inside the progress stream — an unreachable registry, a refused blob — fails
+//! the push) and removes the remote name again, so the local image keeps one name and
+//! [`DockerRuntime::images`] lists it once. [`DockerRuntime::pull_image`] pulls the remote name,
+//! tags the image with the local one and drops the remote one. Both return the image id, the
+//! digest of the image's configuration, which names its layers by content: the engine checks
+//! every pulled layer against its digest, and an image pulled elsewhere has the id it had where it
+//! was pushed. A registry on a loopback address is trusted without TLS by the engine; any other
+//! must serve TLS or be listed in the engine's `insecure-registries`.
+//!
 //! [`DockerRuntime::remove_image`] forces the removal. An image that a running container uses, or
 //! that is the parent of another image, loses only its tag: Docker keeps it untagged (listed by
 //! [`DockerRuntime::images`] under its id, so that it can be collected later), and the parent of
@@ -72,9 +82,9 @@ use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{ChangeType, ContainerConfig, ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CommitContainerOptionsBuilder, ContainerArchiveInfoOptionsBuilder, ListContainersOptionsBuilder,
-    ListImagesOptionsBuilder, RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder,
-    UploadToContainerOptionsBuilder,
+    CommitContainerOptionsBuilder, ContainerArchiveInfoOptionsBuilder, CreateImageOptionsBuilder,
+    ListContainersOptionsBuilder, ListImagesOptionsBuilder, PushImageOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, TagImageOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use bollard::{ClientVersion, Docker};
 use futures::StreamExt;
@@ -579,6 +589,86 @@ impl DockerRuntime {
     }
 }
 
+impl DockerRuntime {
+    /// Name the image `source` also `target` (`repo[:tag]`).
+    async fn tag(&self, source: &str, target: &str) -> Result<(), RuntimeError> {
+        let (repo, tag) = split_reference(target);
+        let mut options = TagImageOptionsBuilder::default().repo(repo);
+        if let Some(tag) = tag {
+            options = options.tag(tag);
+        }
+        match self.docker.tag_image(source, Some(options.build())).await {
+            Ok(()) => Ok(()),
+            Err(e) if status(&e) == Some(404) => Err(RuntimeError::NoImage(source.to_owned())),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    /// Drop the name `reference` of an image that has another (not forced: only the name goes).
+    async fn untag(&self, reference: &str) {
+        let options = RemoveImageOptionsBuilder::default().force(false).noprune(true).build();
+        match self.docker.remove_image(reference, Some(options), None).await {
+            Ok(_) => {}
+            Err(e) if status(&e) == Some(404) => {}
+            Err(e) => {
+                tracing::warn!(image = %reference, error = %engine_message(&e), "cannot drop an image's registry name")
+            }
+        }
+    }
+
+    async fn image_id(&self, reference: &str) -> Result<String, RuntimeError> {
+        match self.docker.inspect_image(reference).await {
+            Ok(image) => image.id.ok_or_else(|| RuntimeError::Engine(format!("image {reference} has no id"))),
+            Err(e) if status(&e) == Some(404) => Err(RuntimeError::NoImage(reference.to_owned())),
+            Err(e) => Err(engine(e)),
+        }
+    }
+
+    async fn push_impl(&self, reference: &str, remote: &str) -> Result<String, RuntimeError> {
+        let id = self.image_id(reference).await?;
+        self.tag(reference, remote).await?;
+        let (repo, tag) = split_reference(remote);
+        let mut options = PushImageOptionsBuilder::default();
+        if let Some(tag) = tag {
+            options = options.tag(tag);
+        }
+        let mut stream = self.docker.push_image(repo, Some(options.build()), None);
+        let mut pushed = Ok(());
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                pushed = Err(RuntimeError::Engine(format!("pushing {remote}: {}", engine_message(&e))));
+                break;
+            }
+        }
+        drop(stream);
+        self.untag(remote).await;
+        pushed.map(|()| id)
+    }
+
+    async fn pull_impl(&self, remote: &str, reference: &str) -> Result<String, RuntimeError> {
+        let (repo, tag) = split_reference(remote);
+        let options = CreateImageOptionsBuilder::default().from_image(repo).tag(tag.unwrap_or("latest")).build();
+        let mut stream = self.docker.create_image(Some(options), None, None);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                let message = engine_message(&e);
+                let missing =
+                    status(&e) == Some(404) || message.contains("manifest unknown") || message.contains("not found");
+                return Err(if missing {
+                    RuntimeError::NoImage(remote.to_owned())
+                } else {
+                    RuntimeError::Engine(format!("pulling {remote}: {message}"))
+                });
+            }
+        }
+        drop(stream);
+        let tagged = self.tag(remote, reference).await;
+        self.untag(remote).await;
+        tagged?;
+        self.image_id(reference).await
+    }
+}
+
 impl ContainerRuntime for DockerRuntime {
     fn create<'a>(&'a self, spec: &'a ContainerSpec) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(self.create_impl(spec))
@@ -639,6 +729,14 @@ impl ContainerRuntime for DockerRuntime {
         filter: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<Vec<ImageInfo>, RuntimeError>> {
         Box::pin(self.images_impl(filter))
+    }
+
+    fn push_image<'a>(&'a self, reference: &'a str, remote: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(self.push_impl(reference, remote))
+    }
+
+    fn pull_image<'a>(&'a self, remote: &'a str, reference: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(self.pull_impl(remote, reference))
     }
 }
 

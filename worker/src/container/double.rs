@@ -12,6 +12,9 @@
 //!   ([`FakeRuntime::with_handler`]); the default, [`fake_shell`], is a tiny explicit interpreter
 //!   (`echo`, `cat`, `printf`, redirections, `sleep` against the timeout, `git diff`/`git status`,
 //!   and a few commands that print on purpose what differs from run to run).
+//! - A registry ([`FakeRegistry`]) holds pushed images by remote reference; runtimes that share
+//!   one ([`FakeRuntime::use_registry`]) are hosts of one deployment. Tests can corrupt an image
+//!   in it, remove one, or take the registry down.
 //! - Every call is logged ([`FakeRuntime::calls`], [`FakeRuntime::count`],
 //!   [`FakeRuntime::commands`]) so tests can assert what happened, and any operation can be made
 //!   to fail once ([`FakeRuntime::fail_next`]).
@@ -105,6 +108,8 @@ pub enum Op {
     RemoveImage,
     Containers,
     Images,
+    Push,
+    Pull,
 }
 
 /// One call to the runtime, as logged.
@@ -120,6 +125,8 @@ pub enum Call {
     RemoveImage { reference: String },
     Containers,
     Images,
+    Push { reference: String, remote: String },
+    Pull { remote: String, reference: String },
 }
 
 impl Call {
@@ -135,6 +142,8 @@ impl Call {
             Call::RemoveImage { .. } => Op::RemoveImage,
             Call::Containers => Op::Containers,
             Call::Images => Op::Images,
+            Call::Push { .. } => Op::Push,
+            Call::Pull { .. } => Op::Pull,
         }
     }
 }
@@ -157,6 +166,59 @@ pub struct FakeContainer {
     pub fs: FakeFs,
 }
 
+/// An in-memory image registry, shared by the [`FakeRuntime`]s that use it. Cheap to clone:
+/// clones are the same registry.
+#[derive(Clone, Default)]
+pub struct FakeRegistry {
+    inner: Arc<Mutex<RegistryState>>,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    images: BTreeMap<String, FakeImage>,
+    down: bool,
+}
+
+impl FakeRegistry {
+    fn state(&self) -> MutexGuard<'_, RegistryState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The remote references it holds, sorted.
+    pub fn references(&self) -> Vec<String> {
+        self.state().images.keys().cloned().collect()
+    }
+
+    pub fn image(&self, remote: &str) -> Option<FakeImage> {
+        self.state().images.get(remote).cloned()
+    }
+
+    /// Replace what `remote` holds by other content (another file, so another id), as a registry
+    /// whose storage went bad or a tag pushed over by someone else would; whether it held it.
+    pub fn corrupt(&self, remote: &str) -> bool {
+        let mut st = self.state();
+        let Some(image) = st.images.get_mut(remote) else { return false };
+        image.files.insert("/corrupted".to_owned(), b"garbage".to_vec());
+        image.id = format!("{}-corrupted", image.id);
+        true
+    }
+
+    /// Forget `remote` (a registry garbage-collected or wiped); whether it held it.
+    pub fn remove(&self, remote: &str) -> bool {
+        self.state().images.remove(remote).is_some()
+    }
+
+    /// While down, every push and pull fails as an unreachable registry does.
+    pub fn set_down(&self, down: bool) {
+        self.state().down = down;
+    }
+
+    fn unreachable(&self, remote: &str) -> Option<RuntimeError> {
+        let host = remote.split('/').next().unwrap_or(remote);
+        self.state().down.then(|| RuntimeError::Engine(format!("Get \"http://{host}/v2/\": connection refused")))
+    }
+}
+
 #[derive(Default)]
 struct State {
     images: BTreeMap<String, FakeImage>,
@@ -165,6 +227,7 @@ struct State {
     next_id: u64,
     commit_size: Option<u64>,
     failures: VecDeque<(Op, RuntimeError)>,
+    registry: FakeRegistry,
 }
 
 /// The in-memory runtime. See the module docs.
@@ -225,6 +288,17 @@ impl FakeRuntime {
     /// modified files.
     pub fn set_commit_size(&self, size_bytes: Option<u64>) {
         self.state().commit_size = size_bytes;
+    }
+
+    /// The registry this runtime pushes to and pulls from (its own unless
+    /// [`FakeRuntime::use_registry`] gave it another).
+    pub fn registry(&self) -> FakeRegistry {
+        self.state().registry.clone()
+    }
+
+    /// Push to and pull from `registry` (share one between runtimes to play several hosts).
+    pub fn use_registry(&self, registry: FakeRegistry) {
+        self.state().registry = registry;
     }
 
     /// Make the next call of `op` fail with `error` (once; several queue up).
@@ -392,6 +466,37 @@ impl FakeRuntime {
         Ok(())
     }
 
+    fn do_push(&self, reference: &str, remote: &str) -> Result<String, RuntimeError> {
+        let mut st = self.state();
+        self.enter(&mut st, Call::Push { reference: reference.to_owned(), remote: remote.to_owned() })?;
+        if let Some(e) = st.registry.unreachable(remote) {
+            return Err(e);
+        }
+        let mut image = st.images.get(reference).ok_or_else(|| RuntimeError::NoImage(reference.to_owned()))?.clone();
+        // The registry keeps the content; the chain is kept as its root (a task image every host
+        // holds), so a host that pulls it sees the same origin.
+        let mut root = image.parent.clone();
+        while let Some(parent) = root.as_ref().and_then(|p| st.images.get(p)).and_then(|i| i.parent.clone()) {
+            root = Some(parent);
+        }
+        image.parent = root;
+        let id = image.id.clone();
+        st.registry.state().images.insert(remote.to_owned(), image);
+        Ok(id)
+    }
+
+    fn do_pull(&self, remote: &str, reference: &str) -> Result<String, RuntimeError> {
+        let mut st = self.state();
+        self.enter(&mut st, Call::Pull { remote: remote.to_owned(), reference: reference.to_owned() })?;
+        if let Some(e) = st.registry.unreachable(remote) {
+            return Err(e);
+        }
+        let image = st.registry.image(remote).ok_or_else(|| RuntimeError::NoImage(remote.to_owned()))?;
+        let id = image.id.clone();
+        st.images.insert(reference.to_owned(), image);
+        Ok(id)
+    }
+
     fn do_containers(&self, filter: &BTreeMap<String, String>) -> Result<Vec<String>, RuntimeError> {
         let mut st = self.state();
         self.enter(&mut st, Call::Containers)?;
@@ -513,6 +618,14 @@ impl ContainerRuntime for FakeRuntime {
         filter: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<Vec<ImageInfo>, RuntimeError>> {
         Box::pin(async move { self.do_images(filter) })
+    }
+
+    fn push_image<'a>(&'a self, reference: &'a str, remote: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(async move { self.do_push(reference, remote) })
+    }
+
+    fn pull_image<'a>(&'a self, remote: &'a str, reference: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
+        Box::pin(async move { self.do_pull(remote, reference) })
     }
 }
 

@@ -100,8 +100,9 @@ pub struct ImageInfo {
 /// met it has no outcome and is run again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeError {
-    /// The image does not exist locally (nothing can be pulled: there is no registry).
-    #[error("no image {0:?} on this host")]
+    /// The image does not exist locally, or (for [`ContainerRuntime::pull_image`]) in the
+    /// registry.
+    #[error("no image {0:?}")]
     NoImage(String),
     /// The container is gone (removed, or killed by the kernel's OOM killer as a whole).
     #[error("container {0} is gone")]
@@ -167,6 +168,16 @@ pub trait ContainerRuntime: Send + Sync {
         &'a self,
         filter: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<Vec<ImageInfo>, RuntimeError>>;
+
+    /// Push the local image `reference` to a registry as `remote` (`HOST:PORT/repo:tag`); the
+    /// local image keeps only its own reference. Returns the image's id (its content identity: the
+    /// same after a pull on any host).
+    fn push_image<'a>(&'a self, reference: &'a str, remote: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>>;
+
+    /// Pull `remote` (`HOST:PORT/repo:tag`) from its registry and name it `reference` locally (only
+    /// that: the remote name is not kept). Returns the image's id. An image the registry does not
+    /// hold is [`RuntimeError::NoImage`].
+    fn pull_image<'a>(&'a self, remote: &'a str, reference: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>>;
 }
 
 /// A running container that is removed when its job ends, whatever the outcome.
