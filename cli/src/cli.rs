@@ -104,7 +104,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                 client: crate::client::read_token(a.client_token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
             };
             commands::run_coordinator(commands::CoordinatorSettings {
-                store: a.store,
+                store: a.store_url()?,
                 listen: a.listen,
                 tokens,
                 tls_cert: a.tls_cert,

@@ -214,13 +214,7 @@ pub async fn upload_and_launch(
 pub fn read_token(file: Option<&Path>, env: &str) -> anyhow::Result<Option<String>> {
     use anyhow::Context;
     let token = match file {
-        Some(path) => {
-            let bytes =
-                crate::input::read_small_file(path).with_context(|| format!("the token file {}", path.display()))?;
-            let text = String::from_utf8(bytes)
-                .map_err(|_| anyhow::anyhow!("the token file {} is not UTF-8 text", path.display()))?;
-            Some(text.trim().to_string())
-        }
+        Some(path) => Some(read_secret_file(path, "token")?),
         None => std::env::var(env).ok().map(|t| t.trim().to_string()),
     };
     match token {
@@ -229,6 +223,16 @@ pub fn read_token(file: Option<&Path>, env: &str) -> anyhow::Result<Option<Strin
         }
         t => Ok(t),
     }
+}
+
+/// The text of a secret file (a token, a store URL), trimmed; errors name `what` and the file.
+/// Empty text is returned as it is, for the caller to refuse in its own words.
+pub fn read_secret_file(path: &Path, what: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let bytes = crate::input::read_small_file(path).with_context(|| format!("the {what} file {}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("the {what} file {} is not UTF-8 text", path.display()))?;
+    Ok(text.trim().to_string())
 }
 
 /// How to reach a coordinator as a client.

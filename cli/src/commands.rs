@@ -668,6 +668,10 @@ pub struct CoordinatorArgs {
     /// The store: postgres://USER:PASSWORD@HOST/DB, or sqlite://PATH for the embedded store.
     #[arg(long, env = "VCURVE_STORE", default_value = "sqlite://vcurve.sqlite")]
     pub store: String,
+    /// File holding the store URL instead of --store (a mounted secret: the URL carries the
+    /// database password).
+    #[arg(long, env = "VCURVE_STORE_FILE", value_name = "FILE")]
+    pub store_file: Option<PathBuf>,
     /// Address to listen on. A non-loopback address requires both tokens.
     #[arg(long, env = "VCURVE_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: String,
@@ -747,6 +751,18 @@ pub struct WorkerArgs {
     /// $VCURVE_CLIENT_TOKEN].
     #[arg(long, value_name = "FILE")]
     pub client_token_file: Option<PathBuf>,
+}
+
+impl CoordinatorArgs {
+    /// The store URL: the content of --store-file (trimmed) when given, else --store.
+    pub fn store_url(&self) -> anyhow::Result<String> {
+        let Some(path) = &self.store_file else { return Ok(self.store.clone()) };
+        let url = client::read_secret_file(path, "store")?;
+        if url.is_empty() {
+            bail!("the store file {} is empty (it should hold postgres://USER:PASSWORD@HOST/DB)", path.display());
+        }
+        Ok(url)
+    }
 }
 
 /// What runners a worker offers beyond `synthetic`.

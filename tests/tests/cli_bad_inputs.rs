@@ -110,3 +110,37 @@ fn status_of_an_unknown_study_says_there_is_no_such_study() {
         assert!(stderr.contains(unknown), "the message does not name the study id: {stderr}");
     }
 }
+
+/// `--store-file`: the URL is read from the file (a coordinator starts on the embedded store it
+/// names); an empty or missing file stops the coordinator with a message naming the file.
+#[test]
+fn the_store_url_is_read_from_store_file_and_a_bad_file_is_named() {
+    let dir = TestDir::new("store-file");
+    let url_file = dir.path().join("store_url");
+    std::fs::write(&url_file, format!("sqlite://{}\n", dir.path().join("from-file.sqlite").display())).unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let url_arg = url_file.to_string_lossy().into_owned();
+    let mut process =
+        Process::spawn(dir.path(), "coordinator", &["coordinator", "--store-file", &url_arg, "--listen", &listen]);
+    process.wait_for_port(port, TIMEOUT).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(studies(&format!("http://127.0.0.1:{port}")).is_empty());
+    assert!(dir.path().join("from-file.sqlite").exists(), "the store of the file's URL was not opened");
+    drop(process);
+
+    let empty = dir.path().join("empty_url");
+    std::fs::write(&empty, "\n").unwrap();
+    let missing = dir.path().join("no_such_file");
+    for (file, says) in [(&empty, "is empty"), (&missing, "the store file")] {
+        let out =
+            run_vcurve(&["coordinator", "--store-file", &file.to_string_lossy(), "--listen", "127.0.0.1:0"], TIMEOUT)
+                .unwrap_or_else(|e| panic!("{e:#}"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a coordinator started with --store-file {}", file.display());
+        assert!(
+            stderr.contains(says) && stderr.contains(&*file.to_string_lossy()),
+            "the error does not name {}: {stderr}",
+            file.display()
+        );
+    }
+}
