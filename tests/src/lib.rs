@@ -525,3 +525,79 @@ mod tests {
         }
     }
 }
+
+/// `docker ARGS`, which must succeed; its stdout.
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().unwrap_or_else(|e| panic!("cannot run docker: {e}"));
+    assert!(
+        out.status.success(),
+        "docker {} failed ({}): {}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim(),
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The repository's root (deploy/, examples/).
+pub fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ lives in the repository").to_path_buf()
+}
+
+/// The images of vcurve's own services that `deploy/images/build-services` makes.
+#[derive(Debug, Clone)]
+pub struct ServiceImages {
+    pub coordinator: String,
+    pub worker: String,
+    pub postgres: String,
+    pub registry: String,
+}
+
+/// The service images: from `VCURVE_TEST_{COORDINATOR,WORKER,POSTGRES,REGISTRY}_IMAGE` (scripts/test
+/// builds them after `cargo build` and exports them), or, when one is unset, built (once per test
+/// process; cached by tag) with `deploy/images/build-services --binary <this build's vcurve>`.
+/// Each one is checked to exist.
+pub fn service_images() -> &'static ServiceImages {
+    static IMAGES: std::sync::OnceLock<ServiceImages> = std::sync::OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let from_env =
+            |what: &str| std::env::var(format!("VCURVE_TEST_{what}_IMAGE")).ok().filter(|s| !s.trim().is_empty());
+        let images = match (from_env("COORDINATOR"), from_env("WORKER"), from_env("POSTGRES"), from_env("REGISTRY")) {
+            (Some(coordinator), Some(worker), Some(postgres), Some(registry)) => {
+                ServiceImages { coordinator, worker, postgres, registry }
+            }
+            _ => {
+                eprintln!(
+                    "a VCURVE_TEST_*_IMAGE of the service images is unset: building them with \
+                     deploy/images/build-services (minutes the first time, cached by tag after)"
+                );
+                let out = Command::new(repository().join("deploy/images/build-services"))
+                    .arg("--binary")
+                    .arg(vcurve_bin())
+                    .stderr(Stdio::inherit())
+                    .output()
+                    .expect("run deploy/images/build-services");
+                assert!(out.status.success(), "deploy/images/build-services failed ({})", out.status);
+                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+                let tag = |key: &str| {
+                    stdout
+                        .lines()
+                        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                        .unwrap_or_else(|| panic!("build-services printed no {key}= line: {stdout}"))
+                        .to_string()
+                };
+                ServiceImages {
+                    coordinator: tag("coordinator"),
+                    worker: tag("worker"),
+                    postgres: tag("postgres"),
+                    registry: tag("registry"),
+                }
+            }
+        };
+        for image in [&images.coordinator, &images.worker, &images.postgres, &images.registry] {
+            docker(&["image", "inspect", "--format", "{{.Id}}", image]);
+        }
+        images
+    })
+}

@@ -11,19 +11,14 @@
 //!    by a container of the worker image on a Docker network the test creates (the synthetic
 //!    runner: no containers inside containers). Every container and the network are removed.
 //!
-//! The images come from `VCURVE_TEST_COORDINATOR_IMAGE` and `VCURVE_TEST_WORKER_IMAGE` (scripts/test
-//! builds them after `cargo build` and exports them); when either is unset the test builds them
-//! itself with `deploy/images/build-services --binary <this build's vcurve>` (cached by tag).
+//! The images come from [`vcurve_e2e::service_images`]: the `VCURVE_TEST_*_IMAGE` variables
+//! scripts/test exports, or `deploy/images/build-services --binary <this build's vcurve>`.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use vcurve_e2e::{TestDir, free_port, vcurve_bin, vcurve_ok};
+use vcurve_e2e::{TestDir, docker, free_port, repository, service_images as images, vcurve_ok};
 
-const COORDINATOR_IMAGE_ENV: &str = "VCURVE_TEST_COORDINATOR_IMAGE";
-const WORKER_IMAGE_ENV: &str = "VCURVE_TEST_WORKER_IMAGE";
 /// The pinned versions (scripts/mini-swe-agent-venv, scripts/swebench-venv).
 const MSA_VERSION: &str = "2.4.6";
 const SWEBENCH_VERSION: &str = "5.0.2";
@@ -31,67 +26,6 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the containerised coordinator may take to answer, and the study to finish.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STUDY_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// The repository root (deploy/, examples/).
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ lives in the repository").to_path_buf()
-}
-
-struct Images {
-    coordinator: String,
-    worker: String,
-}
-
-/// The two images: from the environment, or built (once per test process) by build-services.
-fn images() -> &'static Images {
-    static IMAGES: OnceLock<Images> = OnceLock::new();
-    IMAGES.get_or_init(|| {
-        let from_env = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
-        let images = match (from_env(COORDINATOR_IMAGE_ENV), from_env(WORKER_IMAGE_ENV)) {
-            (Some(coordinator), Some(worker)) => Images { coordinator, worker },
-            _ => {
-                eprintln!(
-                    "{COORDINATOR_IMAGE_ENV} or {WORKER_IMAGE_ENV} is unset: building the images with \
-                     deploy/images/build-services (minutes the first time, cached by tag after)"
-                );
-                let out = Command::new(repository().join("deploy/images/build-services"))
-                    .arg("--binary")
-                    .arg(vcurve_bin())
-                    .stderr(std::process::Stdio::inherit())
-                    .output()
-                    .expect("run deploy/images/build-services");
-                assert!(out.status.success(), "deploy/images/build-services failed ({})", out.status);
-                let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-                let tag = |key: &str| {
-                    stdout
-                        .lines()
-                        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-                        .unwrap_or_else(|| panic!("build-services printed no {key}= line: {stdout}"))
-                        .to_string()
-                };
-                Images { coordinator: tag("coordinator"), worker: tag("worker") }
-            }
-        };
-        for image in [&images.coordinator, &images.worker] {
-            docker(&["image", "inspect", "--format", "{{.Id}}", image]);
-        }
-        images
-    })
-}
-
-/// `docker ARGS`, which must succeed; its stdout.
-fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().unwrap_or_else(|e| panic!("cannot run docker: {e}"));
-    assert!(
-        out.status.success(),
-        "docker {} failed ({}): {}{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim(),
-        String::from_utf8_lossy(&out.stdout).trim()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// `docker run --rm --entrypoint ENTRYPOINT IMAGE ARGS…` in the image's working directory; its
 /// stdout, trimmed.
