@@ -10,7 +10,10 @@
 //! 2. the fault run: PostgreSQL (a fresh database), the coordinator SIGKILLed three times and a
 //!    worker twice, each restarted with the same store, port and name;
 //! 3. the shared-store run: two coordinators on one PostgreSQL database at once, the workers split
-//!    between them, each coordinator SIGKILLed once while the other serves on.
+//!    between them, each coordinator SIGKILLed once while the other serves on;
+//! 4. the host run ([`hosts`]): deploy/compose.yaml on the project's images — PostgreSQL, two
+//!    coordinators, three worker hosts — through a killed host, a partition longer than a lease, a
+//!    database restart and a rolling restart of the coordinators.
 //!
 //! The synthetic runner decides every outcome from a hash of its key, so the schedule asks for the
 //! same keys and gets the same outcomes however the work was interleaved, repeated or lost: the
@@ -33,6 +36,9 @@ use vcurve_e2e::{
     Process, SplitMix64, TestDir, first_difference, free_port, fresh_postgres, read_export, try_status_json, vcurve_ok,
     wait_until, write_curve,
 };
+
+#[path = "fault_tolerance/hosts.rs"]
+mod hosts;
 
 /// Seed of the kill moments, the kill order and the victims; `VCURVE_TEST_KILL_SEED=N` overrides
 /// it, to explore other moments or to replay a failure seen with one.
@@ -414,6 +420,12 @@ impl Cluster {
 /// late and in the middle, an erosion, a flat curve, a hopeless one), labels on some, and one
 /// trajectory with each control (the first: `cliff-mid`).
 fn write_spec(dir: &Path) -> PathBuf {
+    write_spec_lasting(dir, 20)
+}
+
+/// [`write_spec`] with continuations of `duration_ms` each (the outcomes, and so the export, do not
+/// depend on it).
+fn write_spec_lasting(dir: &Path, duration_ms: u64) -> PathBuf {
     let step = |length: usize, at: usize, before: f64, after: f64| -> Vec<f64> {
         (0..length).map(|t| if t < at { before } else { after }).collect()
     };
@@ -434,7 +446,7 @@ name: fault-tolerance
 seed: 11
 budget: 100
 schedule: paper
-runner: {{kind: synthetic, duration_ms: 20, no_outcome_rate: 0.005}}
+runner: {{kind: synthetic, duration_ms: {duration_ms}, no_outcome_rate: 0.005}}
 controls: {{sanity: 1, retest: 1, budget_control: 1}}
 trajectories:
   - id: cliff-mid

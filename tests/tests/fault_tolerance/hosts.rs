@@ -1,0 +1,308 @@
+//! Faults across hosts (issue 13): `deploy/compose.yaml` itself, on the project's own images, with
+//! each container a host on the Compose project's private Docker network — PostgreSQL (the
+//! `vcurve-postgres` image), two coordinators, a registry and three workers — runs the study of
+//! the process-level tests and survives, in one run, at moments placed by progress:
+//!
+//! (a) a worker host killed mid-continuation (`docker kill`: SIGKILL of the whole container), and
+//!     started again later under the same host name;
+//! (b) a worker disconnected from the network for longer than its lease (`docker network
+//!     disconnect`), then reconnected: its late reports must change nothing;
+//! (c) PostgreSQL restarted under both coordinators;
+//! (d) a rolling restart of the coordinators (`docker-compose restart`, one after the other: each
+//!     stops with SIGTERM and comes back while the other serves);
+//!
+//! and ends with an export, from either coordinator, equal byte for byte to the uninterrupted
+//! run's, with every worker host still running. The runner is the synthetic one (no containers
+//! inside containers: those would make every continuation seconds long here), so no study
+//! container can be left on any host; the registry is up throughout but nothing uses it yet — (e),
+//! the registry going away mid-study, waits for snapshots shared through it.
+//!
+//! Clients reach the coordinators on loopback ports the Compose file publishes, with the client
+//! token of the secrets folder the test writes, as a user of the README does.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vcurve_e2e::{SplitMix64, TestDir, docker, free_port, read_export, repository, service_images, vcurve_ok};
+
+use super::{FINISH_TIMEOUT, REFERENCE, Run, count, kill_seed, write_spec_lasting};
+
+/// Slower continuations than the process tests' (the outcomes do not depend on it), so that the
+/// faults, each taking seconds, fall inside the run.
+const DURATION_MS: u64 = 120;
+const WORKERS: usize = 3;
+const SLOTS: &str = "2";
+const LEASE_TIMEOUT_MS: &str = "3000";
+const HEARTBEAT_MS: &str = "500";
+/// How long a partitioned worker stays off the network: longer than its lease.
+const PARTITION: Duration = Duration::from_secs(6);
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One Compose project of deploy/compose.yaml, brought down (containers, network, volumes) when
+/// dropped; its services' logs are printed first when the test is failing.
+struct Stack {
+    project: String,
+    env_file: PathBuf,
+    compose_file: PathBuf,
+    token_file: PathBuf,
+    ports: [u16; 2],
+}
+
+/// `docker-compose` (Debian's 1.29) or, without it, the `docker compose` plugin.
+fn compose_program() -> (String, Vec<String>) {
+    if Command::new("docker-compose").arg("version").output().is_ok_and(|o| o.status.success()) {
+        ("docker-compose".into(), Vec::new())
+    } else {
+        ("docker".into(), vec!["compose".into()])
+    }
+}
+
+impl Stack {
+    fn up(dir: &Path) -> Stack {
+        let images = service_images();
+        let secrets = dir.join("secrets");
+        std::fs::create_dir_all(&secrets).unwrap();
+        let password = format!("pw{}", uuid::Uuid::new_v4().simple());
+        for (name, value) in [
+            ("postgres_password", password.clone()),
+            ("store_url", format!("postgres://vcurve:{password}@postgres:5432/vcurve")),
+            ("worker_token", format!("w{}", uuid::Uuid::new_v4().simple())),
+            ("client_token", format!("c{}", uuid::Uuid::new_v4().simple())),
+        ] {
+            std::fs::write(secrets.join(name), format!("{value}\n")).unwrap();
+        }
+        let ports = [free_port(), free_port()];
+        let env = [
+            ("VCURVE_COORDINATOR_IMAGE", images.coordinator.clone()),
+            ("VCURVE_WORKER_IMAGE", images.worker.clone()),
+            ("VCURVE_POSTGRES_IMAGE", images.postgres.clone()),
+            ("VCURVE_REGISTRY_IMAGE", images.registry.clone()),
+            ("VCURVE_SECRETS_DIR", secrets.display().to_string()),
+            ("VCURVE_COORDINATOR_PORT", ports[0].to_string()),
+            ("VCURVE_COORDINATOR_B_PORT", ports[1].to_string()),
+            ("VCURVE_METRICS_PORT", free_port().to_string()),
+            ("VCURVE_METRICS_B_PORT", free_port().to_string()),
+            ("VCURVE_REGISTRY_PORT", free_port().to_string()),
+            ("VCURVE_LEASE_TIMEOUT_MS", LEASE_TIMEOUT_MS.into()),
+            ("VCURVE_HEARTBEAT_MS", HEARTBEAT_MS.into()),
+            ("VCURVE_SLOTS", SLOTS.into()),
+            ("VCURVE_SHUTDOWN_GRACE_S", "2".into()),
+            ("VCURVE_LOG_FORMAT", "json".into()),
+        ];
+        let env_file = dir.join("compose.env");
+        std::fs::write(&env_file, env.iter().map(|(k, v)| format!("{k}={v}\n")).collect::<String>()).unwrap();
+        let stack = Stack {
+            project: format!("vcurvehosts{}", std::process::id()),
+            env_file,
+            compose_file: repository().join("deploy/compose.yaml"),
+            token_file: secrets.join("client_token"),
+            ports,
+        };
+        let started = Instant::now();
+        stack.compose(&["up", "-d", "--scale", &format!("worker={WORKERS}")]);
+        let answered = vcurve_e2e::wait_every(START_TIMEOUT, Duration::from_millis(500), || {
+            (0..2).all(|i| stack.client(&["studies"], i).is_ok())
+        });
+        assert!(answered, "the coordinators of {} do not answer in {START_TIMEOUT:?}", stack.project);
+        eprintln!("compose stack {} up in {:.1} s", stack.project, started.elapsed().as_secs_f64());
+        stack
+    }
+
+    /// `docker-compose --env-file … -f deploy/compose.yaml -p PROJECT ARGS`, which must succeed.
+    fn compose(&self, args: &[&str]) -> String {
+        let out = self.try_compose(args);
+        assert!(
+            out.status.success(),
+            "compose {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn try_compose(&self, args: &[&str]) -> std::process::Output {
+        let (program, prefix) = compose_program();
+        Command::new(&program)
+            .args(prefix)
+            .arg("--env-file")
+            .arg(&self.env_file)
+            .arg("-f")
+            .arg(&self.compose_file)
+            .args(["-p", &self.project])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+    }
+
+    fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    /// A client command against coordinator `i`, with the client token.
+    fn client(&self, args: &[&str], i: usize) -> anyhow::Result<String> {
+        let url = self.url(i);
+        let token = self.token_file.to_string_lossy();
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--coordinator", &url, "--token-file", &token]);
+        vcurve_ok(&all, COMMAND_TIMEOUT)
+    }
+
+    /// The study's status from whichever coordinator answers (one may be restarting).
+    fn status(&self, study: &str) -> Option<Value> {
+        (0..2).find_map(|i| {
+            self.client(&["status", study, "--json"], i).ok().and_then(|out| serde_json::from_str(&out).ok())
+        })
+    }
+
+    /// The container ids of the worker service, in Compose's order.
+    fn workers(&self) -> Vec<String> {
+        let ids: Vec<String> = self.compose(&["ps", "-q", "worker"]).lines().map(str::to_string).collect();
+        assert_eq!(ids.len(), WORKERS, "compose ps lists {} workers: {ids:?}", ids.len());
+        ids
+    }
+
+    fn network(&self) -> String {
+        format!("{}_default", self.project)
+    }
+
+    /// Wait until the study has at least `done` continuations done; it must still be running.
+    fn wait_for_progress(&self, study: &str, done: u64) -> Value {
+        let mut last = Value::Null;
+        let reached = vcurve_e2e::wait_every(FINISH_TIMEOUT, Duration::from_millis(200), || match self.status(study) {
+            Some(status) => {
+                let reached = count(&status, "done") >= done;
+                last = status;
+                reached
+            }
+            None => false,
+        });
+        assert!(reached, "the study did not reach {done} continuations in {FINISH_TIMEOUT:?}; last status: {last}");
+        assert_eq!(last["state"], "running", "the study ended before a planned fault; last status: {last}");
+        last
+    }
+
+    fn wait_until_done(&self, study: &str) -> Value {
+        let mut last = Value::Null;
+        let done = vcurve_e2e::wait_every(FINISH_TIMEOUT, Duration::from_millis(300), || match self.status(study) {
+            Some(status) => {
+                assert_ne!(status["state"], "cancelled", "the study was cancelled: {status}");
+                let done = status["state"] == "done";
+                last = status;
+                done
+            }
+            None => false,
+        });
+        assert!(done, "the study did not finish in {FINISH_TIMEOUT:?}; last status: {last}");
+        last
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let logs = self.try_compose(&["logs", "--no-color", "--tail", "40"]);
+            eprintln!("== the last log lines of {}:\n{}", self.project, String::from_utf8_lossy(&logs.stdout));
+        }
+        let down = self.try_compose(&["down", "--volumes", "--remove-orphans", "--timeout", "5"]);
+        if !down.status.success() {
+            eprintln!("compose down of {} failed: {}", self.project, String::from_utf8_lossy(&down.stderr));
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    KillWorkerHost,
+    Partition,
+    RestartPostgres,
+    RollingRestart,
+}
+
+#[test]
+fn a_compose_deployment_survives_host_loss_a_partition_a_database_restart_and_a_rolling_restart() {
+    let reference = &*REFERENCE;
+    let total = reference.total();
+    let dir = TestDir::new("fault-hosts");
+    let spec = write_spec_lasting(dir.path(), DURATION_MS);
+    let stack = Stack::up(dir.path());
+    let started = Instant::now();
+    let study = stack.client(&["launch", &spec.to_string_lossy()], 0).unwrap_or_else(|e| panic!("{e:#}"));
+    let study = study.trim().to_string();
+    let workers = stack.workers();
+    let mut rng = SplitMix64::new(kill_seed() ^ 0x4057);
+    let mut faults = [Fault::KillWorkerHost, Fault::Partition, Fault::RestartPostgres, Fault::RollingRestart];
+    rng.shuffle(&mut faults);
+    let (first, last) = (0.05, 0.7);
+    let stride = (last - first) / faults.len() as f64;
+    let mut killed = None;
+    for (k, fault) in faults.iter().enumerate() {
+        let share = first + stride * k as f64 + rng.range(0.0, stride * 0.5);
+        let target = (share * total as f64).ceil() as u64;
+        let at = stack.wait_for_progress(&study, target);
+        let fault_started = Instant::now();
+        let what = match fault {
+            Fault::KillWorkerHost => {
+                let victim = &workers[rng.below(WORKERS)];
+                docker(&["kill", victim]);
+                killed = Some(victim.clone());
+                format!("worker host {} killed", &victim[..12])
+            }
+            Fault::Partition => {
+                let victim = &workers[rng.below(WORKERS)];
+                if killed.as_ref() == Some(victim) {
+                    docker(&["start", victim]);
+                    killed = None;
+                }
+                docker(&["network", "disconnect", &stack.network(), victim]);
+                std::thread::sleep(PARTITION);
+                docker(&["network", "connect", &stack.network(), victim]);
+                format!("worker {} off the network for {PARTITION:?}", &victim[..12])
+            }
+            Fault::RestartPostgres => {
+                stack.compose(&["restart", "--timeout", "10", "postgres"]);
+                "PostgreSQL restarted".to_string()
+            }
+            Fault::RollingRestart => {
+                for (i, service) in ["coordinator-a", "coordinator-b"].into_iter().enumerate() {
+                    stack.compose(&["restart", "--timeout", "10", service]);
+                    let back = vcurve_e2e::wait_every(START_TIMEOUT, Duration::from_millis(200), || {
+                        stack.client(&["studies"], i).is_ok()
+                    });
+                    assert!(back, "{service} does not answer after its restart");
+                }
+                "coordinators restarted one after the other".to_string()
+            }
+        };
+        eprintln!(
+            "fault {}/{}: {what} at {}/{total} continuations done, {:.1} s into the run (took {:.1} s)",
+            k + 1,
+            faults.len(),
+            count(&at, "done"),
+            started.elapsed().as_secs_f64(),
+            fault_started.elapsed().as_secs_f64()
+        );
+    }
+    if let Some(victim) = killed {
+        docker(&["start", &victim]);
+        eprintln!("worker host {} started again", &victim[..12]);
+    }
+    let status = stack.wait_until_done(&study);
+    eprintln!("study done {:.1} s into the run", started.elapsed().as_secs_f64());
+    for worker in &workers {
+        let state = docker(&["inspect", "--format", "{{.State.Running}} {{.RestartCount}}", worker]);
+        assert!(state.starts_with("true"), "worker host {worker} is not running at the end: {state}");
+    }
+    for i in 0..2 {
+        let out = dir.path().join(format!("export-{i}"));
+        stack.client(&["export", &study, "--out", &out.to_string_lossy()], i).unwrap_or_else(|e| panic!("{e:#}"));
+        let run = Run { status: status.clone(), export: read_export(&out) };
+        run.check_consistent(&format!("the compose run, exported by coordinator {i}"));
+        run.check_equals(reference, &format!("the export of compose coordinator {i}"));
+    }
+    let left = docker(&["ps", "-aq", "--filter", &format!("label=vcurve.study={study}")]);
+    assert!(left.trim().is_empty(), "containers of the study are left: {left}");
+}
