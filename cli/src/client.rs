@@ -212,7 +212,6 @@ pub async fn upload_and_launch(
 
 /// Read a token from a file (trimmed), or from an environment variable when no file is given.
 pub fn read_token(file: Option<&Path>, env: &str) -> anyhow::Result<Option<String>> {
-    use anyhow::Context;
     let token = match file {
         Some(path) => Some(read_secret_file(path, "token")?),
         None => std::env::var(env).ok().map(|t| t.trim().to_string()),
