@@ -12,7 +12,7 @@
 //!     stops with SIGTERM and comes back while the other serves);
 //!
 //! and ends with an export, from either coordinator, equal byte for byte to the uninterrupted
-//! run's, with every worker host still running. The runner is the synthetic one (no containers
+//! run's, the study on either coordinator's dashboard, and every worker host still running. The runner is the synthetic one (no containers
 //! inside containers: those would make every continuation seconds long here), so no study
 //! container can be left on any host; the registry is up throughout but nothing uses it yet — (e),
 //! the registry going away mid-study, waits for snapshots shared through it.
@@ -49,6 +49,7 @@ struct Stack {
     compose_file: PathBuf,
     token_file: PathBuf,
     ports: [u16; 2],
+    dashboards: [u16; 2],
 }
 
 /// `docker-compose` (Debian's 1.29) or, without it, the `docker compose` plugin.
@@ -75,6 +76,7 @@ impl Stack {
             std::fs::write(secrets.join(name), format!("{value}\n")).unwrap();
         }
         let ports = [free_port(), free_port()];
+        let dashboards = [free_port(), free_port()];
         let env = [
             ("VCURVE_COORDINATOR_IMAGE", images.coordinator.clone()),
             ("VCURVE_WORKER_IMAGE", images.worker.clone()),
@@ -85,6 +87,8 @@ impl Stack {
             ("VCURVE_COORDINATOR_B_PORT", ports[1].to_string()),
             ("VCURVE_METRICS_PORT", free_port().to_string()),
             ("VCURVE_METRICS_B_PORT", free_port().to_string()),
+            ("VCURVE_DASHBOARD_PORT", dashboards[0].to_string()),
+            ("VCURVE_DASHBOARD_B_PORT", dashboards[1].to_string()),
             ("VCURVE_REGISTRY_PORT", free_port().to_string()),
             ("VCURVE_LEASE_TIMEOUT_MS", LEASE_TIMEOUT_MS.into()),
             ("VCURVE_HEARTBEAT_MS", HEARTBEAT_MS.into()),
@@ -100,6 +104,7 @@ impl Stack {
             compose_file: repository().join("deploy/compose.yaml"),
             token_file: secrets.join("client_token"),
             ports,
+            dashboards,
         };
         let started = Instant::now();
         stack.compose(&["up", "-d", "--scale", &format!("worker={WORKERS}")]);
@@ -149,6 +154,24 @@ impl Stack {
         let mut all = args.to_vec();
         all.extend_from_slice(&["--coordinator", &url, "--token-file", &token]);
         vcurve_ok(&all, COMMAND_TIMEOUT)
+    }
+
+    /// `GET path` of coordinator `i`'s dashboard with the client token: the JSON it answers.
+    fn dashboard(&self, i: usize, path: &str) -> Value {
+        use std::io::{Read as _, Write as _};
+        let token = std::fs::read_to_string(&self.token_file).unwrap();
+        let addr = format!("127.0.0.1:{}", self.dashboards[i]);
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("dashboard {addr}: {e}"));
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            token.trim()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP response: {response}"));
+        assert!(head.starts_with("HTTP/1.1 200"), "dashboard {addr}{path}: {head}");
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("dashboard {addr}{path} is not JSON ({e}): {body}"))
     }
 
     /// The study's status from whichever coordinator answers (one may be restarting).
@@ -302,6 +325,15 @@ fn a_compose_deployment_survives_host_loss_a_partition_a_database_restart_and_a_
         let run = Run { status: status.clone(), export: read_export(&out) };
         run.check_consistent(&format!("the compose run, exported by coordinator {i}"));
         run.check_equals(reference, &format!("the export of compose coordinator {i}"));
+    }
+    // Either dashboard shows the finished study with every continuation the status counts.
+    for i in 0..2 {
+        let studies = stack.dashboard(i, "/api/studies");
+        let shown = studies
+            .as_array()
+            .and_then(|list| list.iter().find(|p| p["study"] == study.as_str()))
+            .unwrap_or_else(|| panic!("dashboard {i} does not list the study: {studies}"));
+        assert_eq!((&shown["state"], &shown["done"]), (&status["state"], &status["done"]), "dashboard {i}: {shown}");
     }
     let left = docker(&["ps", "-aq", "--filter", &format!("label=vcurve.study={study}")]);
     assert!(left.trim().is_empty(), "containers of the study are left: {left}");
