@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::CoordinatorError;
-use crate::model::{HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Progress, ReportVerdict, StudyState};
+use crate::model::{HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Locality, Progress, ReportVerdict, StudyState};
 use crate::render::Renderer;
 use crate::store::{LeasePolicy, Store};
 
@@ -215,15 +215,46 @@ impl<S: Store> Coordinator<S> {
         wait: Duration,
         near: &[String],
     ) -> Result<Vec<LeasedJob>, CoordinatorError> {
-        let near: Vec<String> =
-            near.iter().filter(|d| vcurve_record::trajectory::is_digest(d)).take(1000).cloned().collect();
+        self.lease_with(worker, max, wait, Locality::near(near)).await
+    }
+
+    /// [`Coordinator::lease`] for a worker with `locality`: the snapshots it holds, the registry
+    /// it uses and what it pushed there, which is recorded first (once, in the first look's
+    /// transaction). Continuations it holds snapshots of come first, then those with a snapshot
+    /// in its registry. Entries that are not digests, registries that are not `HOST:PORT` and
+    /// image ids that are not printable are dropped.
+    pub async fn lease_with(
+        &self,
+        worker: &str,
+        max: u32,
+        wait: Duration,
+        locality: Locality,
+    ) -> Result<Vec<LeasedJob>, CoordinatorError> {
+        let is_digest = |d: &String| vcurve_record::trajectory::is_digest(d);
+        let registry = locality.registry.filter(|r| {
+            r.len() <= 255 && r.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        });
+        let mut pushed: Vec<_> = match &registry {
+            Some(_) => locality
+                .pushed
+                .into_iter()
+                .filter(|p| is_digest(&p.trajectory_digest) && p.t > 0)
+                .filter(|p| !p.image_id.is_empty() && p.image_id.len() <= 255)
+                .filter(|p| p.image_id.bytes().all(|b| b.is_ascii_graphic()))
+                .take(1000)
+                .collect(),
+            None => Vec::new(),
+        };
+        let near: Vec<String> = locality.near.into_iter().filter(is_digest).take(1000).collect();
         let started = Instant::now();
         let deadline = started + wait.min(self.timing.max_lease_wait);
         loop {
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let jobs = self.store.lease(worker, max, self.now_ms(), self.timing.lease, &near).await?;
+            let locality =
+                Locality { near: near.clone(), registry: registry.clone(), pushed: std::mem::take(&mut pushed) };
+            let jobs = self.store.lease(worker, max, self.now_ms(), self.timing.lease, &locality).await?;
             if !jobs.is_empty() {
                 self.record_lease_latency(started.elapsed().as_secs_f64() * 1000.0);
                 return Ok(jobs);

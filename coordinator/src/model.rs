@@ -22,6 +22,34 @@ pub struct LeasedJob {
     pub trajectory_digest: Option<String>,
     /// A replay's anchors, where it commits the container.
     pub anchors: Vec<u32>,
+    /// A continuation's nearest snapshot at or before its step in the worker's registry.
+    pub registry_snapshot: Option<RegistrySnapshot>,
+}
+
+/// `h_t` of a trajectory (by payload digest) in a snapshot registry, pushed as `image_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrySnapshot {
+    pub trajectory_digest: String,
+    pub t: u32,
+    pub image_id: String,
+}
+
+/// What a lease request says about the snapshots a worker can start from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Locality {
+    /// Payload digests of the trajectories whose snapshots the worker holds.
+    pub near: Vec<String>,
+    /// The snapshot registry the worker pushes to and pulls from (`HOST:PORT`).
+    pub registry: Option<String>,
+    /// Snapshots the worker pushed to `registry` since it last asked.
+    pub pushed: Vec<RegistrySnapshot>,
+}
+
+impl Locality {
+    /// A worker that holds snapshots of the trajectories `near` and uses no registry.
+    pub fn near(near: &[String]) -> Locality {
+        Locality { near: near.to_vec(), ..Locality::default() }
+    }
 }
 
 /// A replay, evaluation or base run as the store holds it.

@@ -221,7 +221,8 @@ impl<S: Store> WorkerService for WorkerApi<S> {
     async fn lease(&self, request: Request<v1::LeaseRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
         let r = request.into_inner();
         let wait = Duration::from_millis(u64::from(r.wait_ms));
-        let jobs = self.coordinator.lease_near(&r.worker_id, r.max_jobs, wait, &r.snapshot_trajectories).await?;
+        let locality = wire::locality_from_wire(r.snapshot_trajectories, r.snapshot_registry, r.pushed_snapshots);
+        let jobs = self.coordinator.lease_with(&r.worker_id, r.max_jobs, wait, locality).await?;
         Ok(Response::new(v1::LeaseResponse { jobs: jobs.iter().map(wire::job_to_wire).collect() }))
     }
 

@@ -7,7 +7,7 @@ use vcurve_proto::v1;
 use vcurve_record::EndType;
 use vcurve_record::jobs::{CompareLevel, Judged, MismatchKind, NonReplayable, Replayed, RunOutcome, clip_command};
 
-use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Progress};
+use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, RegistrySnapshot};
 
 fn required(field: &str, value: String) -> Result<String, Status> {
     if value.is_empty() { Err(Status::invalid_argument(format!("job key without {field}"))) } else { Ok(value) }
@@ -92,6 +92,23 @@ pub fn job_to_wire(job: &LeasedJob) -> v1::Job {
         }),
         trajectory_digest: job.trajectory_digest.clone().unwrap_or_default(),
         anchors: job.anchors.clone(),
+        registry_snapshot: job.registry_snapshot.as_ref().map(|s| v1::RegistrySnapshot {
+            trajectory_digest: s.trajectory_digest.clone(),
+            t: s.t,
+            image_id: s.image_id.clone(),
+        }),
+    }
+}
+
+/// A lease request's locality (an empty registry: none).
+pub fn locality_from_wire(near: Vec<String>, registry: String, pushed: Vec<v1::RegistrySnapshot>) -> Locality {
+    Locality {
+        near,
+        registry: (!registry.is_empty()).then_some(registry),
+        pushed: pushed
+            .into_iter()
+            .map(|p| RegistrySnapshot { trajectory_digest: p.trajectory_digest, t: p.t, image_id: p.image_id })
+            .collect(),
     }
 }
 

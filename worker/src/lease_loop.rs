@@ -660,6 +660,8 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
             max_jobs: u32::try_from(permits.len()).unwrap_or(u32::MAX),
             wait_ms,
             snapshot_trajectories,
+            snapshot_registry: String::new(),
+            pushed_snapshots: Vec::new(),
         };
         let asked = Instant::now();
         // Not raced against `stop`: dropping the call could lose jobs the coordinator has already

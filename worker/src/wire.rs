@@ -217,6 +217,7 @@ mod tests {
             }),
             trajectory_digest: "ab".repeat(32),
             anchors: vec![],
+            registry_snapshot: None,
         }
     }
 

@@ -310,6 +310,7 @@ fn job(trajectory: &str, seed: u32, attempt: u32, kind: &str, options: &str) -> 
         runner: Some(v1::RunnerSpec { kind: kind.into(), options_json: options.into(), study_seed: 7 }),
         trajectory_digest: curve_payload().digest(),
         anchors: vec![],
+        registry_snapshot: None,
     }
 }
 

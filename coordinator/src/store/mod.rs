@@ -18,8 +18,8 @@ pub use sql::{Backend, SqlStore, base_run_trajectory_id};
 use vcurve_record::TrajectoryPayload;
 
 use crate::model::{
-    ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Progress, ReportVerdict, StudyRecord,
-    StudyState, TaskJob,
+    ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, ReportVerdict,
+    StudyRecord, StudyState, TaskJob,
 };
 use crate::spec::StudySpec;
 
@@ -128,17 +128,20 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
 
-    /// Expire stale leases, admit trajectories as the admission rule asks, and lease up to `max`
-    /// runnable continuations to `worker` (an unknown worker gets none). Continuations of the
-    /// trajectories whose payload digests are in `near` (the worker holds their snapshots) come
-    /// first; the others fill the rest.
+    /// Record the snapshots `locality.pushed` to `locality.registry`, expire stale leases, admit
+    /// trajectories as the admission rule asks, and lease up to `max` runnable continuations to
+    /// `worker` (an unknown worker gets none), all in one transaction. Continuations of the
+    /// trajectories whose payload digests are in `locality.near` (the worker holds their
+    /// snapshots) come first, then those with a snapshot at or before their step in the worker's
+    /// registry (their jobs name the nearest), then the rest: the order never leaves a slot free
+    /// while anything is runnable.
     fn lease(
         &self,
         worker: &str,
         max: u32,
         now: i64,
         policy: LeasePolicy,
-        near: &[String],
+        locality: &Locality,
     ) -> impl Future<Output = Result<Vec<LeasedJob>, StoreError>> + Send;
 
     /// Extend the leases of the jobs a worker holds; say which are no longer its own.

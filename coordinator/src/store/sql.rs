@@ -21,8 +21,8 @@ use vcurve_record::jobs::{NonReplayable, Replayed};
 
 use super::{LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
-    ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, JobReport, LeasedJob, Progress, ReportVerdict,
-    StudyRecord, StudyState, TaskJob, TrajectoryRecord, TrajectoryState, WorkerInfo,
+    ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, JobReport, LeasedJob, Locality, Progress,
+    RegistrySnapshot, ReportVerdict, StudyRecord, StudyState, TaskJob, TrajectoryRecord, TrajectoryState, WorkerInfo,
 };
 use crate::planner::{self, AdmitDecision};
 use crate::spec::{Admission, ControlCounts, StudySpec};
@@ -723,6 +723,7 @@ impl SqlStore {
                 study_seed: config.seed,
                 trajectory_digest: row.try_get("payload_digest")?,
                 anchors,
+                registry_snapshot: None,
                 attempt,
                 key,
             });
@@ -738,14 +739,27 @@ impl SqlStore {
         max: u32,
         kinds: &[String],
         expires_ms: i64,
-        near: &[String],
+        locality: &Locality,
     ) -> Result<Vec<LeasedJob>, StoreError> {
-        // Locality: continuations of trajectories the worker holds snapshots of come first; the
-        // rest of the order (and the limit) is unchanged, so no free slot waits on locality.
-        let locality = if near.is_empty() {
-            String::new()
-        } else {
-            format!("CASE WHEN tr.payload_digest {} THEN 0 ELSE 1 END, ", Self::kinds_in(near, 2 + kinds.len()))
+        // Locality: continuations of trajectories the worker holds snapshots of come first, then
+        // those with a snapshot at or before their step in the worker's registry; the rest of the
+        // order (and the limit) is unchanged, so no free slot waits on locality.
+        let near = &locality.near;
+        let held = (!near.is_empty()).then(|| format!("tr.payload_digest {}", Self::kinds_in(near, 2 + kinds.len())));
+        let in_registry = locality.registry.as_ref().map(|_| {
+            format!(
+                "EXISTS (SELECT 1 FROM registry_snapshots r WHERE r.registry = ${} \
+                 AND r.payload_digest = tr.payload_digest AND r.t <= c.t)",
+                2 + kinds.len() + near.len()
+            )
+        });
+        let locality_order = match (held, in_registry) {
+            (None, None) => String::new(),
+            (Some(held), None) => format!("CASE WHEN {held} THEN 0 ELSE 1 END, "),
+            (None, Some(in_registry)) => format!("CASE WHEN {in_registry} THEN 1 ELSE 2 END, "),
+            (Some(held), Some(in_registry)) => {
+                format!("CASE WHEN {held} THEN 0 WHEN {in_registry} THEN 1 ELSE 2 END, ")
+            }
         };
         let sql = format!(
             "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_digest \
@@ -753,13 +767,13 @@ impl SqlStore {
              JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
              JOIN studies s ON s.id = c.study \
              WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind {} \
-             ORDER BY {locality}tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
+             ORDER BY {locality_order}tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
              LIMIT $1{}",
             Self::kinds_in(kinds, 2),
             if self.backend == Backend::Postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
-        for k in kinds.iter().chain(near) {
+        for k in kinds.iter().chain(near).chain(&locality.registry) {
             q = q.bind(k.as_str());
         }
         let rows = q.fetch_all(&mut **tx).await?;
@@ -775,6 +789,11 @@ impl SqlStore {
             let attempt = get_u32(&row, "attempt")? + 1;
             let config = self.config(tx, &key.study).await?;
             let budget = key.series.budget(config.budget, key.t);
+            let trajectory_digest: Option<String> = row.try_get("payload_digest")?;
+            let registry_snapshot = match (&locality.registry, &trajectory_digest) {
+                (Some(registry), Some(digest)) => Self::registry_snapshot(tx, registry, digest, key.t).await?,
+                _ => None,
+            };
             let key = JobKey::Continuation(key);
             mark_leased(tx, &key, attempt, worker, expires_ms).await?;
             jobs.push(LeasedJob {
@@ -782,13 +801,65 @@ impl SqlStore {
                 runner_kind: config.runner_kind.clone(),
                 runner_options: config.runner_options.to_string(),
                 study_seed: config.seed,
-                trajectory_digest: row.try_get("payload_digest")?,
+                trajectory_digest,
                 anchors: Vec::new(),
+                registry_snapshot,
                 attempt,
                 key,
             });
         }
         Ok(jobs)
+    }
+
+    /// The nearest snapshot at or before `t` (`t > 0`) of the trajectory with payload `digest` in
+    /// `registry`.
+    async fn registry_snapshot(
+        tx: &mut Transaction<'_, Any>,
+        registry: &str,
+        digest: &str,
+        t: u32,
+    ) -> Result<Option<RegistrySnapshot>, StoreError> {
+        let row = sqlx::query(
+            "SELECT t, image_id FROM registry_snapshots WHERE registry = $1 AND payload_digest = $2 \
+             AND t > 0 AND t <= $3 ORDER BY t DESC LIMIT 1",
+        )
+        .bind(registry)
+        .bind(digest)
+        .bind(i64::from(t))
+        .fetch_optional(&mut **tx)
+        .await?;
+        row.map(|row| {
+            Ok(RegistrySnapshot {
+                trajectory_digest: digest.to_owned(),
+                t: get_u32(&row, "t")?,
+                image_id: row.try_get("image_id")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Record snapshots pushed to `registry` (a push of a key already recorded replaces it).
+    async fn record_pushed(
+        tx: &mut Transaction<'_, Any>,
+        registry: &str,
+        pushed: &[RegistrySnapshot],
+        now: i64,
+    ) -> Result<(), StoreError> {
+        for p in pushed {
+            sqlx::query(
+                "INSERT INTO registry_snapshots (registry, payload_digest, t, image_id, pushed_ms) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (registry, payload_digest, t) \
+                 DO UPDATE SET image_id = excluded.image_id, pushed_ms = excluded.pushed_ms",
+            )
+            .bind(registry)
+            .bind(p.trajectory_digest.as_str())
+            .bind(i64::from(p.t))
+            .bind(p.image_id.as_str())
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
     }
 
     /// Lock a trajectory's row (reports of one trajectory replan one after the other); its plan.
@@ -1264,9 +1335,12 @@ impl Store for SqlStore {
         max: u32,
         now: i64,
         policy: LeasePolicy,
-        near: &[String],
+        locality: &Locality,
     ) -> Result<Vec<LeasedJob>, StoreError> {
         let mut tx = self.pool.begin().await?;
+        if let Some(registry) = &locality.registry {
+            Self::record_pushed(&mut tx, registry, &locality.pushed, now).await?;
+        }
         let Some(capabilities) = self.worker_known(&mut tx, worker, now).await? else {
             tx.commit().await?;
             return Ok(Vec::new());
@@ -1282,7 +1356,9 @@ impl Store for SqlStore {
         let mut jobs = self.claim_jobs(&mut tx, worker, max, &kinds, now, policy).await?;
         let left = max - jobs.len() as u32;
         if left > 0 {
-            jobs.extend(self.claim_continuations(&mut tx, worker, left, &kinds, now + policy.timeout_ms, near).await?);
+            jobs.extend(
+                self.claim_continuations(&mut tx, worker, left, &kinds, now + policy.timeout_ms, locality).await?,
+            );
         }
         tx.commit().await?;
         Ok(jobs)
