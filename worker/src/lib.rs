@@ -60,6 +60,7 @@ pub mod exec;
 mod lease_loop;
 pub mod metrics;
 pub mod mini_swe_agent;
+mod python_env;
 pub mod replay;
 pub mod runner;
 pub mod services;

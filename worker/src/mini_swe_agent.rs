@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use vcurve_record::Interpreter;
 
 use crate::agent::AgentCommand;
+use crate::python_env::PythonEnv;
 
 /// The mini-swe-agent version the adapter is written for.
 pub const VERSION: &str = "2.4.6";
@@ -77,44 +77,32 @@ impl MiniSweAgent {
     /// SWE-bench configuration runs commands (its `environment.interpreter` and `environment.env`:
     /// `bash -c` with `PAGER=cat`, `BASH_ENV=/root/.bashrc` — which activates a SWE-bench image's
     /// conda environment — …), the interpreter of the runs that start from `h_0`.
+    fn env(&self) -> PythonEnv<'_> {
+        PythonEnv {
+            python: &self.python,
+            agents_dir: &self.agents_dir,
+            what: "the mini-swe-agent adapter",
+            make: "scripts/mini-swe-agent-venv",
+        }
+    }
+
     pub async fn check(&self) -> Result<Interpreter, String> {
         let script = "import importlib.metadata as m, json, vcurve_agents.mini_swe_agent as a, minisweagent; \
                       e = a.swebench_config()['environment']; \
                       print(json.dumps({'version': m.version('mini-swe-agent'), \
                       'interpreter': e.get('interpreter', ['bash', '-c']), 'env': e.get('env', {})}))";
-        let mut child = tokio::process::Command::new(&self.python);
-        child.arg("-c").arg(script).env("PYTHONPATH", &self.agents_dir).kill_on_drop(true);
-        let output = tokio::time::timeout(Duration::from_secs(120), child.output())
-            .await
-            .map_err(|_| format!("{} did not import the mini-swe-agent adapter within 120 s", self.python.display()))?
-            .map_err(|e| format!("cannot run {}: {e}", self.python.display()))?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-            return Err(format!(
-                "{} cannot import the mini-swe-agent adapter ({last}); recreate the environment with \
-                 scripts/mini-swe-agent-venv",
-                self.python.display()
-            ));
-        }
+        let env = self.env();
+        let stdout = env.probe(script).await?;
         #[derive(serde::Deserialize)]
         struct Found {
             version: String,
             interpreter: Vec<String>,
             env: BTreeMap<String, String>,
         }
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let found: Found = serde_json::from_str(stdout.trim()).map_err(|e| {
-            format!("{} printed no mini-swe-agent configuration ({e}): {}", self.python.display(), stdout.trim())
+        let found: Found = serde_json::from_str(&stdout).map_err(|e| {
+            format!("{} printed no mini-swe-agent configuration ({e}): {stdout}", self.python.display())
         })?;
-        let version = found.version;
-        if version != VERSION {
-            return Err(format!(
-                "{} has mini-swe-agent {version}; the adapter is written for {VERSION} (the paper's): \
-                 recreate the environment with scripts/mini-swe-agent-venv",
-                self.python.display()
-            ));
-        }
+        env.pinned("mini-swe-agent", &found.version, VERSION)?;
         if found.interpreter.is_empty() {
             return Err(format!(
                 "{}: mini-swe-agent's SWE-bench configuration names no interpreter",

@@ -47,6 +47,7 @@ use vcurve_record::{Evaluator, Task};
 use super::{ApplyMethod, EvalFailure, OUTPUT_TAIL_BYTES, Verdict, is_empty_patch};
 use crate::agent::{GroupGuard, last_bytes as tail};
 use crate::container::ContainerRuntime;
+use crate::python_env::PythonEnv;
 
 /// The harness's version: the paper's evaluator.
 pub const VERSION: &str = "5.0.2";
@@ -120,36 +121,16 @@ impl SwebenchHarness {
     pub async fn check(&self) -> Result<(), String> {
         let script = "import importlib.metadata as m, vcurve_agents.swebench_eval, swebench.harness.run_evaluation; \
                       print(m.version('swebench'))";
-        let mut child = Command::new(&self.python);
-        child.arg("-c").arg(script).env("PYTHONPATH", &self.agents_dir).kill_on_drop(true);
-        let output = tokio::time::timeout(Duration::from_secs(120), child.output())
-            .await
-            .map_err(|_| format!("{} did not import the SWE-bench harness within 120 s", self.python.display()))?
-            .map_err(|e| {
-                format!(
-                    "cannot run the SWE-bench harness's python {}: {e}; create it with scripts/swebench-venv and set \
-                     {PYTHON_VAR} to the path it prints",
-                    self.python.display()
-                )
-            })?;
-        if !output.status.success() {
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-            return Err(format!(
-                "{} cannot import the SWE-bench evaluator ({last}) with PYTHONPATH={}; recreate the environment \
-                 with scripts/swebench-venv",
-                self.python.display(),
-                self.agents_dir.display()
-            ));
-        }
-        let version = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-        if version != VERSION {
-            return Err(format!(
-                "{} has swebench {version}; the evaluator is written for {VERSION} (the paper's): recreate the \
-                 environment with scripts/swebench-venv",
-                self.python.display()
-            ));
-        }
+        let env = PythonEnv {
+            python: &self.python,
+            agents_dir: &self.agents_dir,
+            what: "the SWE-bench evaluator",
+            make: "scripts/swebench-venv",
+        };
+        let version = env.probe(script).await.map_err(|e| {
+            if e.starts_with("cannot run") { format!("{e}, and set {PYTHON_VAR} to the path it prints") } else { e }
+        })?;
+        env.pinned("swebench", &version, VERSION)?;
         Ok(())
     }
 }
@@ -658,7 +639,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(fake(dir.path(), "echo 5.0.2").check().await, Ok(()));
         let e = fake(dir.path(), "echo 4.1.0").check().await.unwrap_err();
-        assert!(e.ends_with("has swebench 4.1.0; the evaluator is written for 5.0.2 (the paper's): recreate the environment with scripts/swebench-venv"), "{e}");
+        assert!(e.ends_with("has swebench 4.1.0; the SWE-bench evaluator is written for 5.0.2 (the paper's): recreate the environment with scripts/swebench-venv"), "{e}");
         let e = fake(dir.path(), "echo 'ModuleNotFoundError: No module named swebench' >&2; exit 1")
             .check()
             .await
@@ -669,7 +650,10 @@ mod tests {
         );
         let missing = SwebenchHarness::new(dir.path().join("nothing"), dir.path());
         let e = missing.check().await.unwrap_err();
-        assert!(e.contains("cannot run the SWE-bench harness's python") && e.contains("scripts/swebench-venv"), "{e}");
+        assert!(
+            e.contains("cannot run the python of the SWE-bench evaluator") && e.contains("scripts/swebench-venv"),
+            "{e}"
+        );
     }
 
     #[tokio::test]
