@@ -26,7 +26,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vcurve_e2e::{Process, TestDir, free_port, read_export, try_status_json, vcurve_ok};
+use vcurve_e2e::{Process, TestDir, docker, free_port, read_export, repository, try_status_json, vcurve_ok};
 
 /// The task image scripts/test built (`task=…` of `deploy/images/build`).
 const TASK_IMAGE_ENV: &str = "VCURVE_TEST_TASK_IMAGE";
@@ -67,24 +67,6 @@ fn task_image() -> String {
         ),
         Err(e) => panic!("cannot run docker (the container tests need the docker CLI and a running engine): {e}"),
     }
-}
-
-/// The repository root (deploy/, agents/).
-fn repository() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ lives in the repository").to_path_buf()
-}
-
-/// `docker ARGS`, which must succeed; its stdout.
-fn docker(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().unwrap_or_else(|e| panic!("cannot run docker: {e}"));
-    assert!(
-        out.status.success(),
-        "docker {} failed ({}): {}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One container the engine lists.
