@@ -210,7 +210,8 @@ pub async fn run_worker(
         vcurve_worker::MiniSweAgent::locate(offer.mini_swe_agent_python.as_deref(), offer.agents_dir.as_deref());
     match offer.docker {
         Some(budget_gb) => {
-            let agent = agent_runner(&config.name, budget_gb, metrics.as_ref()).await?;
+            let registry = offer.snapshot_registry.clone();
+            let agent = agent_runner(&config.name, budget_gb, registry, metrics.as_ref()).await?;
             agent.use_swebench(swebench_harness(&offer).await?);
             match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
                 Some(adapter) => {
@@ -226,6 +227,9 @@ pub async fn run_worker(
                 ),
             }
             runners.insert(std::sync::Arc::new(agent));
+        }
+        None if offer.snapshot_registry.is_some() => {
+            bail!("--snapshot-registry needs --docker: snapshots are container images")
         }
         None if offer.mini_swe_agent_python.is_some() => {
             bail!("--mini-swe-agent-python needs --docker: the mini-swe-agent runner runs agents in containers")
@@ -266,11 +270,13 @@ async fn swebench_harness(offer: &WorkerRunners) -> anyhow::Result<vcurve_worker
 }
 
 /// The `agent` runner on this host's Docker Engine, for the worker `name`: reaps what a previous
-/// run of the worker left behind and opens the snapshot cache. With `metrics`, its container
-/// operations are timed and its snapshot cache's disk is read at every scrape.
+/// run of the worker left behind and opens the snapshot cache (sharing snapshots through
+/// `snapshot_registry`, `HOST:PORT`, when given). With `metrics`, its container operations are
+/// timed and its snapshot cache's disk and counts are read at every scrape.
 pub async fn agent_runner(
     name: &str,
     budget_gb: f64,
+    snapshot_registry: Option<String>,
     metrics: Option<&Arc<vcurve_worker::metrics::WorkerMetrics>>,
 ) -> anyhow::Result<vcurve_worker::AgentProcessRunner> {
     use vcurve_worker::metrics::{MeteredRuntime, SnapshotUsage};
@@ -282,7 +288,7 @@ pub async fn agent_runner(
         runtime = Arc::new(MeteredRuntime::new(runtime, m.clone()));
     }
     let budget = (budget_gb * f64::from(1u32 << 30)) as u64;
-    let agent = vcurve_worker::AgentProcessRunner::start(runtime, name, budget)
+    let agent = vcurve_worker::AgentProcessRunner::start_with_registry(runtime, name, budget, snapshot_registry)
         .await
         .context("--docker: cannot start the agent runner")?;
     if let Some(m) = metrics {
@@ -292,6 +298,8 @@ pub async fn agent_runner(
             snapshots: cache.held_snapshots().len() as u64,
             budget_bytes: budget,
         });
+        let counts = agent.clone();
+        m.watch_snapshot_stats(move || counts.snapshot_stats());
     }
     Ok(agent)
 }
@@ -730,6 +738,14 @@ pub struct WorkerArgs {
     /// snapshots are removed beyond it.
     #[arg(long, env = "VCURVE_SNAPSHOT_BUDGET_GB", default_value_t = 20.0, value_parser = parse_budget_gb)]
     pub snapshot_budget_gb: f64,
+    /// With --docker, share snapshots with other workers through the registry at HOST:PORT: push
+    /// every snapshot committed, pull one another worker pushed (its image id checked) instead of
+    /// rebuilding it by replay, and tell the coordinator, which hands a worker continuations whose
+    /// snapshots it holds first, then those whose snapshots are in its registry. The engine must
+    /// trust the registry: a loopback one is trusted without TLS, any other needs TLS or an
+    /// insecure-registries entry in the engine's daemon.json.
+    #[arg(long, env = "VCURVE_SNAPSHOT_REGISTRY", value_name = "HOST:PORT")]
+    pub snapshot_registry: Option<String>,
     /// With --docker, also offer the `mini-swe-agent` runner, run by this python of a
     /// mini-swe-agent 2.4.6 environment (scripts/mini-swe-agent-venv makes one and prints its
     /// path) [default: .venv/mini-swe-agent/bin/python, when it exists].
@@ -770,6 +786,8 @@ impl CoordinatorArgs {
 pub struct WorkerRunners {
     /// `--docker`: the snapshot budget in GiB.
     pub docker: Option<f64>,
+    /// `--snapshot-registry`.
+    pub snapshot_registry: Option<String>,
     /// `--mini-swe-agent-python`.
     pub mini_swe_agent_python: Option<PathBuf>,
     /// `--swebench-python`.
@@ -783,6 +801,7 @@ impl WorkerArgs {
     pub fn runners(&self) -> WorkerRunners {
         WorkerRunners {
             docker: self.docker.then_some(self.snapshot_budget_gb),
+            snapshot_registry: self.snapshot_registry.clone(),
             mini_swe_agent_python: self.mini_swe_agent_python.clone(),
             swebench_python: self.swebench_python.clone(),
             agents_dir: self.agents_dir.clone(),

@@ -186,6 +186,18 @@ impl AgentRunner for AgentProcessRunner {
         digests
     }
 
+    fn snapshot_registry(&self) -> Option<String> {
+        self.inner.snapshots.registry().map(str::to_owned)
+    }
+
+    fn take_pushed(&self) -> Vec<crate::snapshots::RegistrySnapshot> {
+        self.inner.snapshots.take_pushed()
+    }
+
+    fn untake_pushed(&self, pushed: Vec<crate::snapshots::RegistrySnapshot>) {
+        self.inner.snapshots.untake_pushed(pushed);
+    }
+
     fn attach(&self, services: Arc<dyn JobServices>) {
         let _ = self.inner.services.set(services);
     }
@@ -265,7 +277,7 @@ impl Inner {
                 let recorded = payload.recorded.as_ref().ok_or("a continuation needs a recorded trajectory")?;
                 let prepared = match self
                     .snapshots
-                    .prepare(recorded, digest, k.t, normalizer, &limits)
+                    .prepare_from(recorded, digest, k.t, normalizer, &limits, job.registry_snapshot.as_ref())
                     .await
                     .map_err(|e| format!("preparing h_{}: {e}", k.t))?
                 {
@@ -531,6 +543,7 @@ mod tests {
             trajectory_digest: Some(payload.digest()),
             trajectory: Some(Arc::new(payload)),
             anchors: vec![0, 5, 10, 12],
+            registry_snapshot: None,
         }
     }
 

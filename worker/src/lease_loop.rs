@@ -655,18 +655,34 @@ async fn lease_loop(shared: Arc<Shared>, stop: CancellationToken) {
         }
         let (generation, worker_id) = shared.session();
         let snapshot_trajectories = shared.runners.all().flat_map(|r| r.snapshot_trajectories()).collect();
+        // The registry snapshots travel through, and what was pushed there since the last answer
+        // (given back to its runner if this request fails, for the next one).
+        let snapshot_registry = shared.runners.all().find_map(|r| r.snapshot_registry());
+        let pushed: Vec<_> = shared
+            .runners
+            .all()
+            .filter(|r| snapshot_registry.is_some() && r.snapshot_registry() == snapshot_registry)
+            .map(|r| (r.clone(), r.take_pushed()))
+            .filter(|(_, p)| !p.is_empty())
+            .collect();
         let request = v1::LeaseRequest {
             worker_id,
             max_jobs: u32::try_from(permits.len()).unwrap_or(u32::MAX),
             wait_ms,
             snapshot_trajectories,
-            snapshot_registry: String::new(),
-            pushed_snapshots: Vec::new(),
+            snapshot_registry: snapshot_registry.unwrap_or_default(),
+            pushed_snapshots: pushed.iter().flat_map(|(_, p)| p.iter().map(wire::registry_snapshot_to_wire)).collect(),
         };
         let asked = Instant::now();
         // Not raced against `stop`: dropping the call could lose jobs the coordinator has already
         // leased to us; they would sit unheld until their leases expire.
-        match shared.coordinator.lease(request, wait).await {
+        let leased = shared.coordinator.lease(request, wait).await;
+        if leased.is_err() {
+            for (runner, pushed) in pushed {
+                runner.untake_pushed(pushed);
+            }
+        }
+        match leased {
             Ok(response) => {
                 unknown_in_a_row = 0;
                 if failures > 0 {

@@ -15,6 +15,7 @@ use vcurve_record::TrajectoryPayload;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 
 use crate::services::JobServices;
+use crate::snapshots::RegistrySnapshot;
 use crate::synthetic::SyntheticRunner;
 
 /// Everything a runner is given for one job.
@@ -39,6 +40,9 @@ pub struct JobSpec {
     pub trajectory: Option<Arc<TrajectoryPayload>>,
     /// A replay's anchors, where it commits the container.
     pub anchors: Vec<u32>,
+    /// A continuation's nearest snapshot at or before its step in the worker's snapshot registry,
+    /// when the coordinator knows one: pulled when the worker holds none as near.
+    pub registry_snapshot: Option<RegistrySnapshot>,
 }
 
 impl JobSpec {
@@ -67,6 +71,21 @@ pub trait AgentRunner: Send + Sync {
     /// hand their continuations to this worker first. Runners without snapshots hold none.
     fn snapshot_trajectories(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The snapshot registry this runner pushes to and pulls from (`HOST:PORT`), if any.
+    fn snapshot_registry(&self) -> Option<String> {
+        None
+    }
+
+    /// The snapshots pushed to [`AgentRunner::snapshot_registry`] since the last call, for the
+    /// next lease request. Give them back with [`AgentRunner::untake_pushed`] when that fails.
+    fn take_pushed(&self) -> Vec<RegistrySnapshot> {
+        Vec::new()
+    }
+
+    fn untake_pushed(&self, pushed: Vec<RegistrySnapshot>) {
+        let _ = pushed;
     }
 
     /// Hand the runner the coordinator's services (verdicts, files), once, when the worker

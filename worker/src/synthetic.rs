@@ -194,6 +194,7 @@ mod tests {
                 task_def: None,
             })),
             anchors: vec![],
+            registry_snapshot: None,
         }
     }
 

@@ -7,6 +7,7 @@ use vcurve_record::EndType;
 use vcurve_record::jobs::{CompareLevel, Judged, MismatchKind};
 
 use crate::runner::{ContinuationKey, HeldJob, JobKey, JobReport, JobSpec};
+use crate::snapshots::RegistrySnapshot;
 
 /// A leased job that cannot be turned into a [`JobSpec`].
 #[derive(Debug)]
@@ -104,7 +105,16 @@ pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
         trajectory_digest,
         trajectory: None,
         anchors: job.anchors,
+        registry_snapshot: job.registry_snapshot.map(|s| RegistrySnapshot {
+            trajectory_digest: s.trajectory_digest,
+            t: s.t,
+            image_id: s.image_id,
+        }),
     })
+}
+
+pub(crate) fn registry_snapshot_to_wire(s: &RegistrySnapshot) -> v1::RegistrySnapshot {
+    v1::RegistrySnapshot { trajectory_digest: s.trajectory_digest.clone(), t: s.t, image_id: s.image_id.clone() }
 }
 
 fn end_type_to_wire(end: EndType) -> v1::EndType {

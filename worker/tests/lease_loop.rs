@@ -55,6 +55,8 @@ struct Ledger {
     revoked: Vec<Held>,
     /// Answer this many heartbeats with `unknown_worker` (after the first registration).
     forget_worker: u32,
+    /// The snapshot registry and the pushed snapshots of every lease request answered.
+    lease_localities: Vec<(String, Vec<v1::RegistrySnapshot>)>,
 }
 
 #[derive(Default)]
@@ -63,6 +65,8 @@ struct Fake {
     /// Fail this many Report calls with `UNAVAILABLE` before accepting any.
     fail_reports: AtomicU32,
     report_calls: AtomicU32,
+    /// Fail this many Lease calls with `UNAVAILABLE` before answering any.
+    fail_leases: AtomicU32,
     lease_calls: AtomicU32,
     /// Register calls, answered or refused.
     register_calls: AtomicU32,
@@ -118,7 +122,11 @@ impl WorkerService for FakeService {
     async fn lease(&self, request: Request<v1::LeaseRequest>) -> Result<Response<v1::LeaseResponse>, Status> {
         Fake::check_token(&request)?;
         self.0.lease_calls.fetch_add(1, Ordering::SeqCst);
+        if self.0.fail_leases.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
+            return Err(Status::unavailable("the store is restarting"));
+        }
         let request = request.into_inner();
+        self.0.ledger().lease_localities.push((request.snapshot_registry.clone(), request.pushed_snapshots.clone()));
         let deadline = Instant::now() + Duration::from_millis(u64::from(request.wait_ms));
         loop {
             {
@@ -491,6 +499,7 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
                     trajectory_digest: None,
                     trajectory: Some(Arc::new(curve_payload())),
                     anchors: vec![],
+                    registry_snapshot: None,
                 };
                 let Some(v1::report_request::Result::Outcome(o)) = &report.result else { panic!("{report:?}") };
                 let JobReport::Outcome(expected) = synthetic_result(&spec) else { panic!("not an outcome") };
@@ -979,4 +988,67 @@ async fn connections_dropped_before_any_answer_are_retried_past_the_rejection_bo
         server.stop().await;
         assert_eq!((summary.registrations, summary.reported), (1, 1), "tls {tls}");
     }
+}
+
+/// A runner with a snapshot registry: hands out what it "pushed" once, takes back what a failed
+/// lease request could not tell, and records the registry snapshot each job names.
+struct RegistryRunner {
+    pushed: Mutex<Vec<vcurve_worker::snapshots::RegistrySnapshot>>,
+    named: Mutex<Vec<Option<vcurve_worker::snapshots::RegistrySnapshot>>>,
+}
+
+impl AgentRunner for RegistryRunner {
+    fn kind(&self) -> &'static str {
+        "registry"
+    }
+
+    fn run(&self, job: JobSpec, _cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
+        self.named.lock().unwrap().push(job.registry_snapshot.clone());
+        Box::pin(async { JobReport::no_outcome("only looking") })
+    }
+
+    fn snapshot_registry(&self) -> Option<String> {
+        Some("registry.test:5000".into())
+    }
+
+    fn take_pushed(&self) -> Vec<vcurve_worker::snapshots::RegistrySnapshot> {
+        std::mem::take(&mut *self.pushed.lock().unwrap())
+    }
+
+    fn untake_pushed(&self, pushed: Vec<vcurve_worker::snapshots::RegistrySnapshot>) {
+        self.pushed.lock().unwrap().extend(pushed);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_snapshots_reach_the_coordinator_once_even_when_a_lease_fails_and_jobs_name_registry_snapshots() {
+    let snapshot = vcurve_worker::snapshots::RegistrySnapshot {
+        trajectory_digest: curve_payload().digest(),
+        t: 2,
+        image_id: "sha256:abc".into(),
+    };
+    let mut job = job("traj-r", 0, 1, "registry", "{}");
+    job.registry_snapshot = Some(v1::RegistrySnapshot {
+        trajectory_digest: snapshot.trajectory_digest.clone(),
+        t: 2,
+        image_id: "sha256:abc".into(),
+    });
+    let fake = Fake { fail_leases: AtomicU32::new(2), ..Fake::new(vec![job]) };
+    let (fake, addr, server) = start_fake(fake).await;
+    let runner = Arc::new(RegistryRunner { pushed: Mutex::new(vec![snapshot.clone()]), named: Mutex::default() });
+    let mut runners = Runners::new();
+    runners.insert(runner.clone());
+    let (shutdown, worker) = spawn_worker(config(addr, 1), runners);
+    eventually("the job reported", Duration::from_secs(10), || !fake.ledger().reports.is_empty()).await;
+    shutdown.cancel();
+    finish(worker).await.unwrap();
+    server.stop().await;
+
+    assert!(fake.lease_calls.load(Ordering::SeqCst) >= 3, "two failed, then answered");
+    let localities = fake.ledger().lease_localities.clone();
+    assert!(localities.iter().all(|(registry, _)| registry == "registry.test:5000"), "{localities:?}");
+    let told: Vec<&v1::RegistrySnapshot> = localities.iter().flat_map(|(_, p)| p).collect();
+    assert_eq!(told.len(), 1, "told once, after the failed requests: {localities:?}");
+    assert_eq!((told[0].t, told[0].image_id.as_str()), (2, "sha256:abc"));
+    assert_eq!(*runner.named.lock().unwrap(), vec![Some(snapshot)]);
 }
