@@ -257,6 +257,14 @@ impl<S: Store> Coordinator<S> {
             let jobs = self.store.lease(worker, max, self.now_ms(), self.timing.lease, &locality).await?;
             if !jobs.is_empty() {
                 self.record_lease_latency(started.elapsed().as_secs_f64() * 1000.0);
+                for job in jobs.iter().filter(|j| j.key.continuation().is_some()) {
+                    let held = job.trajectory_digest.as_ref().is_some_and(|d| near.contains(d));
+                    self.metrics.continuation_leased(match (held, &job.registry_snapshot) {
+                        (true, _) => "held",
+                        (false, Some(_)) => "registry",
+                        (false, None) => "none",
+                    });
+                }
                 return Ok(jobs);
             }
             if Instant::now() >= deadline {

@@ -5,7 +5,10 @@
 //! What is durable comes from the store at scrape time, through the same per-study progress that
 //! `vcurve status` and the dashboard read (counters kept by the store's transactions, no scan of
 //! continuations): any coordinator on the store answers the same. What is per process — the
-//! latency of this coordinator's leases — comes from [`ProcessMetrics`], kept by the
+//! latency of this coordinator's leases and where the continuations it leased could start
+//! (`vcurve_continuations_leased{snapshot="held"|"registry"|"none"}`: the worker held a snapshot of
+//! the trajectory, the worker's registry held one at or before the step, neither) — comes from
+//! [`ProcessMetrics`], kept by the
 //! [`Coordinator`] as it serves. A non-loopback listener needs the client token, presented as
 //! `Authorization: Bearer …` (Prometheus' `authorization` setting).
 
@@ -43,11 +46,20 @@ pub struct ProcessMetrics {
     /// Seconds from a lease request to an answer that handed out work (long-poll waiting
     /// included): the same leases whose p50/p99 `vcurve status` shows.
     pub lease_latency: Histogram,
+    /// Continuations leased, by where they could start: `held`, `registry` or `none`.
+    pub continuations_leased: Family<Labels, Counter>,
 }
 
 impl Default for ProcessMetrics {
     fn default() -> Self {
-        ProcessMetrics { lease_latency: Histogram::new(LEASE_LATENCY_BUCKETS) }
+        ProcessMetrics { lease_latency: Histogram::new(LEASE_LATENCY_BUCKETS), continuations_leased: Family::default() }
+    }
+}
+
+impl ProcessMetrics {
+    /// A continuation was leased whose snapshot source is `snapshot` (`held`, `registry`, `none`).
+    pub fn continuation_leased(&self, snapshot: &'static str) {
+        self.continuations_leased.get_or_create(&vec![("snapshot", snapshot.to_string())]).inc();
     }
 }
 
@@ -148,6 +160,12 @@ pub fn encode(studies: &[Progress], process: &ProcessMetrics) -> String {
         "vcurve_lease_latency_seconds",
         "This coordinator's leases that handed out work, from request to answer (long-poll waiting included)",
         process.lease_latency.clone(),
+    );
+    registry.register(
+        "vcurve_continuations_leased",
+        "Continuations this coordinator leased, by where they could start: a snapshot the worker held (held), one \
+         in the worker's snapshot registry (registry), neither: rebuilt by replay (none)",
+        process.continuations_leased.clone(),
     );
     let mut out = String::new();
     prometheus_text::encode(&mut out, &registry).expect("writing to a String cannot fail");
@@ -264,9 +282,15 @@ mod tests {
         for seconds in [0.0005, 0.003, 0.003, 7.0] {
             process.lease_latency.observe(seconds);
         }
+        for snapshot in ["held", "registry", "registry", "none"] {
+            process.continuation_leased(snapshot);
+        }
         let text = encode(&[a.clone(), b], &process);
         let samples = lines(&text);
         for expected in [
+            r#"vcurve_continuations_leased_total{snapshot="held"} 1"#,
+            r#"vcurve_continuations_leased_total{snapshot="registry"} 2"#,
+            r#"vcurve_continuations_leased_total{snapshot="none"} 1"#,
             r#"vcurve_studies{state="running"} 1"#,
             r#"vcurve_studies{state="done"} 1"#,
             r#"vcurve_studies{state="cancelled"} 0"#,
