@@ -51,7 +51,7 @@ pub struct SyntheticCurve {
 }
 
 /// SplitMix64's finalizer: a fast, well-mixed 64-bit hash.
-fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -124,14 +124,7 @@ impl SyntheticCurve {
 
     /// The true decisive step: the largest `V(t−1) − V(t)` over `t = 1..=T`, earliest on ties.
     pub fn true_t_star(&self) -> (u32, f64) {
-        let mut best = (1, f64::NEG_INFINITY);
-        for t in 1..self.values.len() {
-            let drop = self.values[t - 1] - self.values[t];
-            if drop > best.1 + TOLERANCE {
-                best = (t as u32, drop);
-            }
-        }
-        best
+        largest_drop(&self.values)
     }
 
     /// The true shape: cliff when the largest drop is at least half of `p0`, else erosion; flat
@@ -146,10 +139,28 @@ impl SyntheticCurve {
 
     /// The outcome of a continuation: success iff `u < V(t)`, `u` uniform from a hash of the key.
     pub fn outcome(&self, key: Key) -> bool {
-        let h = mix(self.outcome_seed ^ mix((u64::from(key.t) << 40) ^ (u64::from(key.seed) << 8) ^ key.series as u64));
-        let u = (h >> 11) as f64 / (1u64 << 53) as f64;
-        u < self.values[key.t as usize]
+        outcome(&self.values, self.outcome_seed, key)
     }
+}
+
+/// The largest `values[t−1] − values[t]` over `t = 1..=T` and its `t`, earliest on ties.
+pub fn largest_drop(values: &[f64]) -> (u32, f64) {
+    let mut best = (1, f64::NEG_INFINITY);
+    for t in 1..values.len() {
+        let drop = values[t - 1] - values[t];
+        if drop > best.1 + TOLERANCE {
+            best = (t as u32, drop);
+        }
+    }
+    best
+}
+
+/// The outcome of a continuation on the true curve `values`: success iff `u < V(t)`, `u` uniform
+/// from a hash of `outcome_seed` and the key.
+pub fn outcome(values: &[f64], outcome_seed: u64, key: Key) -> bool {
+    let h = mix(outcome_seed ^ mix((u64::from(key.t) << 40) ^ (u64::from(key.seed) << 8) ^ key.series as u64));
+    let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+    u < values[key.t as usize]
 }
 
 #[cfg(test)]
