@@ -633,6 +633,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_continuation_on_another_host_starts_from_the_registry_snapshot_its_job_names() {
+        let (_, recorded) = recorded_base_run().await;
+        let payload = TrajectoryPayload {
+            task: "calc-1".into(),
+            length: recorded.length(),
+            curve: None,
+            recorded: Some(recorded.clone()),
+            task_def: None,
+        };
+        // Two hosts sharing a registry: A replays and pushes the anchors.
+        let host = |registry: Option<crate::container::double::FakeRegistry>| async move {
+            let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
+            runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+            if let Some(registry) = registry {
+                runtime.use_registry(registry);
+            }
+            let runner =
+                AgentProcessRunner::start_with_registry(runtime.clone(), "w", 1 << 30, Some("reg.test:5000".into()))
+                    .await
+                    .unwrap();
+            runner.attach(Arc::new(Services::default()));
+            (runner, runtime)
+        };
+        let (a, runtime_a) = host(None).await;
+        assert_eq!(a.snapshot_registry().as_deref(), Some("reg.test:5000"));
+        let replay = job(JobKey::Replay { study: "s".into(), trajectory: "calc-1-base0".into() }, payload.clone(), 20);
+        assert!(matches!(a.run(replay, CancellationToken::new()).await, JobReport::Replayed(_)));
+        a.inner.snapshots.pushes_done().await;
+        let pushed = a.take_pushed();
+        assert_eq!(pushed.iter().map(|p| p.t).collect::<std::collections::BTreeSet<_>>(), [5, 10, 12].into());
+        // B holds nothing; its continuation from h_7 names A's h_5.
+        let (b, runtime_b) = host(Some(runtime_a.registry())).await;
+        let key = ContinuationKey {
+            study: "s".into(),
+            trajectory: "calc-1-base0".into(),
+            series: Series::Main,
+            t: 7,
+            seed: 0,
+        };
+        let mut continuation = job(JobKey::Continuation(key), payload, 13);
+        continuation.registry_snapshot = pushed.into_iter().find(|p| p.t == 5);
+        let execs_before = runtime_b.count(Op::Exec);
+        let report = b.run(continuation, CancellationToken::new()).await;
+        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
+        assert_eq!((o.steps, o.end_type, o.success), (6, EndType::Submitted, true));
+        assert_eq!(runtime_b.count(Op::Pull), 1);
+        // Pulled h_5, then replayed steps 6 and 7 only.
+        let commands = runtime_b.commands()[execs_before..].to_vec();
+        assert_eq!(commands[0], recorded.steps[5].actions[0].command);
+        let stats = b.snapshot_stats();
+        assert_eq!((stats.pulls, stats.hits_registry, stats.rebuilds), (1, 1, 0));
+        assert!(runtime_b.running().is_empty());
+    }
+
+    #[tokio::test]
     async fn an_evaluation_rechecks_a_patch_the_coordinator_keeps() {
         let (_, recorded) = recorded_base_run().await;
         let payload = TrajectoryPayload {
