@@ -429,3 +429,45 @@ async fn a_client_meeting_the_other_protocol_is_told_so_in_one_line() {
     assert_eq!(err, format!("the coordinator at {https} does not speak TLS: use http://, without --tls-ca"));
     plaintext.stop().await;
 }
+
+#[tokio::test]
+async fn a_lease_request_tells_pushed_snapshots_and_its_jobs_name_them_over_grpc() {
+    let ts = TestStore::sqlite().await;
+    let server = start(ts.store.clone(), ServeOptions::default()).await;
+    let trs = [Tr { id: "a", length: 12, cliff: 6, p: 0.75, labels: "" }];
+    let (yaml, files) = spec("registry", "", &trs);
+    let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
+    client::upload_and_launch(&mut c, yaml, &files).await.unwrap();
+    let channel = client::channel(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
+    let mut w = WorkerServiceClient::with_interceptor(channel, client::bearer(None).unwrap());
+    let register = v1::RegisterRequest {
+        name: "w".into(),
+        slots: 64,
+        capabilities: vec!["synthetic".into()],
+        protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+    };
+    let worker_id = w.register(register).await.unwrap().into_inner().worker_id;
+    let lease = |registry: &str, pushed: Vec<v1::RegistrySnapshot>| v1::LeaseRequest {
+        worker_id: worker_id.clone(),
+        max_jobs: 64,
+        wait_ms: 0,
+        snapshot_trajectories: vec![],
+        snapshot_registry: registry.into(),
+        pushed_snapshots: pushed,
+    };
+    let jobs = w.lease(lease("", vec![])).await.unwrap().into_inner().jobs;
+    assert!(!jobs.is_empty() && jobs.iter().all(|j| j.registry_snapshot.is_none()));
+    let digest = jobs[0].trajectory_digest.clone();
+    let t = jobs.iter().filter_map(|j| j.key.as_ref()).map(|k| k.t).filter(|&t| t > 0).min().unwrap();
+    let held: Vec<v1::HeldJob> = jobs.iter().map(|j| v1::HeldJob { key: j.key.clone(), attempt: j.attempt }).collect();
+    w.release(v1::ReleaseRequest { worker_id: worker_id.clone(), jobs: held }).await.unwrap();
+    let pushed = v1::RegistrySnapshot { trajectory_digest: digest.clone(), t, image_id: "sha256:abc".into() };
+    let jobs = w.lease(lease("127.0.0.1:5000", vec![pushed.clone()])).await.unwrap().into_inner().jobs;
+    for job in &jobs {
+        let at = job.key.as_ref().unwrap().t;
+        let expected = (at >= t).then(|| pushed.clone());
+        assert_eq!(job.registry_snapshot, expected, "a job from t = {at}");
+    }
+    assert!(jobs.iter().any(|j| j.registry_snapshot.is_some()));
+    server.stop().await;
+}
