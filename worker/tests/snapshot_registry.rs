@@ -353,4 +353,21 @@ async fn docker_a_snapshot_is_pushed_pulled_checked_and_a_bad_one_is_rebuilt() {
     drop(p.pin);
     e.pushes_done().await;
     assert_eq!(e.stats().pull_failures, 1, "{:?}", e.stats());
+    drop(e);
+
+    // The registry down: the pull fails at once, h_3 is rebuilt, and its push fails quietly.
+    rmi(&h3);
+    let addr = registry.addr.clone();
+    drop(registry);
+    let f = SnapshotCache::open_with_registry(docker.clone(), BUDGET, Some(addr)).await.unwrap();
+    let started = Instant::now();
+    let p = prepare(&f, &trajectory, 3, &key, &h2_pushed).await;
+    eprintln!("prepare of h_3 with the registry down: {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!((p.from, p.started_from, p.committed), (0, StartedFrom::TaskImage, true));
+    p.container.remove().await.unwrap();
+    drop(p.pin);
+    f.pushes_done().await;
+    let stats = f.stats();
+    assert_eq!((stats.pull_failures, stats.push_failures, stats.pushes), (1, 1, 0), "{stats:?}");
+    assert!(f.take_pushed().is_empty());
 }
