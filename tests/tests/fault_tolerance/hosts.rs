@@ -1,7 +1,8 @@
 //! Faults across hosts (issue 13): `deploy/compose.yaml` itself, on the project's own images, with
 //! each container a host on the Compose project's private Docker network — PostgreSQL (the
-//! `vcurve-postgres` image), two coordinators, a registry and three workers — runs the study of
-//! the process-level tests and survives, in one run, at moments placed by progress:
+//! `vcurve-postgres` image), two coordinators, a registry (`vcurve-registry`) and three workers —
+//! runs the study of the process-level tests and survives, in one run, at moments placed by
+//! progress:
 //!
 //! (a) a worker host killed mid-continuation (`docker kill`: SIGKILL of the whole container), and
 //!     started again later under the same host name;
@@ -10,12 +11,18 @@
 //! (c) PostgreSQL restarted under both coordinators;
 //! (d) a rolling restart of the coordinators (`docker-compose restart`, one after the other: each
 //!     stops with SIGTERM and comes back while the other serves);
+//! (e) the registry stopped and started again;
 //!
 //! and ends with an export, from either coordinator, equal byte for byte to the uninterrupted
-//! run's, the study on either coordinator's dashboard, and every worker host still running. The runner is the synthetic one (no containers
-//! inside containers: those would make every continuation seconds long here), so no study
-//! container can be left on any host; the registry is up throughout but nothing uses it yet — (e),
-//! the registry going away mid-study, waits for snapshots shared through it.
+//! run's, the study on either coordinator's dashboard, and every worker host still running. That
+//! study's runner is the synthetic one (containers inside containers would make each of its 1,120
+//! continuations seconds long), so (e) shows there only that nothing else depends on the registry.
+//! Then, on the same hosts, a small study of the scripted agent in real containers (the workers
+//! drive the host's engine through its socket) pushes its anchors to the registry, has
+//! continuations handed out by registry snapshot, and loses the registry for good mid-study: it
+//! finishes (a failed pull rebuilds `h_t` by replay) with no container left on the host. Its
+//! export is not compared with an uninterrupted run's (that would be a second container study);
+//! the registry's checks and fallbacks are tested one by one in worker/tests/snapshot_registry.rs.
 //!
 //! Clients reach the coordinators on loopback ports the Compose file publishes, with the client
 //! token of the secrets folder the test writes, as a user of the README does.
@@ -50,6 +57,8 @@ struct Stack {
     token_file: PathBuf,
     ports: [u16; 2],
     dashboards: [u16; 2],
+    metrics: [u16; 2],
+    registry: u16,
 }
 
 /// `docker-compose` (Debian's 1.29) or, without it, the `docker compose` plugin.
@@ -77,6 +86,8 @@ impl Stack {
         }
         let ports = [free_port(), free_port()];
         let dashboards = [free_port(), free_port()];
+        let metrics = [free_port(), free_port()];
+        let registry = free_port();
         let env = [
             ("VCURVE_COORDINATOR_IMAGE", images.coordinator.clone()),
             ("VCURVE_WORKER_IMAGE", images.worker.clone()),
@@ -85,11 +96,11 @@ impl Stack {
             ("VCURVE_SECRETS_DIR", secrets.display().to_string()),
             ("VCURVE_COORDINATOR_PORT", ports[0].to_string()),
             ("VCURVE_COORDINATOR_B_PORT", ports[1].to_string()),
-            ("VCURVE_METRICS_PORT", free_port().to_string()),
-            ("VCURVE_METRICS_B_PORT", free_port().to_string()),
+            ("VCURVE_METRICS_PORT", metrics[0].to_string()),
+            ("VCURVE_METRICS_B_PORT", metrics[1].to_string()),
             ("VCURVE_DASHBOARD_PORT", dashboards[0].to_string()),
             ("VCURVE_DASHBOARD_B_PORT", dashboards[1].to_string()),
-            ("VCURVE_REGISTRY_PORT", free_port().to_string()),
+            ("VCURVE_REGISTRY_PORT", registry.to_string()),
             ("VCURVE_LEASE_TIMEOUT_MS", LEASE_TIMEOUT_MS.into()),
             ("VCURVE_HEARTBEAT_MS", HEARTBEAT_MS.into()),
             ("VCURVE_SLOTS", SLOTS.into()),
@@ -105,6 +116,8 @@ impl Stack {
             token_file: secrets.join("client_token"),
             ports,
             dashboards,
+            metrics,
+            registry,
         };
         let started = Instant::now();
         stack.compose(&["up", "-d", "--scale", &format!("worker={WORKERS}")]);
@@ -158,20 +171,47 @@ impl Stack {
 
     /// `GET path` of coordinator `i`'s dashboard with the client token: the JSON it answers.
     fn dashboard(&self, i: usize, path: &str) -> Value {
+        let body = self.get(self.dashboards[i], path);
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("dashboard {i} {path} is not JSON ({e}): {body}"))
+    }
+
+    /// The sum over both coordinators of the sample `series` (name and labels as exposed) of their
+    /// metrics (a per-process counter: each counts its own leases); 0 where it is not exposed.
+    fn metric(&self, series: &str) -> f64 {
+        self.metrics
+            .iter()
+            .filter_map(|port| self.try_get(*port, "/metrics").ok())
+            .filter_map(|text| {
+                text.lines().find_map(|l| {
+                    l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse::<f64>().ok())
+                })
+            })
+            .sum()
+    }
+
+    /// `GET path` on a published loopback `port` with the client token as a bearer token (the
+    /// registry ignores it): the body of a 200 answer, which it must be.
+    fn get(&self, port: u16, path: &str) -> String {
+        self.try_get(port, path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_get(&self, port: u16, path: &str) -> Result<String, String> {
         use std::io::{Read as _, Write as _};
         let token = std::fs::read_to_string(&self.token_file).unwrap();
-        let addr = format!("127.0.0.1:{}", self.dashboards[i]);
-        let mut stream = std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("dashboard {addr}: {e}"));
+        let addr = format!("127.0.0.1:{port}");
+        let mut stream = std::net::TcpStream::connect(&addr).map_err(|e| format!("GET {addr}{path}: {e}"))?;
         let request = format!(
             "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
             token.trim()
         );
-        stream.write_all(request.as_bytes()).unwrap();
+        stream.write_all(request.as_bytes()).map_err(|e| format!("GET {addr}{path}: {e}"))?;
         let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP response: {response}"));
-        assert!(head.starts_with("HTTP/1.1 200"), "dashboard {addr}{path}: {head}");
-        serde_json::from_str(body).unwrap_or_else(|e| panic!("dashboard {addr}{path} is not JSON ({e}): {body}"))
+        stream.read_to_string(&mut response).map_err(|e| format!("GET {addr}{path}: {e}"))?;
+        let (head, body) = response.split_once("\r\n\r\n").ok_or_else(|| format!("GET {addr}{path}: {response}"))?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("GET {addr}{path}: {head}"));
+        }
+        Ok(body.to_string())
     }
 
     /// The study's status from whichever coordinator answers (one may be restarting).
@@ -243,6 +283,7 @@ enum Fault {
     Partition,
     RestartPostgres,
     RollingRestart,
+    RegistryGone,
 }
 
 #[test]
@@ -257,7 +298,8 @@ fn a_compose_deployment_survives_host_loss_a_partition_a_database_restart_and_a_
     let study = study.trim().to_string();
     let workers = stack.workers();
     let mut rng = SplitMix64::new(kill_seed() ^ 0x4057);
-    let mut faults = [Fault::KillWorkerHost, Fault::Partition, Fault::RestartPostgres, Fault::RollingRestart];
+    let mut faults =
+        [Fault::KillWorkerHost, Fault::Partition, Fault::RestartPostgres, Fault::RollingRestart, Fault::RegistryGone];
     rng.shuffle(&mut faults);
     let (first, last) = (0.05, 0.7);
     let stride = (last - first) / faults.len() as f64;
@@ -299,6 +341,12 @@ fn a_compose_deployment_survives_host_loss_a_partition_a_database_restart_and_a_
                 }
                 "coordinators restarted one after the other".to_string()
             }
+            Fault::RegistryGone => {
+                stack.compose(&["stop", "--timeout", "5", "registry"]);
+                std::thread::sleep(Duration::from_secs(2));
+                stack.compose(&["start", "registry"]);
+                "the registry stopped for 2 s".to_string()
+            }
         };
         eprintln!(
             "fault {}/{}: {what} at {}/{total} continuations done, {:.1} s into the run (took {:.1} s)",
@@ -337,4 +385,87 @@ fn a_compose_deployment_survives_host_loss_a_partition_a_database_restart_and_a_
     }
     let left = docker(&["ps", "-aq", "--filter", &format!("label=vcurve.study={study}")]);
     assert!(left.trim().is_empty(), "containers of the study are left: {left}");
+
+    agent_study_through_the_registry(&stack, dir.path());
+}
+
+/// Then, on the same hosts, a small study of the scripted agent on the test task in real
+/// containers (through the host's socket): its anchors are pushed to the Compose registry and the
+/// coordinator hands continuations out by registry snapshot; the registry goes away mid-study for
+/// good, and the study still finishes (pulls fail, `h_t` is rebuilt by replay), with no container
+/// of it left on the host.
+fn agent_study_through_the_registry(stack: &Stack, dir: &Path) {
+    let started = Instant::now();
+    let task_image = std::env::var("VCURVE_TEST_TASK_IMAGE").ok().filter(|s| !s.trim().is_empty());
+    let Some(task_image) = task_image else {
+        eprintln!(
+            "VCURVE_TEST_TASK_IMAGE is unset: the agent study through the registry is not run (scripts/test sets it)"
+        );
+        return;
+    };
+    let built = Command::new(repository().join("deploy/images/build")).arg("--print-task").output().unwrap();
+    assert!(built.status.success(), "deploy/images/build --print-task: {}", String::from_utf8_lossy(&built.stderr));
+    let task: Value = serde_json::from_slice(&built.stdout).expect("--print-task prints JSON");
+    assert_eq!(task["image"].as_str(), Some(task_image.as_str()), "--print-task names another image");
+    std::fs::write(dir.join("calc-1.json"), &built.stdout).unwrap();
+    // As tests/tests/containers.rs's worker-kill study (seed 1: base run 0 fails, base run 1
+    // passes; one trajectory), with the agents where the worker image has them.
+    let spec = dir.join("agent-study.yaml");
+    std::fs::write(
+        &spec,
+        "\
+name: e2e-compose-agent
+seed: 1
+budget: 20
+schedule: paper
+runner:
+  kind: agent
+  command: [python3, -m, vcurve_agents.scripted]
+  env: {PYTHONPATH: /opt/vcurve/agents}
+  model: {q: 0.5, r: 1.0}
+  memory_mb: 512
+  pids_limit: 256
+  run_timeout_s: 600
+thresholds: {k_confirm: 16, k_pnr: 16, k_label: 8, k_label_raised: 16}
+tasks:
+  - {task: calc-1.json, base_runs: 2}
+",
+    )
+    .unwrap();
+    let study = stack.client(&["launch", &spec.to_string_lossy()], 0).unwrap_or_else(|e| panic!("{e:#}"));
+    let study = study.trim().to_string();
+    let by_registry = "vcurve_continuations_leased_total{snapshot=\"registry\"}";
+    let catalog_has_snapshots = || {
+        std::panic::catch_unwind(|| stack.get(stack.registry, "/v2/_catalog"))
+            .is_ok_and(|c| c.contains("vcurve-snapshot"))
+    };
+    let pushed = vcurve_e2e::wait_every(FINISH_TIMEOUT, Duration::from_millis(500), || {
+        catalog_has_snapshots() && stack.metric(by_registry) > 0.0
+    });
+    assert!(pushed, "no snapshot reached the registry, or no continuation was leased by one, in {FINISH_TIMEOUT:?}");
+    let at = stack.status(&study).expect("a status");
+    stack.compose(&["stop", "--timeout", "5", "registry"]);
+    eprintln!(
+        "agent study: snapshots in the registry and {} continuations leased by them at {}/{} continuations done; \
+         registry stopped {:.1} s into the study",
+        stack.metric(by_registry),
+        count(&at, "done"),
+        count(&at, "done") + count(&at, "pending") + count(&at, "running"),
+        started.elapsed().as_secs_f64()
+    );
+    let status = stack.wait_until_done(&study);
+    assert_eq!(count(&status, "retired"), 0, "keys were retired: {status}");
+    let out = dir.join("export-agent");
+    stack.client(&["export", &study, "--out", &out.to_string_lossy()], 1).unwrap_or_else(|e| panic!("{e:#}"));
+    let export = read_export(&out);
+    let trajectories = String::from_utf8_lossy(&export["trajectories.csv"]).into_owned();
+    assert_eq!(trajectories.lines().count(), 2, "one trajectory in trajectories.csv: {trajectories}");
+    let left = docker(&["ps", "-aq", "--filter", &format!("label=vcurve.study={study}")]);
+    assert!(left.trim().is_empty(), "containers of the agent study are left: {left}");
+    eprintln!(
+        "agent study done in {:.1} s: {} continuations, {} leased by a registry snapshot",
+        started.elapsed().as_secs_f64(),
+        count(&status, "done"),
+        stack.metric(by_registry)
+    );
 }
