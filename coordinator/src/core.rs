@@ -455,6 +455,11 @@ impl<S: Store> Coordinator<S> {
         Ok(progress)
     }
 
+    /// The live workers, by name (also before any study exists).
+    pub async fn live_workers(&self) -> Result<Vec<crate::model::WorkerInfo>, CoordinatorError> {
+        Ok(self.store.live_workers(self.now_ms(), self.timing.lease).await?)
+    }
+
     pub async fn list(&self) -> Result<Vec<Progress>, CoordinatorError> {
         let mut out = Vec::new();
         for (id, _, _) in self.store.list_studies().await? {

@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 
 use crate::core::Coordinator;
 use crate::error::CoordinatorError;
-use crate::model::{Progress, StudyState};
+use crate::model::{Progress, StudyState, WorkerInfo};
 use crate::store::Store;
 
 /// The content type of the Prometheus text format 0.0.4.
@@ -83,7 +83,7 @@ fn count(n: impl TryInto<i64>) -> i64 {
 
 /// The exposition of every family from `studies` (each study's progress, as
 /// [`Coordinator::list`] returns them) and this process's measurements.
-pub fn encode(studies: &[Progress], process: &ProcessMetrics) -> String {
+pub fn encode(studies: &[Progress], workers: &[WorkerInfo], process: &ProcessMetrics) -> String {
     let mut registry = Registry::default();
     let by_state = gauge_family(&mut registry, "vcurve_studies", "Studies in the store by state");
     for state in [StudyState::Running, StudyState::Done, StudyState::Cancelled] {
@@ -137,25 +137,17 @@ pub fn encode(studies: &[Progress], process: &ProcessMetrics) -> String {
             flakes.get_or_create(&study()).inc_by(e.flakes);
         }
     }
-    // Workers are the store's live ones (seen within the lease timeout); every study's progress
-    // lists the same, and without a study there is no progress to read them from.
-    if let Some(p) = studies.first() {
-        let gauge = |registry: &mut Registry, name: &str, help: &str, value: i64| {
-            let g = Gauge::<i64>::default();
-            g.set(value);
-            registry.register(name, help, g);
-        };
-        gauge(&mut registry, "vcurve_workers", "Live workers (seen within the lease timeout)", count(p.workers.len()));
-        let slots: u64 = p.workers.iter().map(|w| u64::from(w.slots)).sum();
-        let busy: u64 = p.workers.iter().map(|w| u64::from(w.running)).sum();
-        gauge(&mut registry, "vcurve_workers_slots", "Slots of the live workers", count(slots));
-        gauge(
-            &mut registry,
-            "vcurve_workers_slots_busy",
-            "Slots of the live workers holding a leased job",
-            count(busy),
-        );
-    }
+    // The store's live workers (seen within the lease timeout).
+    let gauge = |registry: &mut Registry, name: &str, help: &str, value: i64| {
+        let g = Gauge::<i64>::default();
+        g.set(value);
+        registry.register(name, help, g);
+    };
+    gauge(&mut registry, "vcurve_workers", "Live workers (seen within the lease timeout)", count(workers.len()));
+    let slots: u64 = workers.iter().map(|w| u64::from(w.slots)).sum();
+    let busy: u64 = workers.iter().map(|w| u64::from(w.running)).sum();
+    gauge(&mut registry, "vcurve_workers_slots", "Slots of the live workers", count(slots));
+    gauge(&mut registry, "vcurve_workers_slots_busy", "Slots of the live workers holding a leased job", count(busy));
     registry.register(
         "vcurve_lease_latency_seconds",
         "This coordinator's leases that handed out work, from request to answer (long-poll waiting included)",
@@ -175,7 +167,8 @@ pub fn encode(studies: &[Progress], process: &ProcessMetrics) -> String {
 /// One scrape: every study's progress from the store, and this process's measurements.
 pub async fn scrape<S: Store>(coordinator: &Coordinator<S>) -> Result<String, CoordinatorError> {
     let studies = coordinator.list().await?;
-    Ok(encode(&studies, coordinator.process_metrics()))
+    let workers = coordinator.live_workers().await?;
+    Ok(encode(&studies, &workers, coordinator.process_metrics()))
 }
 
 struct Endpoint<S> {
@@ -269,7 +262,8 @@ mod tests {
         (a.done, a.running, a.pending, a.retired) = (10, 3, 7, 1);
         a.stages = vec![(Stage::Screen, 2), (Stage::Bisect, 1)];
         a.trajectories_non_replayable = 4;
-        a.workers = vec![worker("w1", 4, 3), worker("w2", 2, 0)];
+        let workers = vec![worker("w1", 4, 3), worker("w2", 2, 0)];
+        a.workers = workers.clone();
         a.evaluation = Some(vcurve_record::EvaluationStats {
             cache_hits: 5,
             evaluations: 9,
@@ -285,7 +279,7 @@ mod tests {
         for snapshot in ["held", "registry", "registry", "none"] {
             process.continuation_leased(snapshot);
         }
-        let text = encode(&[a.clone(), b], &process);
+        let text = encode(&[a.clone(), b], &workers, &process);
         let samples = lines(&text);
         for expected in [
             r#"vcurve_continuations_leased_total{snapshot="held"} 1"#,
@@ -326,9 +320,21 @@ mod tests {
     }
 
     #[test]
-    fn without_a_study_there_are_no_worker_series() {
-        let text = encode(&[], &ProcessMetrics::default());
-        assert!(!text.contains("vcurve_workers"), "{text}");
+    fn without_a_study_the_workers_are_still_counted() {
+        let idle = WorkerInfo {
+            id: "id-w".into(),
+            name: "w".into(),
+            slots: 8,
+            running: 0,
+            last_seen_ms_ago: 0,
+            capabilities: vec!["synthetic".into()],
+        };
+        let text = encode(&[], &[idle], &ProcessMetrics::default());
+        for expected in ["vcurve_workers 1", "vcurve_workers_slots 8", "vcurve_workers_slots_busy 0"] {
+            assert!(lines(&text).contains(&expected), "no {expected:?} in\n{text}");
+        }
+        let text = encode(&[], &[], &ProcessMetrics::default());
+        assert!(lines(&text).contains(&"vcurve_workers 0"), "{text}");
         assert!(lines(&text).contains(&"vcurve_lease_latency_seconds_count 0"), "{text}");
     }
 }

@@ -19,7 +19,7 @@ use vcurve_record::TrajectoryPayload;
 
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, ReportVerdict,
-    StudyRecord, StudyState, TaskJob,
+    StudyRecord, StudyState, TaskJob, WorkerInfo,
 };
 use crate::spec::StudySpec;
 
@@ -175,6 +175,14 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
         policy: LeasePolicy,
     ) -> impl Future<Output = Result<Progress, StoreError>> + Send;
+
+    /// The live workers (seen within `policy`'s lease timeout before `now`), by name: what every
+    /// study's progress lists, also when there is no study.
+    fn live_workers(
+        &self,
+        now: i64,
+        policy: LeasePolicy,
+    ) -> impl Future<Output = Result<Vec<WorkerInfo>, StoreError>> + Send;
 
     /// Every study, newest first.
     fn list_studies(&self) -> impl Future<Output = Result<Vec<(String, String, StudyState)>, StoreError>> + Send;

@@ -1215,7 +1215,46 @@ async fn insert_file(
     Ok(done.rows_affected() > 0)
 }
 
+/// The live workers (seen within the lease timeout) with the jobs each holds, by name.
+async fn live_workers(
+    conn: &mut sqlx::AnyConnection,
+    now: i64,
+    policy: LeasePolicy,
+) -> Result<Vec<WorkerInfo>, StoreError> {
+    sqlx::query(
+        "SELECT w.id, w.name, w.slots, w.last_seen_ms, w.capabilities, \
+         (SELECT COUNT(*) FROM continuations c WHERE c.worker = w.id AND c.state = 'leased') \
+           + (SELECT COUNT(*) FROM jobs j WHERE j.worker = w.id AND j.state = 'leased') AS running \
+         FROM workers w WHERE w.last_seen_ms >= $1 ORDER BY w.name, w.id",
+    )
+    .bind(now - policy.timeout_ms)
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(WorkerInfo {
+            id: r.try_get("id")?,
+            name: r.try_get("name")?,
+            slots: get_u32(r, "slots")?,
+            running: get_u32(r, "running")?,
+            last_seen_ms_ago: (now - r.try_get::<i64, _>("last_seen_ms")?).max(0) as u64,
+            capabilities: r
+                .try_get::<String, _>("capabilities")?
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+        })
+    })
+    .collect::<Result<Vec<_>, StoreError>>()
+}
+
 impl Store for SqlStore {
+    async fn live_workers(&self, now: i64, policy: LeasePolicy) -> Result<Vec<WorkerInfo>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        live_workers(&mut conn, now, policy).await
+    }
+
     async fn create_study(
         &self,
         spec: &StudySpec,
@@ -1501,32 +1540,7 @@ impl Store for SqlStore {
         } else {
             None
         };
-        let workers = sqlx::query(
-            "SELECT w.id, w.name, w.slots, w.last_seen_ms, w.capabilities, \
-             (SELECT COUNT(*) FROM continuations c WHERE c.worker = w.id AND c.state = 'leased') \
-               + (SELECT COUNT(*) FROM jobs j WHERE j.worker = w.id AND j.state = 'leased') AS running \
-             FROM workers w WHERE w.last_seen_ms >= $1 ORDER BY w.name, w.id",
-        )
-        .bind(now - policy.timeout_ms)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(WorkerInfo {
-                id: r.try_get("id")?,
-                name: r.try_get("name")?,
-                slots: get_u32(r, "slots")?,
-                running: get_u32(r, "running")?,
-                last_seen_ms_ago: (now - r.try_get::<i64, _>("last_seen_ms")?).max(0) as u64,
-                capabilities: r
-                    .try_get::<String, _>("capabilities")?
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect(),
-            })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
+        let workers = live_workers(&mut *tx, now, policy).await?;
         tx.commit().await?;
         let throughput_per_min = window.per_minute(recent as u64);
         let offered = workers.iter().any(|w| w.capabilities.contains(&runner_kind));
