@@ -1540,7 +1540,7 @@ impl Store for SqlStore {
         } else {
             None
         };
-        let workers = live_workers(&mut *tx, now, policy).await?;
+        let workers = live_workers(&mut tx, now, policy).await?;
         tx.commit().await?;
         let throughput_per_min = window.per_minute(recent as u64);
         let offered = workers.iter().any(|w| w.capabilities.contains(&runner_kind));
