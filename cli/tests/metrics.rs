@@ -238,6 +238,7 @@ async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worke
     assert_eq!(m.get(&format!("vcurve_trajectories_non_replayable{{study=\"{study}\"}}")), 0.0);
     // A finished study has no trajectory left in a stage.
     assert!(!m.has_family("vcurve_trajectories_in_stage"), "{body}");
+    assert!(!m.has_family("vcurve_continuations_pending_by_stage"), "{body}");
     assert_eq!((m.get("vcurve_workers{}"), m.get("vcurve_workers_slots{}")), (1.0, 2.0));
     assert_eq!(m.get("vcurve_workers_slots_busy{}"), 0.0);
     // A synthetic study judges no patch: no evaluation series.

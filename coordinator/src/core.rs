@@ -455,6 +455,14 @@ impl<S: Store> Coordinator<S> {
         Ok(progress)
     }
 
+    /// A study's pending continuations by the stage of their trajectory.
+    pub async fn pending_by_stage(
+        &self,
+        study: &str,
+    ) -> Result<Vec<(vcurve_method::schedule::Stage, u64)>, CoordinatorError> {
+        Ok(self.store.pending_by_stage(study).await?)
+    }
+
     /// The live workers, by name (also before any study exists).
     pub async fn live_workers(&self) -> Result<Vec<crate::model::WorkerInfo>, CoordinatorError> {
         Ok(self.store.live_workers(self.now_ms(), self.timing.lease).await?)

@@ -32,6 +32,7 @@ use crate::core::Coordinator;
 use crate::error::CoordinatorError;
 use crate::model::{Progress, StudyState, WorkerInfo};
 use crate::store::Store;
+use vcurve_method::schedule::Stage;
 
 /// The content type of the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -81,9 +82,18 @@ fn count(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
 
-/// The exposition of every family from `studies` (each study's progress, as
-/// [`Coordinator::list`] returns them) and this process's measurements.
-pub fn encode(studies: &[Progress], workers: &[WorkerInfo], process: &ProcessMetrics) -> String {
+/// The exposition of every family from a scrape's store reads and this process's measurements.
+/// What one scrape reads from the store: every study's progress (as [`Coordinator::list`] returns
+/// them), each running study's pending continuations by stage, and the live workers.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub studies: Vec<Progress>,
+    pub pending_by_stage: Vec<(String, Vec<(Stage, u64)>)>,
+    pub workers: Vec<WorkerInfo>,
+}
+
+pub fn encode(scrape: &Snapshot, process: &ProcessMetrics) -> String {
+    let (studies, workers) = (&scrape.studies, &scrape.workers);
     let mut registry = Registry::default();
     let by_state = gauge_family(&mut registry, "vcurve_studies", "Studies in the store by state");
     for state in [StudyState::Running, StudyState::Done, StudyState::Cancelled] {
@@ -116,7 +126,17 @@ pub fn encode(studies: &[Progress], workers: &[WorkerInfo], process: &ProcessMet
         counter_family(&mut registry, "vcurve_evaluation_flake_checks", "Evaluations of a patch after its first one");
     let flakes =
         counter_family(&mut registry, "vcurve_evaluation_flakes", "Flake checks whose verdict differed from the first");
-    for p in studies {
+    let queue = gauge_family(
+        &mut registry,
+        "vcurve_continuations_pending_by_stage",
+        "A running study's pending continuations (waiting for a worker) by the schedule stage of their trajectory",
+    );
+    for (study, depths) in &scrape.pending_by_stage {
+        for (stage, n) in depths {
+            queue.get_or_create(&vec![("study", study.clone()), ("stage", stage.as_str().to_string())]).set(count(*n));
+        }
+    }
+    for p in studies.iter() {
         let study = || vec![("study", p.study.clone())];
         for (state, n) in [("pending", p.pending), ("running", p.running), ("done", p.done), ("retired", p.retired)] {
             let mut labels = study();
@@ -167,8 +187,12 @@ pub fn encode(studies: &[Progress], workers: &[WorkerInfo], process: &ProcessMet
 /// One scrape: every study's progress from the store, and this process's measurements.
 pub async fn scrape<S: Store>(coordinator: &Coordinator<S>) -> Result<String, CoordinatorError> {
     let studies = coordinator.list().await?;
+    let mut pending_by_stage = Vec::new();
+    for p in studies.iter().filter(|p| p.state == StudyState::Running) {
+        pending_by_stage.push((p.study.clone(), coordinator.pending_by_stage(&p.study).await?));
+    }
     let workers = coordinator.live_workers().await?;
-    Ok(encode(&studies, &workers, coordinator.process_metrics()))
+    Ok(encode(&Snapshot { studies, pending_by_stage, workers }, coordinator.process_metrics()))
 }
 
 struct Endpoint<S> {
@@ -218,7 +242,6 @@ async fn metrics<S: Store>(State(e): State<Arc<Endpoint<S>>>, headers: HeaderMap
 mod tests {
     use super::*;
     use crate::model::WorkerInfo;
-    use vcurve_method::schedule::Stage;
 
     fn progress(study: &str, state: StudyState) -> Progress {
         Progress {
@@ -279,7 +302,12 @@ mod tests {
         for snapshot in ["held", "registry", "registry", "none"] {
             process.continuation_leased(snapshot);
         }
-        let text = encode(&[a.clone(), b], &workers, &process);
+        let scrape = Snapshot {
+            studies: vec![a.clone(), b],
+            pending_by_stage: vec![("a".into(), vec![(Stage::Screen, 5), (Stage::Bisect, 2)])],
+            workers,
+        };
+        let text = encode(&scrape, &process);
         let samples = lines(&text);
         for expected in [
             r#"vcurve_continuations_leased_total{snapshot="held"} 1"#,
@@ -296,6 +324,8 @@ mod tests {
             r#"vcurve_trajectories_in_stage{study="a",stage="screen"} 2"#,
             r#"vcurve_trajectories_in_stage{study="a",stage="bisect"} 1"#,
             r#"vcurve_trajectories_non_replayable{study="a"} 4"#,
+            r#"vcurve_continuations_pending_by_stage{study="a",stage="screen"} 5"#,
+            r#"vcurve_continuations_pending_by_stage{study="a",stage="bisect"} 2"#,
             r#"vcurve_evaluation_cache_hits_total{study="a"} 5"#,
             r#"vcurve_evaluations_total{study="a"} 9"#,
             r#"vcurve_evaluation_flake_checks_total{study="a"} 3"#,
@@ -329,11 +359,11 @@ mod tests {
             last_seen_ms_ago: 0,
             capabilities: vec!["synthetic".into()],
         };
-        let text = encode(&[], &[idle], &ProcessMetrics::default());
+        let text = encode(&Snapshot { workers: vec![idle], ..Snapshot::default() }, &ProcessMetrics::default());
         for expected in ["vcurve_workers 1", "vcurve_workers_slots 8", "vcurve_workers_slots_busy 0"] {
             assert!(lines(&text).contains(&expected), "no {expected:?} in\n{text}");
         }
-        let text = encode(&[], &[], &ProcessMetrics::default());
+        let text = encode(&Snapshot::default(), &ProcessMetrics::default());
         assert!(lines(&text).contains(&"vcurve_workers 0"), "{text}");
         assert!(lines(&text).contains(&"vcurve_lease_latency_seconds_count 0"), "{text}");
     }

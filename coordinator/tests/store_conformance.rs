@@ -82,6 +82,13 @@ async fn admission_and_first_leases() {
         let p = c.progress(&study).await.unwrap();
         // Screening of T = 40: 9 anchors × 8 seeds, 4 of them leased.
         assert_eq!((p.trajectories_admitted, p.running, p.pending), (1, 4, 68), "{}", ts.name);
+        // The queue depth by stage: the 68 pending, all in the screening stage.
+        assert_eq!(
+            c.pending_by_stage(&study).await.unwrap(),
+            vec![(vcurve_method::schedule::Stage::Screen, 68)],
+            "{}",
+            ts.name
+        );
         ts.finish().await;
     }
 }

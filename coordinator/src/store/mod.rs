@@ -22,6 +22,7 @@ use crate::model::{
     StudyRecord, StudyState, TaskJob, WorkerInfo,
 };
 use crate::spec::StudySpec;
+use vcurve_method::schedule::Stage;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -183,6 +184,10 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
         policy: LeasePolicy,
     ) -> impl Future<Output = Result<Vec<WorkerInfo>, StoreError>> + Send;
+
+    /// A study's pending continuations (runnable, waiting for a worker) by the schedule stage of
+    /// their trajectory: the queue depth by stage.
+    fn pending_by_stage(&self, study: &str) -> impl Future<Output = Result<Vec<(Stage, u64)>, StoreError>> + Send;
 
     /// Every study, newest first.
     fn list_studies(&self) -> impl Future<Output = Result<Vec<(String, String, StudyState)>, StoreError>> + Send;

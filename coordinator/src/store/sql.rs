@@ -1250,6 +1250,20 @@ async fn live_workers(
 }
 
 impl Store for SqlStore {
+    async fn pending_by_stage(&self, study: &str) -> Result<Vec<(Stage, u64)>, StoreError> {
+        sqlx::query(
+            "SELECT t.stage AS stage, COUNT(*) AS n FROM continuations c \
+             JOIN trajectories t ON t.study = c.study AND t.id = c.trajectory \
+             WHERE c.study = $1 AND c.state = 'pending' GROUP BY t.stage",
+        )
+        .bind(study)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| Ok((stage_of(&r.try_get::<String, _>("stage")?)?, r.try_get::<i64, _>("n")?.max(0) as u64)))
+        .collect()
+    }
+
     async fn live_workers(&self, now: i64, policy: LeasePolicy) -> Result<Vec<WorkerInfo>, StoreError> {
         let mut conn = self.pool.acquire().await?;
         live_workers(&mut conn, now, policy).await
