@@ -810,7 +810,7 @@ mod tests {
     use crate::replay::tests::{IMAGE, limits, record, runtime};
     use crate::replay::{TrajectoryReplay, replay_trajectory};
 
-    const STEPS: &[&[(&str, f64)]] = &[
+    pub(super) const STEPS: &[&[(&str, f64)]] = &[
         &[("echo 1 > one", 10.0)],
         &[("echo 2 > two", 10.0)],
         &[("echo 3 > three", 10.0)],
@@ -824,7 +824,7 @@ mod tests {
         SnapshotCache::open(runtime, budget).await.unwrap()
     }
 
-    async fn replay_anchors(cache: &SnapshotCache, t: &Trajectory, anchors: &[u32]) -> TrajectoryReplay {
+    pub(super) async fn replay_anchors(cache: &SnapshotCache, t: &Trajectory, anchors: &[u32]) -> TrajectoryReplay {
         let n = Normalizer::default();
         let out = replay_trajectory(cache, t, &t.digest(), anchors, &n, FingerprintMode::CompareOnly, &limits())
             .await
@@ -840,7 +840,7 @@ mod tests {
         }
     }
 
-    fn created_from(rt: &FakeRuntime) -> Vec<String> {
+    pub(super) fn created_from(rt: &FakeRuntime) -> Vec<String> {
         rt.calls()
             .into_iter()
             .filter_map(|c| match c {
@@ -860,7 +860,7 @@ mod tests {
             .collect()
     }
 
-    fn snap(t: &Trajectory, at: u32) -> String {
+    pub(super) fn snap(t: &Trajectory, at: u32) -> String {
         SnapshotCache::reference(&t.digest(), at).unwrap()
     }
 
@@ -1052,33 +1052,16 @@ mod tests {
 mod registry_tests {
     use std::sync::Arc;
 
+    use super::tests::{STEPS, created_from, replay_anchors, snap};
     use super::*;
-    use crate::container::double::{Call, FakeRuntime, Op};
+    use crate::container::double::{FakeRuntime, Op};
     use crate::replay::tests::{IMAGE, limits, record, runtime};
-    use crate::replay::{TrajectoryReplay, replay_trajectory};
 
     const REGISTRY: &str = "registry.test:5000";
-
-    const STEPS: &[&[(&str, f64)]] = &[
-        &[("echo 1 > one", 10.0)],
-        &[("echo 2 > two", 10.0)],
-        &[("echo 3 > three", 10.0)],
-        &[("rm one; echo 4 > four", 10.0)],
-        &[("cat two three four", 10.0)],
-        &[("ls", 10.0)],
-    ];
 
     async fn cache(rt: &Arc<FakeRuntime>) -> SnapshotCache {
         let runtime: Arc<dyn ContainerRuntime> = rt.clone();
         SnapshotCache::open_with_registry(runtime, 1 << 30, Some(REGISTRY.to_owned())).await.unwrap()
-    }
-
-    async fn replay_anchors(cache: &SnapshotCache, t: &Trajectory, anchors: &[u32]) -> TrajectoryReplay {
-        let n = Normalizer::default();
-        let out = replay_trajectory(cache, t, &t.digest(), anchors, &n, FingerprintMode::CompareOnly, &limits())
-            .await
-            .unwrap();
-        out.reproduced().expect("replayable")
     }
 
     async fn prepare(cache: &SnapshotCache, t: &Trajectory, at: u32, hint: Option<&RegistrySnapshot>) -> Prepared {
@@ -1087,20 +1070,6 @@ mod registry_tests {
             Verdict::Reproduced(p) => p,
             Verdict::NonReplayable(nr) => panic!("non-replayable: {nr:?}"),
         }
-    }
-
-    fn created_from(rt: &FakeRuntime) -> Vec<String> {
-        rt.calls()
-            .into_iter()
-            .filter_map(|c| match c {
-                Call::Create { image, .. } => Some(image),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn snap(t: &Trajectory, at: u32) -> String {
-        SnapshotCache::reference(&t.digest(), at).unwrap()
     }
 
     fn remote(t: &Trajectory, at: u32) -> String {
