@@ -553,6 +553,17 @@ mod tests {
     }
 
     /// A base run through the runner: its outcome and the recorded trajectory it uploaded.
+    /// The payload of a trajectory of calc-1 that is `recorded`.
+    fn payload_of(recorded: &Trajectory) -> TrajectoryPayload {
+        TrajectoryPayload {
+            task: "calc-1".into(),
+            length: recorded.length(),
+            curve: None,
+            recorded: Some(recorded.clone()),
+            task_def: None,
+        }
+    }
+
     async fn recorded_base_run() -> (RunOutcome, Trajectory) {
         let (runner, _, services) = runner(false).await;
         let JobReport::Outcome(outcome) = runner.run(base_run(), CancellationToken::new()).await else {
@@ -596,13 +607,7 @@ mod tests {
     #[tokio::test]
     async fn a_continuation_resumes_from_its_step_in_a_replayed_state_and_a_replay_commits_anchors() {
         let (_, recorded) = recorded_base_run().await;
-        let payload = TrajectoryPayload {
-            task: "calc-1".into(),
-            length: recorded.length(),
-            curve: None,
-            recorded: Some(recorded.clone()),
-            task_def: None,
-        };
+        let payload = payload_of(&recorded);
         let (runner, runtime, services) = runner(false).await;
         let replay = job(JobKey::Replay { study: "s".into(), trajectory: "calc-1-base0".into() }, payload.clone(), 20);
         let report = runner.run(replay, CancellationToken::new()).await;
@@ -635,13 +640,7 @@ mod tests {
     #[tokio::test]
     async fn a_continuation_on_another_host_starts_from_the_registry_snapshot_its_job_names() {
         let (_, recorded) = recorded_base_run().await;
-        let payload = TrajectoryPayload {
-            task: "calc-1".into(),
-            length: recorded.length(),
-            curve: None,
-            recorded: Some(recorded.clone()),
-            task_def: None,
-        };
+        let payload = payload_of(&recorded);
         // Two hosts sharing a registry: A replays and pushes the anchors.
         let host = |registry: Option<crate::container::double::FakeRegistry>| async move {
             let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
@@ -690,13 +689,7 @@ mod tests {
     #[tokio::test]
     async fn an_evaluation_rechecks_a_patch_the_coordinator_keeps() {
         let (_, recorded) = recorded_base_run().await;
-        let payload = TrajectoryPayload {
-            task: "calc-1".into(),
-            length: 13,
-            curve: None,
-            recorded: Some(recorded),
-            task_def: None,
-        };
+        let payload = payload_of(&recorded);
         let (runner, _, services) = runner(false).await;
         let sha = services.put_file(PATCH.as_bytes()).await.unwrap();
         let key = JobKey::Evaluation { study: "s".into(), task: "calc-1".into(), patch_sha256: sha, round: 1 };
