@@ -403,41 +403,11 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
     eprintln!("test 1 (the scripted-agent study): {:.1} s", started.elapsed().as_secs_f64());
 }
 
-/// The study of the second test: two base runs of calc-1, one trajectory.
-///
-/// The study seed decides every outcome: the worker seeds run `i` with SHA-256 of
-/// `"{seed}/calc-1/base_run/{i}"` and the scripted agent takes the right hypothesis when
-/// `random.Random(f"{run seed}/hypothesis").random() < q`. With seed 1, q = 0.5 and r = 1.0 (the
-/// right hypothesis always fixes it) base run 0 takes the wrong hypothesis and fails and base run 1
-/// passes (computed from those formulas for seeds 1–12, and seen so in a run): one
-/// trajectory, selected (a pass rate of 1/2 lies in the band, 2–6 of 8), whose curve drops from 0.5 to 0 at D = 8. The
-/// thresholds are the demo's reduced ones (REDUCED_THRESHOLDS in cli/src/demo_docker.rs).
+/// The study of the second test: [`vcurve_e2e::write_scripted_calc_spec`] with the agents of
+/// this checkout.
 fn write_kill_spec(dir: &Path, task_json: &str) -> PathBuf {
-    std::fs::write(dir.join("calc-1.json"), task_json).expect("write the task JSON");
     let agents = repository().join("agents");
-    let agents = serde_json::to_string(agents.to_str().expect("a UTF-8 path")).expect("a JSON string");
-    let yaml = format!(
-        "\
-name: e2e-worker-kill
-seed: 1
-budget: 20
-schedule: paper
-runner:
-  kind: agent
-  command: [python3, -m, vcurve_agents.scripted]
-  env: {{PYTHONPATH: {agents}}}
-  model: {{q: 0.5, r: 1.0}}
-  memory_mb: 512
-  pids_limit: 256
-  run_timeout_s: 600
-thresholds: {{k_confirm: 16, k_pnr: 16, k_label: 8, k_label_raised: 16}}
-tasks:
-  - {{task: calc-1.json, base_runs: 2}}
-"
-    );
-    let path = dir.join("study.yaml");
-    std::fs::write(&path, yaml).expect("write the study spec");
-    path
+    vcurve_e2e::write_scripted_calc_spec(dir, "e2e-worker-kill", task_json, agents.to_str().expect("a UTF-8 path"))
 }
 
 /// Test 2: a worker SIGKILLed while a continuation's container runs.

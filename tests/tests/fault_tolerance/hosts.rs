@@ -407,31 +407,9 @@ fn agent_study_through_the_registry(stack: &Stack, dir: &Path) {
     assert!(built.status.success(), "deploy/images/build --print-task: {}", String::from_utf8_lossy(&built.stderr));
     let task: Value = serde_json::from_slice(&built.stdout).expect("--print-task prints JSON");
     assert_eq!(task["image"].as_str(), Some(task_image.as_str()), "--print-task names another image");
-    std::fs::write(dir.join("calc-1.json"), &built.stdout).unwrap();
-    // As tests/tests/containers.rs's worker-kill study (seed 1: base run 0 fails, base run 1
-    // passes; one trajectory), with the agents where the worker image has them.
-    let spec = dir.join("agent-study.yaml");
-    std::fs::write(
-        &spec,
-        "\
-name: e2e-compose-agent
-seed: 1
-budget: 20
-schedule: paper
-runner:
-  kind: agent
-  command: [python3, -m, vcurve_agents.scripted]
-  env: {PYTHONPATH: /opt/vcurve/agents}
-  model: {q: 0.5, r: 1.0}
-  memory_mb: 512
-  pids_limit: 256
-  run_timeout_s: 600
-thresholds: {k_confirm: 16, k_pnr: 16, k_label: 8, k_label_raised: 16}
-tasks:
-  - {task: calc-1.json, base_runs: 2}
-",
-    )
-    .unwrap();
+    // The agents where the worker image has them.
+    let task_json = String::from_utf8(built.stdout).expect("the task JSON is UTF-8");
+    let spec = vcurve_e2e::write_scripted_calc_spec(dir, "e2e-compose-agent", &task_json, "/opt/vcurve/agents");
     let study = stack.client(&["launch", &spec.to_string_lossy()], 0).unwrap_or_else(|e| panic!("{e:#}"));
     let study = study.trim().to_string();
     let by_registry = "vcurve_continuations_leased_total{snapshot=\"registry\"}";
