@@ -101,11 +101,12 @@ fn rows_table<'a>(column: &str, rows: impl Iterator<Item = (&'a str, &'a str, &'
         );
     }
     out.push_str(
-        "\nshape: shape accuracy (flat excluded); cliff: share estimated cliff; drop: confirmed drop ≥ 0.25 at K = 32;\n\
-         onset: significant onset found; pnr: certified point of no return; cont/median/p90: continuations per curve;\n\
-         big: curves with a true drop ≥ 0.4; bigerr: median |t̂* − t*| on them; big±1: share within one step;\n\
-         hold: curves whose true value stays ≥ 0.2 before T; fpnr: share of them certifying a point of no return\n\
-         before T (false certification; –: no such curve, not measured).\n",
+        "\nshape: shape accuracy (flat excluded); cliff: share estimated cliff; drop: confirmed drop ≥ 0.25 at\n\
+         K_confirm (32; 16 under adaptive); onset: significant onset found; pnr: certified point of no return;\n\
+         cont/median/p90: continuations per curve; big: curves with a true drop ≥ 0.4; bigerr: median |t̂* − t*|\n\
+         on them; big±1: share within one step; hold: curves whose true value stays ≥ 0.2 before T;\n\
+         fpnr: share of them certifying a point of no return before T (false certification; –: no such curve,\n\
+         not measured).\n",
     );
     out
 }
@@ -393,8 +394,9 @@ mod tests {
         assert_eq!(names("screen-k4, paper").unwrap(), ["screen-k4", "paper"]);
         assert_eq!(names("all").unwrap(), variant_names());
         let err = |list: &str| names(list).unwrap_err().to_string();
-        assert!(err("paper,adaptive").contains("unknown schedule \"adaptive\""), "{}", err("paper,adaptive"));
-        assert!(err("paper,adaptive").contains("paper, screen-bisect, screen-k4, sparse-anchors"));
+        assert_eq!(names("paper,adaptive").unwrap(), ["paper", "adaptive"]);
+        assert!(err("paper,adaptiv").contains("unknown schedule \"adaptiv\""), "{}", err("paper,adaptiv"));
+        assert!(err("paper,adaptiv").contains("paper, adaptive, screen-bisect, screen-k4, sparse-anchors"));
         assert!(err("paper,paper").contains("names `paper` twice"));
         assert!(err("paper,").contains("has an empty name"));
         assert!(err("all,paper").contains("`all` stands alone"));

@@ -100,8 +100,8 @@ fn a_schedule_in_a_list_of_one_gives_the_default_run() {
 
 #[test]
 fn bad_schedule_lists_and_curves_files_are_refused_clearly() {
-    let err = failure(&["bench", "schedule", "--schedule", "paper,adaptive", "--per-family", "1"]);
-    assert!(err.contains("unknown schedule \"adaptive\"") && err.contains("paper, screen-bisect"), "{err}");
+    let err = failure(&["bench", "schedule", "--schedule", "paper,adaptiv", "--per-family", "1"]);
+    assert!(err.contains("unknown schedule \"adaptiv\"") && err.contains("paper, adaptive, screen-bisect"), "{err}");
     let err = failure(&["bench", "schedule", "--schedule", "paper,paper", "--per-family", "1"]);
     assert!(err.contains("names `paper` twice"), "{err}");
 

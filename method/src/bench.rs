@@ -335,16 +335,64 @@ mod tests {
     use super::*;
     use crate::schedule::variant_by_name;
 
-    /// `paper` on `per_family` curves of every family under `seed`.
-    fn paper_bench(per_family: u64, seed: u64) -> ScheduleReport {
-        let paper = variant_by_name("paper").unwrap();
+    /// `name` on `per_family` curves of every family under `seed`.
+    fn bench(name: &str, per_family: u64, seed: u64) -> ScheduleReport {
+        let variant = variant_by_name(name).unwrap();
         let params = Thresholds::default();
         let results: Vec<CurveResult> = Family::ALL
             .iter()
             .flat_map(|&f| (0..per_family).map(move |i| (f, i)))
-            .map(|(f, i)| simulate(paper, &params, f, seed, i))
+            .map(|(f, i)| simulate(variant, &params, f, seed, i))
             .collect();
-        schedule_report("paper", &results)
+        schedule_report(variant.name(), &results)
+    }
+
+    fn paper_bench(per_family: u64, seed: u64) -> ScheduleReport {
+        bench("paper", per_family, seed)
+    }
+
+    #[test]
+    fn adaptive_beside_paper_on_the_same_outcomes() {
+        // Issue 14's targets at a small size (docs/method.md has the figures at 2,000 per family).
+        let (paper, adaptive) = (paper_bench(150, 1), bench("adaptive", 150, 1));
+        for family in ["plateau_cliff", "cliff", "erosion", "flat"] {
+            let (p, a) = (&paper.families[family], &adaptive.families[family]);
+            let ratio = a.continuations_mean / p.continuations_mean;
+            // At most half on plateau-cliff and flat curves; cliffs and erosions miss it (≈ 0.56
+            // and 0.58 at 2,000 per family), which this bounds so that it cannot grow unnoticed.
+            let most = if matches!(family, "plateau_cliff" | "flat") { 0.5 } else { 0.6 };
+            assert!(ratio <= most, "{family}: cost ratio {ratio:.3}");
+            // Certification on cliffs and erosions no more than 0.01 below paper's, none on flat.
+            assert!(a.pnr_certified >= p.pnr_certified - 0.01, "{family}: {a:?} against {p:?}");
+            // Within one step on big cliffs (the sampling error of 150 curves allows 0.05 here;
+            // at 2,000 per family adaptive is at or above paper on every family).
+            let within = |r: &FamilyReport| r.big_cliff_within_one.unwrap();
+            assert!(within(a) >= within(p) - 0.05, "{family}: big±1 {} against {}", within(a), within(p));
+            if matches!(family, "plateau_cliff" | "cliff") {
+                let shape = |r: &FamilyReport| r.shape_accuracy.unwrap();
+                assert!(shape(a) >= shape(p) - 0.05, "{family}: shape {} against {}", shape(a), shape(p));
+            }
+        }
+        let (p, a) = (&paper.families["flat"], &adaptive.families["flat"]);
+        assert_eq!(a.pnr_certified, 0.0, "no certification on flat curves");
+        assert!(a.false_pnr.unwrap() <= 0.05);
+        assert!(a.drop_found <= p.drop_found, "false drops on flat: {} against {}", a.drop_found, p.drop_found);
+    }
+
+    #[test]
+    fn adaptive_certifies_at_most_five_percent_of_curves_that_hold_at_0_2() {
+        // The hardest holding curve: exactly 0.2 until T, where each look is most likely to pass.
+        let params = Thresholds::default();
+        let adaptive = variant_by_name("adaptive").unwrap();
+        for length in [40, 80] {
+            let rows: Vec<(u32, f64)> = (0..length).map(|t| (t, 0.2)).collect();
+            let curve = SuppliedCurve::new("hold/0.2", &rows).unwrap();
+            let results: Vec<CurveResult> =
+                (0..400).map(|r| simulate_supplied(adaptive, &params, &curve, 3, r)).collect();
+            assert!(results.iter().all(|r| r.holds));
+            let report = family_report(&results.iter().collect::<Vec<_>>());
+            assert!(report.false_pnr.unwrap() <= 0.05, "T = {length}: {:?}", report.false_pnr);
+        }
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub struct Memory {
     pub bracketed: Vec<(u32, u32)>,
     /// Bracketed pairs whose ends were raised to `K_confirm`, in the order they were confirmed.
     pub confirmed: Vec<(u32, u32)>,
-    /// Point-of-no-return search: the anchor that certified, if any.
+    /// Point-of-no-return search: the point that certified, if any (an anchor under `paper`; the
+    /// earliest certified point under `adaptive`).
     pub certified_anchor: Option<u32>,
 }
 

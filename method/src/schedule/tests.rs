@@ -375,7 +375,7 @@ fn run_shuffled(s: &mut TrajectorySchedule, world: &impl Fn(Key) -> bool, shuffl
 #[test]
 fn same_outcomes_in_any_order_give_the_same_requests_and_points() {
     let controls = Controls { sanity: false, retest: true, budget_control: true };
-    for case in 0..20u64 {
+    for (case, name) in (0..40u64).map(|c| (c, if c % 2 == 0 { "paper" } else { "adaptive" })) {
         let world = noisy(case, |t| {
             if t < 31 {
                 0.7
@@ -389,14 +389,14 @@ fn same_outcomes_in_any_order_give_the_same_requests_and_points() {
             TrajectorySchedule::new(
                 TrajectoryPlan { length: 80, labels: vec![30, 54, 12], controls },
                 &Thresholds::default(),
-                variant_by_name("paper").unwrap(),
+                variant_by_name(name).unwrap(),
             )
         };
         let mut by_round = make();
         run_to_end(&mut by_round, &world);
         let mut shuffled = make();
         run_shuffled(&mut shuffled, &world, case * 7919);
-        assert_eq!(by_round.requested_keys(), shuffled.requested_keys(), "case {case}");
+        assert_eq!(by_round.requested_keys(), shuffled.requested_keys(), "case {case} {name}");
         for series in Series::ALL {
             assert_eq!(by_round.points().sampled(series), shuffled.points().sampled(series));
         }
@@ -417,9 +417,10 @@ fn same_outcomes_in_any_order_give_the_same_requests_and_points() {
 
 #[test]
 fn keys_are_never_issued_twice_and_raising_only_adds_seeds() {
-    for case in 0..20u64 {
+    for case in 0..40u64 {
         let world = noisy(case + 100, |t| 0.9 - f64::from(t) / 60.0);
-        let mut s = paper(57, &[9, 33]);
+        let name = if case % 2 == 0 { "paper" } else { "adaptive" };
+        let mut s = TrajectorySchedule::new(plan(57, &[9, 33]), &Thresholds::default(), variant_by_name(name).unwrap());
         let issued = run_shuffled(&mut s, &world, case);
         let unique: HashSet<Key> = issued.iter().copied().collect();
         assert_eq!(unique.len(), issued.len());
@@ -453,4 +454,121 @@ fn duplicates_change_nothing_and_retired_keys_complete_barriers() {
     }
     assert!(s.is_done());
     assert!(s.points().sampled(Series::Main).is_empty());
+}
+
+fn adaptive(length: u32, labels: &[u32]) -> TrajectorySchedule {
+    TrajectorySchedule::new(plan(length, labels), &Thresholds::default(), variant_by_name("adaptive").unwrap())
+}
+
+/// The `K` requested at each `t` of the main series that has pending keys.
+fn pending_ks(s: &TrajectorySchedule) -> Vec<(u32, u32)> {
+    pending_ts(s, Series::Main).into_iter().map(|t| (t, s.points().requested(Series::Main, t))).collect()
+}
+
+#[test]
+fn adaptive_screens_at_k4_then_certifies_the_boundary_of_the_zero_tail() {
+    let mut s = adaptive(40, &[]);
+    let world = step_at(23);
+    assert_eq!(pending_ts(&s, Series::Main), vec![0, 5, 10, 15, 20, 25, 30, 35, 39]);
+    assert_eq!(s.pending().len(), 9 * 4);
+    assert_eq!(s.params().k_screen, 4);
+    answer_pending(&mut s, &world);
+    // The zero tail starts at 25, the latest success is at 20: bisect the boundary at 8.
+    assert_eq!(s.stage(), Stage::Pnr);
+    assert_eq!(pending_ks(&s), vec![(22, 8)]);
+    answer_pending(&mut s, &world);
+    assert_eq!(pending_ks(&s), vec![(23, 8)]);
+    answer_pending(&mut s, &world);
+    // 23 has no success and 22 has: look at 23, in steps, to K_CERTIFY = 26.
+    assert_eq!(pending_ks(&s), vec![(23, 16)]);
+    answer_pending(&mut s, &world);
+    assert_eq!(pending_ks(&s), vec![(23, 26)]);
+    answer_pending(&mut s, &world);
+    assert_eq!(s.memory().certified_anchor, Some(23));
+    // Nothing after the certified point is sampled beyond screening.
+    run_to_end(&mut s, &world);
+    for t in [25, 30, 35, 39] {
+        assert_eq!(s.points().requested(Series::Main, t), 4, "t = {t}");
+    }
+    let analysis = crate::analyze(40, &s.points().sampled(Series::Main), None, 100, s.params()).unwrap();
+    assert_eq!(
+        (analysis.pnr, analysis.t_star, analysis.decisive_interval.map(|i| (i.a, i.b))),
+        (23, Some(23), Some((22, 23)))
+    );
+    assert_eq!(s.memory().confirmed, vec![(22, 23)]);
+    // Confirmation raised the end with successes to 16; the certified end already has 26.
+    assert_eq!((s.points().requested(Series::Main, 22), s.points().requested(Series::Main, 23)), (16, 26));
+}
+
+#[test]
+fn adaptive_looks_at_the_tail_after_a_failed_boundary_look() {
+    // The value fades to 0.03 before it is lost at 30: the boundary look at 26 finds a success.
+    let world = |k: Key| match k.t {
+        t if t < 25 => true,
+        t if t < 30 => k.seed == 12,
+        _ => false,
+    };
+    let mut s = adaptive(40, &[]);
+    run_to_end(&mut s, &world);
+    assert_eq!(s.memory().certified_anchor, Some(30));
+    assert_eq!(s.points().counts(Series::Main, 30), (26, 0));
+    let analysis = crate::analyze(40, &s.points().sampled(Series::Main), None, 100, s.params()).unwrap();
+    assert_eq!(analysis.pnr, 30);
+}
+
+#[test]
+fn adaptive_certification_costs_and_bounds() {
+    use crate::schedule::variants::adaptive::{K_CERTIFY, certification_z, certifies_from, look_cost};
+    let params = variant_by_name("adaptive").unwrap().params(&Thresholds::default());
+    assert_eq!((params.k_pnr, params.k_confirm, params.k_screen), (K_CERTIFY, 16, 4));
+    assert_eq!(params.z_one_sided, certification_z(26, 0.15));
+    // No success certifies exactly from 26 on, one success from 38 (beyond every K but the cap's).
+    assert_eq!(certifies_from(0, params.z_one_sided, 0.15), 26);
+    assert_eq!(certifies_from(1, params.z_one_sided, 0.15), 38);
+    // A screened anchor's look costs 0.8^22, a midpoint's paid before sampling 0.8^26.
+    assert!((look_cost(4, 26) - 0.8f64.powi(22)).abs() < 1e-15);
+    assert!((look_cost(0, 26) - 0.8f64.powi(26)).abs() < 1e-15);
+    assert!(6.0 * look_cost(4, 26) <= 0.05 && 7.0 * look_cost(4, 26) > 0.05);
+}
+
+#[test]
+fn adaptive_certifies_only_through_a_look_and_rarely_on_holding_curves() {
+    let mut certified = 0;
+    let cases = 400u64;
+    for case in 0..cases {
+        // Holding curves: V ≥ 0.2 before T, down to exactly 0.2 where it matters most.
+        let world = noisy(case + 7_000, |t| if t < 20 { 0.5 } else { 0.2 });
+        let mut s = adaptive(70, &[25]);
+        run_to_end(&mut s, &world);
+        let analysis = crate::analyze(70, &s.points().sampled(Series::Main), None, 100, s.params()).unwrap();
+        if analysis.pnr_certified {
+            certified += 1;
+            assert_eq!(s.memory().certified_anchor, Some(analysis.pnr), "case {case}");
+        }
+        // Outside a look no point without a success reaches K_CERTIFY.
+        for p in s.points().sampled(Series::Main) {
+            if p.successes == 0 && p.n >= s.params().k_pnr {
+                assert_eq!(s.memory().certified_anchor, Some(p.t), "case {case}: {p:?}");
+            }
+        }
+    }
+    assert!(f64::from(certified) / cases as f64 <= 0.05, "{certified} of {cases}");
+    // On falling curves the analysis certifies where the schedule did.
+    for case in 0..100u64 {
+        let world = noisy(case + 9_000, |t| {
+            if t < 30 {
+                0.6
+            } else if t < 40 {
+                0.1
+            } else {
+                0.0
+            }
+        });
+        let mut s = adaptive(64, &[]);
+        run_to_end(&mut s, &world);
+        let analysis = crate::analyze(64, &s.points().sampled(Series::Main), None, 100, s.params()).unwrap();
+        if analysis.pnr_certified {
+            assert_eq!(s.memory().certified_anchor, Some(analysis.pnr), "case {case}");
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! A variant chooses its parameters, its stages and each stage's lanes; the default methods give
 //! the paper's schedule. Adding a variant is one module here and one entry in [`VARIANTS`].
 
+pub mod adaptive;
 mod paper;
 mod screen_bisect;
 mod screen_k4;
@@ -12,6 +13,7 @@ use super::lanes::{self, Lane, LaneContext, Memory};
 use super::{Points, Stage};
 use crate::Thresholds;
 
+pub use adaptive::Adaptive;
 pub use paper::Paper;
 pub use screen_bisect::ScreenBisect;
 pub use screen_k4::ScreenK4;
@@ -62,7 +64,7 @@ pub fn paper_lanes(stage: Stage, ctx: &LaneContext, _memory: &Memory, points: &P
 }
 
 /// Every variant, the default first.
-pub static VARIANTS: &[&dyn Variant] = &[&Paper, &ScreenBisect, &ScreenK4, &SparseAnchors];
+pub static VARIANTS: &[&dyn Variant] = &[&Paper, &Adaptive, &ScreenBisect, &ScreenK4, &SparseAnchors];
 
 /// The variant called `name`.
 pub fn variant_by_name(name: &str) -> Option<&'static dyn Variant> {
