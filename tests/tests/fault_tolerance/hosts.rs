@@ -61,13 +61,17 @@ struct Stack {
     registry: u16,
 }
 
-/// `docker-compose` (Debian's 1.29) or, without it, the `docker compose` plugin.
-fn compose_program() -> (String, Vec<String>) {
-    if Command::new("docker-compose").arg("version").output().is_ok_and(|o| o.status.success()) {
-        ("docker-compose".into(), Vec::new())
-    } else {
-        ("docker".into(), vec!["compose".into()])
-    }
+/// `docker-compose` (Debian's 1.29) or, without it, the `docker compose` plugin: the program and
+/// the arguments before the command's own. Looked up once.
+fn compose_program() -> &'static (&'static str, &'static [&'static str]) {
+    static PROGRAM: std::sync::OnceLock<(&str, &[&str])> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        if Command::new("docker-compose").arg("version").output().is_ok_and(|o| o.status.success()) {
+            ("docker-compose", &[])
+        } else {
+            ("docker", &["compose"])
+        }
+    })
 }
 
 impl Stack {
@@ -144,8 +148,8 @@ impl Stack {
 
     fn try_compose(&self, args: &[&str]) -> std::process::Output {
         let (program, prefix) = compose_program();
-        Command::new(&program)
-            .args(prefix)
+        Command::new(program)
+            .args(*prefix)
             .arg("--env-file")
             .arg(&self.env_file)
             .arg("-f")
