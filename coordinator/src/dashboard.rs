@@ -82,8 +82,7 @@ pub async fn serve<S: Store>(
     token: Option<String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    tracing::info!(addr = %listener.local_addr()?, "dashboard listening");
-    axum::serve(listener, router(coordinator, token)).with_graceful_shutdown(shutdown).await
+    crate::http::serve(listener, router(coordinator, token), "dashboard", shutdown).await
 }
 
 async fn page<S: Store>(

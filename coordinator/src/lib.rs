@@ -18,6 +18,7 @@
 pub mod core;
 pub mod dashboard;
 pub mod error;
+pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod planner;

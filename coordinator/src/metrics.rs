@@ -221,8 +221,7 @@ pub async fn serve<S: Store>(
     token: Option<String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    tracing::info!(addr = %listener.local_addr()?, "metrics listening");
-    axum::serve(listener, router(coordinator, token)).with_graceful_shutdown(shutdown).await
+    crate::http::serve(listener, router(coordinator, token), "metrics", shutdown).await
 }
 
 async fn metrics<S: Store>(State(e): State<Arc<Endpoint<S>>>, headers: HeaderMap) -> Response {
