@@ -1,15 +1,14 @@
 //! The live dashboard against a running coordinator: its API and pages over HTTP, and the page
 //! itself in a real headless browser (Debian's chromium; `scripts/test` installs it).
 
+mod common;
+
 use std::process::Command;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
-use vcurve_coordinator::core::{Coordinator, Timing};
-use vcurve_coordinator::server::{self, ServeOptions, Tokens};
-use vcurve_coordinator::store::LeasePolicy;
-use vcurve_coordinator::testing::{TestStore, Tr, spec};
+use vcurve_coordinator::testing::{Tr, spec};
 
 /// `GET path` over a plain HTTP/1.1 connection: (status, body).
 async fn get(addr: &str, path: &str) -> (u16, String) {
@@ -54,31 +53,8 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
-    let ts = TestStore::sqlite().await;
-    let timing = Timing {
-        lease: LeasePolicy { timeout_ms: 10_000 },
-        heartbeat_interval: Duration::from_secs(1),
-        max_lease_wait: Duration::from_millis(200),
-    };
-    let coordinator = Coordinator::new(ts.store.clone(), timing, vcurve_cli::render::ReportRenderer::shared());
-    let stop = CancellationToken::new();
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let grpc_url = format!("http://{}", grpc.local_addr().unwrap());
-    let web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let web_addr = web.local_addr().unwrap().to_string();
-    let tokens = Tokens { worker: Some("w-token".into()), client: Some("c-token".into()) };
-    let s = stop.clone();
-    let grpc_task =
-        tokio::spawn(server::serve(coordinator.clone(), grpc, ServeOptions { tokens, tls: None }, async move {
-            s.cancelled().await
-        }));
-    let s = stop.clone();
-    let web_task = tokio::spawn(vcurve_coordinator::dashboard::serve(
-        coordinator.clone(),
-        web,
-        Some("c-token".into()),
-        async move { s.cancelled().await },
-    ));
+    let web = common::InProcess::start(vcurve_coordinator::dashboard::router, "dashboard").await;
+    let (coordinator, grpc_url, web_addr) = (web.coordinator.clone(), web.grpc_url.clone(), web.web_addr.clone());
 
     let trs = [
         Tr { id: "alpha", length: 40, cliff: 17, p: 0.9, labels: "j: 17" },
@@ -136,7 +112,5 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
 
     worker_stop.cancel();
     worker.await.unwrap().unwrap();
-    stop.cancel();
-    grpc_task.await.unwrap().unwrap();
-    web_task.await.unwrap().unwrap();
+    web.shutdown().await;
 }

@@ -3,17 +3,18 @@
 //! counts equal the store's and the worker's jobs equal what it reported; container operations
 //! go through the metered runtime wrapping the test double; the token rules.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
-use vcurve_coordinator::core::{Coordinator, Timing};
+use vcurve_coordinator::core::Coordinator;
 use vcurve_coordinator::model::StudyState;
-use vcurve_coordinator::server::{self, ServeOptions, Tokens};
-use vcurve_coordinator::store::LeasePolicy;
-use vcurve_coordinator::testing::{TestStore, Tr, spec};
+use vcurve_coordinator::server::Tokens;
+use vcurve_coordinator::testing::{Tr, spec};
 use vcurve_worker::container::double::{FakeRuntime, Op};
 use vcurve_worker::container::{Container, ContainerRuntime, ContainerSpec, ExecRequest, RuntimeError, labels};
 use vcurve_worker::metrics::{MeteredRuntime, SnapshotUsage, WorkerMetrics};
@@ -159,31 +160,8 @@ async fn wait_until_done(coordinator: &Coordinator<vcurve_coordinator::store::Sq
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worker_did() {
-    let ts = TestStore::sqlite().await;
-    let timing = Timing {
-        lease: LeasePolicy { timeout_ms: 10_000 },
-        heartbeat_interval: Duration::from_secs(1),
-        max_lease_wait: Duration::from_millis(200),
-    };
-    let coordinator = Coordinator::new(ts.store.clone(), timing, vcurve_cli::render::ReportRenderer::shared());
-    let stop = CancellationToken::new();
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let grpc_url = format!("http://{}", grpc.local_addr().unwrap());
-    let web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let web_addr = web.local_addr().unwrap().to_string();
-    let tokens = Tokens { worker: Some("w-token".into()), client: Some("c-token".into()) };
-    let s = stop.clone();
-    let grpc_task =
-        tokio::spawn(server::serve(coordinator.clone(), grpc, ServeOptions { tokens, tls: None }, async move {
-            s.cancelled().await
-        }));
-    let s = stop.clone();
-    let web_task = tokio::spawn(vcurve_coordinator::metrics::serve(
-        coordinator.clone(),
-        web,
-        Some("c-token".into()),
-        async move { s.cancelled().await },
-    ));
+    let web = common::InProcess::start(vcurve_coordinator::metrics::router, "metrics").await;
+    let (coordinator, grpc_url, web_addr) = (web.coordinator.clone(), web.grpc_url.clone(), web.web_addr.clone());
 
     // Before any study: no study, and the workers (none yet) counted all the same.
     let (status, content_type, body) = get(&web_addr, "/metrics", Some("c-token")).await;
@@ -203,7 +181,7 @@ async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worke
     let worker_metrics = Arc::new(WorkerMetrics::new());
     let worker_web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker_addr = worker_web.local_addr().unwrap().to_string();
-    let s = stop.clone();
+    let s = web.stop();
     let worker_web_task = tokio::spawn(vcurve_worker::metrics::serve(
         worker_metrics.clone(),
         worker_web,
@@ -280,9 +258,7 @@ async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worke
     }
     assert_eq!(get(&web_addr, "/metrics?token=c-token", None).await.0, 401, "only as a bearer token");
 
-    stop.cancel();
-    grpc_task.await.unwrap().unwrap();
-    web_task.await.unwrap().unwrap();
+    web.shutdown().await;
     worker_web_task.await.unwrap().unwrap();
 }
 
