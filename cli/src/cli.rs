@@ -65,6 +65,9 @@ pub enum BenchCommand {
     /// Measure the real-container path on this host's Docker Engine: start, exec, diff, commit,
     /// and a continuation's start from its nearest anchor against a replay from the task image.
     Containers(crate::bench_containers::BenchContainersArgs),
+    /// Measure the coordinator's memory as continuations finish (at 10⁴, 10⁵, 10⁶ by default), the
+    /// store's size per continuation, and an export's time and peak memory.
+    Memory(crate::bench_memory::BenchMemoryArgs),
 }
 
 fn host_name() -> String {
@@ -152,6 +155,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
                 output::print(crate::bench_containers::table(&report))?;
             }
         }
+        Command::Bench(BenchCommand::Memory(a)) => crate::bench_memory::run_command(&a).await?,
         Command::Bench(BenchCommand::Dispatch(a)) => {
             output::println(format!(
                 "{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}",

@@ -16,6 +16,7 @@
 pub mod analyze;
 pub mod bench_containers;
 pub mod bench_dispatch;
+pub mod bench_memory;
 pub mod bench_schedule;
 pub mod cli;
 pub mod client;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use vcurve_coordinator::Renderer;
 use vcurve_coordinator::render::{RenderError, TrajectorySummary};
 use vcurve_method::schedule::Series;
-use vcurve_record::{RestartCheckRow, StudyRecord};
+use vcurve_record::{RestartCheckRow, StudyRecord, TrajectoryRecord};
 use vcurve_report::figures::CurveFigure;
 use vcurve_report::{export, restart_check};
 
@@ -34,6 +34,19 @@ impl Renderer for ReportRenderer {
             return restart_check::files(study).map_err(failed);
         }
         export::files(study).map_err(failed)
+    }
+
+    fn export_parts(
+        &self,
+        head: StudyRecord,
+        trajectories: &mut dyn Iterator<Item = TrajectoryRecord>,
+    ) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
+        if head.spec.restart_check.is_some() {
+            let mut study = head;
+            study.trajectories.extend(trajectories);
+            return restart_check::files(&study).map_err(failed);
+        }
+        export::files_from(&head, trajectories).map_err(failed)
     }
 
     fn summaries(&self, study: &StudyRecord) -> Result<Vec<TrajectorySummary>, RenderError> {

@@ -480,20 +480,35 @@ impl<S: Store> Coordinator<S> {
     /// checked online carries its newest finished check's `restart_check.csv` and
     /// `restart_check.json` (the check's own export has them, with its page).
     pub async fn export(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
-        let record = self.store.study(study).await?;
-        let check = match self.store.restart_checks_of(study).await?.first() {
-            Some(id) => Some(self.store.study(id).await?),
-            None => None,
-        };
-        self.render(move |r| {
-            let mut files = r.export(&record)?;
-            if let Some(check) = &check {
-                let of_check = r.export(check)?;
-                files.extend(of_check.into_iter().filter(|(name, _)| name.starts_with("restart_check.")));
-            }
-            Ok(files)
-        })
-        .await
+        let mut files = self.export_files(study).await?;
+        if let Some(check) = self.store.restart_checks_of(study).await?.first() {
+            let of_check = self.export_files(check).await?;
+            files.extend(of_check.into_iter().filter(|(name, _)| name.starts_with("restart_check.")));
+        }
+        Ok(files)
+    }
+
+    /// One study's export: read from the store in parts ([`Store::study_parts`]) while the
+    /// renderer takes them one trajectory at a time on the blocking pool, so the study is never
+    /// in memory as a whole.
+    async fn export_files(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
+        use crate::store::StudyPart;
+        let (parts, mut receiver) = tokio::sync::mpsc::channel(16);
+        let renderer = self.renderer.clone();
+        let render = tokio::task::spawn_blocking(move || {
+            let Some(StudyPart::Head(head)) = receiver.blocking_recv() else { return Ok(None) };
+            let mut trajectories = std::iter::from_fn(|| match receiver.blocking_recv()? {
+                StudyPart::Trajectory(t) => Some(*t),
+                StudyPart::Head(_) => None,
+            });
+            renderer.export_parts(*head, &mut trajectories).map(Some)
+        });
+        let read = self.store.study_parts(study, parts).await;
+        let rendered = render.await.map_err(|e| CoordinatorError::Internal(format!("rendering panicked: {e}")))?;
+        read?;
+        rendered
+            .map_err(CoordinatorError::Render)?
+            .ok_or_else(|| CoordinatorError::Internal(format!("study {study:?} was read without its record")))
     }
 
     pub async fn cancel(&self, study: &str) -> Result<StudyState, CoordinatorError> {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vcurve_method::Shape;
 use vcurve_method::schedule::Stage;
-use vcurve_record::{RestartCheckRow, StudyRecord, TrajectoryState};
+use vcurve_record::{RestartCheckRow, StudyRecord, TrajectoryRecord, TrajectoryState};
 
 /// Why a study could not be rendered: its stored outcomes or labels cannot be analyzed (a
 /// corrupted store). Fatal for the request.
@@ -48,4 +48,18 @@ pub trait Renderer: Send + Sync + 'static {
     /// What an online restart check of the study checks (Appendix Q): every trajectory with a
     /// restart point `t_r`, in processing order, with `R̂(x, B − t_r)` and `V(h_{t_r})`.
     fn restart_check_rows(&self, study: &StudyRecord) -> Result<Vec<RestartCheckRow>, RenderError>;
+
+    /// [`Renderer::export`] of a study read in parts: `head` is its record without its
+    /// trajectories, which `trajectories` yields in processing order (a renderer that can should
+    /// not hold them all at once). The same bytes as [`Renderer::export`] of the whole record; by
+    /// default, it is that.
+    fn export_parts(
+        &self,
+        head: StudyRecord,
+        trajectories: &mut dyn Iterator<Item = TrajectoryRecord>,
+    ) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
+        let mut study = head;
+        study.trajectories.extend(trajectories);
+        self.export(&study)
+    }
 }

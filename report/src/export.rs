@@ -20,6 +20,7 @@
 //! the other, the second is a cache hit). A study of the `synthetic` runner judges no patch: its
 //! evaluation is not measured (`null`, a row of empty cells in `evaluation.csv`).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -28,7 +29,7 @@ use vcurve_method::curve::CurveAnalysis;
 use vcurve_method::schedule::{Key, Series, Stage, TrajectorySchedule};
 use vcurve_method::{CurveError, Point, Shape, analyze};
 
-use vcurve_record::{DecoySpec, EvaluationStats, StudyRecord, TrajectoryState};
+use vcurve_record::{DecoySpec, EvaluationStats, StudyRecord, TrajectoryRecord, TrajectoryState};
 
 /// One trajectory's row of `trajectories.csv`, and its entry in `results.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -169,66 +170,22 @@ fn points_of(outcomes: &[(Series, u32, u32, vcurve_method::schedule::Outcome)], 
 
 /// Analyze every trajectory of a study.
 pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
-    let spec = &study.spec;
+    results_from(study, study.trajectories.iter())
+}
+
+/// [`results`] of a study whose trajectories come one at a time, in processing order (the store
+/// reads them so): `head` is the study without them. Only one trajectory's outcomes are held at a
+/// time.
+pub fn results_from<R: Borrow<TrajectoryRecord>>(
+    head: &StudyRecord,
+    trajectories: impl IntoIterator<Item = R>,
+) -> Result<Results, CurveError> {
+    let spec = &head.spec;
     let variant = vcurve_method::schedule::variants::variant_by_name(&spec.schedule);
     let params = variant.map_or_else(|| spec.thresholds.clone(), |v| v.params(&spec.thresholds));
     let mut out = Vec::new();
-    for (record, tspec) in study.trajectories.iter().zip(&spec.trajectories) {
-        let mut series = BTreeMap::new();
-        let mut main: Option<CurveAnalysis> = None;
-        if !matches!(record.state, TrajectoryState::Doomed | TrajectoryState::NonReplayable) {
-            for s in Series::ALL {
-                let points = points_of(&record.outcomes, s);
-                if points.is_empty() && s != Series::Main {
-                    continue;
-                }
-                let base = (s == Series::Main).then_some(&tspec.base_runs).filter(|b| !b.0.is_empty());
-                let analysis = analyze(record.plan.length, &points, base, spec.budget, &params)?;
-                series.insert(s, analysis.points.clone());
-                if s == Series::Main {
-                    main = Some(analysis);
-                }
-            }
-        }
-        let by_stage = match variant {
-            Some(v) if record.state.has_curve() => {
-                let outcomes = record.outcomes.iter().map(|&(series, t, seed, o)| (Key { series, t, seed }, o));
-                TrajectorySchedule::rebuild(&record.plan, &spec.thresholds, v, outcomes).cost_by_stage().clone()
-            }
-            _ => BTreeMap::new(),
-        };
-        let retired =
-            record.outcomes.iter().filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired).count() as u32;
-        out.push(TrajectoryResult {
-            trajectory: record.id.clone(),
-            task: tspec.task.clone(),
-            state: record.state,
-            stage: record.stage,
-            length: record.plan.length,
-            shape: main.as_ref().map(|a| a.shape),
-            v0_fit: main.as_ref().and_then(|a| a.v0_fit()),
-            concentration: main.as_ref().and_then(|a| a.concentration),
-            t_star: main.as_ref().and_then(|a| a.t_star),
-            decisive_a: main.as_ref().and_then(|a| a.decisive_interval.map(|i| i.a)),
-            decisive_b: main.as_ref().and_then(|a| a.decisive_interval.map(|i| i.b)),
-            onset: main.as_ref().and_then(|a| a.onset),
-            pnr: main.as_ref().map(|a| a.pnr),
-            pnr_certified: main.as_ref().map(|a| a.pnr_certified),
-            restart_point: main.as_ref().and_then(|a| a.restart_point),
-            continuations: record.outcomes.len() as u32,
-            retired,
-            cap_hits: record.cap_hits,
-            continuations_by_stage: by_stage,
-            labels: tspec.labels.iter().map(|l| (l.source.clone(), l.step)).collect(),
-            series,
-            base_runs: tspec.base_runs.clone(),
-            controls: record.plan.controls,
-            first_edit: Default::default(),
-            first_symptom: Default::default(),
-            non_replayable: record.non_replayable.clone(),
-            replay: record.replay.clone(),
-            recorded: tspec.recorded.clone(),
-        });
+    for (record, tspec) in trajectories.into_iter().zip(&spec.trajectories) {
+        out.push(trajectory_result(spec, variant, &params, record.borrow(), tspec)?);
     }
     Ok(Results {
         name: spec.name.clone(),
@@ -236,14 +193,78 @@ pub fn results(study: &StudyRecord) -> Result<Results, CurveError> {
         budget: spec.budget,
         thresholds: params,
         decoys: spec.decoys.clone(),
-        evaluation: Evaluation::of(study),
+        evaluation: Evaluation::of(head),
         trajectories: out,
         base_runs: {
-            let mut runs = study.base_runs.clone();
+            let mut runs = head.base_runs.clone();
             runs.sort_by(crate::selection_export::by_subject_and_seed);
             runs
         },
-        selection: study.selection.clone(),
+        selection: head.selection.clone(),
+    })
+}
+
+/// One trajectory analyzed.
+fn trajectory_result(
+    spec: &vcurve_record::StudySpec,
+    variant: Option<&'static dyn vcurve_method::schedule::Variant>,
+    params: &vcurve_method::Thresholds,
+    record: &TrajectoryRecord,
+    tspec: &vcurve_record::TrajectorySpec,
+) -> Result<TrajectoryResult, CurveError> {
+    let mut series = BTreeMap::new();
+    let mut main: Option<CurveAnalysis> = None;
+    if !matches!(record.state, TrajectoryState::Doomed | TrajectoryState::NonReplayable) {
+        for s in Series::ALL {
+            let points = points_of(&record.outcomes, s);
+            if points.is_empty() && s != Series::Main {
+                continue;
+            }
+            let base = (s == Series::Main).then_some(&tspec.base_runs).filter(|b| !b.0.is_empty());
+            let analysis = analyze(record.plan.length, &points, base, spec.budget, params)?;
+            series.insert(s, analysis.points.clone());
+            if s == Series::Main {
+                main = Some(analysis);
+            }
+        }
+    }
+    let by_stage = match variant {
+        Some(v) if record.state.has_curve() => {
+            let outcomes = record.outcomes.iter().map(|&(series, t, seed, o)| (Key { series, t, seed }, o));
+            TrajectorySchedule::rebuild(&record.plan, &spec.thresholds, v, outcomes).cost_by_stage().clone()
+        }
+        _ => BTreeMap::new(),
+    };
+    let retired = record.outcomes.iter().filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired).count() as u32;
+    Ok(TrajectoryResult {
+        trajectory: record.id.clone(),
+        task: tspec.task.clone(),
+        state: record.state,
+        stage: record.stage,
+        length: record.plan.length,
+        shape: main.as_ref().map(|a| a.shape),
+        v0_fit: main.as_ref().and_then(|a| a.v0_fit()),
+        concentration: main.as_ref().and_then(|a| a.concentration),
+        t_star: main.as_ref().and_then(|a| a.t_star),
+        decisive_a: main.as_ref().and_then(|a| a.decisive_interval.map(|i| i.a)),
+        decisive_b: main.as_ref().and_then(|a| a.decisive_interval.map(|i| i.b)),
+        onset: main.as_ref().and_then(|a| a.onset),
+        pnr: main.as_ref().map(|a| a.pnr),
+        pnr_certified: main.as_ref().map(|a| a.pnr_certified),
+        restart_point: main.as_ref().and_then(|a| a.restart_point),
+        continuations: record.outcomes.len() as u32,
+        retired,
+        cap_hits: record.cap_hits,
+        continuations_by_stage: by_stage,
+        labels: tspec.labels.iter().map(|l| (l.source.clone(), l.step)).collect(),
+        series,
+        base_runs: tspec.base_runs.clone(),
+        controls: record.plan.controls,
+        first_edit: Default::default(),
+        first_symptom: Default::default(),
+        non_replayable: record.non_replayable.clone(),
+        replay: record.replay.clone(),
+        recorded: tspec.recorded.clone(),
     })
 }
 
@@ -338,19 +359,32 @@ pub(crate) fn csv_field(s: &str) -> String {
 
 /// The export's files by name.
 pub fn files(study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
-    let results = results(study)?;
+    files_of(&results(study)?)
+}
+
+/// [`files`] of a study whose trajectories come one at a time ([`results_from`]): the same bytes,
+/// with only one trajectory's outcomes in memory at a time.
+pub fn files_from<R: Borrow<TrajectoryRecord>>(
+    head: &StudyRecord,
+    trajectories: impl IntoIterator<Item = R>,
+) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
+    files_of(&results_from(head, trajectories)?)
+}
+
+/// The export's files of a study's results.
+fn files_of(results: &Results) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
     let mut files = BTreeMap::new();
-    files.insert("curves.csv".to_string(), curves_csv(&results).into_bytes());
-    files.insert("trajectories.csv".to_string(), trajectories_csv(&results).into_bytes());
-    files.insert("evaluation.csv".to_string(), evaluation_csv(&results).into_bytes());
-    let mut json = serde_json::to_vec_pretty(&results).expect("results serialize");
+    files.insert("curves.csv".to_string(), curves_csv(results).into_bytes());
+    files.insert("trajectories.csv".to_string(), trajectories_csv(results).into_bytes());
+    files.insert("evaluation.csv".to_string(), evaluation_csv(results).into_bytes());
+    let mut json = serde_json::to_vec_pretty(results).expect("results serialize");
     json.push(b'\n');
     files.insert("results.json".to_string(), json);
-    let analyses = crate::analyses::analyses(&results)?;
+    let analyses = crate::analyses::analyses(results)?;
     let mut json = serde_json::to_vec_pretty(&analyses).expect("analyses serialize");
     json.push(b'\n');
     files.insert("analyses.json".to_string(), json);
-    files.extend(record_files(&results));
+    files.extend(record_files(results));
     Ok(files)
 }
 

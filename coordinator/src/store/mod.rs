@@ -210,4 +210,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// Continuation keys currently leased, with their worker (for tests and diagnostics).
     fn leased(&self) -> impl Future<Output = Result<Vec<(ContinuationKey, u32, String)>, StoreError>> + Send;
+
+    /// A study as [`Store::study`] reads it, in parts and in one transaction: its head first (the
+    /// record without its trajectories), then each trajectory with its outcomes in processing
+    /// order. The whole study is never in memory at once, so an export's memory does not grow with
+    /// the study's continuations. Returns early, without an error, when `parts` is closed.
+    fn study_parts(
+        &self,
+        study: &str,
+        parts: tokio::sync::mpsc::Sender<StudyPart>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// A part of a study as [`Store::study_parts`] sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StudyPart {
+    /// The study's record without its trajectories (the spec lists them all).
+    Head(Box<StudyRecord>),
+    /// One trajectory with its outcomes.
+    Trajectory(Box<crate::model::TrajectoryRecord>),
 }

@@ -17,12 +17,12 @@ use vcurve_method::schedule::variants::variant_by_name;
 use vcurve_method::schedule::{Key, Outcome, Series, Stage, TrajectoryPlan, Variant};
 
 use vcurve_record::TrajectoryPayload;
-use vcurve_record::jobs::{NonReplayable, Replayed};
+use vcurve_record::jobs::NonReplayable;
 
 use super::{LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, JobReport, LeasedJob, Locality, Progress,
-    RegistrySnapshot, ReportVerdict, StudyRecord, StudyState, TaskJob, TrajectoryRecord, TrajectoryState, WorkerInfo,
+    RegistrySnapshot, ReportVerdict, StudyRecord, StudyState, TaskJob, TrajectoryState, WorkerInfo,
 };
 use crate::planner::{self, AdmitDecision};
 use crate::spec::{Admission, ControlCounts, StudySpec};
@@ -43,6 +43,7 @@ macro_rules! job_is {
 
 // After the macros above, which they use.
 mod base_runs;
+mod export;
 mod verdicts;
 
 pub use base_runs::base_run_trajectory_id;
@@ -566,103 +567,6 @@ impl SqlStore {
     /// A study's trajectories in flight (admitted, not finished), for the batch rule.
     async fn in_flight(&self, tx: &mut Transaction<'_, Any>, study: &str) -> Result<u32, StoreError> {
         count_trajectories(tx, study, "state IN ('running', 'replaying')").await
-    }
-
-    /// A study's spec, trajectories and outcomes — all of them, or only trajectory `only` (then
-    /// the spec lists only that trajectory too).
-    async fn load_study(&self, study: &str, only: Option<&str>) -> Result<StudyRecord, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let row = sqlx::query("SELECT state, spec_json, selection_json FROM studies WHERE id = $1")
-            .bind(study)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
-        let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
-        let selection = json_column::<vcurve_method::selection::Selection>(&row, "selection_json")?;
-        let mut spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
-        if let Some(only) = only {
-            spec.trajectories.retain(|t| t.id == only);
-        }
-        let mut outcomes: HashMap<String, Vec<(Series, u32, u32, Outcome)>> = HashMap::new();
-        let mut cap_hits: HashMap<String, u32> = HashMap::new();
-        for r in sqlx::query(
-            "SELECT trajectory, series, t, seed, state, success, end_type FROM continuations \
-             WHERE study = $1 AND state IN ('done', 'retired') AND (CAST($2 AS TEXT) IS NULL OR trajectory = $2) \
-             ORDER BY trajectory, series, t, seed",
-        )
-        .bind(study)
-        .bind(only)
-        .fetch_all(&mut *tx)
-        .await?
-        {
-            if r.try_get::<Option<String>, _>("end_type")?.as_deref() == Some("step_cap") {
-                *cap_hits.entry(r.try_get("trajectory")?).or_default() += 1;
-            }
-            outcomes.entry(r.try_get("trajectory")?).or_default().push((
-                series_of(&r.try_get::<String, _>("series")?)?,
-                get_u32(&r, "t")?,
-                get_u32(&r, "seed")?,
-                outcome_of(&r)?,
-            ));
-        }
-        let mut trajectories = Vec::new();
-        for r in sqlx::query(
-            "SELECT id, state, stage, plan_json, replay_json, non_replayable_json FROM trajectories \
-             WHERE study = $1 AND (CAST($2 AS TEXT) IS NULL OR id = $2) ORDER BY ord",
-        )
-        .bind(study)
-        .bind(only)
-        .fetch_all(&mut *tx)
-        .await?
-        {
-            let id: String = r.try_get("id")?;
-            trajectories.push(TrajectoryRecord {
-                state: TrajectoryState::parse(&r.try_get::<String, _>("state")?)
-                    .ok_or_else(|| corrupt("trajectory state"))?,
-                stage: stage_of(&r.try_get::<String, _>("stage")?)?,
-                plan: serde_json::from_str(&r.try_get::<String, _>("plan_json")?).map_err(corrupt)?,
-                outcomes: outcomes.remove(&id).unwrap_or_default(),
-                cap_hits: cap_hits.remove(&id).unwrap_or(0),
-                non_replayable: json_column::<NonReplayable>(&r, "non_replayable_json")?,
-                replay: json_column::<Replayed>(&r, "replay_json")?,
-                id,
-            });
-        }
-        let mut evaluation = self.verdict_totals(&mut *tx, study).await?;
-        evaluation.empty_patches = sqlx::query(
-            "SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND state = 'done' AND judged = 'empty_patch'",
-        )
-        .bind(study)
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get::<i64, _>("n")?
-        .max(0) as u64;
-        // Base runs go through the patch cache too; their outcomes are in their jobs' results.
-        let mut base_runs = Vec::new();
-        for r in sqlx::query(
-            "SELECT subject, seq, result_json FROM jobs WHERE study = $1 AND kind = 'base_run' AND state = 'done' \
-             ORDER BY subject, seq",
-        )
-        .bind(study)
-        .fetch_all(&mut *tx)
-        .await?
-        {
-            if let Some(JobReport::Outcome(o)) = json_column::<JobReport>(&r, "result_json")? {
-                base_runs.push(vcurve_record::BaseRunRecord {
-                    subject: r.try_get("subject")?,
-                    seed: get_u32(&r, "seq")?,
-                    success: o.success,
-                    steps: o.steps,
-                    end_type: o.end_type,
-                });
-                evaluation.base_run_outcomes += 1;
-                if o.judged == vcurve_record::jobs::Judged::EmptyPatch {
-                    evaluation.empty_patches += 1;
-                }
-            }
-        }
-        tx.commit().await?;
-        Ok(StudyRecord { id: study.to_string(), state, spec, trajectories, evaluation, base_runs, selection })
     }
 
     /// `IN ($first, …)` over the runner kinds a worker offers.
@@ -1605,7 +1509,7 @@ impl Store for SqlStore {
     }
 
     async fn study(&self, study: &str) -> Result<StudyRecord, StoreError> {
-        self.load_study(study, None).await
+        self.collect_study(study, None).await
     }
 
     async fn restart_checks_of(&self, study: &str) -> Result<Vec<String>, StoreError> {
@@ -1626,7 +1530,7 @@ impl Store for SqlStore {
     }
 
     async fn trajectory(&self, study: &str, trajectory: &str) -> Result<Option<StudyRecord>, StoreError> {
-        let record = self.load_study(study, Some(trajectory)).await?;
+        let record = self.collect_study(study, Some(trajectory)).await?;
         Ok((!record.trajectories.is_empty()).then_some(record))
     }
 
@@ -1745,5 +1649,13 @@ impl Store for SqlStore {
             ))
         })
         .collect()
+    }
+
+    async fn study_parts(
+        &self,
+        study: &str,
+        parts: tokio::sync::mpsc::Sender<super::StudyPart>,
+    ) -> Result<(), StoreError> {
+        self.send_study(study, None, &parts).await
     }
 }
