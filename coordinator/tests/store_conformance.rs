@@ -11,7 +11,7 @@ use vcurve_coordinator::model::{
     ContinuationKey, HeldJob, JobKey, JobKind, JobReport, LeasedJob, ReportVerdict, StudyRecord, StudyState,
     TrajectoryState,
 };
-use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
+use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store, StudyPart};
 use vcurve_coordinator::testing::{TestStore, Tr, no_renderer, spec, step_outcome};
 use vcurve_method::schedule::Series;
 use vcurve_record::EndType;
@@ -318,6 +318,71 @@ async fn one_trajectory_reads_as_its_own_study_record() {
         assert_eq!(one.trajectories[0], whole.trajectories[1], "{}", ts.name);
         assert!(c.store().trajectory(&study, "third").await.unwrap().is_none());
         assert!(c.store().trajectory("no-such-study", "second").await.is_err());
+        ts.finish().await;
+    }
+}
+
+/// Every part `study_parts` sends, and whether the read ended without an error.
+async fn parts_of(store: &SqlStore, study: &str) -> (Vec<StudyPart>, Result<(), String>) {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
+    let read = store.study_parts(study, sender);
+    let collect = async {
+        let mut parts = Vec::new();
+        while let Some(p) = receiver.recv().await {
+            parts.push(p);
+        }
+        parts
+    };
+    let (read, parts) = tokio::join!(read, collect);
+    (parts, read.map_err(|e| e.to_string()))
+}
+
+#[tokio::test]
+async fn a_study_read_in_parts_is_its_record_head_first_then_each_trajectory_in_order() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        // Ids out of alphabetical order: the parts follow the spec's order, not the ids'.
+        let trs = [
+            Tr { id: "zeta", length: 40, cliff: 20, p: 1.0, labels: "" },
+            Tr { id: "alpha", length: 30, cliff: 10, p: 0.75, labels: "j: 10" },
+            Tr { id: "mid", length: 35, cliff: 30, p: 1.0, labels: "" },
+        ];
+        let (yaml, files) = spec("parts", "controls: {sanity: 1, retest: 1}\n", &trs);
+        let study = c.launch(&yaml, &files).await.unwrap();
+        // Partway: some outcomes in, the study still running.
+        let w = c.register("w", 8, &["synthetic".into()], "2.0").await.unwrap();
+        for _ in 0..5 {
+            for job in lease(&c, &w, 8).await {
+                let success = step_outcome(20, ck(&job).t, ck(&job).seed);
+                c.report(&w, &held(&job), &outcome(success)).await.unwrap();
+            }
+        }
+        let whole = c.store().study(&study).await.unwrap();
+        assert!(whole.trajectories.iter().map(|t| t.outcomes.len()).sum::<usize>() >= 30, "{}", ts.name);
+        let (parts, read) = parts_of(&ts.store, &study).await;
+        read.unwrap();
+        let mut parts = parts.into_iter();
+        let Some(StudyPart::Head(head)) = parts.next() else { panic!("{}: the head does not come first", ts.name) };
+        let trajectories: Vec<_> = parts
+            .map(|p| match p {
+                StudyPart::Trajectory(t) => *t,
+                StudyPart::Head(_) => panic!("{}: a second head", ts.name),
+            })
+            .collect();
+        assert!(head.trajectories.is_empty(), "{}", ts.name);
+        assert_eq!(StudyRecord { trajectories, ..*head }, whole, "{}", ts.name);
+        assert_eq!(whole.trajectories.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["zeta", "alpha", "mid"]);
+
+        // An unknown study is an error; a receiver that goes away ends the read quietly.
+        let (parts, read) = parts_of(&ts.store, "no-such-study").await;
+        assert!(parts.is_empty() && read.unwrap_err().contains("no-such-study"), "{}", ts.name);
+        let (sender, mut receiver) = tokio::sync::mpsc::channel(1);
+        let read = ts.store.study_parts(&study, sender);
+        let take_one = async move { receiver.recv().await.is_some() };
+        let (read, got) = tokio::join!(read, take_one);
+        assert!(got && read.is_ok(), "{}: {read:?}", ts.name);
+        // The store still serves after a read that stopped halfway (its transaction ended).
+        assert_eq!(c.store().study(&study).await.unwrap(), whole, "{}", ts.name);
         ts.finish().await;
     }
 }

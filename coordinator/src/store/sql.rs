@@ -222,11 +222,10 @@ impl SqlStore {
         let pool = match backend {
             Backend::Postgres => AnyPoolOptions::new().max_connections(16).connect(url).await?,
             Backend::Sqlite => {
-                let url = if url.contains("memory") || url.contains('?') {
-                    url.to_string()
-                } else {
-                    format!("{url}?mode=rwc")
-                };
+                // `sqlite::memory:` (or `mode=memory`) is in memory; a file whose path merely says
+                // "memory" is a file.
+                let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+                let url = if in_memory || url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
                 // One connection, kept forever: SQLite serializes writers anyway, and an in-memory
                 // database lives only as long as its connection.
                 AnyPoolOptions::new()

@@ -303,3 +303,43 @@ fn the_cache_check_compares_the_runs_judged_with_the_runs_that_ended() {
     let json = serde_json::to_value(results(&s).unwrap()).unwrap();
     assert_eq!(json["evaluation"]["base_run_outcomes"], 8);
 }
+
+/// A study of `n` trajectories with hundreds of outcomes each, over every series, under a real
+/// schedule (so the stage counts are rebuilt from the outcomes).
+fn many_outcomes(n: usize) -> StudyRecord {
+    let trajectories = (0..n)
+        .map(|i| {
+            let (spec, mut record) = trajectory(&format!("t{i:03}"), Replay::NotRecorded, 0);
+            record.outcomes.clear();
+            for series in [Series::Main, Series::Retest, Series::FullBudget] {
+                for t in 0..LENGTH {
+                    for seed in 0..40 {
+                        let o = match (t * 7 + seed + i as u32) % 11 {
+                            0 => Outcome::Retired,
+                            k if k < 6 && t < 5 => Outcome::Success,
+                            _ => Outcome::Failure,
+                        };
+                        record.outcomes.push((series, t, seed, o));
+                    }
+                }
+            }
+            record.cap_hits = i as u32 % 3;
+            (spec, record)
+        })
+        .collect();
+    let mut study = study(SYNTHETIC, trajectories, EvaluationStats::default());
+    study.spec.schedule = vcurve_method::schedule::variants::variant_names()[0].to_string();
+    study
+}
+
+#[test]
+fn a_study_exported_one_trajectory_at_a_time_has_the_same_bytes() {
+    let study = many_outcomes(30);
+    assert_eq!(study.trajectories.iter().map(|t| t.outcomes.len()).sum::<usize>(), 30 * 3 * 10 * 40);
+    let whole = files(&study).unwrap();
+    let head = StudyRecord { trajectories: Vec::new(), ..study.clone() };
+    assert_eq!(files_from(&head, study.trajectories.iter()).unwrap(), whole);
+    assert_eq!(files_from(&head, study.trajectories.clone()).unwrap(), whole);
+    let results = results(&study).unwrap();
+    assert_eq!(results_from(&head, study.trajectories.clone()).unwrap(), results);
+}

@@ -1,0 +1,125 @@
+//! The export read one trajectory at a time gives the bytes of the whole record's export, on both
+//! backends; `vcurve bench memory` runs end to end on a small count.
+
+use std::time::Duration;
+
+use vcurve_cli::render::ReportRenderer;
+use vcurve_coordinator::core::{Coordinator, Timing};
+use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict};
+use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
+use vcurve_coordinator::testing::{TestStore, Tr, spec, step_outcome};
+use vcurve_record::EndType;
+use vcurve_record::jobs::{Judged, RunOutcome};
+
+fn timing() -> Timing {
+    Timing {
+        lease: LeasePolicy { timeout_ms: 30_000 },
+        heartbeat_interval: Duration::from_secs(10),
+        max_lease_wait: Duration::ZERO,
+    }
+}
+
+/// Run `study` to its end with deterministic outcomes; returns how many were reported.
+async fn run_to_end(c: &Coordinator<SqlStore>, study: &str) -> u64 {
+    let w = c.register("w", 32, &["synthetic".into()], "2.0").await.unwrap();
+    let mut reported = 0;
+    loop {
+        let jobs = c.lease(&w, 32, Duration::ZERO).await.unwrap();
+        if jobs.is_empty() {
+            break;
+        }
+        for job in jobs {
+            let key = job.key.continuation().expect("a continuation").clone();
+            let cliff = 10 + key.trajectory.trim_start_matches('t').parse::<u32>().unwrap() % 25;
+            let outcome = JobReport::Outcome(RunOutcome {
+                success: step_outcome(cliff, key.t, key.seed),
+                steps: 3,
+                end_type: if key.seed % 5 == 4 { EndType::StepCap } else { EndType::Submitted },
+                patch_sha256: String::new(),
+                judged: Judged::Evaluated,
+                recorded: None,
+            });
+            let held = HeldJob { key: job.key.clone(), attempt: job.attempt };
+            assert_eq!(c.report(&w, &held, &outcome).await.unwrap(), ReportVerdict::Accepted);
+            reported += 1;
+        }
+    }
+    reported
+}
+
+#[tokio::test]
+async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
+    let mut stores = vec![TestStore::sqlite().await];
+    if std::env::var_os("VCURVE_TEST_POSTGRES").is_some() {
+        stores.push(TestStore::postgres().await);
+    }
+    let ids: Vec<String> = (0..24).map(|i| format!("t{i:02}")).collect();
+    let trs: Vec<Tr> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Tr {
+            id: id.clone().leak(),
+            length: 40 + i as u32,
+            cliff: 10 + i as u32 % 25,
+            p: 0.8,
+            labels: "",
+        })
+        .collect();
+    let (yaml, files) = spec("many", "controls: {sanity: 2, retest: 2, budget_control: 2}\n", &trs);
+    let mut exports = Vec::new();
+    for ts in stores {
+        let c = Coordinator::new(ts.store.clone(), timing(), ReportRenderer::shared());
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let reported = run_to_end(&c, &study).await;
+        assert!(reported > 2_000, "{}: only {reported} outcomes", ts.name);
+        let streamed = c.export(&study).await.unwrap();
+        let whole = vcurve_report::export::files(&c.store().study(&study).await.unwrap()).unwrap();
+        assert_eq!(streamed.keys().collect::<Vec<_>>(), whole.keys().collect::<Vec<_>>(), "{}", ts.name);
+        for (name, bytes) in &whole {
+            assert!(streamed[name] == *bytes, "{}: {name} differs", ts.name);
+        }
+        assert!(c.export("no-such-study").await.is_err());
+        exports.push(streamed);
+        ts.finish().await;
+    }
+    assert!(exports.windows(2).all(|w| w[0] == w[1]), "the backends export different bytes");
+}
+
+#[test]
+fn bench_memory_measures_at_each_count_and_exports() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcurve"))
+        .args(["bench", "memory", "--at", "300,900", "--workers", "4", "--slots", "8", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let points = report["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2, "{report:#}");
+    for (p, at) in points.iter().zip([300, 900]) {
+        assert!(p["finished"].as_u64().unwrap() >= at, "{p}");
+        assert!(p["vm_rss_bytes"].as_u64().unwrap() > 0 && p["vm_hwm_bytes"].as_u64().unwrap() > 0, "{p}");
+        assert!(p["store_bytes"].as_u64().unwrap() > 0, "{p}");
+    }
+    let export = &report["export"];
+    assert!(export["files"].as_u64().unwrap() >= 5 && export["bytes"].as_u64().unwrap() > 0, "{export}");
+    assert!(export["vm_rss_peak_bytes"].as_u64().unwrap() > 0, "{export}");
+    assert!(stderr.contains("memory bench:"), "{stderr}");
+
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_vcurve"))
+        .args(["bench", "memory", "--at", "900,300"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("ascending"));
+}
+
+#[tokio::test]
+async fn a_sqlite_file_whose_path_says_memory_is_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memory-bench").join("store.sqlite");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let store = SqlStore::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+    assert!(store.list_studies().await.unwrap().is_empty());
+    assert!(path.exists(), "{} was not created", path.display());
+}
