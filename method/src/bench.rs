@@ -354,21 +354,19 @@ mod tests {
     #[test]
     fn adaptive_beside_paper_on_the_same_outcomes() {
         // Issue 14's targets at a small size (docs/method.md has the figures at 2,000 per family).
-        let (paper, adaptive) = (paper_bench(150, 1), bench("adaptive", 150, 1));
+        let (paper, adaptive) = (paper_bench(300, 1), bench("adaptive", 300, 1));
         for family in ["plateau_cliff", "cliff", "erosion", "flat"] {
             let (p, a) = (&paper.families[family], &adaptive.families[family]);
             let ratio = a.continuations_mean / p.continuations_mean;
-            // At most half on plateau-cliff and flat curves; cliffs and erosions miss it (≈ 0.56
-            // and 0.58 at 2,000 per family), which this bounds so that it cannot grow unnoticed.
-            let most = if matches!(family, "plateau_cliff" | "flat") { 0.5 } else { 0.6 };
-            assert!(ratio <= most, "{family}: cost ratio {ratio:.3}");
+            assert!(ratio <= 0.5, "{family}: cost ratio {ratio:.3}");
             // Certification on cliffs and erosions no more than 0.01 below paper's, none on flat.
             assert!(a.pnr_certified >= p.pnr_certified - 0.01, "{family}: {a:?} against {p:?}");
-            // Within one step on big cliffs (the sampling error of 150 curves allows 0.05 here;
-            // at 2,000 per family adaptive is at or above paper on every family).
+            // Within one step on big cliffs and the shape: the sampling error of 300 curves allows
+            // 0.05 here (on cliffs, 0.891 against 0.934 on these curves); at 2,000 per family
+            // adaptive is within 0.02 of paper on every family.
             let within = |r: &FamilyReport| r.big_cliff_within_one.unwrap();
             assert!(within(a) >= within(p) - 0.05, "{family}: big±1 {} against {}", within(a), within(p));
-            if matches!(family, "plateau_cliff" | "cliff") {
+            if family != "flat" {
                 let shape = |r: &FamilyReport| r.shape_accuracy.unwrap();
                 assert!(shape(a) >= shape(p) - 0.05, "{family}: shape {} against {}", shape(a), shape(p));
             }

@@ -466,38 +466,49 @@ fn pending_ks(s: &TrajectorySchedule) -> Vec<(u32, u32)> {
 }
 
 #[test]
-fn adaptive_screens_at_k4_then_certifies_the_boundary_of_the_zero_tail() {
+fn adaptive_screens_in_waves_and_stops_at_the_first_certified_zero_anchor() {
     let mut s = adaptive(40, &[]);
     let world = step_at(23);
-    assert_eq!(pending_ts(&s, Series::Main), vec![0, 5, 10, 15, 20, 25, 30, 35, 39]);
-    assert_eq!(s.pending().len(), 9 * 4);
+    // The first wave: four anchors at K = 4.
     assert_eq!(s.params().k_screen, 4);
+    assert_eq!(pending_ks(&s), vec![(0, 4), (5, 4), (10, 4), (15, 4)]);
     answer_pending(&mut s, &world);
-    // The zero tail starts at 25, the latest success is at 20: bisect the boundary at 8.
+    // No anchor without a success yet: the next wave of three.
     assert_eq!(s.stage(), Stage::Pnr);
-    assert_eq!(pending_ks(&s), vec![(22, 8)]);
+    assert_eq!(pending_ks(&s), vec![(20, 4), (25, 4), (30, 4)]);
     answer_pending(&mut s, &world);
-    assert_eq!(pending_ks(&s), vec![(23, 8)]);
-    answer_pending(&mut s, &world);
-    // 23 has no success and 22 has: look at 23, in steps, to K_CERTIFY = 26.
-    assert_eq!(pending_ks(&s), vec![(23, 16)]);
-    answer_pending(&mut s, &world);
-    assert_eq!(pending_ks(&s), vec![(23, 26)]);
-    answer_pending(&mut s, &world);
-    assert_eq!(s.memory().certified_anchor, Some(23));
-    // Nothing after the certified point is sampled beyond screening.
-    run_to_end(&mut s, &world);
-    for t in [25, 30, 35, 39] {
-        assert_eq!(s.points().requested(Series::Main, t), 4, "t = {t}");
+    // 25 and 30 have no success: a run of two, so 25 is looked at, four continuations at a time,
+    // to K_CERTIFY = 26.
+    for k in [8, 12, 16, 20, 24, 26] {
+        assert_eq!(pending_ks(&s), vec![(25, k)]);
+        answer_pending(&mut s, &world);
     }
+    assert_eq!(s.memory().certified_anchor, Some(25));
+    // The anchors after the certified point are never sampled; refinement brackets the cliff.
+    run_to_end(&mut s, &world);
+    for t in [35, 39] {
+        assert_eq!(s.points().requested(Series::Main, t), 0, "t = {t}");
+    }
+    assert_eq!(s.points().requested(Series::Main, 30), 4);
     let analysis = crate::analyze(40, &s.points().sampled(Series::Main), None, 100, s.params()).unwrap();
     assert_eq!(
         (analysis.pnr, analysis.t_star, analysis.decisive_interval.map(|i| (i.a, i.b))),
-        (23, Some(23), Some((22, 23)))
+        (25, Some(23), Some((22, 23)))
     );
     assert_eq!(s.memory().confirmed, vec![(22, 23)]);
-    // Confirmation raised the end with successes to 16; the certified end already has 26.
-    assert_eq!((s.points().requested(Series::Main, 22), s.points().requested(Series::Main, 23)), (16, 26));
+    assert_eq!((s.points().requested(Series::Main, 22), s.points().requested(Series::Main, 23)), (16, 16));
+}
+
+#[test]
+fn adaptive_completes_a_run_before_it_looks() {
+    // The value is lost at 13: the first wave ends in one anchor without a success (15), so the
+    // next wave is the one anchor that completes a run of two.
+    let mut s = adaptive(40, &[]);
+    let world = step_at(13);
+    answer_pending(&mut s, &world);
+    assert_eq!(pending_ks(&s), vec![(20, 4)]);
+    answer_pending(&mut s, &world);
+    assert_eq!(pending_ks(&s), vec![(15, 8)]);
 }
 
 #[test]
@@ -529,6 +540,12 @@ fn adaptive_certification_costs_and_bounds() {
     assert!((look_cost(4, 26) - 0.8f64.powi(22)).abs() < 1e-15);
     assert!((look_cost(0, 26) - 0.8f64.powi(26)).abs() < 1e-15);
     assert!(6.0 * look_cost(4, 26) <= 0.05 && 7.0 * look_cost(4, 26) > 0.05);
+    // The 16 anchors of T = 100, the most of any T ≤ B, are covered by α at once; 17 would not be.
+    use crate::schedule::variants::adaptive::anchors_covered;
+    let most = (1..=100).map(|t| params.anchors(t).len()).max().unwrap();
+    assert_eq!(most, 16);
+    assert!(anchors_covered(16, 26, 0.05) && !anchors_covered(17, 26, 0.05));
+    assert!(!anchors_covered(16, 24, 0.05));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! `adaptive`: far fewer continuations than `paper` at close to its accuracy (issue 14), with a
+//! `adaptive`: at most half of `paper`'s continuations at its accuracy (issue 14), with a
 //! point-of-no-return certification whose false-certification rate holds under its repeated
 //! looks. Opt-in; `paper` stays the default. docs/method.md gives its measured figures.
 //!
@@ -7,46 +7,53 @@
 //! like `paper`: the same outcomes in any order, or all at once after a restart, give the same
 //! requests.
 //!
-//! 1. **Screen** every anchor at `K = 4` (a point is resolved from `n ≥ 4`).
-//! 2. **Certify** (stage `pnr`), before any other stage raises a point. The *zero tail* is the run
-//!    of anchors up to `T − 1` with no success. Between the latest point with a success and the
-//!    tail, bisect the boundary with midpoints at 8; then look at the earliest point with no
-//!    success: raise it to 8, 16 and [`K_CERTIFY`], stopping at the first success. No success in
-//!    `K_CERTIFY` certifies it. After one failed look at the boundary, the looks go to the tail's
-//!    anchors from the left, the points most likely to hold no value. Every look is paid for from
-//!    the error budget `α` ([`look_cost`]); when the budget cannot pay the next look, the search
-//!    ends uncertified.
+//! 1. **Screen** the first [`FIRST_WAVE`] anchors at `K = 4` (a point is resolved from `n ≥ 4`).
+//! 2. **Certify** (stage `pnr`), in waves left to right, before any other stage raises a point.
+//!    A *candidate* is the earliest screened anchor with no success that starts a run of
+//!    [`ZERO_RUN`] such anchors (or a shorter run that ends at `T − 1`). While there is none, screen
+//!    the next [`WAVE`] anchors (only as many as complete a run when the screened anchors end in
+//!    one). A candidate is *looked at*: raised [`LOOK_STEP`] at a time to [`K_CERTIFY`], stopping
+//!    at the first success; no success in `K_CERTIFY` certifies it and ends the screening — the
+//!    anchors after a certified point are never sampled. A look that finds a success sends the
+//!    search on to the next candidate. If the search ends uncertified, the anchors left are
+//!    screened.
 //! 3. **Refine** (stage `bisect`): read the estimator's decisive interval off the points so far
 //!    ([`crate::analyze`], the same analysis a study reports) and sample where it is not settled:
-//!    `t = 0` and the ends of every pair whose fitted drop is at least half the largest to 8, then
-//!    the decisive interval's midpoint at 8, until the decisive interval is one step wide (or 12
-//!    rounds). The fit, not a fixed recursion, picks the half to go on with.
-//! 4. **Confirm**: the decisive interval's ends to `K_confirm = 16` (not 32: measured, 32 bought
-//!    no accuracy issue 14's targets count), and where the concentration is within
-//!    0.15 of the cliff threshold (the shape is open) `t = 0` and the resolved points on either
-//!    side too. If that moves the decisive interval, go on with the new one — its midpoint at 8
-//!    when it is wider than a step — for at most 3 rounds.
+//!    `t = 0` and the ends of every pair whose fitted drop is at least [`REFINE_SHARE`] of the
+//!    largest to 8, then the decisive interval's midpoint at 8, until the decisive interval is one
+//!    step wide (or 12 rounds) — unless the fit is a *settled erosion* ([`settled_erosion`]),
+//!    whose shape no further bisection changes. The fit, not a fixed recursion, picks the half.
+//! 4. **Confirm**: nothing on a settled erosion; otherwise the decisive interval's ends to
+//!    `K_confirm = 16`, and where the concentration is open (within [`OPEN_BELOW`] under or
+//!    [`OPEN_ABOVE`] over the cliff threshold) `t = 0` to [`K_TOTAL`] and the resolved points on
+//!    either side to 16 too. If that moves the decisive interval, go on with the new one — its
+//!    midpoint at 8 when it is wider than a step — for at most [`MAX_CONFIRM_ROUNDS`] rounds.
 //! 5. Label probes and controls as `paper`, raised no further than a point can go without
 //!    certifying (`Capped`).
 //!
 //! ## Why the certification keeps its error rate under repeated looks
 //!
 //! The estimator certifies a point whose one-sided Wilson bound is at most `ε`; under this schedule
-//! at [`certification_z`], chosen so that no success certifies exactly from `n = K_CERTIFY` on.
-//! Outside the certification stage no point is raised to a size at which its successes so far
-//! could certify (`Capped`), so a curve certifies only through a look. A look at a point with
-//! `n` continuations and no success certifies only if the `K_CERTIFY − n` still to come all fail:
-//! on a curve with `V ≥ 0.2` at every `t < T`, probability at most `0.8^(K_CERTIFY − n)`, whatever
-//! the looks before it saw. The stage pays that before the look (a midpoint's look is paid before
-//! it is sampled, `n = 0`) and never spends more than `α` in all, so by the union bound over the
-//! looks at most `α` = 5% of such curves certify a point of no return before `T`.
+//! at [`certification_z`], chosen so that no success certifies exactly from `n = K_CERTIFY` on,
+//! and one success not below 38. Outside the certification stage no point is raised to a size at
+//! which its successes so far could certify (`Capped`), and the certification stage raises a point
+//! no further than `K_CERTIFY`, stopping at a success; so a point certifies only with its first
+//! `K_CERTIFY` continuations all failures. On a curve with `V ≥ 0.2` at every `t < T` that has
+//! probability at most `0.8^K_CERTIFY` = 0.0030 for any one point, whatever the schedule saw
+//! elsewhere or decided. Looks go only to anchors, a set fixed by `T` before any outcome, so by
+//! the union bound over the anchors at most `A · 0.8^K_CERTIFY` of such curves certify a point of
+//! no return before `T`, however many looks the search takes: 0.048 for the 16 anchors of
+//! `T = 100` (the most any `T ≤ B = 100` has), under `α` = 5%. Where a study's anchors are too
+//! many for that (`A · 0.8^K_CERTIFY > α`), each look is paid for instead before it starts
+//! ([`look_cost`]: `0.8^(K_CERTIFY − n)` at `n` continuations, all failures), the search ends when
+//! `α` cannot pay the next, and the union bound runs over the looks.
 
 use std::collections::BTreeSet;
 
 use super::Variant;
 use crate::Thresholds;
 use crate::curve::CurveAnalysis;
-use crate::schedule::lanes::{self, Lane, LaneContext, Memory};
+use crate::schedule::lanes::{Lane, LaneContext, Memory};
 use crate::schedule::{Points, Series, Stage, Target};
 use crate::stats::wilson_upper;
 use crate::{analyze, meets_at_most};
@@ -56,19 +63,37 @@ pub struct Adaptive;
 
 /// Screening `K`; also the least `n` of a resolved point.
 const K_SCREEN: u32 = 4;
-/// Where a look, a refinement or a boundary midpoint samples first.
+/// Where a refinement samples a point first.
 const K_STEP: u32 = 8;
 /// The continuations without a success that certify a point (the study's `k_pnr` if larger): two
-/// more than `paper`'s 24, so that a look at a screened anchor costs `0.8^22` = 0.0074 of `α`.
+/// more than `paper`'s 24, so that the 16 anchors of `T = 100` hold `16 · 0.8^26` = 0.048 ≤ `α`.
 pub const K_CERTIFY: u32 = 26;
 /// The confirmation `K` (the estimator's `k_confirm` under this schedule).
 const K_CONFIRM: u32 = 16;
+/// Where an open shape raises `t = 0`, whose value is the total of every drop.
+const K_TOTAL: u32 = 20;
+/// Anchors screened before the first look.
+pub const FIRST_WAVE: usize = 4;
+/// Anchors screened at a time after that.
+pub const WAVE: usize = 3;
+/// Anchors with no success in a row that make a candidate for a look.
+pub const ZERO_RUN: usize = 2;
+/// A look raises its point this many continuations at a time, so that it stops soon after a
+/// success.
+pub const LOOK_STEP: u32 = 4;
 /// A pair whose fitted drop is at least this share of the largest could be the decisive one.
-const REFINE_SHARE: f64 = 0.5;
-/// How close to the cliff threshold a concentration leaves the shape open.
-const SHAPE_MARGIN: f64 = 0.15;
+const REFINE_SHARE: f64 = 0.75;
+/// A concentration this far below the cliff threshold, with a largest fitted drop below
+/// [`SETTLED_DROP`], is a settled erosion.
+const SETTLED_BELOW: f64 = 0.15;
+/// The largest fitted drop below which a settled erosion has no big cliff to locate.
+const SETTLED_DROP: f64 = 0.2;
+/// How far below the cliff threshold a concentration leaves the shape open.
+const OPEN_BELOW: f64 = 0.1;
+/// How far above the cliff threshold a concentration leaves the shape open.
+const OPEN_ABOVE: f64 = 0.2;
 /// Rounds of confirmation, at most.
-const MAX_CONFIRM_ROUNDS: u32 = 3;
+const MAX_CONFIRM_ROUNDS: u32 = 6;
 /// Rounds of refinement, at most.
 const MAX_REFINE_ROUNDS: u32 = 12;
 /// The curves the certification guarantee is about: `V(h_t) ≥ HOLDING` at every `t < T`.
@@ -78,6 +103,12 @@ pub const HOLDING: f64 = 0.2;
 /// chance that the `k_certify − n` continuations still to come all fail when `V ≥ HOLDING`.
 pub fn look_cost(n: u32, k_certify: u32) -> f64 {
     (1.0 - HOLDING).powi(k_certify.saturating_sub(n) as i32)
+}
+
+/// Whether `α` covers every anchor's certification at once: `anchors · 0.8^k_certify ≤ α`
+/// (module docs). Then looks at anchors need no payment.
+pub fn anchors_covered(anchors: usize, k_certify: u32, alpha: f64) -> bool {
+    anchors as f64 * look_cost(0, k_certify) <= alpha + crate::TOLERANCE
 }
 
 /// The one-sided Wilson `z` under which no success in `n` certifies (`U ≤ ε`) exactly from
@@ -99,7 +130,7 @@ impl Variant for Adaptive {
     }
 
     fn summary(&self) -> &'static str {
-        "screen at K = 4, certify in paid looks (false certification ≤ α), refine where the fit is open, confirm at 16"
+        "screen at K = 4 in waves to the first certified zero anchor (false certification ≤ α), refine and confirm at 16 where the fit is open"
     }
 
     fn params(&self, study: &Thresholds) -> Thresholds {
@@ -120,7 +151,7 @@ impl Variant for Adaptive {
     fn lanes(&self, stage: Stage, ctx: &LaneContext, memory: &Memory, points: &Points) -> Vec<Box<dyn Lane>> {
         let cap = Cap { z: ctx.params.z_one_sided, epsilon: ctx.params.epsilon };
         match stage {
-            Stage::Screen => vec![Box::new(lanes::Screen::new(ctx))],
+            Stage::Screen => vec![Box::new(FirstWave { targets: Some(first_wave(ctx)) })],
             Stage::Pnr => vec![Box::new(Certify::new(ctx))],
             Stage::Bisect => vec![Box::new(Capped { inner: Refine { ctx: ctx.clone(), rounds: 0 }, cap })],
             Stage::Confirm => vec![Box::new(Capped { inner: Confirm { ctx: ctx.clone(), rounds: 0 }, cap })],
@@ -130,6 +161,22 @@ impl Variant for Adaptive {
                 .collect(),
             _ => super::paper_lanes(stage, ctx, memory, points),
         }
+    }
+}
+
+/// The first wave of screening.
+fn first_wave(ctx: &LaneContext) -> Vec<Target> {
+    ctx.anchors.iter().take(FIRST_WAVE).map(|&t| main_target(t, K_SCREEN)).collect()
+}
+
+/// Screening, step 1: the first wave.
+struct FirstWave {
+    targets: Option<Vec<Target>>,
+}
+
+impl Lane for FirstWave {
+    fn next(&mut self, _: &Points, _: &mut Memory) -> Option<Vec<Target>> {
+        self.targets.take()
     }
 }
 
@@ -143,6 +190,15 @@ fn decisive(ctx: &LaneContext, points: &Points) -> Option<(CurveAnalysis, u32, u
         .expect("the schedule's own points are valid");
     let pair = analysis.decisive_interval?;
     Some((analysis, pair.a, pair.b))
+}
+
+/// A *settled erosion*: the fit reads as an erosion with a margin and its largest drop is small,
+/// so neither the shape nor a big cliff's `t*` depends on more samples around the decisive
+/// interval. (Measured: confirming such curves moved their decisive interval among similar small
+/// drops and read more of them as cliffs, at 10–30 continuations per curve.)
+fn settled_erosion(ctx: &LaneContext, analysis: &CurveAnalysis) -> bool {
+    let c = analysis.concentration.unwrap_or(1.0);
+    c < ctx.params.cliff_threshold - SETTLED_BELOW && analysis.decisive_drop.unwrap_or(1.0) < SETTLED_DROP
 }
 
 /// How far a point may be raised outside the certification stage.
@@ -181,22 +237,22 @@ impl<L: Lane + ?Sized> Lane for Box<L> {
     }
 }
 
-/// The certification stage (module docs, step 2).
+/// The certification stage with screening in waves (module docs, step 2).
 struct Certify {
     anchors: Vec<u32>,
     k_pnr: u32,
     z: f64,
     epsilon: f64,
     alpha: f64,
-    /// The error rate spent on looks so far.
+    /// `α` covers every anchor at once: looks need no payment.
+    covered: bool,
+    /// The error rate spent on looks so far (when not `covered`).
     spent: f64,
-    /// Points whose look is paid for: raising them to `K_pnr` may certify.
+    /// Anchors whose look is paid for: raising them to `K_pnr` may certify.
     looked: BTreeSet<u32>,
-    /// A look at the boundary between the last success and the zero tail found a success.
-    failed: bool,
-    /// The point a look raised last.
-    looking: Option<u32>,
-    /// The search is over.
+    /// Anchors `anchors[..screened]` are screened.
+    screened: usize,
+    /// The search is over: screen what is left, then end.
     finished: bool,
 }
 
@@ -208,10 +264,10 @@ impl Certify {
             z: ctx.params.z_one_sided,
             epsilon: ctx.params.epsilon,
             alpha: ctx.params.alpha,
+            covered: anchors_covered(ctx.anchors.len(), ctx.params.k_pnr, ctx.params.alpha),
             spent: 0.0,
             looked: BTreeSet::new(),
-            failed: false,
-            looking: None,
+            screened: FIRST_WAVE.min(ctx.anchors.len()),
             finished: false,
         }
     }
@@ -221,10 +277,11 @@ impl Certify {
         n > 0 && s == 0 && meets_at_most(wilson_upper(s, n, self.z), self.epsilon)
     }
 
-    /// Pay for a look at `t`, which has `n` continuations and no success: it certifies only if
-    /// the `K_pnr − n` still to come all fail. `false` when the budget `α` does not cover it.
+    /// A look at anchor `t`, which has `n` continuations and no success, may go ahead: `α`
+    /// covers every anchor, or it pays for this look (it certifies only if the `K_pnr − n` still
+    /// to come all fail). `false` when the budget cannot pay.
     fn pay(&mut self, t: u32, n: u32) -> bool {
-        if self.looked.contains(&t) {
+        if self.covered || self.looked.contains(&t) {
             return true;
         }
         let cost = look_cost(n, self.k_pnr);
@@ -236,66 +293,67 @@ impl Certify {
         true
     }
 
-    /// The first anchor of the zero tail: it and every later anchor have no success.
-    fn zero_tail(&self, points: &Points) -> Option<u32> {
-        let mut start = None;
-        for &t in self.anchors.iter().rev() {
-            let (n, s) = points.counts(Series::Main, t);
-            if n == 0 || s > 0 {
-                break;
-            }
-            start = Some(t);
-        }
-        start
+    fn zero(points: &Points, t: u32) -> bool {
+        let (n, s) = points.counts(Series::Main, t);
+        n > 0 && s == 0
     }
 
-    /// The next `K` of a look at a point with `n` continuations.
+    /// The earliest screened anchor with no success that starts a run of [`ZERO_RUN`] such
+    /// anchors, or of fewer that ends at `T − 1`.
+    fn candidate(&self, points: &Points) -> Option<u32> {
+        let screened = &self.anchors[..self.screened];
+        (0..screened.len()).find_map(|i| {
+            let run = screened[i..].iter().take_while(|&&t| Self::zero(points, t)).count();
+            let to_the_end = i + run == self.anchors.len();
+            (run > 0 && (run >= ZERO_RUN || to_the_end)).then_some(screened[i])
+        })
+    }
+
+    /// The next wave of anchors to screen: [`WAVE`], or only what completes a run of anchors
+    /// with no success that the screened ones end in; all that are left once the search is over.
+    fn next_wave(&mut self, points: &Points) -> Option<Vec<Target>> {
+        if self.screened >= self.anchors.len() {
+            return None;
+        }
+        let trailing = self.anchors[..self.screened].iter().rev().take_while(|&&t| Self::zero(points, t)).count();
+        let size = if trailing > 0 { ZERO_RUN - trailing.min(ZERO_RUN - 1) } else { WAVE };
+        let end = if self.finished { self.anchors.len() } else { (self.screened + size).min(self.anchors.len()) };
+        let wave = self.anchors[self.screened..end].iter().map(|&t| main_target(t, K_SCREEN)).collect();
+        self.screened = end;
+        Some(wave)
+    }
+
+    /// The next `K` of a look at a point with `n` continuations requested.
     fn look_step(&self, n: u32) -> u32 {
-        [K_STEP, 2 * K_STEP].into_iter().find(|&k| k > n && k < self.k_pnr).unwrap_or(self.k_pnr)
+        (1..).map(|i| i * LOOK_STEP).take_while(|&k| k < self.k_pnr).find(|&k| k > n).unwrap_or(self.k_pnr)
     }
 }
 
 impl Lane for Certify {
     fn next(&mut self, points: &Points, memory: &mut Memory) -> Option<Vec<Target>> {
         if self.finished {
-            return None;
+            return self.next_wave(points);
         }
-        let tail = self.zero_tail(points)?;
-        let sampled = points.sampled(Series::Main);
-        // The latest point before the zero tail with a success, and the earliest point after it
-        // with none: the point of no return lies in (lo, boundary] if anywhere.
-        let lo = sampled.iter().rev().find(|p| p.t < tail && p.successes > 0).map(|p| p.t);
-        let boundary = sampled
-            .iter()
-            .find(|p| lo.is_none_or(|lo| p.t > lo) && p.t <= tail && p.successes == 0)
-            .map_or(tail, |p| p.t);
-        if self.looking.take().is_some_and(|t| t < tail && points.counts(Series::Main, t).1 > 0) {
-            self.failed = true;
-        }
-        let hi = if self.failed { tail } else { boundary };
-        if let Some(lo) = lo
-            && hi - lo > 1
-            && !self.failed
-        {
-            // No sampled point lies strictly between: the midpoint is new, its look paid (if the
-            // budget allows) before any of its outcomes exist.
-            let mid = (lo + hi) / 2;
-            self.pay(mid, 0);
-            return Some(vec![main_target(mid, K_STEP)]);
-        }
-        if self.certifies(points, hi) {
-            memory.certified_anchor = Some(hi);
+        let Some(candidate) = self.candidate(points) else {
+            let wave = self.next_wave(points);
+            self.finished = wave.is_none();
+            return wave;
+        };
+        if self.certifies(points, candidate) {
+            memory.certified_anchor = Some(candidate);
+            // The anchors after a certified point are never screened.
             self.finished = true;
+            self.screened = self.anchors.len();
             return None;
         }
-        let (n, _) = points.counts(Series::Main, hi);
-        if points.requested(Series::Main, hi) >= self.k_pnr || !self.pay(hi, n) {
+        let (n, _) = points.counts(Series::Main, candidate);
+        let requested = points.requested(Series::Main, candidate);
+        if requested >= self.k_pnr || !self.pay(candidate, n) {
             // Retired keys left it short, or the budget cannot pay the look: uncertified.
             self.finished = true;
-            return None;
+            return self.next_wave(points);
         }
-        self.looking = Some(hi);
-        Some(vec![main_target(hi, self.look_step(points.requested(Series::Main, hi)))])
+        Some(vec![main_target(candidate, self.look_step(requested))])
     }
 }
 
@@ -309,7 +367,7 @@ impl Lane for Refine {
     fn next(&mut self, points: &Points, memory: &mut Memory) -> Option<Vec<Target>> {
         let (analysis, a, b) = decisive(&self.ctx, points)?;
         let largest = analysis.decisive_drop.unwrap_or(0.0);
-        // Every pair whose fitted drop is at least half the largest could be the decisive one:
+        // Every pair whose fitted drop is close to the largest could be the decisive one:
         // its ends below K_STEP are raised first, and `t = 0`, which carries the total drop.
         let mut short: Vec<Target> = analysis
             .resolved
@@ -327,7 +385,7 @@ impl Lane for Refine {
         if !short.is_empty() && !done {
             return Some(short);
         }
-        if b - a > 1 && !done {
+        if b - a > 1 && !done && !settled_erosion(&self.ctx, &analysis) {
             return Some(vec![main_target((a + b) / 2, K_STEP)]);
         }
         if b - a == 1 {
@@ -347,20 +405,12 @@ impl Lane for Confirm {
     fn next(&mut self, points: &Points, memory: &mut Memory) -> Option<Vec<Target>> {
         let (analysis, a, b) = decisive(&self.ctx, points)?;
         self.rounds += 1;
-        if self.rounds > MAX_CONFIRM_ROUNDS {
+        if self.rounds > MAX_CONFIRM_ROUNDS || settled_erosion(&self.ctx, &analysis) {
             return None;
         }
         if b - a > 1 {
             // Confirmation moved the decisive interval to a pair more than one step wide.
             return Some(vec![main_target((a + b) / 2, K_STEP)]);
-        }
-        let mut ends: Vec<Target> = [a, b]
-            .into_iter()
-            .filter(|&t| t < self.ctx.length && points.requested(Series::Main, t) < K_CONFIRM)
-            .map(|t| main_target(t, K_CONFIRM))
-            .collect();
-        if ends.is_empty() {
-            return None;
         }
         if !memory.confirmed.contains(&(a, b)) {
             memory.confirmed.push((a, b));
@@ -369,19 +419,26 @@ impl Lane for Confirm {
         // side of the decisive interval (is its drop one step, or the edge of a pooled slope?)
         // settle `C` against the cliff threshold.
         let threshold = self.ctx.params.cliff_threshold;
-        if analysis.concentration.is_some_and(|c| (c - threshold).abs() < SHAPE_MARGIN) {
+        let open = analysis.concentration.is_some_and(|c| c > threshold - OPEN_BELOW && c < threshold + OPEN_ABOVE);
+        let mut wanted: Vec<(u32, u32)> = vec![(a, K_CONFIRM), (b, K_CONFIRM)];
+        if open {
             let ts: Vec<u32> = analysis.resolved.iter().map(|r| r.t).collect();
             let at = ts.iter().position(|&t| t == a).unwrap_or(0);
-            let around = [Some(0), at.checked_sub(1).map(|i| ts[i]), ts.get(at + 2).copied()];
-            for t in around.into_iter().flatten() {
-                if t < self.ctx.length
-                    && points.requested(Series::Main, t) < K_CONFIRM
-                    && !ends.iter().any(|e| e.t == t)
-                {
-                    ends.push(main_target(t, K_CONFIRM));
-                }
+            wanted.push((0, K_TOTAL));
+            for t in [at.checked_sub(1).map(|i| ts[i]), ts.get(at + 2).copied()].into_iter().flatten() {
+                wanted.push((t, K_CONFIRM));
             }
         }
-        Some(ends)
+        let mut targets: Vec<Target> = Vec::new();
+        for (t, k) in wanted {
+            if t < self.ctx.length && points.requested(Series::Main, t) < k && !targets.iter().any(|e| e.t == t) {
+                targets.push(main_target(t, k));
+            }
+        }
+        (!targets.is_empty()).then_some(targets)
     }
 }
+
+#[cfg(test)]
+#[path = "adaptive_harness.rs"]
+mod harness;
