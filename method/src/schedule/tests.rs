@@ -512,8 +512,8 @@ fn adaptive_completes_a_run_before_it_looks() {
 }
 
 #[test]
-fn adaptive_looks_at_the_tail_after_a_failed_boundary_look() {
-    // The value fades to 0.03 before it is lost at 30: the boundary look at 26 finds a success.
+fn adaptive_looks_at_the_next_candidate_after_a_failed_look() {
+    // The value fades to 0.03 before it is lost at 30: the look at anchor 25 finds a success.
     let world = |k: Key| match k.t {
         t if t < 25 => true,
         t if t < 30 => k.seed == 12,
@@ -536,7 +536,7 @@ fn adaptive_certification_costs_and_bounds() {
     // No success certifies exactly from 26 on, one success from 38 (beyond every K but the cap's).
     assert_eq!(certifies_from(0, params.z_one_sided, 0.15), 26);
     assert_eq!(certifies_from(1, params.z_one_sided, 0.15), 38);
-    // A screened anchor's look costs 0.8^22, a midpoint's paid before sampling 0.8^26.
+    // Paid looks (when α does not cover the anchors): 0.8^22 at a screened anchor, 0.8^26 at n = 0.
     assert!((look_cost(4, 26) - 0.8f64.powi(22)).abs() < 1e-15);
     assert!((look_cost(0, 26) - 0.8f64.powi(26)).abs() < 1e-15);
     assert!(6.0 * look_cost(4, 26) <= 0.05 && 7.0 * look_cost(4, 26) > 0.05);

@@ -209,7 +209,7 @@ struct Cap {
 }
 
 /// A lane whose targets never take a main-series point to a size at which its successes so far
-/// could certify it: only the certification stage may, so that its paid looks are the only way a
+/// could certify it: only the certification stage may, so that its looks are the only way a
 /// curve certifies (module docs). More continuations only add successes, which raise the bound.
 struct Capped<L> {
     inner: L,
