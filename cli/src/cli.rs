@@ -68,6 +68,9 @@ pub enum BenchCommand {
     /// Measure the coordinator's memory as continuations finish (at 10⁴, 10⁵, 10⁶ by default), the
     /// store's size per continuation, and an export's time and peak memory.
     Memory(crate::bench_memory::BenchMemoryArgs),
+    /// Simulate a cluster in virtual time over the real store, admission and schedule: makespan
+    /// against its lower bound, utilization, time to the first curve.
+    Cluster(crate::bench_cluster::BenchClusterArgs),
 }
 
 fn host_name() -> String {
@@ -156,6 +159,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             }
         }
         Command::Bench(BenchCommand::Memory(a)) => crate::bench_memory::run_command(&a).await?,
+        Command::Bench(BenchCommand::Cluster(a)) => crate::bench_cluster::run_command(&a).await?,
         Command::Bench(BenchCommand::Dispatch(a)) => {
             output::println(format!(
                 "{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}",

@@ -14,6 +14,7 @@
 //! here and nowhere in the libraries.
 
 pub mod analyze;
+pub mod bench_cluster;
 pub mod bench_containers;
 pub mod bench_dispatch;
 pub mod bench_memory;
