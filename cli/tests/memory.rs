@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use vcurve_cli::render::ReportRenderer;
 use vcurve_coordinator::core::{Coordinator, Timing};
-use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict};
+use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict, StudyState};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
 use vcurve_coordinator::testing::{TestStore, Tr, spec, step_outcome};
 use vcurve_record::EndType;
@@ -44,6 +44,7 @@ async fn run_to_end(c: &Coordinator<SqlStore>, study: &str) -> u64 {
             reported += 1;
         }
     }
+    assert_eq!(c.progress(study).await.unwrap().state, StudyState::Done);
     reported
 }
 
