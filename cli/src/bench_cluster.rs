@@ -713,48 +713,34 @@ mod tests {
         assert!(Durations::new(10.0, 5.0, 1).is_err());
     }
 
+    /// c once a and b are in, d once c is.
+    fn barriers() -> impl FnMut(Key) -> Vec<Key> {
+        let mut done = BTreeSet::new();
+        move |k| {
+            done.insert(k);
+            let mut next = Vec::new();
+            if done.contains(&key(0, 0)) && done.contains(&key(0, 1)) {
+                next.push(key(1, 0));
+            }
+            if done.contains(&key(1, 0)) {
+                next.push(key(2, 0));
+            }
+            next
+        }
+    }
+
     #[test]
     fn the_chain_is_the_longest_path_through_the_barriers() {
         // Round 1: a (5) and b (10); once both are in, c (3); c then asks for d (4). Meanwhile
         // e (20) runs from the start and asks for nothing.
         let durations: HashMap<Key, i64> =
             [(key(0, 0), 5), (key(0, 1), 10), (key(1, 0), 3), (key(2, 0), 4), (key(3, 0), 20)].into();
-        let mut done = BTreeSet::new();
-        let (end, ran) = critical_path(
-            vec![key(0, 0), key(0, 1), key(3, 0)],
-            |k| durations[&k],
-            |k| {
-                done.insert(k);
-                let mut next = Vec::new();
-                if done.contains(&key(0, 0)) && done.contains(&key(0, 1)) {
-                    next.push(key(1, 0));
-                }
-                if done.contains(&key(1, 0)) {
-                    next.push(key(2, 0));
-                }
-                next
-            },
-        );
+        let (end, ran) = critical_path(vec![key(0, 0), key(0, 1), key(3, 0)], |k| durations[&k], barriers());
         assert_eq!(end, 20); // e alone; the barrier chain is 10 + 3 + 4 = 17
         assert_eq!(ran.len(), 5);
         let mut durations = durations;
         durations.insert(key(3, 0), 1);
-        let mut done = BTreeSet::new();
-        let (end, _) = critical_path(
-            vec![key(0, 0), key(0, 1), key(3, 0)],
-            |k| durations[&k],
-            |k| {
-                done.insert(k);
-                let mut next = Vec::new();
-                if done.contains(&key(0, 0)) && done.contains(&key(0, 1)) {
-                    next.push(key(1, 0));
-                }
-                if done.contains(&key(1, 0)) {
-                    next.push(key(2, 0));
-                }
-                next
-            },
-        );
+        let (end, _) = critical_path(vec![key(0, 0), key(0, 1), key(3, 0)], |k| durations[&k], barriers());
         assert_eq!(end, 17);
     }
 

@@ -47,6 +47,26 @@ fn study_for(continuations: u64) -> (String, BTreeMap<String, String>) {
     (yaml, files)
 }
 
+/// The report of a job that did no work, from worker `worker_id`: success before the bench
+/// study's cliff at t = 50 on even seeds, failure otherwise.
+pub(crate) fn zero_work_report(worker_id: &str, job: v1::Job) -> v1::ReportRequest {
+    let key = job.key.clone().unwrap_or_default();
+    v1::ReportRequest {
+        worker_id: worker_id.to_string(),
+        key: job.key,
+        attempt: job.attempt,
+        result: Some(v1::report_request::Result::Outcome(v1::Outcome {
+            success: key.t < 50 && key.seed.is_multiple_of(2),
+            steps: 1,
+            end_type: v1::EndType::Submitted.into(),
+            judged: v1::Judged::Evaluated.into(),
+            patch_sha256: String::new(),
+            recorded_digest: String::new(),
+        })),
+        duration_ms: 0,
+    }
+}
+
 fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -98,23 +118,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
                     .jobs;
                 let Some(job) = jobs.into_iter().next() else { continue };
                 latencies.push(asked.elapsed());
-                let key = job.key.clone().unwrap_or_default();
-                let success = key.t < 50 && key.seed % 2 == 0;
-                w.report(v1::ReportRequest {
-                    worker_id: id.clone(),
-                    key: job.key,
-                    attempt: job.attempt,
-                    result: Some(v1::report_request::Result::Outcome(v1::Outcome {
-                        success,
-                        steps: 1,
-                        end_type: v1::EndType::Submitted.into(),
-                        judged: v1::Judged::Evaluated.into(),
-                        patch_sha256: String::new(),
-                        recorded_digest: String::new(),
-                    })),
-                    duration_ms: 0,
-                })
-                .await?;
+                w.report(zero_work_report(&id, job)).await?;
                 reported.fetch_add(1, Ordering::Relaxed);
             }
             Ok::<_, anyhow::Error>(latencies)

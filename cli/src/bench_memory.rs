@@ -254,26 +254,7 @@ async fn drive(url: String, i: u32, slots: u32, finished: Arc<AtomicU64>, stop: 
                 // Give the rest back unrun, so that what finished is exactly what was counted.
                 break;
             }
-            let key = job.key.clone().unwrap_or_default();
-            let success = key.t < 50 && key.seed % 2 == 0;
-            let accepted = w
-                .report(v1::ReportRequest {
-                    worker_id: id.clone(),
-                    key: job.key,
-                    attempt: job.attempt,
-                    result: Some(v1::report_request::Result::Outcome(v1::Outcome {
-                        success,
-                        steps: 1,
-                        end_type: v1::EndType::Submitted.into(),
-                        judged: v1::Judged::Evaluated.into(),
-                        patch_sha256: String::new(),
-                        recorded_digest: String::new(),
-                    })),
-                    duration_ms: 0,
-                })
-                .await?
-                .into_inner()
-                .accepted;
+            let accepted = w.report(crate::bench_dispatch::zero_work_report(&id, job)).await?.into_inner().accepted;
             if accepted {
                 finished.fetch_add(1, Ordering::Relaxed);
             }
