@@ -74,6 +74,8 @@ struct Fake {
     connections: AtomicU32,
     refuse_register: bool,
     heartbeat_ms: u32,
+    /// How long GetTrajectory takes to answer.
+    fetch_delay: Duration,
     /// GetTrajectory calls, by digest.
     fetches: Mutex<BTreeMap<String, u32>>,
 }
@@ -223,6 +225,7 @@ impl WorkerService for FakeService {
         Fake::check_token(&request)?;
         let digest = request.into_inner().digest;
         *self.0.fetches.lock().unwrap().entry(digest.clone()).or_default() += 1;
+        tokio::time::sleep(self.0.fetch_delay).await;
         let payload = curve_payload();
         if digest != payload.digest() {
             return Err(Status::not_found(format!("no trajectory {digest}")));
@@ -335,6 +338,7 @@ fn held(trajectory: &str, seed: u32, attempt: u32) -> Held {
 struct Probe {
     running: AtomicUsize,
     max_running: AtomicUsize,
+    started: Mutex<Vec<Held>>,
     cancelled: Mutex<Vec<Held>>,
 }
 
@@ -348,6 +352,8 @@ impl AgentRunner for ProbeRunner {
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
         let probe = self.0.clone();
         Box::pin(async move {
+            let seed = job.key.continuation().expect("a continuation").seed;
+            probe.started.lock().unwrap().push(held("probe", seed, job.attempt));
             let now = probe.running.fetch_add(1, Ordering::SeqCst) + 1;
             probe.max_running.fetch_max(now, Ordering::SeqCst);
             let ms = job.options["duration_ms"].as_u64().unwrap_or(20);
@@ -357,7 +363,6 @@ impl AgentRunner for ProbeRunner {
             };
             probe.running.fetch_sub(1, Ordering::SeqCst);
             if cancelled {
-                let seed = job.key.continuation().expect("a continuation").seed;
                 probe.cancelled.lock().unwrap().push(held("probe", seed, job.attempt));
                 return JobReport::no_outcome("cancelled");
             }
@@ -566,11 +571,11 @@ async fn a_revoked_job_is_cancelled_and_not_reported() {
     let probe = Arc::new(Probe::default());
 
     let (shutdown, worker) = spawn_worker(config(addr, 2), runners(&probe));
-    eventually("the long job is cancelled", Duration::from_secs(5), || {
-        probe.cancelled.lock().unwrap().contains(&held("probe", 0, 1))
-    })
-    .await;
+    eventually("the long job is revoked", Duration::from_secs(5), || !fake.ledger().revoked.is_empty()).await;
     eventually("the short job is reported", Duration::from_secs(5), || fake.ledger().reports.len() == 1).await;
+    // The revocation may land while the job still fetches its trajectory: then its runner never
+    // starts. Either way nothing runs once the short job is done (the long one would take 60 s).
+    eventually("no job runs", Duration::from_secs(5), || probe.running.load(Ordering::SeqCst) == 0).await;
     // A few more heartbeats: the revoked job must no longer be listed.
     let seen = fake.ledger().heartbeats.len();
     eventually("two more heartbeats", Duration::from_secs(2), || fake.ledger().heartbeats.len() >= seen + 2).await;
@@ -578,12 +583,36 @@ async fn a_revoked_job_is_cancelled_and_not_reported() {
     let summary = finish(worker).await.unwrap();
     server.stop().await;
 
+    let long = held("probe", 0, 1);
+    let started_long = probe.started.lock().unwrap().contains(&long);
+    assert_eq!(probe.cancelled.lock().unwrap().contains(&long), started_long, "started means cancelled");
     let ledger = fake.ledger();
-    assert_eq!(ledger.revoked, vec![held("probe", 0, 1)]);
+    assert_eq!(ledger.revoked, vec![long]);
     assert_eq!(held_of(ledger.reports[0].key.as_ref(), 1), held("probe", 1, 1));
     assert!(ledger.heartbeats[seen..].iter().all(|listed| !listed.contains(&held("probe", 0, 1))));
     assert!(ledger.released.is_empty());
     assert_eq!((summary.revoked, summary.reported, summary.released), (1, 1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_revoked_while_its_trajectory_is_fetched_never_runs() {
+    let fake = Fake { fetch_delay: Duration::from_millis(400), ..Fake::new(vec![probe_job(0, 60_000)]) };
+    fake.ledger().to_revoke.insert(held("probe", 0, 1));
+    let (fake, addr, server) = start_fake(fake).await;
+    let probe = Arc::new(Probe::default());
+
+    let (shutdown, worker) = spawn_worker(config(addr, 1), runners(&probe));
+    eventually("the job is revoked", Duration::from_secs(5), || !fake.ledger().revoked.is_empty()).await;
+    // Past the fetch: a runner that started now would be seen.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    server.stop().await;
+
+    assert!(probe.started.lock().unwrap().is_empty(), "the runner never starts");
+    let ledger = fake.ledger();
+    assert!(ledger.reports.is_empty() && ledger.released.is_empty());
+    assert_eq!((summary.revoked, summary.reported, summary.released), (1, 0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
