@@ -43,10 +43,12 @@ macro_rules! job_is {
 
 // After the macros above, which they use.
 mod base_runs;
+mod dispatch;
 mod export;
 mod verdicts;
 
 pub use base_runs::base_run_trajectory_id;
+pub use dispatch::{DispatchSql, dispatch_sql};
 
 type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
 
@@ -315,16 +317,7 @@ impl SqlStore {
         let new: Vec<&Key> = replan.pending.iter().filter(|k| !existing.contains(k)).collect();
         // One multi-row insert per 100 keys (5 parameters a row stays far below every limit).
         for chunk in new.chunks(100) {
-            let mut sql = String::from(
-                "INSERT INTO continuations (study, trajectory, series, t, seed, state, attempt, no_outcomes, created_ms) VALUES ",
-            );
-            for i in 0..chunk.len() {
-                let b = i * 3 + 4;
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push_str(&format!("($1, $2, ${b}, ${}, ${}, 'pending', 0, 0, $3)", b + 1, b + 2));
-            }
+            let sql = dispatch::request(chunk.len());
             let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).bind(now);
             for k in chunk {
                 q = q.bind(k.series.as_str()).bind(i64::from(k.t)).bind(i64::from(k.seed));
@@ -363,8 +356,12 @@ impl SqlStore {
         if n == 0 {
             return Ok(());
         }
-        let sql = format!("UPDATE trajectories SET {counter} = {counter} + $1 WHERE study = $2 AND id = $3");
-        sqlx::query(sqlx::AssertSqlSafe(sql)).bind(n as i64).bind(study).bind(trajectory).execute(&mut **tx).await?;
+        sqlx::query(sqlx::AssertSqlSafe(dispatch::count(counter)))
+            .bind(n as i64)
+            .bind(study)
+            .bind(trajectory)
+            .execute(&mut **tx)
+            .await?;
         Ok(())
     }
 
@@ -664,17 +661,7 @@ impl SqlStore {
                 format!("CASE WHEN {held} THEN 0 WHEN {in_registry} THEN 1 ELSE 2 END, ")
             }
         };
-        let sql = format!(
-            "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_digest \
-             FROM continuations c \
-             JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
-             JOIN studies s ON s.id = c.study \
-             WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind {} \
-             ORDER BY {locality_order}tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
-             LIMIT $1{}",
-            Self::kinds_in(kinds, 2),
-            if self.backend == Backend::Postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
-        );
+        let sql = dispatch::claim(&Self::kinds_in(kinds, 2), &locality_order, self.backend == Backend::Postgres);
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
         for k in kinds.iter().chain(near).chain(&locality.registry) {
             q = q.bind(k.as_str());
@@ -772,7 +759,7 @@ impl SqlStore {
         study: &str,
         trajectory: &str,
     ) -> Result<Option<TrajectoryPlan>, StoreError> {
-        let sql = format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{}", self.for_update());
+        let sql = dispatch::lock_trajectory(self.for_update());
         let Some(row) =
             sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut **tx).await?
         else {
@@ -858,10 +845,7 @@ impl SqlStore {
         let Some(plan) = self.lock_trajectory(tx, &key.study, &key.trajectory).await? else {
             return Ok(Reported::ignored("unknown key"));
         };
-        let sql = format!(
-            concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"),
-            self.for_update()
-        );
+        let sql = dispatch::lock_continuation(self.for_update());
         let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await? else {
             return Ok(Reported::ignored("unknown key"));
         };
@@ -872,22 +856,15 @@ impl SqlStore {
         let mut rechecks = false;
         let replan = match report {
             JobReport::Outcome(o) => {
-                bind_key(
-                    sqlx::query(concat!(
-                        "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, \
-                         patch_sha256 = $9, judged = $10, done_ms = $11, worker = NULL, lease_expires_ms = NULL WHERE ",
-                        key_is!()
-                    )),
-                    key,
-                )
-                .bind(i64::from(o.success))
-                .bind(i64::from(o.steps))
-                .bind(o.end_type.as_str())
-                .bind(o.patch_sha256.as_str())
-                .bind(o.judged.as_str())
-                .bind(now)
-                .execute(&mut **tx)
-                .await?;
+                bind_key(sqlx::query(dispatch::COMPLETE), key)
+                    .bind(i64::from(o.success))
+                    .bind(i64::from(o.steps))
+                    .bind(o.end_type.as_str())
+                    .bind(o.patch_sha256.as_str())
+                    .bind(o.judged.as_str())
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
                 self.count(tx, &key.study, &key.trajectory, "n_done", 1).await?;
                 if vcurve_record::runner::runs_containers(&config.runner_kind) {
                     let (task, payload) = self.task_of(tx, &key.study, &key.trajectory).await?;
@@ -1066,12 +1043,7 @@ async fn mark_leased(
     worker: &str,
     expires_ms: i64,
 ) -> Result<(), StoreError> {
-    keyed("UPDATE {table} SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE {key}", key)
-        .bind(i64::from(attempt))
-        .bind(worker)
-        .bind(expires_ms)
-        .execute(&mut **tx)
-        .await?;
+    keyed(dispatch::MARK_LEASED, key).bind(i64::from(attempt)).bind(worker).bind(expires_ms).execute(&mut **tx).await?;
     Ok(())
 }
 

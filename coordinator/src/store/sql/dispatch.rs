@@ -1,0 +1,105 @@
+//! The SQL of a continuation's dispatch, in one place: the store runs these statements, and
+//! `vcurve bench dispatch --pgbench` hands the same text to pgbench ([`dispatch_sql`]), so the two
+//! rates compare the store's own statements with and without everything around them.
+
+/// Lease a claimed row of `{table}` (keyed by `{key}`, `$1 … $5`): attempt `$6`, worker `$7`,
+/// lease expiry `$8`.
+pub(super) const MARK_LEASED: &str =
+    "UPDATE {table} SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE {key}";
+
+/// A continuation's outcome (`$1 … $5` its key): success `$6`, steps `$7`, end type `$8`, patch
+/// `$9`, judged `$10`, done at `$11`.
+pub(super) const COMPLETE: &str = concat!(
+    "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, \
+     patch_sha256 = $9, judged = $10, done_ms = $11, worker = NULL, lease_expires_ms = NULL WHERE ",
+    key_is!()
+);
+
+/// A continuation's row for its report (`$1 … $5` its key), locked on PostgreSQL.
+pub(super) fn lock_continuation(for_update: &str) -> String {
+    format!(concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"), for_update)
+}
+
+/// A trajectory's row (`$1` study, `$2` id), locked on PostgreSQL: reports of one trajectory
+/// replan one after the other.
+pub(super) fn lock_trajectory(for_update: &str) -> String {
+    format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{for_update}")
+}
+
+/// Add `$1` to a trajectory's `counter` (`$2` study, `$3` id).
+pub(super) fn count(counter: &str) -> String {
+    format!("UPDATE trajectories SET {counter} = {counter} + $1 WHERE study = $2 AND id = $3")
+}
+
+/// Request `rows` continuations of one trajectory (`$1` study, `$2` trajectory, `$3` now), row
+/// `i` with series, t and seed at `$(4 + 3i) … $(6 + 3i)`.
+pub(super) fn request(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO continuations (study, trajectory, series, t, seed, state, attempt, no_outcomes, created_ms) VALUES ",
+    );
+    for i in 0..rows {
+        let b = i * 3 + 4;
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!("($1, $2, ${b}, ${}, ${}, 'pending', 0, 0, $3)", b + 1, b + 2));
+    }
+    sql
+}
+
+/// Claim up to `$1` pending continuations of running studies whose runner kind is in `kinds_in`
+/// (`IN ($2, …)`), ordered by `locality_order` (empty, or `CASE … END, `) and then the claim order;
+/// on PostgreSQL the rows are locked, skipping rows other claims hold.
+pub(super) fn claim(kinds_in: &str, locality_order: &str, postgres: bool) -> String {
+    format!(
+        "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_digest \
+         FROM continuations c \
+         JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
+         JOIN studies s ON s.id = c.study \
+         WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind {kinds_in} \
+         ORDER BY {locality_order}tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
+         LIMIT $1{}",
+        if postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
+    )
+}
+
+/// The statements of one continuation's dispatch as the store runs them on PostgreSQL, with the
+/// placeholders it binds (see each field). A lease transaction runs `claim` then `mark_leased`
+/// for each claimed row; a report's transaction `lock_trajectory`, `lock_continuation`,
+/// `complete` and `count_done`, and `request`s the continuations the schedule asks for next.
+/// Around them the store also registers the worker's visit, expires leases, admits, claims other
+/// jobs first and rebuilds the trajectory's schedule from its outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchSql {
+    /// `$1` how many, `$2` the one runner kind; returns `study, trajectory, series, t, seed,
+    /// attempt, payload_digest`.
+    pub claim: String,
+    /// `$1 … $5` the key, `$6` attempt, `$7` worker, `$8` lease expiry.
+    pub mark_leased: String,
+    /// `$1` study, `$2` trajectory.
+    pub lock_trajectory: String,
+    /// `$1 … $5` the key.
+    pub lock_continuation: String,
+    /// `$1 … $5` the key, `$6` success, `$7` steps, `$8` end type, `$9` patch, `$10` judged,
+    /// `$11` done at.
+    pub complete: String,
+    /// `$1` how many, `$2` study, `$3` trajectory.
+    pub count_done: String,
+    /// One new continuation, as the schedule's replan requests them: `$1` study, `$2`
+    /// trajectory, `$3` now, `$4` series, `$5` t, `$6` seed.
+    pub request: String,
+}
+
+/// The store's dispatch statements on PostgreSQL for workers offering one runner kind and no
+/// snapshot locality.
+pub fn dispatch_sql() -> DispatchSql {
+    DispatchSql {
+        claim: claim("IN ($2)", "", true),
+        mark_leased: MARK_LEASED.replace("{table}", "continuations").replace("{key}", key_is!()),
+        lock_trajectory: lock_trajectory(" FOR UPDATE"),
+        lock_continuation: lock_continuation(" FOR UPDATE"),
+        complete: COMPLETE.to_string(),
+        count_done: count("n_done"),
+        request: request(1),
+    }
+}
