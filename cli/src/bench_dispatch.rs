@@ -16,6 +16,7 @@ use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::client::{self, Connection};
+use crate::output;
 use vcurve_coordinator::core::Timing;
 use vcurve_coordinator::store::{LeasePolicy, SqlStore};
 
@@ -29,6 +30,12 @@ pub struct DispatchReport {
     pub per_second: f64,
     pub latency_p50_ms: f64,
     pub latency_p99_ms: f64,
+    /// With `--pgbench`: the store's dispatch SQL alone in pgbench, `workers` clients, on the
+    /// same server (continuations per second), and `per_second` over it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pgbench_per_second: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_pgbench: Option<f64>,
 }
 
 /// A study big enough for `continuations`: trajectories of length 100 with a cliff at 50.
@@ -140,6 +147,8 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
         per_second: done as f64 / seconds,
         latency_p50_ms: quantile_ms(&latencies, 0.5),
         latency_p99_ms: quantile_ms(&latencies, 0.99),
+        pgbench_per_second: None,
+        ratio_to_pgbench: None,
     })
 }
 
@@ -155,7 +164,63 @@ pub struct BenchDispatchArgs {
     /// temporary SQLite file by default.
     #[arg(long)]
     pub store: Option<String>,
+    /// Also run the store's own dispatch SQL in PostgreSQL's pgbench on the same server, one
+    /// client per worker, and print both rates and their ratio (needs --store postgres://…).
+    #[arg(long)]
+    pub pgbench: bool,
+    /// The pgbench binary (default: on PATH, else /usr/lib/postgresql/*/bin/pgbench).
+    #[arg(long, value_name = "PATH", requires = "pgbench")]
+    pub pgbench_path: Option<std::path::PathBuf>,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `vcurve bench dispatch`.
+pub async fn run_command(a: &BenchDispatchArgs) -> anyhow::Result<()> {
+    let pgbench = if a.pgbench {
+        match a.store.as_deref() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {}
+            _ => anyhow::bail!(
+                "--pgbench compares with PostgreSQL: give --store postgres://USER:PASSWORD@HOST:PORT/DB \
+                 (a server where the bench may fill that database and create a scratch one)"
+            ),
+        }
+        Some(crate::bench_pgbench::find_pgbench(a.pgbench_path.as_deref())?)
+    } else {
+        None
+    };
+    if !a.json {
+        let mut header = format!(
+            "{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}",
+            "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms"
+        );
+        if pgbench.is_some() {
+            let _ = write!(header, " {:>11} {:>7}", "pgbench /s", "ratio");
+        }
+        output::println(header)?;
+    }
+    for &workers in &a.workers {
+        let dir = tempfile::tempdir()?;
+        let url = a.store.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.sqlite").display()));
+        let mut r = run(&url, workers, a.continuations).await?;
+        if let Some(pgbench) = &pgbench {
+            let rate = crate::bench_pgbench::run(&url, pgbench, workers, a.continuations).await?;
+            r.pgbench_per_second = Some(rate.per_second);
+            r.ratio_to_pgbench = (rate.per_second > 0.0).then(|| r.per_second / rate.per_second);
+        }
+        if a.json {
+            output::println(serde_json::to_string(&r)?)?;
+        } else {
+            let mut line = format!(
+                "{:<9} {:>7} {:>13} {:>8.2} {:>10.1} {:>9.2} {:>9.2}",
+                r.store, r.workers, r.continuations, r.seconds, r.per_second, r.latency_p50_ms, r.latency_p99_ms
+            );
+            if let (Some(p), Some(ratio)) = (r.pgbench_per_second, r.ratio_to_pgbench) {
+                let _ = write!(line, " {p:>11.1} {ratio:>7.3}");
+            }
+            output::println(line)?;
+        }
+    }
+    Ok(())
 }

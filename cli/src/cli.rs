@@ -160,34 +160,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Memory(a)) => crate::bench_memory::run_command(&a).await?,
         Command::Bench(BenchCommand::Cluster(a)) => crate::bench_cluster::run_command(&a).await?,
-        Command::Bench(BenchCommand::Dispatch(a)) => {
-            output::println(format!(
-                "{:<9} {:>7} {:>13} {:>8} {:>10} {:>9} {:>9}",
-                "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms"
-            ))?;
-            for &workers in &a.workers {
-                let dir = tempfile::tempdir()?;
-                let url = a
-                    .store
-                    .clone()
-                    .unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.sqlite").display()));
-                let r = crate::bench_dispatch::run(&url, workers, a.continuations).await?;
-                if a.json {
-                    output::println(serde_json::to_string(&r)?)?;
-                } else {
-                    output::println(format!(
-                        "{:<9} {:>7} {:>13} {:>8.2} {:>10.1} {:>9.2} {:>9.2}",
-                        r.store,
-                        r.workers,
-                        r.continuations,
-                        r.seconds,
-                        r.per_second,
-                        r.latency_p50_ms,
-                        r.latency_p99_ms
-                    ))?;
-                }
-            }
-        }
+        Command::Bench(BenchCommand::Dispatch(a)) => crate::bench_dispatch::run_command(&a).await?,
         Command::Analyze(_)
         | Command::Labels(_)
         | Command::Import(_)

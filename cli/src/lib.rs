@@ -18,6 +18,7 @@ pub mod bench_cluster;
 pub mod bench_containers;
 pub mod bench_dispatch;
 pub mod bench_memory;
+pub mod bench_pgbench;
 pub mod bench_schedule;
 pub mod cli;
 pub mod client;

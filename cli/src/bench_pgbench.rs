@@ -1,0 +1,256 @@
+//! `vcurve bench dispatch --pgbench`: the store's own dispatch SQL run by PostgreSQL's pgbench,
+//! on the same server, as the rate the store's statements allow with nothing around them.
+//!
+//! A fresh database on the server of `--store` gets the store's schema (its migrations) and one
+//! running study with `max(150, 4 × clients)` pending continuations in trajectories of 150 — about
+//! what demand admission keeps runnable in the gRPC run (a trajectory's screening, more with more
+//! workers). pgbench's script is, per continuation, the two transactions the store runs
+//! ([`vcurve_coordinator::store::dispatch_sql`], the same text): a lease — the claim (`FOR UPDATE
+//! OF c SKIP LOCKED LIMIT 1`) and the row's `leased` update — and a report — the trajectory's and
+//! the row's locks, the outcome's update, the trajectory's counter and one new continuation (the
+//! next request, which keeps the pending count steady). What the store does around them (the
+//! worker's visit, lease expiry, admission, other jobs, rebuilding the schedule from the
+//! trajectory's outcomes, gRPC) is what the ratio measures. The database is dropped afterwards.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use sqlx::Connection as _;
+use vcurve_coordinator::store::{SqlStore, dispatch_sql};
+
+/// Pending continuations per trajectory of the pgbench study (the gRPC run's trajectories ask
+/// for about 150 each).
+const PER_TRAJECTORY: u64 = 150;
+
+/// Where pgbench is: `explicit`, else `pgbench` on `PATH`, else the newest Debian
+/// `/usr/lib/postgresql/VERSION/bin/pgbench`.
+pub fn find_pgbench(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        if path.is_file() {
+            return Ok(path.to_path_buf());
+        }
+        bail!("--pgbench-path {}: no such file", path.display());
+    }
+    if let Some(dirs) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&dirs) {
+            let candidate = dir.join("pgbench");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let path = e.path().join("bin/pgbench");
+            path.is_file().then_some((version, path))
+        })
+        .collect();
+    debian.sort();
+    debian.pop().map(|(_, p)| p).context(
+        "--pgbench needs PostgreSQL's pgbench: none on PATH or in /usr/lib/postgresql/*/bin \
+         (install postgresql-client, or give --pgbench-path)",
+    )
+}
+
+/// `sql` with its placeholders `$1 … $n` replaced by `values` (highest first, so `$1` does not
+/// eat the start of `$10`).
+pub fn substitute<S: AsRef<str>>(sql: &str, values: &[S]) -> String {
+    let mut out = sql.to_string();
+    for (i, value) in values.iter().enumerate().rev() {
+        out = out.replace(&format!("${}", i + 1), value.as_ref());
+    }
+    out
+}
+
+/// The pgbench script: one continuation leased and reported per run of the script, the store's
+/// statements with pgbench variables (`-M prepared` binds them as parameters) and the bench's
+/// constants.
+pub fn script() -> String {
+    let sql = dispatch_sql();
+    let key = [":study", ":trajectory", ":series", ":t", ":seed"];
+    let with_key = |extra: &[&str]| -> Vec<String> { key.iter().chain(extra).map(|s| s.to_string()).collect() };
+    let claim = substitute(&sql.claim, &["1", "'synthetic'"]);
+    let mark = substitute(&sql.mark_leased, &with_key(&[":next", "'pgbench'", "0"]));
+    let lock_trajectory = substitute(&sql.lock_trajectory, &[":study", ":trajectory"]);
+    let lock_continuation = substitute(&sql.lock_continuation, &with_key(&[]));
+    let complete = substitute(&sql.complete, &with_key(&["1", "1", "'submitted'", "''", "'evaluated'", "0"]));
+    let count = substitute(&sql.count_done, &["1", ":study", ":trajectory"]);
+    // The next request keeps the number of pending continuations steady, as a running study's
+    // replans do: a new seed at the same step (each (t, seed) is completed once, so `seed + 1`
+    // is new).
+    let request = substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]);
+    format!(
+        "BEGIN;\n{claim} \\gset\n\\set next :attempt + 1\n\\set next_seed :seed + 1\n{mark};\nCOMMIT;\n\
+         BEGIN;\n{lock_trajectory};\n{lock_continuation};\n{complete};\n{count};\n{request};\nCOMMIT;\n"
+    )
+}
+
+/// A fresh database on the server of `admin_url`, dropped when this is.
+struct Scratch {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Scratch {
+    async fn create(admin_url: &str) -> anyhow::Result<Scratch> {
+        sqlx::any::install_default_drivers();
+        let redacted = crate::commands::redact_url(admin_url);
+        let mut conn = sqlx::AnyConnection::connect(admin_url)
+            .await
+            .with_context(|| format!("--pgbench: cannot connect to {redacted}"))?;
+        let name = format!("vcurve_pgbench_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .with_context(|| format!("--pgbench: cannot create a database on {redacted} (the user needs CREATEDB)"))?;
+        let (base, rest) = admin_url.rsplit_once('/').context("--store: a postgres:// URL ending in /DATABASE")?;
+        let query = rest.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
+        Ok(Scratch { admin: admin_url.to_string(), url: format!("{base}/{name}{query}"), name })
+    }
+
+    async fn drop_now(&self) {
+        if let Ok(mut conn) = sqlx::AnyConnection::connect(&self.admin).await {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
+                .execute(&mut conn)
+                .await;
+        }
+    }
+}
+
+/// The store's schema and a running study with `rows` pending continuations.
+async fn fill(url: &str, rows: u64) -> anyhow::Result<()> {
+    // The store's own migrations make the schema.
+    drop(SqlStore::connect(url).await.context("--pgbench: cannot migrate the scratch database")?);
+    let mut conn = sqlx::AnyConnection::connect(url).await?;
+    let trajectories = rows.div_ceil(PER_TRAJECTORY).max(1) as i64;
+    sqlx::query(
+        "INSERT INTO studies (id, name, spec_json, config_json, runner_kind, state, created_ms) \
+         VALUES ('pgbench', 'pgbench', '{}', '{}', 'synthetic', 'running', 0)",
+    )
+    .execute(&mut conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, admit_order, plan_json, payload_digest) \
+         SELECT 'pgbench', 't' || lpad(CAST(g AS TEXT), 6, '0'), g, 'running', 'screen', 0, g, '{}', 'pgbench' \
+         FROM generate_series(0, CAST($1 AS BIGINT) - 1) AS g",
+    )
+    .bind(trajectories)
+    .execute(&mut conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO continuations (study, trajectory, series, t, seed, state, created_ms) \
+         SELECT 'pgbench', 't' || lpad(CAST(g / $2 AS TEXT), 6, '0'), 'main', g % $2, 0, 'pending', 0 \
+         FROM generate_series(0, CAST($1 AS BIGINT) - 1) AS g",
+    )
+    .bind(rows as i64)
+    .bind(PER_TRAJECTORY as i64)
+    .execute(&mut conn)
+    .await?;
+    sqlx::query("ANALYZE").execute(&mut conn).await?;
+    Ok(())
+}
+
+/// What pgbench measured at one client count.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PgbenchRate {
+    pub continuations: u64,
+    pub per_second: f64,
+}
+
+/// The `tps = …` of pgbench's output (the rate without connection time).
+pub fn parse_tps(output: &str) -> Option<f64> {
+    output.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("tps = ")?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// Run the store's dispatch SQL in pgbench with `clients` clients, `continuations` in all.
+pub async fn run(admin_url: &str, pgbench: &Path, clients: u32, continuations: u64) -> anyhow::Result<PgbenchRate> {
+    if !admin_url.starts_with("postgres://") && !admin_url.starts_with("postgresql://") {
+        bail!("--pgbench compares with PostgreSQL: give --store postgres://USER:PASSWORD@HOST:PORT/DB");
+    }
+    let per_client = continuations.div_ceil(u64::from(clients)).max(1);
+    let total = per_client * u64::from(clients);
+    let scratch = Scratch::create(admin_url).await?;
+    let result = async {
+        fill(&scratch.url, PER_TRAJECTORY.max(4 * u64::from(clients))).await?;
+        let dir = tempfile::tempdir()?;
+        let script_path = dir.path().join("dispatch.sql");
+        std::fs::write(&script_path, script())?;
+        let threads = clients.min(std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).max(1);
+        let started = Instant::now();
+        let out = Command::new(pgbench)
+            .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", &threads.to_string()])
+            .args(["-t", &per_client.to_string(), "-f"])
+            .arg(&script_path)
+            .arg(&scratch.url)
+            .output()
+            .with_context(|| format!("cannot run {}", pgbench.display()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            bail!("{} failed ({}): {}", pgbench.display(), out.status, stderr.trim());
+        }
+        let per_second = parse_tps(&stdout).with_context(|| {
+            format!(
+                "no `tps = …` in pgbench's output after {:.1} s: {}",
+                started.elapsed().as_secs_f64(),
+                stdout.trim()
+            )
+        })?;
+        // The script did the work it was timed for: every run left one continuation done.
+        let mut conn = sqlx::AnyConnection::connect(&scratch.url).await?;
+        let done: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM continuations WHERE state = 'done'").fetch_one(&mut conn).await?;
+        if done != total as i64 {
+            bail!("pgbench ran {total} dispatches but {done} continuations are done");
+        }
+        Ok(PgbenchRate { continuations: total, per_second })
+    }
+    .await;
+    scratch.drop_now().await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_replaced_highest_first() {
+        assert_eq!(
+            substitute("a = $1 AND b = $10 AND c = $2", &["x", "y", "", "", "", "", "", "", "", "z"]),
+            "a = x AND b = z AND c = y"
+        );
+    }
+
+    #[test]
+    fn the_script_is_the_stores_statements_with_no_placeholder_left() {
+        let s = script();
+        assert!(!s.contains('$'), "{s}");
+        let sql = dispatch_sql();
+        assert!(sql.claim.contains("FOR UPDATE OF c SKIP LOCKED"));
+        assert!(s.contains("FOR UPDATE OF c SKIP LOCKED \\gset"), "{s}");
+        assert!(s.contains("SET state = 'done', success = 1, steps = 1, end_type = 'submitted'"), "{s}");
+        assert!(s.contains("attempt = :next, worker = 'pgbench'"), "{s}");
+        assert!(s.contains("VALUES (:study, :trajectory, :series, :t, :next_seed, 'pending', 0, 0, 0)"), "{s}");
+        assert_eq!(s.matches("BEGIN;").count(), 2);
+        assert_eq!(s.matches("COMMIT;").count(), 2);
+    }
+
+    #[test]
+    fn the_rate_is_read_from_pgbenchs_summary() {
+        let out = "transaction type: dispatch.sql\nnumber of clients: 4\nlatency average = 1.2 ms\n\
+                   initial connection time = 5.1 ms\ntps = 3181.544 (without initial connection time)\n";
+        assert_eq!(parse_tps(out), Some(3181.544));
+        assert_eq!(parse_tps("nothing"), None);
+    }
+}
