@@ -36,6 +36,10 @@ pub struct DispatchReport {
     pub pgbench_per_second: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio_to_pgbench: Option<f64>,
+    /// With `--pgbench`: a bare queue's claim and completion on the same table in pgbench
+    /// (continuations per second): no claim order, joins or trajectory lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pgbench_bare_per_second: Option<f64>,
 }
 
 /// A study big enough for `continuations`: trajectories of length 100 with a cliff at 50.
@@ -149,6 +153,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
         latency_p99_ms: quantile_ms(&latencies, 0.99),
         pgbench_per_second: None,
         ratio_to_pgbench: None,
+        pgbench_bare_per_second: None,
     })
 }
 
@@ -196,7 +201,7 @@ pub async fn run_command(a: &BenchDispatchArgs) -> anyhow::Result<()> {
             "store", "workers", "continuations", "seconds", "per second", "p50 ms", "p99 ms"
         );
         if pgbench.is_some() {
-            let _ = write!(header, " {:>11} {:>7}", "pgbench /s", "ratio");
+            let _ = write!(header, " {:>11} {:>7} {:>9}", "pgbench /s", "ratio", "bare /s");
         }
         output::println(header)?;
     }
@@ -205,9 +210,12 @@ pub async fn run_command(a: &BenchDispatchArgs) -> anyhow::Result<()> {
         let url = a.store.clone().unwrap_or_else(|| format!("sqlite://{}", dir.path().join("bench.sqlite").display()));
         let mut r = run(&url, workers, a.continuations).await?;
         if let Some(pgbench) = &pgbench {
-            let rate = crate::bench_pgbench::run(&url, pgbench, workers, a.continuations).await?;
+            use crate::bench_pgbench::Script;
+            let rate = crate::bench_pgbench::run(&url, pgbench, Script::Store, workers, a.continuations).await?;
             r.pgbench_per_second = Some(rate.per_second);
             r.ratio_to_pgbench = (rate.per_second > 0.0).then(|| r.per_second / rate.per_second);
+            let bare = crate::bench_pgbench::run(&url, pgbench, Script::Bare, workers, a.continuations).await?;
+            r.pgbench_bare_per_second = Some(bare.per_second);
         }
         if a.json {
             output::println(serde_json::to_string(&r)?)?;
@@ -216,8 +224,10 @@ pub async fn run_command(a: &BenchDispatchArgs) -> anyhow::Result<()> {
                 "{:<9} {:>7} {:>13} {:>8.2} {:>10.1} {:>9.2} {:>9.2}",
                 r.store, r.workers, r.continuations, r.seconds, r.per_second, r.latency_p50_ms, r.latency_p99_ms
             );
-            if let (Some(p), Some(ratio)) = (r.pgbench_per_second, r.ratio_to_pgbench) {
-                let _ = write!(line, " {p:>11.1} {ratio:>7.3}");
+            if let (Some(p), Some(ratio), Some(bare)) =
+                (r.pgbench_per_second, r.ratio_to_pgbench, r.pgbench_bare_per_second)
+            {
+                let _ = write!(line, " {p:>11.1} {ratio:>7.3} {bare:>9.1}");
             }
             output::println(line)?;
         }

@@ -68,26 +68,86 @@ pub fn substitute<S: AsRef<str>>(sql: &str, values: &[S]) -> String {
     out
 }
 
-/// The pgbench script: one continuation leased and reported per run of the script, the store's
-/// statements with pgbench variables (`-M prepared` binds them as parameters) and the bench's
-/// constants.
-pub fn script() -> String {
-    let sql = dispatch_sql();
-    let key = [":study", ":trajectory", ":series", ":t", ":seed"];
-    let with_key = |extra: &[&str]| -> Vec<String> { key.iter().chain(extra).map(|s| s.to_string()).collect() };
-    let claim = substitute(&sql.claim, &["1", "'synthetic'"]);
-    let mark = substitute(&sql.mark_leased, &with_key(&[":next", "'pgbench'", "0"]));
-    let lock_trajectory = substitute(&sql.lock_trajectory, &[":study", ":trajectory"]);
-    let lock_continuation = substitute(&sql.lock_continuation, &with_key(&[]));
-    let complete = substitute(&sql.complete, &with_key(&["1", "1", "'submitted'", "''", "'evaluated'", "0"]));
-    let count = substitute(&sql.count_done, &["1", ":study", ":trajectory"]);
-    // The next request keeps the number of pending continuations steady, as a running study's
-    // replans do: a new seed at the same step (each (t, seed) is completed once, so `seed + 1`
-    // is new).
-    let request = substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]);
+/// Which SQL pgbench runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Script {
+    /// The store's own statements ([`store_script`]).
+    Store,
+    /// A bare queue on the same table ([`bare_script`]): what a claim costs with no claim order,
+    /// no joins and no trajectory lock.
+    Bare,
+}
+
+impl Script {
+    pub fn text(self) -> String {
+        match self {
+            Script::Store => store_script(),
+            Script::Bare => bare_script(),
+        }
+    }
+}
+
+/// The store's statements bound to pgbench variables (`-M prepared` binds them as parameters)
+/// and the bench's constants: the claimed row's key is `:study … :seed` (set by `\gset` from the
+/// claim), `:next` its attempt, `:next_seed` the seed of the next request.
+struct Bound {
+    claim: String,
+    mark: String,
+    lock_trajectory: String,
+    lock_continuation: String,
+    complete: String,
+    count: String,
+    request: String,
+}
+
+impl Bound {
+    fn new() -> Bound {
+        let sql = dispatch_sql();
+        let key = [":study", ":trajectory", ":series", ":t", ":seed"];
+        let with_key = |extra: &[&str]| -> Vec<String> { key.iter().chain(extra).map(|s| s.to_string()).collect() };
+        Bound {
+            claim: substitute(&sql.claim, &["1", "'synthetic'"]),
+            mark: substitute(&sql.mark_leased, &with_key(&[":next", "'pgbench'", "0"])),
+            lock_trajectory: substitute(&sql.lock_trajectory, &[":study", ":trajectory"]),
+            lock_continuation: substitute(&sql.lock_continuation, &with_key(&[])),
+            complete: substitute(&sql.complete, &with_key(&["1", "1", "'submitted'", "''", "'evaluated'", "0"])),
+            count: substitute(&sql.count_done, &["1", ":study", ":trajectory"]),
+            // The next request keeps the number of pending continuations steady, as a running
+            // study's replans do: a new seed at the same step (each (t, seed) is completed once,
+            // so `seed + 1` is new).
+            request: substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]),
+        }
+    }
+
+    /// The lease transaction around `claim` (which ends in `\gset`).
+    fn lease(&self, claim: &str) -> String {
+        format!("BEGIN;\n{claim} \\gset\n\\set next :attempt + 1\n\\set next_seed :seed + 1\n{};\nCOMMIT;\n", self.mark)
+    }
+}
+
+/// The bare queue: a lease claims any pending row of `continuations` (`FOR UPDATE SKIP LOCKED
+/// LIMIT 1`, on the pending index) and marks it leased; a report marks it done and requests the
+/// next — the store's statements for those two, without the claim order's joins and sort, the
+/// locks and the counter.
+pub fn bare_script() -> String {
+    let b = Bound::new();
+    let claim = "SELECT study, trajectory, series, t, seed, attempt FROM continuations WHERE state = 'pending' \
+                 LIMIT 1 FOR UPDATE SKIP LOCKED";
+    format!("{}BEGIN;\n{};\n{};\nCOMMIT;\n", b.lease(claim), b.complete, b.request)
+}
+
+/// The store's script: one continuation leased and reported per run, the store's two
+/// transactions.
+pub fn store_script() -> String {
+    let b = Bound::new();
     format!(
-        "BEGIN;\n{claim} \\gset\n\\set next :attempt + 1\n\\set next_seed :seed + 1\n{mark};\nCOMMIT;\n\
-         BEGIN;\n{lock_trajectory};\n{lock_continuation};\n{complete};\n{count};\n{request};\nCOMMIT;\n"
+        "{}BEGIN;\n{};\n{};\n{};\n{};\n{};\nCOMMIT;\n",
+        b.lease(&b.claim),
+        b.lock_trajectory,
+        b.lock_continuation,
+        b.complete,
+        b.count,
+        b.request
     )
 }
 
@@ -172,8 +232,14 @@ pub fn parse_tps(output: &str) -> Option<f64> {
     })
 }
 
-/// Run the store's dispatch SQL in pgbench with `clients` clients, `continuations` in all.
-pub async fn run(admin_url: &str, pgbench: &Path, clients: u32, continuations: u64) -> anyhow::Result<PgbenchRate> {
+/// Run `script` in pgbench with `clients` clients, `continuations` in all, on a fresh database.
+pub async fn run(
+    admin_url: &str,
+    pgbench: &Path,
+    script: Script,
+    clients: u32,
+    continuations: u64,
+) -> anyhow::Result<PgbenchRate> {
     if !admin_url.starts_with("postgres://") && !admin_url.starts_with("postgresql://") {
         bail!("--pgbench compares with PostgreSQL: give --store postgres://USER:PASSWORD@HOST:PORT/DB");
     }
@@ -184,7 +250,7 @@ pub async fn run(admin_url: &str, pgbench: &Path, clients: u32, continuations: u
         fill(&scratch.url, PER_TRAJECTORY.max(4 * u64::from(clients))).await?;
         let dir = tempfile::tempdir()?;
         let script_path = dir.path().join("dispatch.sql");
-        std::fs::write(&script_path, script())?;
+        std::fs::write(&script_path, script.text())?;
         let threads = clients.min(std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).max(1);
         let started = Instant::now();
         let out = Command::new(pgbench)
@@ -234,7 +300,7 @@ mod tests {
 
     #[test]
     fn the_script_is_the_stores_statements_with_no_placeholder_left() {
-        let s = script();
+        let s = store_script();
         assert!(!s.contains('$'), "{s}");
         let sql = dispatch_sql();
         assert!(sql.claim.contains("FOR UPDATE OF c SKIP LOCKED"));
@@ -244,6 +310,8 @@ mod tests {
         assert!(s.contains("VALUES (:study, :trajectory, :series, :t, :next_seed, 'pending', 0, 0, 0)"), "{s}");
         assert_eq!(s.matches("BEGIN;").count(), 2);
         assert_eq!(s.matches("COMMIT;").count(), 2);
+        let bare = bare_script();
+        assert!(!bare.contains('$') && !bare.contains("JOIN") && bare.contains("SKIP LOCKED \\gset"), "{bare}");
     }
 
     #[test]
