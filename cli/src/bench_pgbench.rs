@@ -2,9 +2,9 @@
 //! on the same server, as the rate the store's statements allow with nothing around them.
 //!
 //! A fresh database on the server of `--store` gets the store's schema (its migrations) and one
-//! running study with `max(150, 4 × clients)` pending continuations in trajectories of 150 — about
-//! what demand admission keeps runnable in the gRPC run (a trajectory's screening, more with more
-//! workers). pgbench's script is, per continuation, the two transactions the store runs
+//! running study with `max(150, clients + 1)` pending continuations in trajectories of 150 — a
+//! little more than demand admission keeps runnable in the gRPC run (sampled: 1–113 at 16 workers,
+//! 61–150 at 64), so the claim sorts no fewer rows than the store's do. pgbench's script is, per continuation, the two transactions the store runs
 //! ([`vcurve_coordinator::store::dispatch_sql`], the same text): a lease — the claim (`FOR UPDATE
 //! OF c SKIP LOCKED LIMIT 1`) and the row's `leased` update — and a report — the trajectory's and
 //! the row's locks, the outcome's update, the trajectory's counter and one new continuation (the
@@ -247,7 +247,8 @@ pub async fn run(
     let total = per_client * u64::from(clients);
     let scratch = Scratch::create(admin_url).await?;
     let result = async {
-        fill(&scratch.url, PER_TRAJECTORY.max(4 * u64::from(clients))).await?;
+        // One more than the clients: a claim always finds a row no other client holds.
+        fill(&scratch.url, PER_TRAJECTORY.max(u64::from(clients) + 1)).await?;
         let dir = tempfile::tempdir()?;
         let script_path = dir.path().join("dispatch.sql");
         std::fs::write(&script_path, script.text())?;
