@@ -254,11 +254,16 @@ pub async fn run(
         std::fs::write(&script_path, script.text())?;
         let threads = clients.min(std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).max(1);
         let started = Instant::now();
-        let out = Command::new(pgbench)
+        let (url, password) = crate::commands::split_password(&scratch.url);
+        let mut command = Command::new(pgbench);
+        if let Some(password) = password {
+            command.env("PGPASSWORD", password);
+        }
+        let out = command
             .args(["-n", "-M", "prepared", "-c", &clients.to_string(), "-j", &threads.to_string()])
             .args(["-t", &per_client.to_string(), "-f"])
             .arg(&script_path)
-            .arg(&scratch.url)
+            .arg(&url)
             .output()
             .with_context(|| format!("cannot run {}", pgbench.display()))?;
         let stdout = String::from_utf8_lossy(&out.stdout);
