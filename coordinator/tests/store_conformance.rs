@@ -278,6 +278,58 @@ async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32
     record
 }
 
+/// Two stores (two coordinators' worth) on one database, each leasing and reporting in turn on the
+/// same trajectories: each store's replan cache must notice the other's reports (the counters
+/// under the row lock) and the record must equal one store's run alone.
+#[tokio::test]
+async fn two_stores_reporting_on_the_same_trajectories_keep_their_replans_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.sqlite").display());
+    let (a, b) = (SqlStore::connect(&url).await.unwrap(), SqlStore::connect(&url).await.unwrap());
+    let ((ca, _), (cb, _)) = (coordinator(&a), coordinator(&b));
+    let trs = [
+        Tr { id: "cliff", length: 57, cliff: 23, p: 1.0, labels: "j1: 23" },
+        Tr { id: "late", length: 40, cliff: 38, p: 1.0, labels: "" },
+    ];
+    let cliffs = [("cliff", 23), ("late", 38)];
+    let (yaml, files) = spec("shared", "", &trs);
+    let study = ca.launch(&yaml, &files).await.unwrap();
+    let wa = ca.register("wa", 3, &["synthetic".into()], "2.0").await.unwrap();
+    let wb = cb.register("wb", 3, &["synthetic".into()], "2.0").await.unwrap();
+    for turn in 0..10_000u32 {
+        // Leases alternate; each job is reported through one store or the other in a fixed pattern.
+        let (c, w) = if turn.is_multiple_of(2) { (&ca, &wa) } else { (&cb, &wb) };
+        let jobs = lease(c, w, 3).await;
+        if jobs.is_empty() && ca.progress(&study).await.unwrap().state == StudyState::Done {
+            break;
+        }
+        for (i, job) in jobs.iter().enumerate() {
+            let cliff = cliffs.iter().find(|(id, _)| *id == ck(job).trajectory).unwrap().1;
+            let success = step_outcome(cliff, ck(job).t, ck(job).seed);
+            // The other store reports every second job: the reporting worker is the lessee, but
+            // the store (and its cache) differs.
+            let reporter = if (turn + i as u32).is_multiple_of(2) {
+                c
+            } else if std::ptr::eq(c, &ca) {
+                &cb
+            } else {
+                &ca
+            };
+            assert_eq!(reporter.report(w, &held(job), &outcome(success)).await.unwrap(), ReportVerdict::Accepted);
+        }
+    }
+    assert_eq!(ca.progress(&study).await.unwrap().state, StudyState::Done);
+    let mut shared = a.study(&study).await.unwrap();
+    shared.id.clear();
+
+    let alone = TestStore::sqlite().await;
+    let (c, _) = coordinator(&alone.store);
+    let study = c.launch(&yaml, &files).await.unwrap();
+    let record = run_to_end(&c, &study, &cliffs).await;
+    let keys = |r: &StudyRecord| -> Vec<_> { r.trajectories.iter().map(|t| t.outcomes.clone()).collect() };
+    assert_eq!(keys(&shared), keys(&record), "the shared run asked for other continuations");
+}
+
 #[tokio::test]
 async fn a_study_runs_to_the_end_and_both_backends_store_the_same_record() {
     let mut records = Vec::new();

@@ -164,7 +164,28 @@ pub struct SqlStore {
     backend: Backend,
     /// Study configurations are immutable once stored; cached to keep reports cheap.
     configs: Arc<Mutex<HashMap<String, Arc<StudyConfig>>>>,
+    /// What each trajectory's last replan here read and requested, by `(study, trajectory)`: the
+    /// next report's replan checks it against the trajectory's counters instead of reading all of
+    /// its continuations again (see [`SqlStore::replan`]).
+    known: Arc<Mutex<HashMap<(String, String), Known>>>,
 }
+
+/// A trajectory's continuations as of its last replan in this process.
+#[derive(Debug, Clone)]
+struct Known {
+    /// `(n_requested, n_done + n_retired, n_dropped)` right after that replan. Every change to the
+    /// set of keys or outcomes raises one of them (the store only ever adds keys and outcomes), so
+    /// under the trajectory's row lock, counters one outcome ahead of these mean that exactly the
+    /// report being made happened since — in this coordinator or any other on the same store.
+    version: (i64, i64, i64),
+    existing: BTreeSet<Key>,
+    outcomes: Vec<(Key, Outcome)>,
+}
+
+/// At most this many trajectories are known at once; past it the map starts over (a miss only
+/// costs the full read). Finished trajectories are forgotten at once. A trajectory's entry is
+/// its keys and outcomes, a few hundred of each: some tens of kB, so at most some tens of MB.
+const MAX_KNOWN: usize = 1024;
 
 impl std::fmt::Debug for SqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -250,7 +271,7 @@ impl SqlStore {
         };
         // One portable schema serves both backends (SQLite accepts PostgreSQL's type names).
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(SqlStore { pool, backend, configs: Arc::default() })
+        Ok(SqlStore { pool, backend, configs: Arc::default(), known: Arc::default() })
     }
 
     pub fn backend(&self) -> Backend {
@@ -280,40 +301,48 @@ impl SqlStore {
         Ok(config)
     }
 
-    /// Rebuild a trajectory's schedule from its stored continuations, create the continuations it
-    /// now asks for, and record its stage — and the study's end when this was its last trajectory.
+    /// Rebuild a trajectory's schedule (`(study, id, plan)`) from its stored continuations, create
+    /// the continuations it now asks for, and record its stage — and the study's end when this was
+    /// its last trajectory.
     /// Returns how many continuations were created and whether the trajectory is done.
+    ///
+    /// `fresh` is the outcome this transaction has just recorded, if any. Then, when the
+    /// trajectory's counters are exactly one outcome past what its last replan in this process
+    /// left ([`Known`]), that replan's keys and outcomes plus `fresh` are the trajectory's, and
+    /// its continuations are not read again. Must run under the trajectory's row lock.
     async fn replan(
         &self,
         tx: &mut Transaction<'_, Any>,
         config: &StudyConfig,
-        study: &str,
-        trajectory: &str,
-        plan: &TrajectoryPlan,
+        (study, trajectory, plan): (&str, &str, &TrajectoryPlan),
+        fresh: Option<(Key, Outcome)>,
         now: i64,
     ) -> Result<(u64, bool), StoreError> {
-        let rows = sqlx::query(
-            "SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2",
+        let counters = sqlx::query(
+            "SELECT n_requested, n_done + n_retired AS n_finished, n_dropped FROM trajectories WHERE study = $1 AND id = $2",
         )
         .bind(study)
         .bind(trajectory)
-        .fetch_all(&mut **tx)
+        .fetch_one(&mut **tx)
         .await?;
-        let mut existing = BTreeSet::new();
-        let mut outcomes = Vec::new();
-        for row in &rows {
-            let key = Key {
-                series: series_of(&row.try_get::<String, _>("series")?)?,
-                t: get_u32(row, "t")?,
-                seed: get_u32(row, "seed")?,
-            };
-            existing.insert(key);
-            let state: String = row.try_get("state")?;
-            if state == "done" || state == "retired" {
-                outcomes.push((key, outcome_of(row)?));
-            }
-        }
-        let replan = planner::replan(plan, &config.params, config.variant()?, outcomes);
+        let version: (i64, i64, i64) =
+            (counters.try_get("n_requested")?, counters.try_get("n_finished")?, counters.try_get("n_dropped")?);
+        let id = (study.to_string(), trajectory.to_string());
+        let cached = fresh.and_then(|(key, outcome)| {
+            let mut known = self.known.lock().expect("known cache poisoned").remove(&id)?;
+            let fits = known.version == (version.0, version.1 - 1, version.2)
+                && known.existing.contains(&key)
+                && known.outcomes.iter().all(|(k, _)| *k != key);
+            fits.then(|| {
+                known.outcomes.push((key, outcome));
+                known
+            })
+        });
+        let (mut existing, outcomes) = match cached {
+            Some(known) => (known.existing, known.outcomes),
+            None => self.read_continuations(tx, study, trajectory).await?,
+        };
+        let replan = planner::replan(plan, &config.params, config.variant()?, outcomes.iter().copied());
         let new: Vec<&Key> = replan.pending.iter().filter(|k| !existing.contains(k)).collect();
         // One multi-row insert per 100 keys (5 parameters a row stays far below every limit).
         for chunk in new.chunks(100) {
@@ -337,10 +366,57 @@ impl SqlStore {
         .bind(trajectory)
         .execute(&mut **tx)
         .await?;
+        let created = new.len() as u64;
+        {
+            let mut known = self.known.lock().expect("known cache poisoned");
+            if replan.done {
+                known.remove(&id);
+            } else {
+                existing.extend(replan.pending.iter().copied());
+                if known.len() >= MAX_KNOWN {
+                    known.clear();
+                }
+                known.insert(
+                    id,
+                    Known { version: (version.0 + created as i64, version.1, version.2), existing, outcomes },
+                );
+            }
+        }
         if replan.done {
             self.finish_if_done(tx, study, now).await?;
         }
-        Ok((new.len() as u64, replan.done))
+        Ok((created, replan.done))
+    }
+
+    /// A trajectory's continuation keys and the outcomes among them.
+    async fn read_continuations(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+    ) -> Result<(BTreeSet<Key>, Vec<(Key, Outcome)>), StoreError> {
+        let rows = sqlx::query(
+            "SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2",
+        )
+        .bind(study)
+        .bind(trajectory)
+        .fetch_all(&mut **tx)
+        .await?;
+        let mut existing = BTreeSet::new();
+        let mut outcomes = Vec::new();
+        for row in &rows {
+            let key = Key {
+                series: series_of(&row.try_get::<String, _>("series")?)?,
+                t: get_u32(row, "t")?,
+                seed: get_u32(row, "seed")?,
+            };
+            existing.insert(key);
+            let state: String = row.try_get("state")?;
+            if state == "done" || state == "retired" {
+                outcomes.push((key, outcome_of(row)?));
+            }
+        }
+        Ok((existing, outcomes))
     }
 
     /// Add `n` to one of a trajectory's continuation counters (`n_done`, `n_retired`,
@@ -517,7 +593,7 @@ impl SqlStore {
                         insert_job(tx, &JobKey::Replay { study: study.clone(), trajectory: id.clone() }, now).await?;
                         runnable += 1;
                     } else {
-                        runnable += self.replan(tx, &config, &study, &id, &plan, now).await?.0;
+                        runnable += self.replan(tx, &config, (&study, &id, &plan), None, now).await?.0;
                     }
                 }
                 if take > 1 {
@@ -854,7 +930,9 @@ impl SqlStore {
         }
         let config = self.config(tx, &key.study).await?;
         let mut rechecks = false;
-        let replan = match report {
+        let k = Key { series: key.series, t: key.t, seed: key.seed };
+        // The outcome this report records, if any: the replan's `fresh`.
+        let fresh = match report {
             JobReport::Outcome(o) => {
                 bind_key(sqlx::query(dispatch::COMPLETE), key)
                     .bind(i64::from(o.success))
@@ -871,7 +949,7 @@ impl SqlStore {
                     let run = verdicts::RunOf { study: &key.study, task: &task, payload: payload.as_deref() };
                     rechecks = self.judge_run(tx, &config, run, o, now).await?;
                 }
-                true
+                Some((k, if o.success { Outcome::Success } else { Outcome::Failure }))
             }
             JobReport::NoOutcome { reason } => {
                 let job = JobKey::Continuation(key.clone());
@@ -879,7 +957,7 @@ impl SqlStore {
                 if retired {
                     self.count(tx, &key.study, &key.trajectory, "n_retired", 1).await?;
                 }
-                retired
+                retired.then_some((k, Outcome::Retired))
             }
             JobReport::NonReplayable(why) => {
                 self.drop_non_replayable(tx, &key.study, &key.trajectory, why, now).await?;
@@ -890,8 +968,9 @@ impl SqlStore {
         };
         // A no-outcome puts its key back, a re-check is new work: either wakes a waiting worker.
         let mut wakes = matches!(report, JobReport::NoOutcome { .. }) || rechecks;
-        if replan {
-            let (created, finished) = self.replan(tx, &config, &key.study, &key.trajectory, &plan, now).await?;
+        if fresh.is_some() {
+            let (created, finished) =
+                self.replan(tx, &config, (&key.study, &key.trajectory, &plan), fresh, now).await?;
             wakes |= created > 0 || finished;
         }
         Ok(Reported::accepted(wakes))
@@ -960,7 +1039,7 @@ impl SqlStore {
                     .execute(&mut **tx)
                     .await?;
                 let plan = plan.expect("locked above");
-                self.replan(tx, &config, study, trajectory, &plan, now).await?;
+                self.replan(tx, &config, (study, trajectory, &plan), None, now).await?;
                 Ok(Reported::accepted(true))
             }
             (JobKey::Replay { trajectory, .. }, JobReport::NonReplayable(why)) => {
