@@ -184,13 +184,8 @@ pub struct BenchDispatchArgs {
 /// `vcurve bench dispatch`.
 pub async fn run_command(a: &BenchDispatchArgs) -> anyhow::Result<()> {
     let pgbench = if a.pgbench {
-        match a.store.as_deref() {
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {}
-            _ => anyhow::bail!(
-                "--pgbench compares with PostgreSQL: give --store postgres://USER:PASSWORD@HOST:PORT/DB \
-                 (a server where the bench may fill that database and create a scratch one)"
-            ),
-        }
+        // Before the gRPC run: a wrong --store fails at once.
+        crate::bench_pgbench::require_postgres(a.store.as_deref())?;
         Some(crate::bench_pgbench::find_pgbench(a.pgbench_path.as_deref())?)
     } else {
         None

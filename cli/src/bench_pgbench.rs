@@ -4,7 +4,8 @@
 //! A fresh database on the server of `--store` gets the store's schema (its migrations) and one
 //! running study with `max(150, clients + 1)` pending continuations in trajectories of 150 — a
 //! little more than demand admission keeps runnable in the gRPC run (sampled: 1–113 at 16 workers,
-//! 61–150 at 64), so the claim sorts no fewer rows than the store's do. pgbench's script is, per continuation, the two transactions the store runs
+//! 61–150 at 64), so the claim sorts no fewer rows than the store's do. pgbench's script is, per
+//! continuation, the two transactions the store runs
 //! ([`vcurve_coordinator::store::dispatch_sql`], the same text): a lease — the claim (`FOR UPDATE
 //! OF c SKIP LOCKED LIMIT 1`) and the row's `leased` update — and a report — the trajectory's and
 //! the row's locks, the outcome's update, the trajectory's counter and one new continuation (the
@@ -232,6 +233,17 @@ pub fn parse_tps(output: &str) -> Option<f64> {
     })
 }
 
+/// `--pgbench` needs `--store` to be a PostgreSQL URL: the server pgbench runs on.
+pub fn require_postgres(store: Option<&str>) -> anyhow::Result<()> {
+    match store {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => Ok(()),
+        _ => bail!(
+            "--pgbench compares with PostgreSQL: give --store postgres://USER:PASSWORD@HOST:PORT/DB \
+             (a server where the bench may fill that database and create a scratch one)"
+        ),
+    }
+}
+
 /// Run `script` in pgbench with `clients` clients, `continuations` in all, on a fresh database.
 pub async fn run(
     admin_url: &str,
@@ -240,9 +252,7 @@ pub async fn run(
     clients: u32,
     continuations: u64,
 ) -> anyhow::Result<PgbenchRate> {
-    if !admin_url.starts_with("postgres://") && !admin_url.starts_with("postgresql://") {
-        bail!("--pgbench compares with PostgreSQL: give --store postgres://USER:PASSWORD@HOST:PORT/DB");
-    }
+    require_postgres(Some(admin_url))?;
     let per_client = continuations.div_ceil(u64::from(clients)).max(1);
     let total = per_client * u64::from(clients);
     let scratch = Scratch::create(admin_url).await?;
