@@ -7,9 +7,9 @@
 //! 61–150 at 64), so the claim sorts no fewer rows than the store's do. pgbench's script is, per
 //! continuation, the two transactions the store runs
 //! ([`vcurve_coordinator::store::dispatch_sql`], the same text): a lease — the claim (`FOR UPDATE
-//! OF c SKIP LOCKED LIMIT 1`) and the row's `leased` update — and a report — the trajectory's and
-//! the row's locks, the outcome's update, the trajectory's counter and one new continuation (the
-//! next request, which keeps the pending count steady). What the store does around them (the
+//! OF c SKIP LOCKED LIMIT 1`) and the row's `leased` update — and a report — the trajectory's
+//! lock, the outcome's update (which checks the attempt), one new continuation (the next request,
+//! which keeps the pending count steady) and the trajectory's stage and counters. What the store does around them (the
 //! worker's visit, lease expiry, admission, other jobs, rebuilding the schedule from the
 //! trajectory's outcomes, gRPC) is what the ratio measures. The database is dropped afterwards.
 
@@ -95,10 +95,9 @@ struct Bound {
     claim: String,
     mark: String,
     lock_trajectory: String,
-    lock_continuation: String,
     complete: String,
-    count: String,
     request: String,
+    advance: String,
 }
 
 impl Bound {
@@ -110,13 +109,16 @@ impl Bound {
             claim: substitute(&sql.claim, &["1", "'synthetic'"]),
             mark: substitute(&sql.mark_leased, &with_key(&[":next", "'pgbench'", "0"])),
             lock_trajectory: substitute(&sql.lock_trajectory, &[":study", ":trajectory"]),
-            lock_continuation: substitute(&sql.lock_continuation, &with_key(&[])),
-            complete: substitute(&sql.complete, &with_key(&["1", "1", "'submitted'", "''", "'evaluated'", "0"])),
-            count: substitute(&sql.count_done, &["1", ":study", ":trajectory"]),
+            complete: substitute(
+                &sql.complete,
+                &with_key(&["1", "1", "'submitted'", "''", "'evaluated'", "0", ":next"]),
+            ),
             // The next request keeps the number of pending continuations steady, as a running
             // study's replans do: a new seed at the same step (each (t, seed) is completed once,
             // so `seed + 1` is new).
             request: substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]),
+            // The replan's end: the stage as it was, one continuation requested, one done.
+            advance: substitute(&sql.advance, &["'screen'", "0", "'running'", "1", "1", "0", ":study", ":trajectory"]),
         }
     }
 
@@ -129,7 +131,7 @@ impl Bound {
 /// The bare queue: a lease claims any pending row of `continuations` (`FOR UPDATE SKIP LOCKED
 /// LIMIT 1`, on the pending index) and marks it leased; a report marks it done and requests the
 /// next — the store's statements for those two, without the claim order's joins and sort, the
-/// locks and the counter.
+/// trajectory's lock and its counters.
 pub fn bare_script() -> String {
     let b = Bound::new();
     let claim = "SELECT study, trajectory, series, t, seed, attempt FROM continuations WHERE state = 'pending' \
@@ -142,13 +144,12 @@ pub fn bare_script() -> String {
 pub fn store_script() -> String {
     let b = Bound::new();
     format!(
-        "{}BEGIN;\n{};\n{};\n{};\n{};\n{};\nCOMMIT;\n",
+        "{}BEGIN;\n{};\n{};\n{};\n{};\nCOMMIT;\n",
         b.lease(&b.claim),
         b.lock_trajectory,
-        b.lock_continuation,
         b.complete,
-        b.count,
-        b.request
+        b.request,
+        b.advance
     )
 }
 

@@ -173,13 +173,45 @@ pub struct SqlStore {
 /// A trajectory's continuations as of its last replan in this process.
 #[derive(Debug, Clone)]
 struct Known {
-    /// `(n_requested, n_done + n_retired, n_dropped)` right after that replan. Every change to the
-    /// set of keys or outcomes raises one of them (the store only ever adds keys and outcomes), so
-    /// under the trajectory's row lock, counters one outcome ahead of these mean that exactly the
-    /// report being made happened since — in this coordinator or any other on the same store.
-    version: (i64, i64, i64),
+    /// The trajectory's counters right after that replan. Every change to the set of keys or
+    /// outcomes raises one of them (the store only ever adds keys and outcomes), so under the
+    /// trajectory's row lock, counters equal to these mean nothing happened since but the report
+    /// being made — in this coordinator or any other on the same store.
+    version: Counters,
     existing: BTreeSet<Key>,
     outcomes: Vec<(Key, Outcome)>,
+}
+
+/// The condition on a trajectory's columns that it is in flight: admitted, not finished.
+const IN_FLIGHT: &str = "state IN ('running', 'replaying')";
+
+/// The columns admission weighs (`$1` the oldest visit of a live worker): `slots` of live workers,
+/// `leased` and `runnable` jobs of both tables (pending in running studies).
+const DEMAND: &str = "(SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM workers WHERE last_seen_ms >= $1) AS slots, \
+     (SELECT COUNT(*) FROM continuations WHERE state = 'leased') \
+       + (SELECT COUNT(*) FROM jobs WHERE state = 'leased') AS leased, \
+     (SELECT COUNT(*) FROM continuations c JOIN studies s ON s.id = c.study \
+       WHERE c.state = 'pending' AND s.state = 'running') \
+       + (SELECT COUNT(*) FROM jobs j JOIN studies s ON s.id = j.study \
+       WHERE j.state = 'pending' AND s.state = 'running') AS runnable";
+
+/// A trajectory's continuation counters: `n_requested`, `n_done + n_retired` and `n_dropped`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Counters {
+    requested: i64,
+    finished: i64,
+    dropped: i64,
+}
+
+impl Counters {
+    /// From a row with columns `n_requested`, `n_finished` and `n_dropped`.
+    fn of(row: &AnyRow) -> Result<Counters, StoreError> {
+        Ok(Counters {
+            requested: row.try_get("n_requested")?,
+            finished: row.try_get("n_finished")?,
+            dropped: row.try_get("n_dropped")?,
+        })
+    }
 }
 
 /// At most this many trajectories are known at once; past it the map starts over (a miss only
@@ -302,35 +334,44 @@ impl SqlStore {
     }
 
     /// Rebuild a trajectory's schedule (`(study, id, plan)`) from its stored continuations, create
-    /// the continuations it now asks for, and record its stage — and the study's end when this was
-    /// its last trajectory.
+    /// the continuations it now asks for, and record its stage, its counters — and the study's end
+    /// when this was its last trajectory.
     /// Returns how many continuations were created and whether the trajectory is done.
     ///
-    /// `fresh` is the outcome this transaction has just recorded, if any. Then, when the
-    /// trajectory's counters are exactly one outcome past what its last replan in this process
-    /// left ([`Known`]), that replan's keys and outcomes plus `fresh` are the trajectory's, and
-    /// its continuations are not read again. Must run under the trajectory's row lock.
+    /// `locked` is the trajectory's counters as this transaction's row lock read them
+    /// ([`SqlStore::lock_trajectory`]), `None` to read them here. `fresh` is the outcome this
+    /// transaction has just recorded, if any: this replan counts it (`n_done`, or `n_retired` for
+    /// [`Outcome::Retired`]). Then, when the counters are exactly what this trajectory's last
+    /// replan in this process left ([`Known`]), that replan's keys and outcomes plus `fresh` are
+    /// the trajectory's, and its continuations are not read again. Must run under the
+    /// trajectory's row lock.
     async fn replan(
         &self,
         tx: &mut Transaction<'_, Any>,
         config: &StudyConfig,
         (study, trajectory, plan): (&str, &str, &TrajectoryPlan),
+        locked: Option<Counters>,
         fresh: Option<(Key, Outcome)>,
         now: i64,
     ) -> Result<(u64, bool), StoreError> {
-        let counters = sqlx::query(
-            "SELECT n_requested, n_done + n_retired AS n_finished, n_dropped FROM trajectories WHERE study = $1 AND id = $2",
-        )
-        .bind(study)
-        .bind(trajectory)
-        .fetch_one(&mut **tx)
-        .await?;
-        let version: (i64, i64, i64) =
-            (counters.try_get("n_requested")?, counters.try_get("n_finished")?, counters.try_get("n_dropped")?);
+        let version = match locked {
+            Some(counters) => counters,
+            None => {
+                let row = sqlx::query(
+                    "SELECT n_requested, n_done + n_retired AS n_finished, n_dropped FROM trajectories \
+                     WHERE study = $1 AND id = $2",
+                )
+                .bind(study)
+                .bind(trajectory)
+                .fetch_one(&mut **tx)
+                .await?;
+                Counters::of(&row)?
+            }
+        };
         let id = (study.to_string(), trajectory.to_string());
         let cached = fresh.and_then(|(key, outcome)| {
             let mut known = self.known.lock().expect("known cache poisoned").remove(&id)?;
-            let fits = known.version == (version.0, version.1 - 1, version.2)
+            let fits = known.version == version
                 && known.existing.contains(&key)
                 && known.outcomes.iter().all(|(k, _)| *k != key);
             fits.then(|| {
@@ -354,18 +395,22 @@ impl SqlStore {
             q.execute(&mut **tx).await?;
         }
         let state = if replan.done { TrajectoryState::Done } else { TrajectoryState::Running };
-        sqlx::query(
-            "UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3, n_requested = n_requested + $4 \
-             WHERE study = $5 AND id = $6",
-        )
-        .bind(replan.stage.as_str())
-        .bind(planner::stage_rank(replan.stage))
-        .bind(state.as_str())
-        .bind(new.len() as i64)
-        .bind(study)
-        .bind(trajectory)
-        .execute(&mut **tx)
-        .await?;
+        let (done, retired) = match fresh {
+            Some((_, Outcome::Retired)) => (0, 1),
+            Some(_) => (1, 0),
+            None => (0, 0),
+        };
+        sqlx::query(dispatch::ADVANCE)
+            .bind(replan.stage.as_str())
+            .bind(planner::stage_rank(replan.stage))
+            .bind(state.as_str())
+            .bind(new.len() as i64)
+            .bind(done)
+            .bind(retired)
+            .bind(study)
+            .bind(trajectory)
+            .execute(&mut **tx)
+            .await?;
         let created = new.len() as u64;
         {
             let mut known = self.known.lock().expect("known cache poisoned");
@@ -376,10 +421,12 @@ impl SqlStore {
                 if known.len() >= MAX_KNOWN {
                     known.clear();
                 }
-                known.insert(
-                    id,
-                    Known { version: (version.0 + created as i64, version.1, version.2), existing, outcomes },
-                );
+                let version = Counters {
+                    requested: version.requested + created as i64,
+                    finished: version.finished + done + retired,
+                    dropped: version.dropped,
+                };
+                known.insert(id, Known { version, existing, outcomes });
             }
         }
         if replan.done {
@@ -513,24 +560,23 @@ impl SqlStore {
     /// reports lock only admitted trajectories (and their studies' rows last, when they end them).
     async fn admit(&self, tx: &mut Transaction<'_, Any>, now: i64, policy: LeasePolicy) -> Result<(), StoreError> {
         // Only studies that still have trajectories to admit; once every trajectory is in, a
-        // lease costs this one query here.
-        let studies: Vec<String> = sqlx::query(
-            "SELECT id FROM studies s WHERE state = 'running' \
+        // lease costs this one query here. With each, its trajectories in flight and (the same on
+        // every row) the demand: one round trip for the look without the lock.
+        let sql = format!(
+            "SELECT s.id, (SELECT COUNT(*) FROM trajectories t WHERE t.study = s.id AND t.{IN_FLIGHT}) AS in_flight, \
+             {DEMAND} FROM studies s WHERE s.state = 'running' \
              AND EXISTS (SELECT 1 FROM trajectories t WHERE t.study = s.id AND t.state = 'waiting') \
-             ORDER BY created_ms, id",
-        )
-        .fetch_all(&mut **tx)
-        .await?
-        .iter()
-        .map(|r| r.try_get("id"))
-        .collect::<Result<_, _>>()?;
-        if studies.is_empty() {
+             ORDER BY s.created_ms, s.id"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now - policy.timeout_ms).fetch_all(&mut **tx).await?;
+        let Some(first) = rows.first() else {
             return Ok(());
-        }
-        let (mut free, mut runnable) = self.demand(tx, now, policy).await?;
-        for study in studies {
+        };
+        let (mut free, mut runnable) = Self::demand_of(first)?;
+        for row in &rows {
+            let study: String = row.try_get("id")?;
             let config = self.config(tx, &study).await?;
-            let in_flight = self.in_flight(tx, &study).await?;
+            let in_flight = u32::try_from(row.try_get::<i64, _>("in_flight")?).unwrap_or(u32::MAX);
             if planner::admission(&config.admission, in_flight, runnable, free) == AdmitDecision::Nothing {
                 continue;
             }
@@ -593,7 +639,7 @@ impl SqlStore {
                         insert_job(tx, &JobKey::Replay { study: study.clone(), trajectory: id.clone() }, now).await?;
                         runnable += 1;
                     } else {
-                        runnable += self.replan(tx, &config, (&study, &id, &plan), None, now).await?.0;
+                        runnable += self.replan(tx, &config, (&study, &id, &plan), None, None, now).await?.0;
                     }
                 }
                 if take > 1 {
@@ -612,33 +658,27 @@ impl SqlStore {
     }
 
     /// What demand admission weighs, over every running study: the free worker slots (of workers
-    /// seen within a lease timeout) and the runnable jobs.
+    /// seen since `$1`) and the runnable jobs.
     async fn demand(
         &self,
         tx: &mut Transaction<'_, Any>,
         now: i64,
         policy: LeasePolicy,
     ) -> Result<(u64, u64), StoreError> {
-        let counts = sqlx::query(
-            "SELECT \
-               (SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM workers WHERE last_seen_ms >= $1) AS slots, \
-               (SELECT COUNT(*) FROM continuations WHERE state = 'leased') \
-                 + (SELECT COUNT(*) FROM jobs WHERE state = 'leased') AS leased, \
-               (SELECT COUNT(*) FROM continuations c JOIN studies s ON s.id = c.study \
-                 WHERE c.state = 'pending' AND s.state = 'running') \
-                 + (SELECT COUNT(*) FROM jobs j JOIN studies s ON s.id = j.study \
-                 WHERE j.state = 'pending' AND s.state = 'running') AS runnable",
-        )
-        .bind(now - policy.timeout_ms)
-        .fetch_one(&mut **tx)
-        .await?;
-        let (slots, leased): (i64, i64) = (counts.try_get("slots")?, counts.try_get("leased")?);
-        Ok(((slots - leased).max(0) as u64, counts.try_get::<i64, _>("runnable")?.max(0) as u64))
+        let sql = format!("SELECT {DEMAND}");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now - policy.timeout_ms).fetch_one(&mut **tx).await?;
+        Self::demand_of(&row)
+    }
+
+    /// The free slots and runnable jobs of a row with the [`DEMAND`] columns.
+    fn demand_of(row: &AnyRow) -> Result<(u64, u64), StoreError> {
+        let (slots, leased): (i64, i64) = (row.try_get("slots")?, row.try_get("leased")?);
+        Ok(((slots - leased).max(0) as u64, row.try_get::<i64, _>("runnable")?.max(0) as u64))
     }
 
     /// A study's trajectories in flight (admitted, not finished), for the batch rule.
     async fn in_flight(&self, tx: &mut Transaction<'_, Any>, study: &str) -> Result<u32, StoreError> {
-        count_trajectories(tx, study, "state IN ('running', 'replaying')").await
+        count_trajectories(tx, study, IN_FLIGHT).await
     }
 
     /// `IN ($first, …)` over the runner kinds a worker offers.
@@ -828,20 +868,22 @@ impl SqlStore {
         Ok(())
     }
 
-    /// Lock a trajectory's row (reports of one trajectory replan one after the other); its plan.
+    /// Lock a trajectory's row (reports of one trajectory replan one after the other); its plan
+    /// and counters.
     async fn lock_trajectory(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         trajectory: &str,
-    ) -> Result<Option<TrajectoryPlan>, StoreError> {
+    ) -> Result<Option<(TrajectoryPlan, Counters)>, StoreError> {
         let sql = dispatch::lock_trajectory(self.for_update());
         let Some(row) =
             sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut **tx).await?
         else {
             return Ok(None);
         };
-        Ok(Some(serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?))
+        let plan = serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
+        Ok(Some((plan, Counters::of(&row)?)))
     }
 
     /// A trajectory's task and payload digest. A trajectory stored before the `task` column
@@ -918,51 +960,61 @@ impl SqlStore {
         report: &JobReport,
         now: i64,
     ) -> Result<Reported, StoreError> {
-        let Some(plan) = self.lock_trajectory(tx, &key.study, &key.trajectory).await? else {
+        let Some((plan, counters)) = self.lock_trajectory(tx, &key.study, &key.trajectory).await? else {
             return Ok(Reported::ignored("unknown key"));
         };
-        let sql = dispatch::lock_continuation(self.for_update());
-        let Some(row) = bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await? else {
-            return Ok(Reported::ignored("unknown key"));
-        };
-        if let Err(why) = Self::check_attempt(&row, attempt)? {
-            return Ok(Reported::ignored(why));
-        }
-        let config = self.config(tx, &key.study).await?;
-        let mut rechecks = false;
         let k = Key { series: key.series, t: key.t, seed: key.seed };
+        let mut rechecks = false;
         // The outcome this report records, if any: the replan's `fresh`.
-        let fresh = match report {
+        let (config, fresh) = match report {
             JobReport::Outcome(o) => {
-                bind_key(sqlx::query(dispatch::COMPLETE), key)
+                // The update checks the attempt itself; only a report it does not take reads the
+                // row, to say why.
+                let completed = bind_key(sqlx::query(dispatch::COMPLETE), key)
                     .bind(i64::from(o.success))
                     .bind(i64::from(o.steps))
                     .bind(o.end_type.as_str())
                     .bind(o.patch_sha256.as_str())
                     .bind(o.judged.as_str())
                     .bind(now)
+                    .bind(i64::from(attempt))
                     .execute(&mut **tx)
-                    .await?;
-                self.count(tx, &key.study, &key.trajectory, "n_done", 1).await?;
+                    .await?
+                    .rows_affected();
+                if completed == 0 {
+                    return Ok(Reported::ignored(match self.lock_continuation(tx, key).await? {
+                        None => "unknown key".to_string(),
+                        Some(row) => match Self::check_attempt(&row, attempt)? {
+                            Err(why) => why,
+                            Ok(()) => format!("attempt {attempt} could not be recorded"),
+                        },
+                    }));
+                }
+                let config = self.config(tx, &key.study).await?;
                 if vcurve_record::runner::runs_containers(&config.runner_kind) {
                     let (task, payload) = self.task_of(tx, &key.study, &key.trajectory).await?;
                     let run = verdicts::RunOf { study: &key.study, task: &task, payload: payload.as_deref() };
                     rechecks = self.judge_run(tx, &config, run, o, now).await?;
                 }
-                Some((k, if o.success { Outcome::Success } else { Outcome::Failure }))
+                (config, Some((k, if o.success { Outcome::Success } else { Outcome::Failure })))
             }
-            JobReport::NoOutcome { reason } => {
+            JobReport::NoOutcome { .. } | JobReport::NonReplayable(_) => {
+                let Some(row) = self.lock_continuation(tx, key).await? else {
+                    return Ok(Reported::ignored("unknown key"));
+                };
+                if let Err(why) = Self::check_attempt(&row, attempt)? {
+                    return Ok(Reported::ignored(why));
+                }
+                let config = self.config(tx, &key.study).await?;
+                if let JobReport::NonReplayable(why) = report {
+                    self.drop_non_replayable(tx, &key.study, &key.trajectory, why, now).await?;
+                    // The study may be over, or another trajectory admitted.
+                    return Ok(Reported::accepted(true));
+                }
+                let JobReport::NoOutcome { reason } = report else { unreachable!("matched above") };
                 let job = JobKey::Continuation(key.clone());
                 let (retired, _) = Self::no_outcome(tx, &job, &row, reason, &config, now).await?;
-                if retired {
-                    self.count(tx, &key.study, &key.trajectory, "n_retired", 1).await?;
-                }
-                retired.then_some((k, Outcome::Retired))
-            }
-            JobReport::NonReplayable(why) => {
-                self.drop_non_replayable(tx, &key.study, &key.trajectory, why, now).await?;
-                // The study may be over, or another trajectory admitted.
-                return Ok(Reported::accepted(true));
+                (config, retired.then_some((k, Outcome::Retired)))
             }
             JobReport::Replayed(_) | JobReport::Evaluated { .. } => unreachable!("checked by JobReport::fits"),
         };
@@ -970,10 +1022,20 @@ impl SqlStore {
         let mut wakes = matches!(report, JobReport::NoOutcome { .. }) || rechecks;
         if fresh.is_some() {
             let (created, finished) =
-                self.replan(tx, &config, (&key.study, &key.trajectory, &plan), fresh, now).await?;
+                self.replan(tx, &config, (&key.study, &key.trajectory, &plan), Some(counters), fresh, now).await?;
             wakes |= created > 0 || finished;
         }
         Ok(Reported::accepted(wakes))
+    }
+
+    /// A continuation's row for a report, locked on PostgreSQL: state, attempt and no-outcomes.
+    async fn lock_continuation(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        key: &ContinuationKey,
+    ) -> Result<Option<AnyRow>, StoreError> {
+        let sql = dispatch::lock_continuation(self.for_update());
+        Ok(bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await?)
     }
 
     async fn report_job(
@@ -987,7 +1049,7 @@ impl SqlStore {
         let study = key.study();
         let plan = match key {
             JobKey::Replay { trajectory, .. } => match self.lock_trajectory(tx, study, trajectory).await? {
-                Some(plan) => Some(plan),
+                Some(locked) => Some(locked),
                 None => return Ok(Reported::ignored("unknown key")),
             },
             _ => None,
@@ -1038,8 +1100,8 @@ impl SqlStore {
                     .bind(trajectory)
                     .execute(&mut **tx)
                     .await?;
-                let plan = plan.expect("locked above");
-                self.replan(tx, &config, (study, trajectory, &plan), None, now).await?;
+                let (plan, counters) = plan.expect("locked above");
+                self.replan(tx, &config, (study, trajectory, &plan), Some(counters), None, now).await?;
                 Ok(Reported::accepted(true))
             }
             (JobKey::Replay { trajectory, .. }, JobReport::NonReplayable(why)) => {
@@ -1076,27 +1138,38 @@ impl SqlStore {
         worker: &str,
         now: i64,
     ) -> Result<Option<Vec<String>>, StoreError> {
-        let row = sqlx::query("SELECT capabilities FROM workers WHERE id = $1")
+        let row = sqlx::query("UPDATE workers SET last_seen_ms = $1 WHERE id = $2 RETURNING capabilities")
+            .bind(now)
             .bind(worker)
             .fetch_optional(&mut **tx)
             .await?;
         let Some(row) = row else { return Ok(None) };
-        sqlx::query("UPDATE workers SET last_seen_ms = $1 WHERE id = $2")
-            .bind(now)
-            .bind(worker)
-            .execute(&mut **tx)
-            .await?;
         let caps: String = row.try_get("capabilities")?;
         Ok(Some(caps.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()))
     }
 
+    /// Put back every lease of either table that expired before `now`; how many.
     async fn expire_in(&self, tx: &mut Transaction<'_, Any>, now: i64) -> Result<u32, StoreError> {
-        let mut expired = 0;
-        for table in ["continuations", "jobs"] {
-            let sql = format!(
+        let expire = |table: &str| {
+            format!(
                 "UPDATE {table} SET state = 'pending', worker = NULL, lease_expires_ms = NULL \
                  WHERE state = 'leased' AND lease_expires_ms < $1"
+            )
+        };
+        if self.backend == Backend::Postgres {
+            // Both tables in one round trip: every lease runs this.
+            let sql = format!(
+                "WITH c AS ({} RETURNING 1), j AS ({} RETURNING 1) \
+                 SELECT (SELECT COUNT(*) FROM c) + (SELECT COUNT(*) FROM j) AS n",
+                expire("continuations"),
+                expire("jobs")
             );
+            let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).fetch_one(&mut **tx).await?.try_get("n")?;
+            return Ok(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        let mut expired = 0;
+        for table in ["continuations", "jobs"] {
+            let sql = expire(table);
             expired += sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now).execute(&mut **tx).await?.rows_affected() as u32;
         }
         Ok(expired)

@@ -8,11 +8,13 @@ pub(super) const MARK_LEASED: &str =
     "UPDATE {table} SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE {key}";
 
 /// A continuation's outcome (`$1 … $5` its key): success `$6`, steps `$7`, end type `$8`, patch
-/// `$9`, judged `$10`, done at `$11`.
+/// `$9`, judged `$10`, done at `$11` — only while it is leased in attempt `$12`, so it also checks
+/// the report is current (no row changed: see why with [`lock_continuation`]).
 pub(super) const COMPLETE: &str = concat!(
     "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, \
      patch_sha256 = $9, judged = $10, done_ms = $11, worker = NULL, lease_expires_ms = NULL WHERE ",
-    key_is!()
+    key_is!(),
+    " AND state = 'leased' AND attempt = $12"
 );
 
 /// A continuation's row for its report (`$1 … $5` its key), locked on PostgreSQL.
@@ -21,10 +23,19 @@ pub(super) fn lock_continuation(for_update: &str) -> String {
 }
 
 /// A trajectory's row (`$1` study, `$2` id), locked on PostgreSQL: reports of one trajectory
-/// replan one after the other.
+/// replan one after the other. Its plan and counters.
 pub(super) fn lock_trajectory(for_update: &str) -> String {
-    format!("SELECT plan_json FROM trajectories WHERE study = $1 AND id = $2{for_update}")
+    format!(
+        "SELECT plan_json, n_requested, n_done + n_retired AS n_finished, n_dropped FROM trajectories \
+         WHERE study = $1 AND id = $2{for_update}"
+    )
 }
+
+/// A replan's end: the trajectory's stage `$1` (rank `$2`), state `$3`, and its counters
+/// advanced by the continuations requested `$4` and the outcome recorded, done `$5` or retired
+/// `$6` (`$7` study, `$8` id).
+pub(super) const ADVANCE: &str = "UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3, \
+     n_requested = n_requested + $4, n_done = n_done + $5, n_retired = n_retired + $6 WHERE study = $7 AND id = $8";
 
 /// Add `$1` to a trajectory's `counter` (`$2` study, `$3` id).
 pub(super) fn count(counter: &str) -> String {
@@ -65,8 +76,8 @@ pub(super) fn claim(kinds_in: &str, locality_order: &str, postgres: bool) -> Str
 
 /// The statements of one continuation's dispatch as the store runs them on PostgreSQL, with the
 /// placeholders it binds (see each field). A lease transaction runs `claim` then `mark_leased`
-/// for each claimed row; a report's transaction `lock_trajectory`, `lock_continuation`,
-/// `complete` and `count_done`, and `request`s the continuations the schedule asks for next.
+/// for each claimed row; a report's transaction `lock_trajectory` and `complete`, `request`s the
+/// continuations the schedule asks for next and `advance`s the trajectory.
 /// Around them the store also registers the worker's visit, expires leases, admits, claims other
 /// jobs first and rebuilds the trajectory's schedule from its outcomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,13 +89,12 @@ pub struct DispatchSql {
     pub mark_leased: String,
     /// `$1` study, `$2` trajectory.
     pub lock_trajectory: String,
-    /// `$1 … $5` the key.
-    pub lock_continuation: String,
     /// `$1 … $5` the key, `$6` success, `$7` steps, `$8` end type, `$9` patch, `$10` judged,
-    /// `$11` done at.
+    /// `$11` done at, `$12` the leased attempt.
     pub complete: String,
-    /// `$1` how many, `$2` study, `$3` trajectory.
-    pub count_done: String,
+    /// `$1` stage, `$2` its rank, `$3` state, `$4` continuations requested, `$5` done, `$6`
+    /// retired, `$7` study, `$8` trajectory.
+    pub advance: String,
     /// One new continuation, as the schedule's replan requests them: `$1` study, `$2`
     /// trajectory, `$3` now, `$4` series, `$5` t, `$6` seed.
     pub request: String,
@@ -97,9 +107,8 @@ pub fn dispatch_sql() -> DispatchSql {
         claim: claim("IN ($2)", "", true),
         mark_leased: MARK_LEASED.replace("{table}", "continuations").replace("{key}", key_is!()),
         lock_trajectory: lock_trajectory(" FOR UPDATE"),
-        lock_continuation: lock_continuation(" FOR UPDATE"),
         complete: COMPLETE.to_string(),
-        count_done: count("n_done"),
+        advance: ADVANCE.to_string(),
         request: request(1),
     }
 }
