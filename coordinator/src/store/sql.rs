@@ -195,7 +195,8 @@ const DEMAND: &str = "(SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM worke
        + (SELECT COUNT(*) FROM jobs j JOIN studies s ON s.id = j.study \
        WHERE j.state = 'pending' AND s.state = 'running') AS runnable";
 
-/// A trajectory's continuation counters: `n_requested`, `n_done + n_retired` and `n_dropped`.
+/// A trajectory's continuation counters: `n_requested`, `n_done + n_retired` and `n_dropped`
+/// ([`dispatch::COUNTERS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Counters {
     requested: i64,
@@ -204,7 +205,7 @@ struct Counters {
 }
 
 impl Counters {
-    /// From a row with columns `n_requested`, `n_finished` and `n_dropped`.
+    /// From a row with the [`dispatch::COUNTERS`] columns.
     fn of(row: &AnyRow) -> Result<Counters, StoreError> {
         Ok(Counters {
             requested: row.try_get("n_requested")?,
@@ -357,14 +358,9 @@ impl SqlStore {
         let version = match locked {
             Some(counters) => counters,
             None => {
-                let row = sqlx::query(
-                    "SELECT n_requested, n_done + n_retired AS n_finished, n_dropped FROM trajectories \
-                     WHERE study = $1 AND id = $2",
-                )
-                .bind(study)
-                .bind(trajectory)
-                .fetch_one(&mut **tx)
-                .await?;
+                let sql = format!("SELECT {} FROM trajectories WHERE study = $1 AND id = $2", dispatch::COUNTERS);
+                let row =
+                    sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_one(&mut **tx).await?;
                 Counters::of(&row)?
             }
         };
@@ -466,8 +462,8 @@ impl SqlStore {
         Ok((existing, outcomes))
     }
 
-    /// Add `n` to one of a trajectory's continuation counters (`n_done`, `n_retired`,
-    /// `n_dropped`), inside the transaction that changed them.
+    /// Add `n` to one of a trajectory's continuation counters (`n_dropped`: a report's outcome is
+    /// counted by its replan's [`dispatch::ADVANCE`]), inside the transaction that changed them.
     async fn count(
         &self,
         tx: &mut Transaction<'_, Any>,
@@ -982,13 +978,11 @@ impl SqlStore {
                     .await?
                     .rows_affected();
                 if completed == 0 {
-                    return Ok(Reported::ignored(match self.lock_continuation(tx, key).await? {
-                        None => "unknown key".to_string(),
-                        Some(row) => match Self::check_attempt(&row, attempt)? {
-                            Err(why) => why,
-                            Ok(()) => format!("attempt {attempt} could not be recorded"),
-                        },
-                    }));
+                    let job = JobKey::Continuation(key.clone());
+                    return Ok(match self.current_row(tx, &job, attempt).await? {
+                        Err(ignored) => ignored,
+                        Ok(_) => Reported::ignored(format!("attempt {attempt} could not be recorded")),
+                    });
                 }
                 let config = self.config(tx, &key.study).await?;
                 if vcurve_record::runner::runs_containers(&config.runner_kind) {
@@ -998,23 +992,23 @@ impl SqlStore {
                 }
                 (config, Some((k, if o.success { Outcome::Success } else { Outcome::Failure })))
             }
-            JobReport::NoOutcome { .. } | JobReport::NonReplayable(_) => {
-                let Some(row) = self.lock_continuation(tx, key).await? else {
-                    return Ok(Reported::ignored("unknown key"));
-                };
-                if let Err(why) = Self::check_attempt(&row, attempt)? {
-                    return Ok(Reported::ignored(why));
-                }
-                let config = self.config(tx, &key.study).await?;
-                if let JobReport::NonReplayable(why) = report {
-                    self.drop_non_replayable(tx, &key.study, &key.trajectory, why, now).await?;
-                    // The study may be over, or another trajectory admitted.
-                    return Ok(Reported::accepted(true));
-                }
-                let JobReport::NoOutcome { reason } = report else { unreachable!("matched above") };
+            JobReport::NoOutcome { reason } => {
                 let job = JobKey::Continuation(key.clone());
+                let row = match self.current_row(tx, &job, attempt).await? {
+                    Ok(row) => row,
+                    Err(ignored) => return Ok(ignored),
+                };
+                let config = self.config(tx, &key.study).await?;
                 let (retired, _) = Self::no_outcome(tx, &job, &row, reason, &config, now).await?;
                 (config, retired.then_some((k, Outcome::Retired)))
+            }
+            JobReport::NonReplayable(why) => {
+                if let Err(ignored) = self.current_row(tx, &JobKey::Continuation(key.clone()), attempt).await? {
+                    return Ok(ignored);
+                }
+                self.drop_non_replayable(tx, &key.study, &key.trajectory, why, now).await?;
+                // The study may be over, or another trajectory admitted.
+                return Ok(Reported::accepted(true));
             }
             JobReport::Replayed(_) | JobReport::Evaluated { .. } => unreachable!("checked by JobReport::fits"),
         };
@@ -1028,14 +1022,20 @@ impl SqlStore {
         Ok(Reported::accepted(wakes))
     }
 
-    /// A continuation's row for a report, locked on PostgreSQL: state, attempt and no-outcomes.
-    async fn lock_continuation(
+    /// A job's row (of either table) for a report of `attempt`, locked on PostgreSQL (state,
+    /// attempt and no-outcomes), or the report ignored with why: an unknown key, or not that
+    /// attempt's lease.
+    async fn current_row(
         &self,
         tx: &mut Transaction<'_, Any>,
-        key: &ContinuationKey,
-    ) -> Result<Option<AnyRow>, StoreError> {
-        let sql = dispatch::lock_continuation(self.for_update());
-        Ok(bind_key(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await?)
+        key: &JobKey,
+        attempt: u32,
+    ) -> Result<Result<AnyRow, Reported>, StoreError> {
+        let sql = format!("SELECT state, attempt, no_outcomes FROM {{table}} WHERE {{key}}{}", self.for_update());
+        let Some(row) = keyed(&sql, key).fetch_optional(&mut **tx).await? else {
+            return Ok(Err(Reported::ignored("unknown key")));
+        };
+        Ok(Self::check_attempt(&row, attempt)?.map(|()| row).map_err(Reported::ignored))
     }
 
     async fn report_job(
@@ -1047,21 +1047,17 @@ impl SqlStore {
         now: i64,
     ) -> Result<Reported, StoreError> {
         let study = key.study();
-        let plan = match key {
+        let locked = match key {
             JobKey::Replay { trajectory, .. } => match self.lock_trajectory(tx, study, trajectory).await? {
                 Some(locked) => Some(locked),
                 None => return Ok(Reported::ignored("unknown key")),
             },
             _ => None,
         };
-        let sql =
-            format!(concat!("SELECT state, attempt, no_outcomes FROM jobs WHERE ", job_is!(), "{}"), self.for_update());
-        let Some(row) = bind_job(sqlx::query(sqlx::AssertSqlSafe(sql)), key).fetch_optional(&mut **tx).await? else {
-            return Ok(Reported::ignored("unknown key"));
+        let row = match self.current_row(tx, key, attempt).await? {
+            Ok(row) => row,
+            Err(ignored) => return Ok(ignored),
         };
-        if let Err(why) = Self::check_attempt(&row, attempt)? {
-            return Ok(Reported::ignored(why));
-        }
         let config = self.config(tx, study).await?;
         if let JobReport::NoOutcome { reason } = report {
             let (retired, no_outcomes) = Self::no_outcome(tx, key, &row, reason, &config, now).await?;
@@ -1100,7 +1096,7 @@ impl SqlStore {
                     .bind(trajectory)
                     .execute(&mut **tx)
                     .await?;
-                let (plan, counters) = plan.expect("locked above");
+                let (plan, counters) = locked.expect("locked above");
                 self.replan(tx, &config, (study, trajectory, &plan), Some(counters), None, now).await?;
                 Ok(Reported::accepted(true))
             }

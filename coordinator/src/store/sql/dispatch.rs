@@ -9,7 +9,7 @@ pub(super) const MARK_LEASED: &str =
 
 /// A continuation's outcome (`$1 … $5` its key): success `$6`, steps `$7`, end type `$8`, patch
 /// `$9`, judged `$10`, done at `$11` — only while it is leased in attempt `$12`, so it also checks
-/// the report is current (no row changed: see why with [`lock_continuation`]).
+/// the report is current (no row changed: the store reads the row to say why).
 pub(super) const COMPLETE: &str = concat!(
     "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, \
      patch_sha256 = $9, judged = $10, done_ms = $11, worker = NULL, lease_expires_ms = NULL WHERE ",
@@ -17,18 +17,13 @@ pub(super) const COMPLETE: &str = concat!(
     " AND state = 'leased' AND attempt = $12"
 );
 
-/// A continuation's row for its report (`$1 … $5` its key), locked on PostgreSQL.
-pub(super) fn lock_continuation(for_update: &str) -> String {
-    format!(concat!("SELECT state, attempt, no_outcomes FROM continuations WHERE ", key_is!(), "{}"), for_update)
-}
+/// A trajectory's counters, as the columns `n_requested`, `n_finished` and `n_dropped`.
+pub(super) const COUNTERS: &str = "n_requested, n_done + n_retired AS n_finished, n_dropped";
 
 /// A trajectory's row (`$1` study, `$2` id), locked on PostgreSQL: reports of one trajectory
-/// replan one after the other. Its plan and counters.
+/// replan one after the other. Its plan and [`COUNTERS`].
 pub(super) fn lock_trajectory(for_update: &str) -> String {
-    format!(
-        "SELECT plan_json, n_requested, n_done + n_retired AS n_finished, n_dropped FROM trajectories \
-         WHERE study = $1 AND id = $2{for_update}"
-    )
+    format!("SELECT plan_json, {COUNTERS} FROM trajectories WHERE study = $1 AND id = $2{for_update}")
 }
 
 /// A replan's end: the trajectory's stage `$1` (rank `$2`), state `$3`, and its counters
