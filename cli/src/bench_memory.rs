@@ -292,11 +292,12 @@ async fn measure_export(
     };
     let started = Instant::now();
     let mut client = client::study_client(connection).await?;
-    let files = client.export(v1::ExportRequest { study: study.to_string() }).await.context("the export")?;
-    let files = files.into_inner().files;
-    let bytes = files.iter().map(|f| f.contents.len() as u64).sum();
+    let files = crate::commands::export_into(&mut client, study, out).await.context("the export")?;
+    let mut bytes = 0;
+    for file in &files {
+        bytes += std::fs::metadata(file).with_context(|| format!("cannot read {}", file.display()))?.len();
+    }
     let count = files.len();
-    crate::commands::write_files(out, files.into_iter().map(|f| (f.name, f.contents)))?;
     let seconds = started.elapsed().as_secs_f64();
     sampling.store(false, Ordering::Relaxed);
     let sampled = sampler.await?;

@@ -157,6 +157,17 @@ pub async fn study_client(c: &Connection) -> Result<StudyClient, ConnectError> {
     Ok(StudyServiceClient::with_interceptor(channel, bearer(c.token.as_deref())?).max_decoding_message_size(256 << 20))
 }
 
+/// A study's export files as the coordinator sends them (in pieces, put back together here), in
+/// its order. For a caller that reads the files; [`crate::commands::export_into`] writes them.
+pub async fn export(client: &mut StudyClient, study: &str) -> Result<Vec<(String, Vec<u8>)>, tonic::Status> {
+    let mut stream = client.export_files(v1::ExportRequest { study: study.to_owned() }).await?.into_inner();
+    let mut files = vcurve_proto::ExportAssembler::default();
+    while let Some(chunk) = stream.message().await? {
+        files.push(chunk);
+    }
+    Ok(files.finish())
+}
+
 /// Why a launch failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {

@@ -14,7 +14,7 @@ use vcurve_method::synthetic::{Family, SyntheticCurve};
 use vcurve_proto::v1;
 
 use crate::client::{self, Connection};
-use crate::commands::{ProgressBars, write_files};
+use crate::commands::{ProgressBars, export_into, write_files};
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeOptions};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore};
@@ -192,12 +192,6 @@ pub async fn watch(client: &mut client::StudyClient, study: &str, bars: bool) ->
         b.finish();
     }
     Ok(last)
-}
-
-/// Write a study's export into `out`; returns the files written.
-pub async fn export_into(client: &mut client::StudyClient, study: &str, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let exported = client.export(v1::ExportRequest { study: study.to_string() }).await?.into_inner().files;
-    write_files(out, exported.into_iter().map(|f| (f.name, f.contents)))
 }
 
 /// Run the demo; returns the summary table it printed.

@@ -23,8 +23,8 @@ use anyhow::{Context, bail};
 use tokio_util::sync::CancellationToken;
 
 use crate::client;
-use crate::commands::write_files;
-use crate::demo::{LocalCoordinator, export_into, watch};
+use crate::commands::{export_into, write_files};
+use crate::demo::{LocalCoordinator, watch};
 use vcurve_coordinator::core::Timing;
 use vcurve_coordinator::store::{LeasePolicy, Store};
 

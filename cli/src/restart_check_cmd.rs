@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 
 use anyhow::Context;
 use serde::Serialize;
-use vcurve_proto::v1;
 use vcurve_report::restart_check::RestartCheckResults;
 
 use crate::client::{self, Remote};
@@ -97,17 +96,14 @@ pub async fn run(args: &RestartCheckArgs) -> anyhow::Result<()> {
     let mut client = client::study_client(&connection).await?;
     let id = client::upload_and_launch(&mut client, spec_yaml(args), &BTreeMap::new()).await.with_context(at)?;
     output::println(&id)?;
-    let files = client
-        .export(v1::ExportRequest { study: id.clone() })
+    let files = client::export(&mut client, &id)
         .await
-        .with_context(|| format!("launched study {id}, but cannot read what it runs from {}", at()))?
-        .into_inner()
-        .files;
-    let json = files
+        .with_context(|| format!("launched study {id}, but cannot read what it runs from {}", at()))?;
+    let (_, json) = files
         .iter()
-        .find(|f| f.name == "restart_check.json")
+        .find(|(name, _)| name == "restart_check.json")
         .with_context(|| format!("launched study {id}, but its export has no restart_check.json"))?;
-    let results: RestartCheckResults = serde_json::from_slice(&json.contents)
+    let results: RestartCheckResults = serde_json::from_slice(json)
         .with_context(|| format!("launched study {id}, but its restart_check.json does not read"))?;
     eprint!("{}", plan_text(&id, &results));
     Ok(())

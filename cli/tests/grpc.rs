@@ -187,9 +187,21 @@ async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
     }
     // No key is held by anyone once the study is done.
     assert!(vcurve_coordinator::store::Store::leased(&ts.store).await.unwrap().is_empty());
-    let files = c.export(v1::ExportRequest { study }).await.unwrap().into_inner().files;
+    let files: BTreeMap<String, Vec<u8>> = client::export(&mut c, &study).await.unwrap().into_iter().collect();
+    // `vcurve export` writes the same files, piece by piece, and leaves no partial file.
+    let dir = tempfile::tempdir().unwrap();
+    let written = vcurve_cli::commands::export_into(&mut c, &study, dir.path()).await.unwrap();
+    assert_eq!(written.len(), files.len());
+    for (name, contents) in &files {
+        assert!(std::fs::read(dir.path().join(name)).unwrap() == *contents, "{name} differs on disk");
+    }
+    let on_disk = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(on_disk, files.len(), "only the export's files are written");
+    let missing = vcurve_cli::commands::export_into(&mut c, "no-such-study", &dir.path().join("none")).await;
+    let err = format!("{:#}", missing.unwrap_err());
+    assert!(err.contains("no-such-study"), "{err}");
     server.stop().await;
-    files.into_iter().map(|f| (f.name, f.contents)).collect()
+    files
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,15 +283,7 @@ async fn a_20_mb_trajectory_is_uploaded_and_fetched_by_digest_and_its_non_replay
     let summary = worker.await.unwrap().unwrap();
     assert_eq!((summary.accepted, summary.no_outcomes, summary.trajectories_fetched), (1, 0, 1));
 
-    let files: BTreeMap<String, Vec<u8>> = c
-        .export(v1::ExportRequest { study })
-        .await
-        .unwrap()
-        .into_inner()
-        .files
-        .into_iter()
-        .map(|f| (f.name, f.contents))
-        .collect();
+    let files: BTreeMap<String, Vec<u8>> = client::export(&mut c, &study).await.unwrap().into_iter().collect();
     let trajectories = String::from_utf8(files["trajectories.csv"].clone()).unwrap();
     assert!(trajectories.contains("\nbig,40,non_replayable,"), "{trajectories}");
     let results: serde_json::Value = serde_json::from_slice(&files["results.json"]).unwrap();

@@ -382,14 +382,17 @@ impl<S: Store> StudyService for StudyApi<S> {
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
-    async fn export(&self, request: Request<v1::ExportRequest>) -> Result<Response<v1::ExportResponse>, Status> {
+    type ExportFilesStream = Pin<Box<dyn Stream<Item = Result<v1::ExportChunk, Status>> + Send>>;
+
+    /// The export is rendered whole (the renderer makes whole files), then sent in pieces as the
+    /// client takes them, each file dropped once sent: no message holds the export.
+    async fn export_files(
+        &self,
+        request: Request<v1::ExportRequest>,
+    ) -> Result<Response<Self::ExportFilesStream>, Status> {
         let files = self.coordinator.export(&request.into_inner().study).await?;
-        Ok(Response::new(v1::ExportResponse {
-            files: files
-                .into_iter()
-                .map(|(name, contents)| v1::ExportFile { name: name.to_string(), contents })
-                .collect(),
-        }))
+        let chunks = files.into_iter().flat_map(|(name, contents)| vcurve_proto::export_chunks(name, contents)).map(Ok);
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
     async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {

@@ -29,3 +29,55 @@ pub fn upload_chunks(content: &[u8], sha256: &str) -> Vec<v1::UploadChunk> {
     chunks[0].size = content.len() as u64;
     chunks
 }
+
+/// The pieces in which a coordinator sends the export file `name`: at most [`CHUNK_BYTES`] of its
+/// contents each, every one naming the file; a file with no contents is one piece with no data.
+/// Lazy: a piece is copied out only when it is taken, and the contents are dropped after the last.
+pub fn export_chunks(name: String, contents: Vec<u8>) -> impl Iterator<Item = v1::ExportChunk> + Send {
+    let pieces = contents.len().div_ceil(CHUNK_BYTES).max(1);
+    (0..pieces).map(move |i| {
+        let range = (i * CHUNK_BYTES).min(contents.len())..((i + 1) * CHUNK_BYTES).min(contents.len());
+        v1::ExportChunk { name: name.clone(), data: contents[range].to_vec() }
+    })
+}
+
+/// Export files put back together from their pieces ([`export_chunks`]), in the order they came:
+/// a piece naming another file than the one before starts the next file.
+#[derive(Debug, Default)]
+pub struct ExportAssembler {
+    files: Vec<(String, Vec<u8>)>,
+}
+
+impl ExportAssembler {
+    /// Take the next piece.
+    pub fn push(&mut self, chunk: v1::ExportChunk) {
+        match self.files.last_mut() {
+            Some((name, contents)) if *name == chunk.name => contents.extend_from_slice(&chunk.data),
+            _ => self.files.push((chunk.name, chunk.data)),
+        }
+    }
+
+    /// The files, by name, in the order they came.
+    pub fn finish(self) -> Vec<(String, Vec<u8>)> {
+        self.files
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_files_come_back_whole_from_their_pieces() {
+        let big: Vec<u8> = (0..(2 * CHUNK_BYTES + 17)).map(|i| (i % 251) as u8).collect();
+        let files = [("a.csv", b"t,v\n0,1\n".to_vec()), ("empty.json", Vec::new()), ("big.bin", big)];
+        let chunks: Vec<v1::ExportChunk> =
+            files.iter().flat_map(|(n, c)| export_chunks(n.to_string(), c.clone())).collect();
+        assert_eq!(chunks.len(), 1 + 1 + 3);
+        assert!(chunks.iter().all(|c| c.data.len() <= CHUNK_BYTES));
+        let mut assembler = ExportAssembler::default();
+        chunks.into_iter().for_each(|c| assembler.push(c));
+        let expected: Vec<(String, Vec<u8>)> = files.iter().map(|(n, c)| (n.to_string(), c.clone())).collect();
+        assert_eq!(assembler.finish(), expected);
+    }
+}
