@@ -475,3 +475,90 @@ async fn a_lease_request_tells_pushed_snapshots_and_its_jobs_name_them_over_grpc
     assert!(jobs.iter().any(|j| j.registry_snapshot.is_some()));
     server.stop().await;
 }
+
+/// A study service whose export sends `a.csv` whole, then a piece of `b.csv`, then fails; nothing
+/// else is served.
+struct BreakingExport;
+
+#[tonic::async_trait]
+impl v1::study_service_server::StudyService for BreakingExport {
+    async fn upload(
+        &self,
+        _: tonic::Request<tonic::Streaming<v1::UploadChunk>>,
+    ) -> Result<tonic::Response<v1::UploadResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("upload"))
+    }
+    async fn has_files(
+        &self,
+        _: tonic::Request<v1::HasFilesRequest>,
+    ) -> Result<tonic::Response<v1::HasFilesResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("has_files"))
+    }
+    async fn launch(
+        &self,
+        _: tonic::Request<v1::LaunchRequest>,
+    ) -> Result<tonic::Response<v1::LaunchResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("launch"))
+    }
+    async fn get_progress(
+        &self,
+        _: tonic::Request<v1::ProgressRequest>,
+    ) -> Result<tonic::Response<v1::Progress>, tonic::Status> {
+        Err(tonic::Status::unimplemented("get_progress"))
+    }
+    type WatchProgressStream = futures::stream::Empty<Result<v1::Progress, tonic::Status>>;
+    async fn watch_progress(
+        &self,
+        _: tonic::Request<v1::ProgressRequest>,
+    ) -> Result<tonic::Response<Self::WatchProgressStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("watch_progress"))
+    }
+    type ExportFilesStream = futures::stream::Iter<std::vec::IntoIter<Result<v1::ExportChunk, tonic::Status>>>;
+    async fn export_files(
+        &self,
+        _: tonic::Request<v1::ExportRequest>,
+    ) -> Result<tonic::Response<Self::ExportFilesStream>, tonic::Status> {
+        let piece = |name: &str, data: &[u8]| Ok(v1::ExportChunk { name: name.into(), data: data.to_vec() });
+        Ok(tonic::Response::new(futures::stream::iter(vec![
+            piece("a.csv", b"t,v\n"),
+            piece("a.csv", b"0,1\n"),
+            piece("b.csv", b"half of b"),
+            Err(tonic::Status::internal("the store went away")),
+        ])))
+    }
+    async fn cancel(
+        &self,
+        _: tonic::Request<v1::CancelRequest>,
+    ) -> Result<tonic::Response<v1::CancelResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("cancel"))
+    }
+    async fn list_studies(
+        &self,
+        _: tonic::Request<v1::ListStudiesRequest>,
+    ) -> Result<tonic::Response<v1::ListStudiesResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("list_studies"))
+    }
+}
+
+#[tokio::test]
+async fn an_export_that_breaks_off_leaves_only_whole_files_and_names_where_it_broke() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let incoming =
+        futures::stream::unfold(listener, |l| async move { Some((l.accept().await.map(|(stream, _)| stream), l)) });
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::study_service_server::StudyServiceServer::new(BreakingExport))
+            .serve_with_incoming(incoming),
+    );
+    let mut c = client::study_client(&Connection { url, ..Default::default() }).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let err = format!("{:#}", vcurve_cli::commands::export_into(&mut c, "s", dir.path()).await.unwrap_err());
+    assert!(err.contains("broke off while sending b.csv") && err.contains("the store went away"), "{err}");
+    let mut left: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["a.csv"], "a partial b.csv (or its .part) is left");
+    assert_eq!(std::fs::read(dir.path().join("a.csv")).unwrap(), b"t,v\n0,1\n");
+    server.abort();
+}
