@@ -71,7 +71,7 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
         heartbeat_interval: args.heartbeat_interval,
         ..Timing::default()
     };
-    let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
+    let coordinator = Coordinator::new(store.clone(), timing, crate::render::ReportRenderer::shared());
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -129,6 +129,7 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
     if let Some(m) = metrics {
         m.await??;
     }
+    store.close().await;
     served?;
     Ok(())
 }

@@ -169,6 +169,7 @@ impl LocalCoordinator {
     pub async fn stop(self) -> anyhow::Result<()> {
         self.stop.cancel();
         self.server.await??;
+        self.coordinator.store().close().await;
         Ok(())
     }
 }

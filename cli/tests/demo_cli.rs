@@ -15,6 +15,10 @@ fn demo_runs_a_study_and_writes_its_exports() {
     for file in ["curves.csv", "trajectories.csv", "results.json", "demo-study.yaml"] {
         assert!(dir.path().join(file).exists(), "{file} missing");
     }
+    // The store is closed as the demo ends: its write-ahead log is in the database file, which
+    // alone is the whole store.
+    assert!(dir.path().join("demo.sqlite").exists());
+    assert!(!dir.path().join("demo.sqlite-wal").exists(), "the store's WAL was left beside it");
     let trajectories = std::fs::read_to_string(dir.path().join("trajectories.csv")).unwrap();
     assert_eq!(trajectories.lines().count(), 5, "{trajectories}");
     // The spec the demo wrote is a valid study spec a user can launch elsewhere.

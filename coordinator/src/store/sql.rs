@@ -264,6 +264,13 @@ fn outcome_of(row: &AnyRow) -> Result<Outcome, StoreError> {
 }
 
 impl SqlStore {
+    /// Close the store's connections, waiting for the ones in use. On SQLite this checkpoints the
+    /// write-ahead log into the database file and removes it, so the file alone is the whole store
+    /// (a copy of it alone loses nothing). A process that owns the store calls it as it stops.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
     /// Connect to `url` (`postgres://…`, `sqlite://PATH` or `sqlite::memory:`) and bring its
     /// schema up to date.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
