@@ -169,7 +169,6 @@ impl LocalCoordinator {
     pub async fn stop(self) -> anyhow::Result<()> {
         self.stop.cancel();
         self.server.await??;
-        self.coordinator.store().close().await;
         Ok(())
     }
 }
@@ -229,7 +228,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
     for w in workers {
         w.await??;
     }
+    let store = local.coordinator.store().clone();
     local.stop().await?;
+    // Closed, the store's write-ahead log is in demo.sqlite, which alone is then the whole store.
+    store.close().await;
 
     let table = summary(&args.out, &trajectories)?;
     let mut out = table.clone();

@@ -284,6 +284,8 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
             recorded.insert(d.clone(), vcurve_record::Trajectory::from_json(&bytes)?);
         }
     }
+    // Everything is read: closed, the store's write-ahead log is in demo.sqlite.
+    coordinator.store().close().await;
     let truths = truths(&record, &recorded);
     let truth_path = args.out.join("truth.csv");
     std::fs::write(&truth_path, truth_csv(&truths))?;
