@@ -606,11 +606,11 @@ pub async fn export_into(client: &mut client::StudyClient, study: &str, out: &Pa
             Ok(Some(chunk)) => chunk,
             Ok(None) => break,
             Err(status) => {
-                let name = open.as_ref().map(|o| o.name.clone());
-                if let Some(o) = open.take() {
+                let broken = open.take().map(|o| {
                     let _ = std::fs::remove_file(&o.part);
-                }
-                return Err(anyhow::Error::new(status).context(match name {
+                    o.name
+                });
+                return Err(anyhow::Error::new(status).context(match broken {
                     Some(name) => {
                         format!("the export broke off while sending {name} ({} files written whole)", written.len())
                     }
