@@ -123,13 +123,19 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
     };
     let served = server::serve(coordinator, listener, ServeOptions { tokens: args.tokens, tls }, signal).await;
     stop.cancel();
-    if let Some(d) = dashboard {
-        d.await??;
+    let web = async {
+        if let Some(d) = dashboard {
+            d.await??;
+        }
+        if let Some(m) = metrics {
+            m.await??;
+        }
+        anyhow::Ok(())
     }
-    if let Some(m) = metrics {
-        m.await??;
-    }
+    .await;
+    // Closed whatever stopped the listeners, so SQLite's write-ahead log is in the file.
     store.close().await;
+    web?;
     served?;
     Ok(())
 }
