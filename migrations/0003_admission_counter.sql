@@ -10,6 +10,6 @@ UPDATE studies SET admitted =
     (SELECT COALESCE(MAX(t.admit_order) + 1, 0) FROM trajectories t WHERE t.study = studies.id);
 
 -- 1: the controls were decided at launch and stored in each trajectory's plan (the first
--- trajectories in spec order that are not doomed, SPEC.md §7). 0: a study stored before, whose
+-- trajectories in spec order that are not doomed, docs/method.md §7). 0: a study stored before, whose
 -- trajectories get their controls at admission, by rank.
 ALTER TABLE studies ADD COLUMN controls_at_launch BIGINT NOT NULL DEFAULT 0;

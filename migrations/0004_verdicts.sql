@@ -1,4 +1,4 @@
--- The patch cache of SPEC.md §6: one verdict per (study, task, patch). Portable SQL, like 0001.
+-- The patch cache of docs/method.md §6: one verdict per (study, task, patch). Portable SQL, like 0001.
 
 CREATE TABLE verdicts (
     study          TEXT NOT NULL REFERENCES studies (id),

@@ -242,7 +242,7 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
         files.iter().map(|(k, v)| (k.trim_start_matches("tasks/").to_string(), v.clone().into_bytes())),
     )?;
     if args.paper_thresholds {
-        eprintln!("== thresholds: the paper's (SPEC.md §8)");
+        eprintln!("== thresholds: the paper's (docs/method.md §8)");
     } else {
         eprintln!(
             "== thresholds: reduced to keep the demo within minutes on 2 cores: {REDUCED_THRESHOLDS} \

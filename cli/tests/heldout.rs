@@ -1,4 +1,4 @@
-//! `vcurve analyze` against an independent implementation of SPEC.md §3
+//! `vcurve analyze` against an independent implementation of docs/method.md §3
 //! (`tests/reference/estimator.py`, standard-library Python with exact fractions) on held-out
 //! curves chosen to sit on every edge the spec defines: ties, rises the fit must pool, points
 //! below `K_screen`, thresholds met exactly, `T > B`, unsorted rows.

@@ -1,4 +1,4 @@
-//! The schedule benchmark against an independent implementation of SPEC.md §4
+//! The schedule benchmark against an independent implementation of docs/method.md §4
 //! (`tests/reference/schedule.py`, standard-library Python written from the spec alone).
 //!
 //! The two use different random streams, so only aggregate figures are compared: the issue's

@@ -430,7 +430,7 @@ impl<S: Store> Coordinator<S> {
             .ok_or_else(|| CoordinatorError::NotFound(format!("no trajectory or file with digest {digest}")))
     }
 
-    /// The verdict of a patch already judged in a study (the patch cache, SPEC.md §6).
+    /// The verdict of a patch already judged in a study (the patch cache, docs/method.md §6).
     pub async fn verdict(&self, study: &str, task: &str, patch_sha256: &str) -> Result<Option<bool>, CoordinatorError> {
         if !vcurve_record::trajectory::is_digest(patch_sha256) {
             return Err(CoordinatorError::InvalidArgument(format!(

@@ -34,7 +34,7 @@ pub fn stage_rank(stage: Stage) -> i64 {
 }
 
 /// The controls the `rank`-th (0-based) trajectory of a study in processing order carries: the
-/// first ones get them (SPEC.md §7).
+/// first ones get them (docs/method.md §7).
 pub fn controls_for(rank: u32, counts: &ControlCounts) -> Controls {
     Controls {
         sanity: rank < counts.sanity,

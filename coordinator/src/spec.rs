@@ -14,7 +14,7 @@
 //! budget: 100              # optional: the step budget B (default: the thresholds' budget, 100)
 //! schedule: paper          # optional: a schedule variant (default: paper)
 //! runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}
-//! thresholds: {k_screen: 8, epsilon: 0.15}                  # optional overrides of SPEC.md §8
+//! thresholds: {k_screen: 8, epsilon: 0.15}                  # optional overrides of docs/method.md §8
 //! controls: {sanity: 5, retest: 10, budget_control: 10}     # optional (default: all off)
 //! admission: {mode: batch, batch_size: 10, pipeline_threshold: 3}   # optional (default: demand)
 //! trajectories:

@@ -796,7 +796,7 @@ fn controls_study(name: &str, admission: &str) -> (String, std::collections::BTr
 }
 
 /// The controls [`controls_study`] configures, by trajectory: the first non-doomed trajectories in
-/// spec order (SPEC.md §7).
+/// spec order (docs/method.md §7).
 fn expected_controls(id: &str) -> vcurve_method::schedule::Controls {
     let first = ["t0", "t2"].iter().position(|t| *t == id);
     vcurve_method::schedule::Controls {

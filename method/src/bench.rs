@@ -124,7 +124,7 @@ pub enum SuppliedCurveError {
 impl SuppliedCurve {
     /// The curve of the rows `(t, v)`: `t` increasing from 0, `v` in `[0, 1]` (not necessarily
     /// monotone). A step between two rows has the value of the row before it (the fit's value
-    /// between resolved points, SPEC.md §3); `T` is the last row's `t` + 1, where `V(T) = 0`.
+    /// between resolved points, docs/method.md §3); `T` is the last row's `t` + 1, where `V(T) = 0`.
     pub fn new(name: impl Into<String>, rows: &[(u32, f64)]) -> Result<Self, SuppliedCurveError> {
         let &(first, _) = rows.first().ok_or(SuppliedCurveError::NoRows)?;
         if first != 0 {
@@ -163,7 +163,7 @@ impl SuppliedCurve {
 
     /// The true shape, as for synthetic curves: none when the largest drop is the terminal one
     /// (nothing to localize before `T`, as on a flat curve); otherwise a cliff when that drop is
-    /// at least half of every positive drop together (`C ≥ 0.5` of SPEC.md §3 on the true curve;
+    /// at least half of every positive drop together (`C ≥ 0.5` of docs/method.md §3 on the true curve;
     /// for a non-increasing curve, half of `V(h_0)`), else an erosion.
     pub fn true_shape(&self) -> Option<Shape> {
         let (t_star, drop) = largest_drop(&self.values);

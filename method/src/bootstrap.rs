@@ -1,4 +1,4 @@
-//! The task-level cluster bootstrap for shares over labels (SPEC.md §3).
+//! The task-level cluster bootstrap for shares over labels (docs/method.md §3).
 //!
 //! Labels of one task are not independent (its trajectories share a repository and a pass rate),
 //! so the interval resamples whole tasks: each resample draws as many tasks as there are, with

@@ -1,4 +1,4 @@
-//! The V-curve estimator of SPEC.md §3: sampled points of one trajectory's series in, every
+//! The V-curve estimator of docs/method.md §3: sampled points of one trajectory's series in, every
 //! quantity the paper reports about the curve out.
 //!
 //! The terminal point `(T, 0)` of a failed trajectory is known, never sampled: it enters the fit
@@ -136,7 +136,7 @@ pub struct Interval {
     pub b: u32,
 }
 
-/// Everything SPEC.md §3 reads off one series of one trajectory.
+/// Everything docs/method.md §3 reads off one series of one trajectory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CurveAnalysis {
     pub length: u32,
@@ -346,7 +346,7 @@ impl CurveAnalysis {
     }
 }
 
-/// `VC_k(m)` (SPEC.md §3) off a fit given as `fit_at(t)`: the fitted value at step `t` (clamped
+/// `VC_k(m)` (docs/method.md §3) off a fit given as `fit_at(t)`: the fitted value at step `t` (clamped
 /// to `[0, T]`, `V(h_T) = 0`), `None` where unknown. Shared by [`CurveAnalysis`] and the analyses'
 /// records, which carry only an exported fit.
 pub fn value_captured(fit_at: impl Fn(i64) -> Option<f64>, m: Option<u32>, k: u32) -> Option<f64> {

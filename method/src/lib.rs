@@ -6,23 +6,23 @@
 //!
 //! Layout, in the order data flows through it:
 //!
-//! - [`params`]: the parameters of SPEC.md §8 ([`Thresholds`]), parsed from YAML and validated.
+//! - [`params`]: the parameters of docs/method.md §8 ([`Thresholds`]), parsed from YAML and validated.
 //! - [`stats`]: Wilson score intervals and Fisher exact tests.
 //! - [`isotonic`]: weighted isotonic regression (pool adjacent violators), non-increasing.
 //! - [`curve`]: a trajectory's sampled [`Point`]s in, a [`CurveAnalysis`] out — the fit, resolved
 //!   points, decisive interval and `t*`, concentration and shape, onset, point of no return,
-//!   restart point and value captured (SPEC.md §2–3).
+//!   restart point and value captured (docs/method.md §2–3).
 //! - [`bootstrap`]: the task-level cluster bootstrap used for shares over labels.
-//! - [`selection`]: the study set from the base runs (SPEC.md §7): band, length terciles and
+//! - [`selection`]: the study set from the base runs (docs/method.md §7): band, length terciles and
 //!   strata, the seeded processing order, decoys and back-fill.
-//! - [`schedule`]: the adaptive schedule of SPEC.md §4 as an order-free state machine per
+//! - [`schedule`]: the adaptive schedule of docs/method.md §4 as an order-free state machine per
 //!   trajectory, and its variants.
-//! - [`analyses`]: the paper's analyses of a study (SPEC.md §9): labels against curves, restart
+//! - [`analyses`]: the paper's analyses of a study (docs/method.md §9): labels against curves, restart
 //!   policies, localizers, checks and controls, stage costs.
 //! - [`synthetic`] and [`bench`](mod@bench): curves with known truth, and the schedule benchmark on them.
 //!
 //! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
-//! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (SPEC.md §3).
+//! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (docs/method.md §3).
 
 pub mod analyses;
 pub mod bench;

@@ -1,4 +1,4 @@
-//! The parameters of SPEC.md §8 (the paper's Table 7) as one validated type.
+//! The parameters of docs/method.md §8 (the paper's Table 7) as one validated type.
 //!
 //! The schedule and the estimator read nothing else. A thresholds file is YAML with any subset of
 //! the fields below; the rest keep the paper's values. Unknown fields and out-of-range values are
@@ -15,7 +15,7 @@ pub enum ThresholdsError {
     OutOfRange { field: &'static str, value: String, allowed: String },
 }
 
-/// Every parameter of the method (SPEC.md §8), with the paper's values as defaults.
+/// Every parameter of the method (docs/method.md §8), with the paper's values as defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Thresholds {
@@ -197,7 +197,7 @@ impl Thresholds {
         Ok(())
     }
 
-    /// The anchors of a trajectory of length `length` (SPEC.md §4): the multiples of
+    /// The anchors of a trajectory of length `length` (docs/method.md §4): the multiples of
     /// `anchor_dense_step` up to `anchor_dense_until`, the multiples of `anchor_sparse_step` after
     /// it, and `T − 1`; all `< T`, sorted, distinct. `0` is always an anchor.
     pub fn anchors(&self, length: u32) -> Vec<u32> {

@@ -1,4 +1,4 @@
-//! Selection of the study set (SPEC.md §7; the paper's §5 "Selection", §4 "Replay and anchors",
+//! Selection of the study set (docs/method.md §7; the paper's §5 "Selection", §4 "Replay and anchors",
 //! Appendices I, J and L) as pure code: every task's base runs and a seed in, every choice and its
 //! reason out, and the back-fill of a non-replayable trajectory as a step on that record.
 //!
@@ -6,7 +6,7 @@
 //!
 //! 1. **Verdict per task.** With `k` successes of `n` base runs (pass rate `p = k/n`) and
 //!    `N = base_runs_per_task`, checked in this order, each comparison with [`meets_at_most`] /
-//!    [`meets_at_least`] (SPEC.md §3 tolerance):
+//!    [`meets_at_least`] (docs/method.md §3 tolerance):
 //!    - no base run: [`Verdict::NoBaseRuns`];
 //!    - `p ≤ doomed_threshold` (`ε₀ = 1/8`): [`Verdict::Doomed`] ("a task with `p(x) ≤ ε₀` is
 //!      doomed from the start and has nothing to localize", Definition 4);
@@ -441,7 +441,7 @@ pub struct BackFillEvent {
     pub result: BackFill,
 }
 
-/// The parameters selection used (SPEC.md §8), kept with the selection for the export.
+/// The parameters selection used (docs/method.md §8), kept with the selection for the export.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SelectionParams {
     pub base_runs_per_task: u32,

@@ -1,7 +1,7 @@
 //! Interval estimates and exact tests on success counts.
 //!
 //! The Wilson score interval is the plain score interval (no continuity correction): the paper
-//! prints 0.19 for the one-sided bound at `n = 24, s = 1`, which no standard variant gives; SPEC.md
+//! prints 0.19 for the one-sided bound at `n = 24, s = 1`, which no standard variant gives; docs/method.md
 //! §3 settles on the plain interval (0.1667).
 
 use statrs::function::factorial::ln_binomial;
@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn wilson_one_sided_known_values() {
-        // SPEC.md §3: n = 24, s = 0 → 0.101 (certifies at ε = 0.15); s = 1 → 0.167.
+        // docs/method.md §3: n = 24, s = 0 → 0.101 (certifies at ε = 0.15); s = 1 → 0.167.
         assert!(close(wilson_upper(0, 24, 1.645), 0.101_326, 1e-6));
         assert!(close(wilson_upper(1, 24, 1.645), 0.166_866, 1e-6));
         // n = 8, s = 0: z²/(n + z²) = 2.706025 / 10.706025.

@@ -34,7 +34,7 @@ impl JobKind {
     }
 }
 
-/// One continuation of one study: `(study, trajectory, series, t, seed)` (SPEC.md §1).
+/// One continuation of one study: `(study, trajectory, series, t, seed)` (docs/method.md §1).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ContinuationKey {
     pub study: String,
@@ -137,7 +137,7 @@ pub struct HeldJob {
     pub attempt: u32,
 }
 
-/// The comparison levels of replay, strictest first (SPEC.md §5).
+/// The comparison levels of replay, strictest first (docs/method.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CompareLevel {
@@ -198,7 +198,7 @@ pub struct RunOutcome {
     pub recorded: Option<String>,
 }
 
-/// The state reached differs from the record (SPEC.md §5): the trajectory is dropped, and no
+/// The state reached differs from the record (docs/method.md §5): the trajectory is dropped, and no
 /// continuation ever runs from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NonReplayable {

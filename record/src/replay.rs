@@ -1,4 +1,4 @@
-//! What replay compares, as pure code (SPEC.md §5): the normalization of observations, the three
+//! What replay compares, as pure code (docs/method.md §5): the normalization of observations, the three
 //! comparison levels, the state fingerprint and the excerpts a non-replayable trajectory is
 //! reported with. The worker runs the commands; everything it decides about their results is
 //! decided here.

@@ -100,7 +100,7 @@ pub struct AgentOptions {
     /// (`record/rules/normalization.yaml`, a good start for a study's own); `None`: the shipped set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normalization: Option<Vec<crate::replay::Rule>>,
-    /// The share of unique patches evaluated a second time as a flake check (SPEC.md §6).
+    /// The share of unique patches evaluated a second time as a flake check (docs/method.md §6).
     #[serde(default = "AgentOptions::default_flake_recheck_rate")]
     pub flake_recheck_rate: f64,
     /// Above this flake rate every patch is evaluated twice.

@@ -28,15 +28,15 @@ pub struct StudySpec {
     pub admission: Admission,
     /// In processing order (the file's order); ids are unique.
     pub trajectories: Vec<TrajectorySpec>,
-    /// Successful runs that judges labelled (SPEC.md §7): never continued, only scored — a judge's
+    /// Successful runs that judges labelled (docs/method.md §7): never continued, only scored — a judge's
     /// restart policy that restarts a decoy forfeits a success.
     #[serde(default)]
     pub decoys: Vec<DecoySpec>,
-    /// Tasks the study makes base runs of (SPEC.md §7): every failed base run becomes a
+    /// Tasks the study makes base runs of (docs/method.md §7): every failed base run becomes a
     /// trajectory of the study, with `R̂(x, b)` from the task's base runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tasks: Vec<TaskRuns>,
-    /// How the study set is chosen from the tasks' base runs (SPEC.md §7): present whenever
+    /// How the study set is chosen from the tasks' base runs (docs/method.md §7): present whenever
     /// `tasks` is; the band, cap and decoy count are in `thresholds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<SelectionSpec>,
@@ -114,7 +114,7 @@ pub struct RunnerSpec {
     pub options: serde_json::Value,
 }
 
-/// How many of the first trajectories, in processing order, carry each control of SPEC.md §7.
+/// How many of the first trajectories, in processing order, carry each control of docs/method.md §7.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControlCounts {
     pub sanity: u32,
@@ -202,7 +202,7 @@ pub enum TrajectoryState {
     Done,
     /// The task's pass rate is at most `ε₀`: nothing to localize, no curve is built.
     Doomed,
-    /// A replay or a continuation met a state that differs from the record (SPEC.md §5): it is
+    /// A replay or a continuation met a state that differs from the record (docs/method.md §5): it is
     /// dropped, with the step and the reason, and no continuation of it is issued again.
     NonReplayable,
 }
@@ -262,7 +262,7 @@ pub struct StudyRecord {
     pub state: StudyState,
     pub spec: StudySpec,
     pub trajectories: Vec<TrajectoryRecord>,
-    /// How the study's patches were judged (SPEC.md §6).
+    /// How the study's patches were judged (docs/method.md §6).
     pub evaluation: EvaluationStats,
     /// Every base run that ended with an outcome, by subject (the task; a restart check's row:
     /// the trajectory) and seed.
@@ -284,7 +284,7 @@ pub struct BaseRunRecord {
 }
 
 /// How a study's patches were judged: through the patch cache, evaluated, re-checked for flakes
-/// (SPEC.md §6, the Table 4 checks).
+/// (docs/method.md §6, the Table 4 checks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvaluationStats {
     /// Runs whose patch was evaluated for them.

@@ -127,7 +127,7 @@ pub struct Action {
     pub exception: Option<String>,
 }
 
-/// The state after a step, as far as replay compares it (SPEC.md §5).
+/// The state after a step, as far as replay compares it (docs/method.md §5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fingerprint {

@@ -1,4 +1,4 @@
-//! The paper's analyses (SPEC.md §9) of one study, from its exported [`Results`]: the glue between
+//! The paper's analyses (docs/method.md §9) of one study, from its exported [`Results`]: the glue between
 //! the export and the pure analyses of `vcurve_method::analyses`.
 
 use std::collections::BTreeMap;

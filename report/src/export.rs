@@ -64,7 +64,7 @@ pub struct TrajectoryResult {
     pub series: BTreeMap<Series, Vec<vcurve_method::FittedPoint>>,
     /// The task's base runs (for restart values and the `t = 0` sanity control).
     pub base_runs: vcurve_method::BaseRuns,
-    /// The controls this trajectory carried (SPEC.md §7).
+    /// The controls this trajectory carried (docs/method.md §7).
     pub controls: vcurve_method::schedule::Controls,
     /// The first step after which the working tree differs: measured once the trajectory is
     /// replayed in a container; `null` (not measured) until then, `"never"` for a run that never
@@ -102,7 +102,7 @@ impl TrajectoryResult {
     }
 }
 
-/// How a study's patches were judged (SPEC.md §6): the counts of the patch cache, with the flake
+/// How a study's patches were judged (docs/method.md §6): the counts of the patch cache, with the flake
 /// rate and the share of runs the cache saved an evaluation. Measured for a study of the `agent`
 /// runner only.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -319,7 +319,7 @@ fn evaluation_table(results: &Results) -> Table {
     Table::new(
         "evaluation",
         "Evaluation and the patch cache",
-        "How the study's patches were judged (SPEC.md §6): runs whose patch was evaluated for them, runs judged by a verdict already in the cache, empty patches that fail without evaluation, distinct patches judged, evaluations carried out (the runs' own and the flake re-checks), re-evaluations of a judged patch and how many disagreed with its first verdict, the flake rate, and the share of judged runs the cache spared an evaluation. Not measured for a study whose runner judges no patch (synthetic); the flake rate is not measured until a flake check is made.",
+        "How the study's patches were judged (docs/method.md §6): runs whose patch was evaluated for them, runs judged by a verdict already in the cache, empty patches that fail without evaluation, distinct patches judged, evaluations carried out (the runs' own and the flake re-checks), re-evaluations of a judged patch and how many disagreed with its first verdict, the flake rate, and the share of judged runs the cache spared an evaluation. Not measured for a study whose runner judges no patch (synthetic); the flake rate is not measured until a flake check is made.",
         &[
             "evaluated runs",
             "cache hits",

@@ -7,7 +7,7 @@
 //!   files (`curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`, `analyses.json`;
 //!   `replay.csv`, `replay.json`, `selection.json`, `selection.csv`, `base_runs.csv` where the
 //!   study has them).
-//! - [`analyses`]: the paper's analyses of one study (SPEC.md §9), the glue between the results
+//! - [`analyses`]: the paper's analyses of one study (docs/method.md §9), the glue between the results
 //!   and the pure analyses of `vcurve_method::analyses`.
 //! - [`figures`]: a trajectory's V-curve as SVG and PNG.
 //! - [`html`]: the study's report — one self-contained HTML file, its tables as CSV.

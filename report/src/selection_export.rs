@@ -1,4 +1,4 @@
-//! The base-run pool and the selection of the study set (SPEC.md §7; the paper's Appendix I,
+//! The base-run pool and the selection of the study set (docs/method.md §7; the paper's Appendix I,
 //! Table 8, and §5 "Selection"), from a study's exported [`Results`]: pure code.
 //!
 //! - `selection.json`: the [`Selection`] as the study stored it — every task's verdict, the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent reference implementation of the V-curve estimator (`vcurve analyze`).
 
-Written from shared/SPEC.md sections 2, 3 and 8 only, without reading the Rust code, so that the
+Written from docs/method.md sections 2, 3 and 8 only, without reading the Rust code, so that the
 held-out fixtures under tests/fixtures/heldout/ test the Rust implementation against a second,
 independent reading of the method.
 

@@ -1,8 +1,8 @@
-"""Independent reference implementation of the adaptive schedule (SPEC.md §4),
-the estimator of SPEC.md §3 as far as the synthetic benchmark needs it, and the
+"""Independent reference implementation of the adaptive schedule (docs/method.md §4),
+the estimator of docs/method.md §3 as far as the synthetic benchmark needs it, and the
 synthetic curve families of issue 3.
 
-Plain Python 3.11 standard library only. Written from SPEC.md and the issue text
+Plain Python 3.11 standard library only. Written from docs/method.md and the issue text
 alone, without reading the Rust implementation, so that the two can be compared.
 
 The schedule is written as straight-line code per trajectory: since stages run
@@ -10,7 +10,7 @@ in order and every outcome of a stage is known before the next one starts, a
 sequential simulation with a fixed outcome source for every key
 (t, seed index) gives exactly what a barrier-synchronised state machine gives.
 
-Decisions where SPEC.md §4 / issue 3 leave room (each is a parameter or a
+Decisions where docs/method.md §4 / issue 3 leave room (each is a parameter or a
 flag of schedule_bench.py where an alternative was worth measuring):
   1. Tolerance: every threshold comparison allows TOL = 1e-9 in favour of
      meeting it (bisect selection >= 0.25, second confirm >= 0.25, Wilson U <= 0.15,
@@ -58,7 +58,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 TOL = 1e-9
 
-# SPEC.md §8 parameters used here
+# docs/method.md §8 parameters used here
 K_SCREEN = 8
 DELTA_SCREEN = 0.25
 MAX_BISECT = 3
@@ -331,7 +331,7 @@ def _rank_desc(items: List[Tuple[float, int, int]]) -> List[Tuple[float, int, in
 
 
 # ---------------------------------------------------------------------------
-# estimator (SPEC.md §3)
+# estimator (docs/method.md §3)
 # ---------------------------------------------------------------------------
 
 @dataclass

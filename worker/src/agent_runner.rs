@@ -1,4 +1,4 @@
-//! The `agent` runner: the paper's real work in containers (SPEC.md §5–§6). It runs every kind
+//! The `agent` runner: the paper's real work in containers (docs/method.md §5–§6). It runs every kind
 //! of job:
 //!
 //! - **replay**: re-execute the recorded trajectory in a fresh container of the task image under

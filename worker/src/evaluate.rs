@@ -1,4 +1,4 @@
-//! Judging a submitted patch with its task's evaluator (SPEC.md §6).
+//! Judging a submitted patch with its task's evaluator (docs/method.md §6).
 //!
 //! [`evaluate_command`] judges a patch for a task whose evaluator is
 //! [`Evaluator::Command`]:

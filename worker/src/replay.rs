@@ -1,4 +1,4 @@
-//! Replay (SPEC.md §5): re-execute a trajectory's recorded actions in a container and check, step
+//! Replay (docs/method.md §5): re-execute a trajectory's recorded actions in a container and check, step
 //! by step, that the state reached is the recorded one.
 //!
 //! Every recorded action runs through [`exec::run_command`] — the one exec path — with its

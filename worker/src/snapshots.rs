@@ -1,4 +1,4 @@
-//! Snapshot images of trajectory states (SPEC.md §5): `h_t` of a trajectory committed as an image,
+//! Snapshot images of trajectory states (docs/method.md §5): `h_t` of a trajectory committed as an image,
 //! so that continuations from `h_t` start there instead of replaying from the task image.
 //!
 //! [`SnapshotCache`] keeps the snapshots this host holds, keyed by (trajectory digest, `t`), as

@@ -1,4 +1,4 @@
-//! `tasks:`, `base_runs:` and `selection:` — a study that starts from tasks (SPEC.md §7–§8).
+//! `tasks:`, `base_runs:` and `selection:` — a study that starts from tasks (docs/method.md §7–§8).
 //!
 //! ```yaml
 //! base_runs: 8                 # per task (default: thresholds.base_runs_per_task, 8)

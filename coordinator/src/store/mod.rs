@@ -101,7 +101,7 @@ pub trait Store: Send + Sync + 'static {
     /// The digests among `digests` the store does not hold.
     fn missing_files(&self, digests: &[String]) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
-    /// The verdict of a patch already judged in the study's patch cache (SPEC.md §6).
+    /// The verdict of a patch already judged in the study's patch cache (docs/method.md §6).
     fn verdict(
         &self,
         study: &str,

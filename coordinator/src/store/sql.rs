@@ -626,7 +626,7 @@ impl SqlStore {
                         plan.controls = planner::controls_for(rank, &config.controls);
                     }
                     // A recorded run is replayed first: no continuation before its states are
-                    // known to match the record (SPEC.md §5).
+                    // known to match the record (docs/method.md §5).
                     let recorded = row.try_get::<Option<String>, _>("recorded_digest")?.is_some();
                     let state = if recorded { TrajectoryState::Replaying } else { TrajectoryState::Running };
                     sqlx::query("UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3 WHERE study = $4 AND id = $5")

@@ -1,4 +1,4 @@
-//! The checks before any claim (the paper's Table 4, SPEC.md §7) and the controls behind them
+//! The checks before any claim (the paper's Table 4, docs/method.md §7) and the controls behind them
 //! (Tables 18–20).
 //!
 //! - **`t = 0` sanity** (Table 18): the continuations from the empty history against the task's base
@@ -239,7 +239,7 @@ pub fn budget_control(inputs: &[BudgetControlInput]) -> BudgetControlReport {
     BudgetControlReport { rows, within_three, shape_agrees, later, earlier, to_last_step }
 }
 
-/// The thresholds of Table 4 that SPEC.md §8 does not list (the paper's values by default).
+/// The thresholds of Table 4 that docs/method.md §8 does not list (the paper's values by default).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CheckCriteria {
@@ -282,7 +282,7 @@ pub struct CacheUse {
     pub unique_patches: u32,
 }
 
-/// The patch cache's own figures (SPEC.md §6), shown with the cache check by
+/// The patch cache's own figures (docs/method.md §6), shown with the cache check by
 /// [`ChecksReport::with_cache_figures`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct CacheFigures {

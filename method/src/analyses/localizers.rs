@@ -2,7 +2,7 @@
 //!
 //! A localizer proposes one step `m` per trajectory (or nothing); it is scored by
 //! `VC_k(m) = max(0, V(h_{m−1−k}) − V(h_{m+k})) / (V(h_0) − V(h_T))` read off the isotonic fit at
-//! the resolved points, exactly as [`CurveAnalysis::value_captured`](crate::CurveAnalysis) (SPEC.md
+//! the resolved points, exactly as [`CurveAnalysis::value_captured`](crate::CurveAnalysis) (docs/method.md
 //! §3), so it works from an exported fit as well as from a fresh analysis. A row is the mean over
 //! the trajectories the localizer is scored on, for `k = 0, 1, 3`, sorted by `VC_1` (then `VC_3`,
 //! then name).

@@ -1,4 +1,4 @@
-//! The paper's analyses (SPEC.md §9) as pure functions over a study's curves, base runs and
+//! The paper's analyses (docs/method.md §9) as pure functions over a study's curves, base runs and
 //! labels: no I/O, no async. Every result is a plain struct that derives `Serialize`, so the export
 //! can write it as JSON or CSV and a report can print it.
 //!
@@ -21,7 +21,7 @@
 //!
 //! ## Interpretations
 //!
-//! Where SPEC.md and the paper leave a choice open, these modules decide as follows (each module
+//! Where docs/method.md and the paper leave a choice open, these modules decide as follows (each module
 //! repeats the ones it uses):
 //!
 //! 1. **Placement** (Tables 2, 21): `before` `m ≤ a`, `inside` `a < m ≤ b`, `after`

@@ -95,7 +95,7 @@ fn all_zero_is_flat() {
 
 #[test]
 fn restart_point_meets_the_margin_within_tolerance() {
-    // SPEC.md §3: R̂ = 0.625 and a fitted V = 0.525 meet μ = 0.10, although the floating-point
+    // docs/method.md §3: R̂ = 0.625 and a fitted V = 0.525 meet μ = 0.10, although the floating-point
     // difference is 0.09999999999999998.
     let (restart, fitted) = (std::hint::black_box(0.625_f64), std::hint::black_box(0.525_f64));
     assert!(restart - fitted < 0.1, "the example must exercise the tolerance");

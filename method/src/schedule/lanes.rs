@@ -1,4 +1,4 @@
-//! The lanes of the paper's stages (SPEC.md §4), each a small sequential state machine.
+//! The lanes of the paper's stages (docs/method.md §4), each a small sequential state machine.
 //!
 //! A lane's [`Lane::next`] is called when every key of its previous targets has an outcome; it
 //! reads the counts it needs and returns the next targets, or `None` when it is finished.
@@ -179,7 +179,7 @@ impl Lane for Confirm {
     }
 }
 
-/// The point-of-no-return search (SPEC.md §4 step 4).
+/// The point-of-no-return search (docs/method.md §4 step 4).
 pub struct PointOfNoReturn {
     anchors: Vec<u32>,
     state: PnrState,
@@ -364,7 +364,7 @@ pub fn retest_anchors(anchors: &[u32]) -> Vec<u32> {
     picked
 }
 
-/// Controls (SPEC.md §7): test–retest on series `retest`, budget control on `full_budget`.
+/// Controls (docs/method.md §7): test–retest on series `retest`, budget control on `full_budget`.
 pub struct ControlRuns {
     targets: Option<Vec<Target>>,
 }

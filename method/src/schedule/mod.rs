@@ -1,4 +1,4 @@
-//! The adaptive schedule of SPEC.md §4 as a per-trajectory state machine.
+//! The adaptive schedule of docs/method.md §4 as a per-trajectory state machine.
 //!
 //! A [`TrajectorySchedule`] is told the outcomes of continuations and says which continuation keys
 //! `(series, t, seed)` to run next. It is pure: no clock, no store, no async. It is also *order
@@ -34,7 +34,7 @@ use crate::curve::Point;
 pub use lanes::{Lane, LaneContext, Memory};
 pub use variants::{VARIANTS, Variant, variant_by_name};
 
-/// Which curve a continuation belongs to (SPEC.md §1).
+/// Which curve a continuation belongs to (docs/method.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Series {
@@ -70,7 +70,7 @@ impl Series {
     }
 }
 
-/// The stages of SPEC.md §4, in order, plus the controls of §7.
+/// The stages of docs/method.md §4, in order, plus the controls of §7.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
@@ -130,7 +130,7 @@ pub struct Target {
     pub k: u32,
 }
 
-/// Which controls of SPEC.md §7 this trajectory carries.
+/// Which controls of docs/method.md §7 this trajectory carries.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Controls {
     /// `t = 0` sanity: compares the main series at `t = 0` with the base runs; adds no runs.

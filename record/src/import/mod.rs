@@ -3,7 +3,7 @@
 //! [`mini_swe_agent`] reads mini-swe-agent's `.traj.json` files (formats `mini-swe-agent-1` and
 //! `mini-swe-agent-1.1`) into a [`Trajectory`]; [`swebench_report`] attaches outcomes from a
 //! SWE-bench harness report; [`observations`] reads the first edit (a heuristic on the commands,
-//! until replay measures it) and the first symptom (SPEC.md §3) off a trajectory, and summarizes
+//! until replay measures it) and the first symptom (docs/method.md §3) off a trajectory, and summarizes
 //! one for `vcurve inspect`.
 //!
 //! What the trajectory schema has no place for (the source format, the recorded exit status, the

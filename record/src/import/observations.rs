@@ -1,6 +1,6 @@
 //! What can be read off a trajectory's commands and observations without running anything: the
-//! kind of each command, the first edit (a heuristic, SPEC.md §3: replay measures it exactly), the
-//! first symptom (SPEC.md §3) and the summary `vcurve inspect` prints.
+//! kind of each command, the first edit (a heuristic, docs/method.md §3: replay measures it exactly), the
+//! first symptom (docs/method.md §3) and the summary `vcurve inspect` prints.
 //!
 //! **First edit** (heuristic): the first step with a command that changes a file of the repository
 //! that existed before: `sed -i`/`perl -i` on a file the agent did not create itself, `patch`,

@@ -14,7 +14,7 @@ use super::{ImportError, invalid};
 pub enum ReportOutcome {
     Resolved,
     Unresolved,
-    /// Submitted an empty patch: fails without evaluation (SPEC.md §6).
+    /// Submitted an empty patch: fails without evaluation (docs/method.md §6).
     EmptyPatch,
     /// The evaluation did not complete (an error, an infrastructure failure): no outcome.
     Error,

@@ -1,5 +1,5 @@
 //! The `swebench` evaluator: a patch judged by the official SWE-bench harness, `swebench==5.0.2`
-//! (SPEC.md §6), for the one instance a task's [`Evaluator::Swebench`] names.
+//! (docs/method.md §6), for the one instance a task's [`Evaluator::Swebench`] names.
 //!
 //! The harness is Python, so the worker runs it as a child process: the program
 //! `agents/vcurve_agents/swebench_eval.py` under the python of the virtual environment

@@ -1,4 +1,4 @@
-//! Base runs (SPEC.md §7): a study that lists `tasks` makes `base_runs` full runs of each from
+//! Base runs (docs/method.md §7): a study that lists `tasks` makes `base_runs` full runs of each from
 //! `h_0`. Once every base run of the study has finished, [`vcurve_method::selection::select`]
 //! draws the study set from them with the selection seed — the band, the strata, the per-task
 //! cap, the decoys — and stores the selection with every choice and its reason; each selected
@@ -378,7 +378,7 @@ impl SqlStore {
     }
 
     /// A trajectory of `study` was found non-replayable: if the study was selected, back-fill it
-    /// from its stratum (SPEC.md §5, §7). The replacement carries the dropped one's controls, so
+    /// from its stratum (docs/method.md §5, §7). The replacement carries the dropped one's controls, so
     /// the controls still run on as many trajectories. Returns whether a trajectory was made.
     pub(super) async fn back_fill(
         &self,

@@ -1,4 +1,4 @@
-//! The patch cache (SPEC.md §6), inside the transactions of the reports that judge patches.
+//! The patch cache (docs/method.md §6), inside the transactions of the reports that judge patches.
 //!
 //! A worker that ends a run with a non-empty patch asks for the verdict of `(study, task, patch)`
 //! first ([`Store::verdict`](crate::store::Store::verdict)): a patch already judged is not
@@ -18,7 +18,7 @@ use vcurve_record::runner::{AgentOptions, runs_containers};
 use super::{SqlStore, StudyConfig, insert_job};
 use crate::store::StoreError;
 
-/// The flake-check parameters of a study: its runner's options, or SPEC.md §6's values.
+/// The flake-check parameters of a study: its runner's options, or docs/method.md §6's values.
 fn flake_parameters(config: &StudyConfig) -> (f64, f64) {
     match AgentOptions::for_kind(&config.runner_kind, &config.runner_options) {
         Ok(o) if runs_containers(&config.runner_kind) => (o.flake_recheck_rate, o.flake_threshold),

@@ -44,7 +44,7 @@ pub trait Variant: Send + Sync {
     }
 }
 
-/// The lanes of the paper's schedule (SPEC.md §4). A stage's lanes are made when it starts, when
+/// The lanes of the paper's schedule (docs/method.md §4). A stage's lanes are made when it starts, when
 /// every continuation of the stages before it has an outcome, so `points` are final for them.
 pub fn paper_lanes(stage: Stage, ctx: &LaneContext, _memory: &Memory, points: &Points) -> Vec<Box<dyn Lane>> {
     match stage {

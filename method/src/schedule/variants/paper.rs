@@ -1,4 +1,4 @@
-//! `paper`: the schedule of SPEC.md §4, as the paper ran it. The default.
+//! `paper`: the schedule of docs/method.md §4, as the paper ran it. The default.
 
 use super::Variant;
 
@@ -11,6 +11,6 @@ impl Variant for Paper {
     }
 
     fn summary(&self) -> &'static str {
-        "screen, bisect, confirm, point of no return, label probes (SPEC.md §4)"
+        "screen, bisect, confirm, point of no return, label probes (docs/method.md §4)"
     }
 }
