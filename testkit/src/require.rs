@@ -1,0 +1,1 @@
+//! The gate for tests that need a service.
