@@ -14,8 +14,8 @@ use crate::client::{self, Connection};
 use crate::output;
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeOptions, Tokens};
-use vcurve_coordinator::spec;
 use vcurve_coordinator::store::{LeasePolicy, SqlStore};
+use vcurve_spec as spec;
 
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {

@@ -14,9 +14,9 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-pub use vcurve_coordinator::spec::MAX_YAML_DEPTH;
-use vcurve_coordinator::spec::bounds::{self, ReadError};
 use vcurve_method::{BaseRun, BaseRuns, Point, Thresholds};
+pub use vcurve_spec::MAX_YAML_DEPTH;
+use vcurve_spec::bounds::{self, ReadError};
 
 /// The largest CSV table: points, base runs, labels, and an export's `trajectories.csv` and
 /// `curves.csv`. 256 MiB is some 3 times the `curves.csv` of the largest study a spec can hold

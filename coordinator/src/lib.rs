@@ -24,7 +24,7 @@ pub mod model;
 pub mod planner;
 pub mod render;
 pub mod server;
-pub mod spec;
+pub use vcurve_spec as spec;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;

@@ -534,13 +534,13 @@ mod tests {
     use serde_json::Value as Json;
     use vcurve_record::{Evaluator, StudySpec, Trajectory};
 
-    use crate::spec::{Launch, SpecError, load, parse_launch};
+    use crate::{Launch, SpecError, load, parse_launch};
 
     /// Three rows shaped like SWE-bench Verified's (short stand-in text).
-    const DATASET: &str = include_str!("../../tests/fixtures/swebench/verified-3.jsonl");
+    const DATASET: &str = include_str!("../../coordinator/tests/fixtures/swebench/verified-3.jsonl");
     /// A real mini-swe-agent run of django__django-10999 (format `mini-swe-agent-1`).
     const DJANGO_RUN: &[u8] =
-        include_bytes!("../../../record/tests/fixtures/mini-swe-agent/django__django-10999.v1.traj.json");
+        include_bytes!("../../record/tests/fixtures/mini-swe-agent/django__django-10999.v1.traj.json");
 
     const SPEC: &str = "name: swe\nseed: 7\nrunner: {kind: agent, command: [python3, -m, agent]}\n";
     const BLOCK: &str = "swebench:\n  dataset: data/verified.jsonl\n";
@@ -768,7 +768,7 @@ mod tests {
 
         // A run that carries the dataset's row keeps its digest; one that carries another is refused.
         files.insert("runs/django.json".into(), serde_json::to_string(run).unwrap());
-        let again = crate::spec::parse_launch(&yaml, &|p| files.get(p).cloned()).unwrap();
+        let again = crate::parse_launch(&yaml, &|p| files.get(p).cloned()).unwrap();
         assert_eq!(again.spec.trajectories[0].recorded.as_deref(), Some(digest.as_str()));
         let mut other = run.clone();
         other.task.evaluator =
@@ -795,7 +795,7 @@ mod tests {
         // Base runs of instances and recorded runs together.
         files.insert("data/verified.jsonl".into(), DATASET.into());
         let both = yaml.replace(BLOCK, &format!("{BLOCK}  instances: [astropy__astropy-14309]\n"));
-        let spec = crate::spec::parse_launch(&both, &|p| files.get(p).cloned()).unwrap().spec;
+        let spec = crate::parse_launch(&both, &|p| files.get(p).cloned()).unwrap().spec;
         assert_eq!((spec.tasks.len(), spec.trajectories.len()), (1, 1));
         assert_eq!(spec.trajectories[0].recorded.as_deref(), Some(digest.as_str()));
     }

@@ -703,7 +703,7 @@ fn decoys_are_parsed_and_checked() {
 }
 
 fn recorded_files(steps: u32) -> BTreeMap<String, String> {
-    BTreeMap::from([("runs/r.json".to_string(), crate::testing::recorded_trajectory("task-r", steps))])
+    BTreeMap::from([("runs/r.json".to_string(), recorded_trajectory("task-r", steps))])
 }
 
 const RECORDED: &str =
@@ -1230,4 +1230,48 @@ fn a_restart_check_spec_names_the_checked_study_and_nothing_else() {
     }
     // `parse` makes studies only: a restart check is completed from the stored study.
     assert_mentions(&rejected("restart_check: {of: s-1}\n"), &["restart_check", "coordinator"]);
+}
+
+/// A recorded trajectory of `steps` steps (one `echo` each) on task `task`, as a trajectory file
+/// (the same as `vcurve_coordinator::testing::recorded_trajectory`, which this crate cannot use).
+fn recorded_trajectory(task: &str, steps: u32) -> String {
+    use vcurve_record::trajectory::{Action, EndType, Evaluator, FORMAT, Interpreter, Step, Task, Trajectory};
+    let mut messages = vec![
+        serde_json::json!({"role": "system", "content": "agent"}),
+        serde_json::json!({"role": "user", "content": task}),
+    ];
+    let mut out = Vec::new();
+    for i in 1..=steps {
+        messages.push(serde_json::json!({"role": "assistant", "content": format!("echo {i}")}));
+        messages.push(serde_json::json!({"role": "user", "content": format!("{i}\n")}));
+        out.push(Step {
+            actions: vec![Action {
+                command: format!("echo {i}"),
+                timeout_s: 60.0,
+                output: format!("{i}\n"),
+                returncode: Some(0),
+                timed_out: false,
+                exception: None,
+            }],
+            messages_end: messages.len(),
+            fingerprint: None,
+        });
+    }
+    let t = Trajectory {
+        format: FORMAT.into(),
+        task: Task {
+            id: task.into(),
+            image: "vcurve/test-task:latest".into(),
+            workdir: "/testbed".into(),
+            evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
+            problem_statement: None,
+        },
+        interpreter: Interpreter::default(),
+        messages,
+        initial_messages: 2,
+        steps: out,
+        end_type: EndType::Submitted,
+        submission: Some(String::new()),
+    };
+    serde_json::to_string(&t).expect("serializes")
 }
