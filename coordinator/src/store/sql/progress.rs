@@ -1,0 +1,130 @@
+//! Progress: a study's counts, throughput and estimated end; the queue by stage.
+
+use std::collections::{BTreeMap, HashMap};
+
+use sqlx::Row;
+use vcurve_method::schedule::Stage;
+
+use super::{SqlStore, corrupt, stage_of, workers};
+use crate::model::{Progress, StudyState};
+use crate::planner;
+use crate::store::{LeasePolicy, StoreError};
+
+/// The name, state, runner kind and times of study `$1`.
+const STUDY_HEAD: &str = "SELECT name, state, runner_kind, created_ms, finished_ms FROM studies WHERE id = $1";
+
+/// The state, stage, admission and counters of every trajectory of study `$1`.
+const TRAJECTORY_COUNTERS: &str = "SELECT state, stage, admit_order, n_requested, n_done, n_retired, n_dropped FROM trajectories \
+     WHERE study = $1";
+
+/// How many continuations of study `$1` are leased (bounded by the slots, a partial index).
+const LEASED_IN_STUDY: &str = "SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND state = 'leased'";
+
+/// How many continuations of study `$1` were done in `$2 ..= $3`.
+const DONE_BETWEEN: &str =
+    "SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND done_ms >= $2 AND done_ms <= $3";
+
+/// The pending continuations of study `$1` by their trajectory's stage.
+const PENDING_BY_STAGE: &str = "SELECT t.stage AS stage, COUNT(*) AS n FROM continuations c \
+     JOIN trajectories t ON t.study = c.study AND t.id = c.trajectory \
+     WHERE c.study = $1 AND c.state = 'pending' GROUP BY t.stage";
+
+pub(super) async fn progress(
+    store: &SqlStore,
+    study: &str,
+    now: i64,
+    policy: LeasePolicy,
+) -> Result<Progress, StoreError> {
+    let mut tx = store.pool.begin().await?;
+    let row = sqlx::query(STUDY_HEAD)
+        .bind(study)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+    let name: String = row.try_get("name")?;
+    let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+    let runner_kind: String = row.try_get("runner_kind")?;
+    let window =
+        planner::ThroughputWindow::of(row.try_get("created_ms")?, row.try_get::<Option<i64>, _>("finished_ms")?, now);
+    // Counters kept by the transactions that create and finish continuations: no scan of the
+    // study's continuations per poll.
+    let mut by_state: HashMap<String, u32> = HashMap::new();
+    let mut stages: BTreeMap<Stage, u32> = Default::default();
+    let mut admitted = 0;
+    let (mut requested, mut done, mut retired, mut dropped) = (0u64, 0u64, 0u64, 0u64);
+    for r in sqlx::query(TRAJECTORY_COUNTERS).bind(study).fetch_all(&mut *tx).await? {
+        let s: String = r.try_get("state")?;
+        if r.try_get::<Option<i64>, _>("admit_order")?.is_some() {
+            admitted += 1;
+        }
+        if s == "running" {
+            *stages.entry(stage_of(&r.try_get::<String, _>("stage")?)?).or_default() += 1;
+        }
+        *by_state.entry(s).or_default() += 1;
+        requested += r.try_get::<i64, _>("n_requested")? as u64;
+        done += r.try_get::<i64, _>("n_done")? as u64;
+        retired += r.try_get::<i64, _>("n_retired")? as u64;
+        dropped += r.try_get::<i64, _>("n_dropped")? as u64;
+    }
+    // Bounded by the workers' slots, through a partial index.
+    let running = sqlx::query(LEASED_IN_STUDY).bind(study).fetch_one(&mut *tx).await?.try_get::<i64, _>("n")? as u64;
+    let pending = requested.saturating_sub(done + retired + dropped + running);
+    let trajectories: u32 = by_state.values().sum();
+    let recent: i64 = sqlx::query(DONE_BETWEEN)
+        .bind(study)
+        .bind(window.start_ms)
+        .bind(window.end_ms)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("n")?;
+    let evaluation = if vcurve_record::runner::runs_containers(&runner_kind) {
+        Some(store.verdict_totals(&mut *tx, study).await?)
+    } else {
+        None
+    };
+    let workers = workers::live_workers(&mut tx, now, policy).await?;
+    tx.commit().await?;
+    let throughput_per_min = window.per_minute(recent as u64);
+    let offered = workers.iter().any(|w| w.capabilities.contains(&runner_kind));
+    let waiting_for_runner = (state == StudyState::Running && !offered).then_some(runner_kind);
+    let waiting = by_state.get("waiting").copied().unwrap_or(0);
+    let per_trajectory =
+        if admitted > 0 { (done + running + pending + retired) as f64 / f64::from(admitted) } else { 300.0 };
+    let remaining = (pending + running) as f64 + f64::from(waiting) * per_trajectory;
+    let eta_seconds = match state {
+        StudyState::Running if throughput_per_min > 0.0 => Some(remaining / (throughput_per_min / 60.0)),
+        StudyState::Running => None,
+        _ => Some(0.0),
+    };
+    Ok(Progress {
+        study: study.to_string(),
+        name,
+        state,
+        done,
+        running,
+        pending,
+        retired,
+        trajectories,
+        trajectories_admitted: admitted,
+        trajectories_done: by_state.get("done").copied().unwrap_or(0),
+        trajectories_doomed: by_state.get("doomed").copied().unwrap_or(0),
+        trajectories_non_replayable: by_state.get("non_replayable").copied().unwrap_or(0),
+        stages: stages.into_iter().collect(),
+        workers,
+        throughput_per_min,
+        eta_seconds,
+        waiting_for_runner,
+        lease_latency: None,
+        evaluation,
+    })
+}
+
+pub(super) async fn pending_by_stage(store: &SqlStore, study: &str) -> Result<Vec<(Stage, u64)>, StoreError> {
+    sqlx::query(PENDING_BY_STAGE)
+        .bind(study)
+        .fetch_all(&store.pool)
+        .await?
+        .iter()
+        .map(|r| Ok((stage_of(&r.try_get::<String, _>("stage")?)?, r.try_get::<i64, _>("n")?.max(0) as u64)))
+        .collect()
+}

@@ -1,0 +1,151 @@
+//! Replanning: a trajectory's schedule rebuilt from its outcomes after each change, the
+//! continuations it asks for created, its stage and counters advanced. The keys and outcomes of a
+//! trajectory's last replan are cached ([`super::known`]).
+
+use std::collections::BTreeSet;
+
+use sqlx::{Any, Row, Transaction};
+use vcurve_method::schedule::{Key, Outcome, TrajectoryPlan};
+
+use super::known::Counters;
+use super::{SqlStore, StudyConfig, dispatch, get_u32, outcome_of, series_of};
+use crate::model::TrajectoryState;
+use crate::planner;
+use crate::store::StoreError;
+
+/// A trajectory's continuations (`$1` study, `$2` trajectory): their keys, states and outcomes.
+const CONTINUATIONS_OF: &str =
+    "SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2";
+
+/// A trajectory's [`dispatch::COUNTERS`] (`$1` study, `$2` id), not locked.
+fn counters_of() -> String {
+    format!("SELECT {} FROM trajectories WHERE study = $1 AND id = $2", dispatch::COUNTERS)
+}
+
+impl SqlStore {
+    /// Rebuild a trajectory's schedule (`(study, id, plan)`) from its stored continuations, create
+    /// the continuations it now asks for, and record its stage, its counters — and the study's end
+    /// when this was its last trajectory.
+    /// Returns how many continuations were created and whether the trajectory is done.
+    ///
+    /// `locked` is the trajectory's counters as this transaction's row lock read them
+    /// ([`SqlStore::lock_trajectory`]), `None` to read them here. `fresh` is the outcome this
+    /// transaction has just recorded, if any: this replan counts it (`n_done`, or `n_retired` for
+    /// [`Outcome::Retired`]). Then, when the counters are exactly what this trajectory's last
+    /// replan in this process left ([`KnownCache`](super::known::KnownCache)), that replan's keys and outcomes plus `fresh` are
+    /// the trajectory's, and its continuations are not read again. Must run under the
+    /// trajectory's row lock.
+    pub(super) async fn replan(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        config: &StudyConfig,
+        (study, trajectory, plan): (&str, &str, &TrajectoryPlan),
+        locked: Option<Counters>,
+        fresh: Option<(Key, Outcome)>,
+        now: i64,
+    ) -> Result<(u64, bool), StoreError> {
+        let version = match locked {
+            Some(counters) => counters,
+            None => {
+                let row = sqlx::query(sqlx::AssertSqlSafe(counters_of()))
+                    .bind(study)
+                    .bind(trajectory)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                Counters::of(&row)?
+            }
+        };
+        let id = (study.to_string(), trajectory.to_string());
+        let cached = fresh.and_then(|fresh| self.known.take(&id, version, fresh));
+        let (mut existing, outcomes) = match cached {
+            Some(known) => known,
+            None => self.read_continuations(tx, study, trajectory).await?,
+        };
+        let replan = planner::replan(plan, &config.params, config.variant()?, outcomes.iter().copied());
+        let new: Vec<&Key> = replan.pending.iter().filter(|k| !existing.contains(k)).collect();
+        // One multi-row insert per 100 keys (5 parameters a row stays far below every limit).
+        for chunk in new.chunks(100) {
+            let sql = dispatch::request(chunk.len());
+            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).bind(now);
+            for k in chunk {
+                q = q.bind(k.series.as_str()).bind(i64::from(k.t)).bind(i64::from(k.seed));
+            }
+            q.execute(&mut **tx).await?;
+        }
+        let state = if replan.done { TrajectoryState::Done } else { TrajectoryState::Running };
+        let (done, retired) = match fresh {
+            Some((_, Outcome::Retired)) => (0, 1),
+            Some(_) => (1, 0),
+            None => (0, 0),
+        };
+        sqlx::query(dispatch::ADVANCE)
+            .bind(replan.stage.as_str())
+            .bind(planner::stage_rank(replan.stage))
+            .bind(state.as_str())
+            .bind(new.len() as i64)
+            .bind(done)
+            .bind(retired)
+            .bind(study)
+            .bind(trajectory)
+            .execute(&mut **tx)
+            .await?;
+        let created = new.len() as u64;
+        if replan.done {
+            self.known.forget(&id);
+        } else {
+            existing.extend(replan.pending.iter().copied());
+            self.known.remember(id, version.advanced(created as i64, done + retired), existing, outcomes);
+        }
+        if replan.done {
+            self.finish_if_done(tx, study, now).await?;
+        }
+        Ok((created, replan.done))
+    }
+
+    /// A trajectory's continuation keys and the outcomes among them.
+    pub(super) async fn read_continuations(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+    ) -> Result<(BTreeSet<Key>, Vec<(Key, Outcome)>), StoreError> {
+        let rows = sqlx::query(CONTINUATIONS_OF).bind(study).bind(trajectory).fetch_all(&mut **tx).await?;
+        let mut existing = BTreeSet::new();
+        let mut outcomes = Vec::new();
+        for row in &rows {
+            let key = Key {
+                series: series_of(&row.try_get::<String, _>("series")?)?,
+                t: get_u32(row, "t")?,
+                seed: get_u32(row, "seed")?,
+            };
+            existing.insert(key);
+            let state: String = row.try_get("state")?;
+            if state == "done" || state == "retired" {
+                outcomes.push((key, outcome_of(row)?));
+            }
+        }
+        Ok((existing, outcomes))
+    }
+
+    /// Add `n` to one of a trajectory's continuation counters (`n_dropped`: a report's outcome is
+    /// counted by its replan's [`dispatch::ADVANCE`]), inside the transaction that changed them.
+    pub(super) async fn count(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+        counter: &'static str,
+        n: u64,
+    ) -> Result<(), StoreError> {
+        if n == 0 {
+            return Ok(());
+        }
+        sqlx::query(sqlx::AssertSqlSafe(dispatch::count(counter)))
+            .bind(n as i64)
+            .bind(study)
+            .bind(trajectory)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+}

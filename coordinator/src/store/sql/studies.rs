@@ -1,0 +1,188 @@
+//! Studies: stored with their trajectories and base runs, listed, cancelled, ended.
+
+use sqlx::{Any, Row, Transaction};
+use vcurve_method::schedule::TrajectoryPlan;
+use vcurve_record::TrajectoryPayload;
+
+use super::{SqlStore, StudyConfig, base_runs, corrupt, insert_file};
+use crate::model::{StudyState, TrajectoryState};
+use crate::planner;
+use crate::spec::StudySpec;
+use crate::store::StoreError;
+
+/// How many trajectories of study `$1` are open (waiting, replaying, running) and jobs still to run.
+const OPEN_IN_STUDY: &str = "SELECT (SELECT COUNT(*) FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')) \
+     + (SELECT COUNT(*) FROM jobs WHERE study = $1 AND state IN ('pending', 'leased')) AS n";
+
+/// Mark the running study `$2` done at `$1`.
+const END_RUNNING_STUDY: &str =
+    "UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2 AND state = 'running'";
+
+/// A new running study: `$1` id, `$2` name, `$3` spec, `$4` config, `$5` runner kind, `$6` now.
+const INSERT_STUDY: &str = "INSERT INTO studies (id, name, spec_json, config_json, runner_kind, state, created_ms, controls_at_launch) \
+     VALUES ($1, $2, $3, $4, $5, 'running', $6, 1)";
+
+/// A new trajectory of study `$1`: `$2` id, `$3` order, `$4` state, `$5` plan, `$6` payload digest, `$7` recorded digest, `$8` task.
+const INSERT_TRAJECTORY: &str = "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, plan_json, payload_digest, \
+     recorded_digest, task) VALUES ($1, $2, $3, $4, 'screen', 0, $5, $6, $7, $8)";
+
+/// Mark the study `$2` done at `$1` (all its trajectories are doomed).
+const END_STUDY: &str = "UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2";
+
+/// Every study, newest first.
+const LIST_STUDIES: &str = "SELECT id, name, state FROM studies ORDER BY created_ms DESC, id";
+
+/// The finished studies whose spec names a restart check, newest first.
+const DONE_RESTART_CHECKS: &str = "SELECT id, spec_json FROM studies WHERE state = 'done' AND spec_json LIKE '%\"restart_check\"%' \
+     ORDER BY created_ms DESC, id";
+
+/// Cancel the running study `$2` at `$1`.
+const CANCEL_STUDY: &str =
+    "UPDATE studies SET state = 'cancelled', finished_ms = $1 WHERE id = $2 AND state = 'running'";
+
+/// The state of study `$1`.
+const STUDY_STATE: &str = "SELECT state FROM studies WHERE id = $1";
+
+impl SqlStore {
+    /// Mark a study done once none of its trajectories is waiting, replaying or running.
+    pub(super) async fn finish_if_done(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        // Open trajectories, and jobs still to run (flake re-checks, base runs).
+        let open: i64 = sqlx::query(OPEN_IN_STUDY).bind(study).fetch_one(&mut **tx).await?.try_get("n")?;
+        if open == 0 {
+            sqlx::query(END_RUNNING_STUDY).bind(now).bind(study).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+}
+
+/// How many trajectories of `study` satisfy `condition` (a fixed SQL condition on their columns).
+pub(super) async fn count_trajectories(
+    tx: &mut Transaction<'_, Any>,
+    study: &str,
+    condition: &'static str,
+) -> Result<u32, StoreError> {
+    let sql = format!("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND {condition}");
+    let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).fetch_one(&mut **tx).await?.try_get("n")?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+pub(super) async fn create_study(
+    store: &SqlStore,
+    spec: &StudySpec,
+    payloads: &[TrajectoryPayload],
+    now: i64,
+) -> Result<String, StoreError> {
+    if payloads.len() != spec.trajectories.len() {
+        return Err(StoreError::Invalid(format!(
+            "{} payloads for {} trajectories",
+            payloads.len(),
+            spec.trajectories.len()
+        )));
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    let config = StudyConfig {
+        params: spec.thresholds.clone(),
+        schedule: spec.schedule.clone(),
+        budget: spec.budget,
+        seed: spec.seed,
+        runner_kind: spec.runner.kind.clone(),
+        runner_options: spec.runner.options.clone(),
+        controls: spec.controls,
+        admission: spec.admission,
+        base_run_subjects: base_runs::base_run_subjects(spec),
+    };
+    let mut tx = store.pool.begin().await?;
+    sqlx::query(INSERT_STUDY)
+        .bind(&id)
+        .bind(&spec.name)
+        .bind(serde_json::to_string(spec).map_err(corrupt)?)
+        .bind(serde_json::to_string(&config).map_err(corrupt)?)
+        .bind(&spec.runner.kind)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    let doomed: Vec<bool> = spec
+        .trajectories
+        .iter()
+        .map(|t| {
+            t.base_runs.pass_rate().is_some_and(|p| vcurve_method::meets_at_most(p, spec.thresholds.doomed_threshold))
+        })
+        .collect();
+    // Which trajectories carry which control is decided here, once, from the spec alone.
+    let controls = planner::controls_at_launch(&doomed, &spec.controls);
+    for (ord, (trajectory, payload)) in spec.trajectories.iter().zip(payloads).enumerate() {
+        let plan = TrajectoryPlan {
+            length: trajectory.length,
+            labels: trajectory.labels.iter().filter_map(|l| l.step).collect(),
+            controls: controls[ord],
+        };
+        let doomed = doomed[ord];
+        let state = if doomed { TrajectoryState::Doomed } else { TrajectoryState::Waiting };
+        let bytes = payload.canonical_bytes();
+        let digest = vcurve_record::trajectory::sha256_hex(&bytes);
+        insert_file(&mut tx, &digest, &bytes, now).await?;
+        // The recorded run under its own digest too (the spec's `recorded`), for what reads
+        // it without its payload: a restart check takes the run's task from it.
+        if let Some(run) = &payload.recorded {
+            insert_file(&mut tx, &run.digest(), &run.canonical_bytes(), now).await?;
+        }
+        sqlx::query(INSERT_TRAJECTORY)
+            .bind(&id)
+            .bind(&trajectory.id)
+            .bind(ord as i64)
+            .bind(state.as_str())
+            .bind(serde_json::to_string(&plan).map_err(corrupt)?)
+            .bind(&digest)
+            .bind(trajectory.recorded.as_deref())
+            .bind(&trajectory.task)
+            .execute(&mut *tx)
+            .await?;
+    }
+    store.queue_base_runs(&mut tx, &id, spec, now).await?;
+    if doomed.iter().all(|&d| d) && spec.tasks.is_empty() {
+        sqlx::query(END_STUDY).bind(now).bind(&id).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(id)
+}
+
+pub(super) async fn list_studies(store: &SqlStore) -> Result<Vec<(String, String, StudyState)>, StoreError> {
+    sqlx::query(LIST_STUDIES)
+        .fetch_all(&store.pool)
+        .await?
+        .iter()
+        .map(|r| {
+            let state = StudyState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
+            Ok((r.try_get("id")?, r.try_get("name")?, state))
+        })
+        .collect()
+}
+
+pub(super) async fn restart_checks_of(store: &SqlStore, study: &str) -> Result<Vec<String>, StoreError> {
+    let rows = sqlx::query(DONE_RESTART_CHECKS).fetch_all(&store.pool).await?;
+    let mut checks = Vec::new();
+    for r in &rows {
+        let spec: StudySpec = serde_json::from_str(&r.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
+        if spec.restart_check.is_some_and(|c| c.of == study) {
+            checks.push(r.try_get("id")?);
+        }
+    }
+    Ok(checks)
+}
+
+pub(super) async fn cancel(store: &SqlStore, study: &str, now: i64) -> Result<StudyState, StoreError> {
+    let mut tx = store.pool.begin().await?;
+    sqlx::query(CANCEL_STUDY).bind(now).bind(study).execute(&mut *tx).await?;
+    let row = sqlx::query(STUDY_STATE)
+        .bind(study)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+    tx.commit().await?;
+    StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))
+}
