@@ -16,7 +16,7 @@ use vcurve_method::analyses::{AnalysisError, BOOTSTRAP_SEED, CurveRecord, DecoyL
 use vcurve_method::schedule::Series;
 use vcurve_method::{BaseRuns, CurveAnalysis, CurveError, Point, analyze};
 
-use crate::export::{Results, TrajectoryResult};
+use crate::results::{Results, TrajectoryResult};
 
 /// Why a study's analyses could not be computed.
 #[derive(Debug, thiserror::Error)]

@@ -32,7 +32,7 @@ use resvg::usvg::{self, fontdb};
 use vcurve_method::schedule::Series;
 use vcurve_method::{FittedPoint, Shape};
 
-use crate::export::TrajectoryResult;
+use crate::results::TrajectoryResult;
 use vcurve_record::TrajectoryState;
 
 /// The figure's size in pixels (PNG) and user units (SVG).

@@ -31,8 +31,8 @@ use vcurve_method::selection::{BackFill, Selection, Stratum};
 use vcurve_record::TrajectoryState;
 use vcurve_record::jobs::{CompareLevel, MismatchKind};
 
-use crate::export::{Results, TrajectoryResult, opt};
-use crate::html::Table;
+use crate::results::{Results, TrajectoryResult};
+use crate::table::{Table, opt};
 
 /// Why a trajectory is in the replay table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

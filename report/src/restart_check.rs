@@ -16,7 +16,7 @@ use vcurve_method::analyses::online::{CheckInput, CheckRow, Pooled, RestartCheck
 use vcurve_method::analyses::{BOOTSTRAP_SEED, Measured, NOT_MEASURED};
 use vcurve_record::{EndType, RestartCheckSpec, StudyRecord};
 
-use crate::html::{STYLE, Table, esc};
+use crate::table::{STYLE, Table, esc};
 
 /// What `restart_check.json` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,14 +23,10 @@ use serde::{Deserialize, Serialize};
 use vcurve_method::selection::{BackFill, Initial, RunId, Selection, Stratum, Verdict};
 use vcurve_record::{BaseRunRecord, EndType};
 
-use crate::export::{Results, csv_field, opt};
-use crate::html::Table;
 use crate::replay_table::exhausted_strata;
-
-/// The order base runs are exported in: by subject, then seed.
-pub fn by_subject_and_seed(a: &BaseRunRecord, b: &BaseRunRecord) -> std::cmp::Ordering {
-    (a.subject.as_str(), a.seed).cmp(&(b.subject.as_str(), b.seed))
-}
+use crate::results::Results;
+pub use crate::results::by_subject_and_seed;
+use crate::table::{Table, csv_field, opt};
 
 fn verdict_str(v: Verdict) -> &'static str {
     match v {
