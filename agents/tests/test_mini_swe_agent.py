@@ -4,7 +4,8 @@ The real mini-swe-agent 2.4.6 code runs: the adapter is a subprocess under the v
 scripts/mini-swe-agent-venv makes (VCURVE_MSA_PYTHON, else .venv/mini-swe-agent/bin/python in the
 repository), its model calls go to tests/mock_openai.py over HTTP, and vcurve_agents.driver plays the
 worker's side of the protocol, running commands with `bash -c` in a local copy of the test task (support.py).
-Without the virtual environment these tests fail (they do not skip): run scripts/mini-swe-agent-venv.
+Without the virtual environment these tests skip, saying so (they fail under VCURVE_TEST_REQUIRE=all,
+as in scripts/test): run scripts/mini-swe-agent-venv.
 """
 
 import json
@@ -15,17 +16,13 @@ import unittest
 
 from vcurve_agents import driver
 
-from . import mock_openai, support
+from . import mock_openai, require, support
 
 VENV_PYTHON = os.path.join(support.REPO, ".venv", "mini-swe-agent", "bin", "python")
 
 
 def msa_python():
-    path = os.environ.get("VCURVE_MSA_PYTHON") or VENV_PYTHON
-    if not os.path.exists(path):
-        raise AssertionError(
-            f"no Python with mini-swe-agent at {path}: run scripts/mini-swe-agent-venv first "
-            "(or set VCURVE_MSA_PYTHON to the python of a virtual environment with mini-swe-agent==2.4.6)")
+    path, = require.require(require.MINI_SWE_AGENT)
     return path
 
 

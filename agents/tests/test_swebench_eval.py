@@ -10,7 +10,8 @@ against scripted.FIXES here).
 
 Needs the virtual environment scripts/swebench-venv makes (VCURVE_SWEBENCH_PYTHON, else
 .venv/swebench/bin/python), a running Docker Engine and VCURVE_TEST_TASK_IMAGE (deploy/images/build
-prints it); without them the tests that need them are skipped, saying which is missing.
+prints it); without them the tests that need them are skipped, saying which is missing (they fail under
+VCURVE_TEST_REQUIRE=all, as in scripts/test).
 scripts/test provides all three.
 """
 
@@ -26,7 +27,7 @@ import uuid
 
 from vcurve_agents import scripted, swebench_eval
 
-from . import support
+from . import require, support
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "swebench")
 VENV_PYTHON = os.path.join(support.REPO, ".venv", "swebench", "bin", "python")
@@ -47,23 +48,11 @@ FOREIGN = ("diff --git a/calc/nothing.py b/calc/nothing.py\n--- a/calc/nothing.p
 
 
 def swebench_python():
-    path = os.environ.get("VCURVE_SWEBENCH_PYTHON") or VENV_PYTHON
-    return path if os.path.exists(path) else None
-
-
-def docker_ok():
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+    return require.detect(require.SWEBENCH)
 
 
 def needs_harness(test):
-    python = swebench_python()
-    reason = None if python else (
-        f"no python with swebench 5.0.2 (VCURVE_SWEBENCH_PYTHON is unset and {VENV_PYTHON} does not exist): "
-        "run scripts/swebench-venv")
-    return unittest.skipIf(reason is not None, reason or "")(test)
+    return require.needs(require.SWEBENCH)(test)
 
 
 def run_eval(request, log_dir=None):
@@ -149,12 +138,7 @@ class TheHarness(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        image = os.environ.get("VCURVE_TEST_TASK_IMAGE")
-        if not image:
-            raise unittest.SkipTest("VCURVE_TEST_TASK_IMAGE is not set: build the task image with deploy/images/build "
-                                    "and set it to the tag printed as task=TAG (scripts/test does both)")
-        if not docker_ok():
-            raise unittest.SkipTest("no running Docker Engine (docker info fails)")
+        _, image = require.require(require.DOCKER, require.TASK_IMAGE)
         cls.image = f"{HARNESS_IMAGE}:test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         subprocess.run(["docker", "tag", image, cls.image], check=True, capture_output=True)
 

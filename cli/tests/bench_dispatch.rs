@@ -16,10 +16,7 @@ async fn the_grpc_run_hands_out_and_takes_back_the_continuations_asked_for() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pgbench_runs_the_stores_dispatch_sql_on_a_scratch_database_it_drops() {
-    let Ok(admin) = std::env::var("VCURVE_TEST_POSTGRES") else {
-        eprintln!("VCURVE_TEST_POSTGRES is not set: pgbench is not run");
-        return;
-    };
+    let admin = vcurve_testkit::require!(vcurve_testkit::require::Service::Postgres);
     let pgbench = bench_pgbench::find_pgbench(None).unwrap();
     for script in [bench_pgbench::Script::Store, bench_pgbench::Script::Bare] {
         let rate = bench_pgbench::run(&admin, &pgbench, script, 3, 200).await.unwrap();

@@ -53,6 +53,7 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
+    vcurve_testkit::require!(vcurve_testkit::require::Service::Chromium);
     let web = common::InProcess::start(vcurve_coordinator::dashboard::router, "dashboard").await;
     let (coordinator, grpc_url, web_addr) = (web.coordinator.clone(), web.grpc_url.clone(), web.web_addr.clone());
 

@@ -51,7 +51,7 @@ async fn run_to_end(c: &Coordinator<SqlStore>, study: &str) -> u64 {
 #[tokio::test]
 async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
     let mut stores = vec![TestStore::sqlite().await];
-    if std::env::var_os("VCURVE_TEST_POSTGRES").is_some() {
+    if vcurve_testkit::require::optional(vcurve_testkit::require::Service::Postgres).is_some() {
         stores.push(TestStore::postgres().await);
     }
     let ids: Vec<String> = (0..24).map(|i| format!("t{i:02}")).collect();

@@ -32,9 +32,23 @@ impl TestStore {
         TestStore { name: "postgres", store: SqlStore::connect(&url).await.unwrap(), cleanup: Some((admin, db)) }
     }
 
-    /// Both backends, each on a fresh database.
+    /// Both backends, each on a fresh database; SQLite alone, after one `skipped:` line, when
+    /// `VCURVE_TEST_POSTGRES` is unset (or `VCURVE_TEST_SKIP` names it) — a failure when `VCURVE_TEST_REQUIRE` is `all` or names
+    /// `postgres`. (The gate of `vcurve_testkit::require`, which this crate cannot depend on.)
     pub async fn both() -> Vec<TestStore> {
-        vec![TestStore::sqlite().await, TestStore::postgres().await]
+        let names = |var: &str| {
+            std::env::var(var).unwrap_or_default().split(',').any(|w| matches!(w.trim(), "all" | "postgres"))
+        };
+        let left_out = names("VCURVE_TEST_SKIP");
+        if !left_out && std::env::var("VCURVE_TEST_POSTGRES").is_ok_and(|url| !url.trim().is_empty()) {
+            return vec![TestStore::sqlite().await, TestStore::postgres().await];
+        }
+        let line = "needs PostgreSQL (set VCURVE_TEST_POSTGRES=postgres://USER:PASSWORD@HOST:PORT/postgres) — or run scripts/test";
+        if !left_out && names("VCURVE_TEST_REQUIRE") {
+            panic!("{line} (VCURVE_TEST_REQUIRE requires it)");
+        }
+        eprintln!("skipped on PostgreSQL: {line}");
+        vec![TestStore::sqlite().await]
     }
 
     /// Drop the PostgreSQL database (call at the end of a passing test).

@@ -744,8 +744,9 @@ impl RawStore {
         let raw = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&sqlite).await.unwrap();
         let mut stores = vec![RawStore { name: "sqlite", store, raw, _dir: Some(dir), cleanup: None }];
 
-        let admin = std::env::var("VCURVE_TEST_POSTGRES")
-            .expect("set VCURVE_TEST_POSTGRES to a PostgreSQL URL (scripts/test starts a server and sets it)");
+        let Some(admin) = vcurve_testkit::require::optional(vcurve_testkit::require::Service::Postgres) else {
+            return stores;
+        };
         let db = format!("vcurve_test_{}", uuid::Uuid::new_v4().simple());
         let admin_pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&admin).await.unwrap();
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}"))).execute(&admin_pool).await.unwrap();

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use vcurve_testkit::require::Service;
 
 use serde_json::Value;
 use vcurve_e2e::{Process, TestDir, docker, free_port, read_export, repository, try_status_json, vcurve_ok};
@@ -214,6 +215,7 @@ fn check_export_consistent(export: &BTreeMap<String, Vec<u8>>) -> u64 {
 /// Test 1: the scripted-agent study of `vcurve demo --docker`, checked against the truth it writes.
 #[test]
 fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage);
     let _one = one_at_a_time();
     let image = task_image();
     let started = Instant::now();
@@ -413,6 +415,7 @@ fn write_kill_spec(dir: &Path, task_json: &str) -> PathBuf {
 /// Test 2: a worker SIGKILLed while a continuation's container runs.
 #[test]
 fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage);
     let _one = one_at_a_time();
     let image = task_image();
     let started = Instant::now();

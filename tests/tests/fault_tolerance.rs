@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
+use vcurve_testkit::require::Service;
 
 use serde_json::Value;
 use vcurve_e2e::{
@@ -86,6 +87,7 @@ fn kill_seed() -> u64 {
 
 #[test]
 fn a_study_survives_coordinator_and_worker_kills_and_exports_as_if_uninterrupted() {
+    vcurve_testkit::require!(Service::Postgres);
     let started = Instant::now();
     let reference = &*REFERENCE;
     let total = reference.total();
@@ -150,6 +152,7 @@ fn a_study_survives_coordinator_and_worker_kills_and_exports_as_if_uninterrupted
 /// coordinators export it, byte for byte the reference's export.
 #[test]
 fn two_coordinators_serving_one_store_at_once_export_as_if_uninterrupted() {
+    vcurve_testkit::require!(Service::Postgres);
     let reference = &*REFERENCE;
     let total = reference.total();
     let started = Instant::now();

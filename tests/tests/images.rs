@@ -16,6 +16,7 @@
 
 use std::process::Command;
 use std::time::Duration;
+use vcurve_testkit::require::Service;
 
 use vcurve_e2e::{TestDir, docker, free_port, repository, service_images as images, vcurve_ok};
 
@@ -67,6 +68,7 @@ impl Drop for Cleanup {
 
 #[test]
 fn the_worker_image_carries_the_binary_the_docker_cli_and_both_adapter_environments() {
+    vcurve_testkit::require!(Service::Docker, Service::ServiceImages);
     let worker = &images().worker;
 
     let version = run_in(worker, "vcurve", &["--version"]);
@@ -114,6 +116,7 @@ fn the_worker_image_carries_the_binary_the_docker_cli_and_both_adapter_environme
 
 #[test]
 fn the_coordinator_image_serves_the_host_and_a_worker_container_runs_a_study() {
+    vcurve_testkit::require!(Service::Docker, Service::ServiceImages);
     let images = images();
     let dir = TestDir::new("images");
     let suffix = format!("{}-{}", std::process::id(), free_port());

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use vcurve_testkit::require::Service;
 
 use serde_json::Value;
 use vcurve_e2e::{Process, TestDir, free_port, try_status_json, vcurve_ok};
@@ -171,6 +172,7 @@ fn cancel_and_check_clean(url: &str, study: &str) {
 
 #[test]
 fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_prefix() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage, Service::MiniSweAgent, Service::Swebench);
     let image = required_env(TASK_IMAGE_ENV, "the task image deploy/images/build makes");
     let python =
         required_env(MSA_PYTHON_ENV, "the python of the mini-swe-agent environment scripts/mini-swe-agent-venv makes");

@@ -143,10 +143,7 @@ mod tests {
     /// version is checked and the SWE-bench configuration's interpreter comes back.
     #[tokio::test]
     async fn the_real_environment_passes_and_gives_the_swebench_interpreter() {
-        let Some(python) = std::env::var_os("VCURVE_MSA_PYTHON") else {
-            eprintln!("skipped: VCURVE_MSA_PYTHON is not set (scripts/test sets it)");
-            return;
-        };
+        let python = vcurve_testkit::require!(vcurve_testkit::require::Service::MiniSweAgent);
         let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
         let adapter = MiniSweAgent::locate(Some(Path::new(&python)), Some(&agents)).unwrap().unwrap();
         let interpreter = adapter.check().await.unwrap();

@@ -15,6 +15,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
+use vcurve_testkit::require::Service;
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -258,6 +259,7 @@ async fn judge(scope: &Scope, task: &Task, patch: &str) -> vcurve_worker::evalua
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_the_scripted_agent_in_a_task_container_records_a_trajectory_whose_fix_resolves() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage);
     let task = task(&image());
     let scope = Scope::new("right").await;
     let run = docker_base_run(&scope, &task, model(1.0, 1.0), 11).await;
@@ -272,6 +274,7 @@ async fn docker_the_scripted_agent_in_a_task_container_records_a_trajectory_whos
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_a_wrong_or_flawed_fix_is_unresolved() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage);
     let task = task(&image());
     let scope = Scope::new("wrong").await;
     for (q, r, what) in [(0.0, 1.0, "wrong"), (1.0, 0.0, "flawed")] {
@@ -287,6 +290,7 @@ async fn docker_a_wrong_or_flawed_fix_is_unresolved() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_a_patch_that_does_not_apply_is_unresolved_and_fuzz_is_left_to_patch() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage);
     let task = task(&image());
     let scope = Scope::new("apply").await;
     let foreign = "diff --git a/calc/nothing.py b/calc/nothing.py\n--- a/calc/nothing.py\n+++ b/calc/nothing.py\n\
@@ -321,6 +325,7 @@ async fn docker_a_patch_that_does_not_apply_is_unresolved_and_fuzz_is_left_to_pa
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_a_container_that_dies_under_an_exec_ends_the_run_as_an_infrastructure_failure() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage);
     let task = task(&image());
     let scope = Scope::new("gone").await;
     let dir = tempfile::tempdir().expect("a temporary directory");

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use vcurve_testkit::require::Service;
 
 use vcurve_worker::container::docker::{DockerRuntime, WRAPPER};
 use vcurve_worker::container::{
@@ -175,6 +176,7 @@ async fn leftovers(container: &Container) -> Vec<String> {
 
 #[tokio::test]
 async fn a_timed_out_command_that_keeps_its_output_open_leaves_no_process() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("timeout-bg").await;
     let c = scope.start().await;
     let started = Instant::now();
@@ -194,6 +196,7 @@ async fn a_timed_out_command_that_keeps_its_output_open_leaves_no_process() {
 
 #[tokio::test]
 async fn a_plain_sleep_is_killed_at_its_timeout() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("timeout-sleep").await;
     let c = scope.start().await;
     let started = Instant::now();
@@ -212,6 +215,7 @@ async fn a_plain_sleep_is_killed_at_its_timeout() {
 
 #[tokio::test]
 async fn a_process_that_left_the_group_but_holds_the_output_is_killed_too() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("timeout-setsid").await;
     let c = scope.start().await;
     let command = "setsid sleep 1001 & (sleep 1002 &); nohup sleep 1003 >/dev/null 2>&1 & sleep 1004";
@@ -227,6 +231,7 @@ async fn a_process_that_left_the_group_but_holds_the_output_is_killed_too() {
 /// through, and a timeout still kills everything.
 #[tokio::test]
 async fn the_wrapper_falls_back_to_setsid_when_it_does_not_lead_its_group() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("setsid-fallback").await;
     let c = scope.start().await;
     let nested = |inner: &str, timeout: Duration| ExecRequest {
@@ -260,6 +265,7 @@ async fn the_wrapper_falls_back_to_setsid_when_it_does_not_lead_its_group() {
 
 #[tokio::test]
 async fn a_background_process_of_a_finished_command_stays_as_under_docker_exec() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("background").await;
     let c = scope.start().await;
     // The command ends; Docker ends its output (within ~2 s) although `sleep` still holds it.
@@ -272,6 +278,7 @@ async fn a_background_process_of_a_finished_command_stays_as_under_docker_exec()
 
 #[tokio::test]
 async fn stdout_and_stderr_are_merged_in_the_order_written() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("merge").await;
     let c = scope.start().await;
     let out = run(&c, "for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done; printf tail >&2").await;
@@ -286,6 +293,7 @@ async fn stdout_and_stderr_are_merged_in_the_order_written() {
 
 #[tokio::test]
 async fn exit_codes_come_back() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("exit").await;
     let c = scope.start().await;
     for (command, code) in [("true", 0), ("exit 3", 3), ("false", 1), ("kill -9 $$", 137), ("no-such-command-x", 127)] {
@@ -302,6 +310,7 @@ async fn exit_codes_come_back() {
 
 #[tokio::test]
 async fn env_and_workdir_are_applied() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("env").await;
     let c = scope.start().await;
     let request = ExecRequest {
@@ -323,6 +332,7 @@ async fn env_and_workdir_are_applied() {
 
 #[tokio::test]
 async fn a_missing_workdir_fails_as_under_docker_exec() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("workdir").await;
     let c = scope.start().await;
     let request = ExecRequest { workdir: "/nope".to_owned(), ..bash("pwd", Duration::from_secs(10)) };
@@ -334,6 +344,7 @@ async fn a_missing_workdir_fails_as_under_docker_exec() {
 
 #[tokio::test]
 async fn invalid_utf8_comes_back_raw() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("bytes").await;
     let c = scope.start().await;
     let out = run(&c, r"printf 'a\xff\xfeb\x00c\n'").await;
@@ -343,6 +354,7 @@ async fn invalid_utf8_comes_back_raw() {
 
 #[tokio::test]
 async fn limits_are_applied() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("limits").await;
     let spec = ContainerSpec { memory_bytes: 256 << 20, pids_limit: 64, ..scope.spec() };
     let c = scope.start_with(&spec).await;
@@ -400,6 +412,7 @@ for pid in pids:
 
 #[tokio::test]
 async fn there_is_no_network() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("net").await;
     let c = scope.start().await;
     let out = run(&c, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").await;
@@ -413,6 +426,7 @@ async fn there_is_no_network() {
 
 #[tokio::test]
 async fn labels_are_set_and_containers_are_found_by_them() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("labels").await;
     let c = scope.start().await;
     let got = docker_cli(&["inspect", "--format", "{{json .Config.Labels}}", c.id()]);
@@ -430,6 +444,7 @@ async fn labels_are_set_and_containers_are_found_by_them() {
 
 #[tokio::test]
 async fn a_missing_image_is_no_image() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("noimage").await;
     let spec = ContainerSpec { image: "vcurve-no-such-image:nope".to_owned(), ..scope.spec() };
     match scope.runtime.create(&spec).await {
@@ -440,6 +455,7 @@ async fn a_missing_image_is_no_image() {
 
 #[tokio::test]
 async fn the_diff_lists_changes_and_no_trace_of_the_timeout_machinery() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("diff").await;
     let c = scope.start().await;
     assert_eq!(c.diff().await.expect("diff"), Vec::new(), "a fresh container has no changes");
@@ -464,6 +480,7 @@ async fn the_diff_lists_changes_and_no_trace_of_the_timeout_machinery() {
 
 #[tokio::test]
 async fn commit_makes_an_image_that_is_found_listed_and_removed() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("commit").await;
     let c = scope.start().await;
     run(&c, "mkdir -p /testbed && head -c 100000 /dev/urandom > /testbed/blob").await;
@@ -510,6 +527,7 @@ async fn commit_makes_an_image_that_is_found_listed_and_removed() {
 
 #[tokio::test]
 async fn removing_an_image_a_container_uses_removes_its_tag_only() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("rmi-used").await;
     let c = scope.start().await;
     let reference = scope.reference(1);
@@ -529,6 +547,7 @@ async fn removing_an_image_a_container_uses_removes_its_tag_only() {
 
 #[tokio::test]
 async fn put_file_writes_a_file_with_its_mode_creating_parents() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("put").await;
     let c = scope.start().await;
     let script = b"#!/bin/sh\necho from the script \"$@\"\n";
@@ -547,6 +566,7 @@ async fn put_file_writes_a_file_with_its_mode_creating_parents() {
 
 #[tokio::test]
 async fn removing_a_missing_container_is_fine_and_using_it_is_gone() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("missing").await;
     scope.runtime.remove("vcurve-no-such-container").await.expect("a missing container is not an error");
     let c = scope.start().await;
@@ -564,6 +584,7 @@ async fn removing_a_missing_container_is_fine_and_using_it_is_gone() {
 
 #[tokio::test]
 async fn an_exec_whose_container_dies_is_gone() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("dies").await;
     let c = scope.start().await;
     let id = c.id().to_owned();
@@ -579,6 +600,7 @@ async fn an_exec_whose_container_dies_is_gone() {
 
 #[tokio::test]
 async fn the_guard_removes_its_container_when_dropped() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("guard").await;
     let c = scope.start().await;
     let id = c.id().to_owned();
@@ -595,6 +617,7 @@ async fn the_guard_removes_its_container_when_dropped() {
 /// Without the variable it does nothing.
 #[tokio::test]
 async fn reap_child_helper() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let Ok(worker) = std::env::var(CHILD_WORKER_VAR) else { return };
     let key = std::env::var("VCURVE_DOCKER_TEST_CHILD_KEY").expect("the parent's key");
     let runtime: Arc<dyn ContainerRuntime> = Arc::new(DockerRuntime::connect().await.expect("connects"));
@@ -616,6 +639,7 @@ async fn reap_child_helper() {
 
 #[tokio::test]
 async fn reap_removes_what_a_killed_worker_left_and_nothing_else() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("reap").await;
     let dead = format!("dead-{}", scope.key);
     let alive = format!("alive-{}", scope.key);
@@ -659,6 +683,7 @@ async fn reap_removes_what_a_killed_worker_left_and_nothing_else() {
 /// socket that does not exist.
 #[tokio::test]
 async fn connect_child_helper() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     if std::env::var(CHILD_CONNECT_VAR).is_err() {
         return;
     }
@@ -670,6 +695,7 @@ async fn connect_child_helper() {
 
 #[tokio::test]
 async fn connecting_to_a_missing_socket_names_it() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let runtime = DockerRuntime::connect().await.expect("the real engine answers");
     assert!(!runtime.api_version().is_empty());
     let out = Command::new(std::env::current_exe().expect("the test binary"))
@@ -692,6 +718,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 #[tokio::test]
 #[ignore = "a measurement, not a check"]
 async fn measure() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("measure").await;
     let runtime = scope.runtime.clone();
     let (mut start, mut exec, mut commit, mut diff, mut remove, mut timeout) =

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vcurve_testkit::require::Service;
 
 use vcurve_record::trajectory::{EndType, FORMAT, Interpreter, Step, Task};
 use vcurve_record::{Action, Trajectory};
@@ -254,6 +255,7 @@ fn rmi(reference: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_a_snapshot_is_pushed_pulled_checked_and_a_bad_one_is_rebuilt() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage, Service::Registry);
     let image = match prerequisites() {
         Ok(image) => image,
         Err(why) => {

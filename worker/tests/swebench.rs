@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use vcurve_testkit::require::Service;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -130,6 +131,7 @@ fn empty(dir: &Path) -> bool {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_swebench_resolves_the_correct_fix_and_not_the_flawed_one() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage, Service::Swebench);
     let image = HarnessImage::new("verdicts");
     let task = image.task();
     let logs = tempfile::tempdir().expect("a temporary folder");
@@ -161,6 +163,7 @@ async fn docker_swebench_resolves_the_correct_fix_and_not_the_flawed_one() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_swebench_a_patch_that_does_not_apply_is_unresolved_and_a_missing_image_is_no_outcome() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage, Service::Swebench);
     let image = HarnessImage::new("apply");
     let task = image.task();
     let logs = tempfile::tempdir().expect("a temporary folder");
@@ -198,6 +201,7 @@ async fn docker_swebench_a_patch_that_does_not_apply_is_unresolved_and_a_missing
 
 #[tokio::test(flavor = "multi_thread")]
 async fn docker_swebench_cancel_kills_the_harness_and_removes_its_container() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage, Service::Swebench);
     let image = HarnessImage::new("cancel");
     let task = image.task();
     let logs = tempfile::tempdir().expect("a temporary folder");

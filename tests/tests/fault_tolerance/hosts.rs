@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use vcurve_e2e::{SplitMix64, TestDir, docker, free_port, read_export, repository, service_images, vcurve_ok};
+use vcurve_testkit::require::Service;
 
 use super::{FINISH_TIMEOUT, REFERENCE, Run, count, kill_seed, write_spec_lasting};
 
@@ -292,6 +293,7 @@ enum Fault {
 
 #[test]
 fn a_compose_deployment_survives_host_loss_a_partition_a_database_restart_and_a_rolling_restart() {
+    vcurve_testkit::require!(Service::Docker, Service::Compose, Service::ServiceImages);
     let reference = &*REFERENCE;
     let total = reference.total();
     let dir = TestDir::new("fault-hosts");
@@ -400,13 +402,8 @@ fn a_compose_deployment_survives_host_loss_a_partition_a_database_restart_and_a_
 /// of it left on the host.
 fn agent_study_through_the_registry(stack: &Stack, dir: &Path) {
     let started = Instant::now();
-    let task_image = std::env::var("VCURVE_TEST_TASK_IMAGE").ok().filter(|s| !s.trim().is_empty());
-    let Some(task_image) = task_image else {
-        eprintln!(
-            "VCURVE_TEST_TASK_IMAGE is unset: the agent study through the registry is not run (scripts/test sets it)"
-        );
-        return;
-    };
+    // The agent study through the registry only: the rest of the test runs without the task image.
+    let Some(task_image) = vcurve_testkit::require::optional(Service::TaskImage) else { return };
     let built = Command::new(repository().join("deploy/images/build")).arg("--print-task").output().unwrap();
     assert!(built.status.success(), "deploy/images/build --print-task: {}", String::from_utf8_lossy(&built.stderr));
     let task: Value = serde_json::from_slice(&built.stdout).expect("--print-task prints JSON");
