@@ -2,7 +2,11 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
+use vcurve_method::schedule::variants::variant_names;
+use vcurve_method::{BaseRun, BaseRuns, Thresholds};
+
 use super::*;
+use crate::trajectory::parse_curve;
 
 /// A curve file for `length` steps with `v = f(t)`.
 fn curve_csv(length: u32, f: impl Fn(u32) -> f64) -> String {

@@ -1,0 +1,469 @@
+//! The study as a whole: its top-level fields, runner, parameters (thresholds, controls,
+//! admission) and decoys.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_norway::{Mapping, Value};
+use vcurve_method::schedule::variants::{variant_by_name, variant_names};
+use vcurve_method::{Thresholds, ThresholdsError};
+use vcurve_record::runner::{AgentOptions, SyntheticOptions, runs_containers};
+
+use crate::trajectory::{parse_labels, parse_trajectory};
+use crate::value::{
+    Problem, check_keys, get, missing, number, optional_mapping, problem, real, required, show, text, top_error, uint,
+    valid_name,
+};
+use crate::{
+    Admission, ControlCounts, DecoySpec, Launch, MAX_LENGTH, RunnerSpec, SYNTHETIC, SelectionSpec, SpecError,
+    StudySpec, TaskRuns, TrajectoryRef, TrajectorySpec, swebench, tasks,
+};
+
+pub(crate) const TOP_FIELDS: &[&str] = &[
+    "name",
+    "seed",
+    "budget",
+    "schedule",
+    "runner",
+    "thresholds",
+    "controls",
+    "admission",
+    "trajectories",
+    "decoys",
+    "tasks",
+    "base_runs",
+    "selection",
+    "swebench",
+];
+/// The most base runs a study may ask of one task.
+pub const MAX_BASE_RUNS: u32 = 1000;
+pub(crate) const TRAJECTORY_FIELDS: &[&str] = &["id", "task", "length", "curve", "labels", "base_runs", "recorded"];
+pub(crate) const DECOY_FIELDS: &[&str] = &["id", "task", "length", "labels"];
+pub(crate) const CONTROL_FIELDS: &[&str] = &["sanity", "retest", "budget_control"];
+pub(crate) const ADMISSION_FIELDS: &[&str] = &["mode", "batch_size", "pipeline_threshold"];
+pub(crate) const ADMISSION_MODES: &[&str] = &["demand", "batch"];
+pub(crate) const BASE_RUN_FIELDS: &[&str] = &["success", "steps"];
+
+pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
+    check_keys(top, TOP_FIELDS, "", "a study spec").map_err(top_error)?;
+
+    let name = text(required(top, "name", "")?, "name").map_err(top_error)?;
+    let seed = uint(required(top, "seed", "")?, "seed", 0, u64::MAX).map_err(top_error)?;
+
+    let schedule = match get(top, "schedule") {
+        None => "paper".to_string(),
+        Some(v) => {
+            let name = text(v, "schedule").map_err(top_error)?;
+            if variant_by_name(&name).is_none() {
+                return Err(top_error(problem(
+                    "schedule",
+                    format!("= {name:?} is not a schedule; expected one of: {}", variant_names().join(", ")),
+                )));
+            }
+            name
+        }
+    };
+
+    let runner = parse_runner(required(top, "runner", "")?)?;
+
+    let mut task_entries = tasks::parse_tasks(top, &runner.kind, file)?;
+    let dataset = swebench::parse(top, &runner.kind, file, &mut task_entries)?;
+    // The trajectory count bounds the control counts, so look at the list's shape first. Every
+    // base run may fail and become a trajectory.
+    let no_entries: &[Value] = &[];
+    let entries: &[Value] = match get(top, "trajectories") {
+        None if !task_entries.is_empty() => no_entries,
+        None => return Err(top_error(missing("trajectories"))),
+        Some(Value::Sequence(entries)) if entries.is_empty() && task_entries.is_empty() => {
+            return Err(top_error(problem(
+                "trajectories",
+                "is empty; a study needs at least one trajectory, or tasks to make base runs of",
+            )));
+        }
+        Some(Value::Sequence(entries)) => entries,
+        Some(other) => {
+            return Err(top_error(problem(
+                "trajectories",
+                format!("must be a list of trajectories, found {}", show(other)),
+            )));
+        }
+    };
+    let (thresholds, controls, admission, selection) = parse_parameters(top, entries.len(), &task_entries, seed)?;
+    let budget = thresholds.budget;
+    let tasks: Vec<TaskRuns> = task_entries
+        .into_iter()
+        .map(|e| TaskRuns { base_runs: e.base_runs.unwrap_or(thresholds.base_runs_per_task), task: e.task })
+        .collect();
+
+    let synthetic = runner.kind == SYNTHETIC;
+    let mut trajectories: Vec<TrajectorySpec> = Vec::with_capacity(entries.len());
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut recorded = BTreeMap::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let (trajectory, run) = parse_trajectory(index, entry, synthetic, file)?;
+        if let Some(run) = run {
+            recorded.insert(run.digest(), run);
+        }
+        if let Some(first) = seen.insert(trajectory.id.clone(), index) {
+            return Err(SpecError::Trajectory {
+                trajectory: TrajectoryRef::Id(trajectory.id),
+                field: "id".into(),
+                message: format!("appears twice (trajectories[{first}] and trajectories[{index}]); ids must be unique"),
+            });
+        }
+        trajectories.push(trajectory);
+    }
+    swebench::fill_recorded(dataset, &mut trajectories, &mut recorded)?;
+
+    let decoys = match get(top, "decoys") {
+        None => Vec::new(),
+        Some(Value::Sequence(entries)) => {
+            let tasks: std::collections::HashSet<&str> =
+                trajectories.iter().map(|t| t.task.as_str()).chain(tasks.iter().map(|t| t.task.id.as_str())).collect();
+            let mut decoys = Vec::with_capacity(entries.len());
+            let mut seen: HashMap<String, usize> = HashMap::new();
+            for (index, entry) in entries.iter().enumerate() {
+                let decoy = parse_decoy(index, entry)?;
+                let at = |field: &str, message: String| SpecError::Field {
+                    field: format!("decoys[{index}].{field}"),
+                    message,
+                };
+                if !tasks.contains(decoy.task.as_str()) {
+                    return Err(at(
+                        "task",
+                        format!(
+                            "= {:?} is not the task of any trajectory; a decoy is scored against its task's base runs",
+                            decoy.task
+                        ),
+                    ));
+                }
+                if let Some(first) = seen.insert(decoy.id.clone(), index) {
+                    return Err(at(
+                        "id",
+                        format!("= {:?} appears twice (decoys[{first}] and decoys[{index}])", decoy.id),
+                    ));
+                }
+                decoys.push(decoy);
+            }
+            decoys
+        }
+        Some(other) => {
+            return Err(top_error(problem("decoys", format!("must be a list of decoys, found {}", show(other)))));
+        }
+    };
+
+    let spec = StudySpec {
+        name,
+        seed,
+        budget,
+        schedule,
+        runner,
+        thresholds,
+        controls,
+        admission,
+        trajectories,
+        decoys,
+        tasks,
+        selection,
+        restart_check: None,
+    };
+    Ok(Launch { spec, recorded })
+}
+
+pub(crate) fn check_task(task: &vcurve_record::Task) -> Result<(), String> {
+    if !valid_name(&task.id) {
+        return Err(format!("id {:?} must be a non-empty name of letters, digits, and . _ - characters", task.id));
+    }
+    if task.image.trim().is_empty() {
+        return Err("image is empty".into());
+    }
+    if !task.workdir.starts_with('/') {
+        return Err(format!("workdir {:?} must be an absolute path", task.workdir));
+    }
+    match &task.evaluator {
+        vcurve_record::Evaluator::Command { command, timeout_s } => {
+            if command.trim().is_empty() {
+                return Err("evaluator.command is empty".into());
+            }
+            if *timeout_s == 0 {
+                return Err("evaluator.timeout_s must be at least 1".into());
+            }
+        }
+        vcurve_record::Evaluator::Swebench { instance_id, .. } => {
+            if instance_id.trim().is_empty() {
+                return Err("evaluator.instance_id is empty".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
+    let at = |p: Problem| SpecError::Field { field: format!("decoys[{index}].{}", p.field), message: p.message };
+    let Value::Mapping(map) = entry else {
+        return Err(at(problem(
+            "entry",
+            format!("must be a mapping with id, task, length, labels; found {}", show(entry)),
+        )));
+    };
+    check_keys(map, DECOY_FIELDS, "", "a decoy").map_err(at)?;
+    let id = text(get(map, "id").ok_or_else(|| at(missing("id")))?, "id").map_err(at)?;
+    let task = text(get(map, "task").ok_or_else(|| at(missing("task")))?, "task").map_err(at)?;
+    let length = uint(get(map, "length").ok_or_else(|| at(missing("length")))?, "length", 1, u64::from(MAX_LENGTH))
+        .map_err(at)? as u32;
+    let labels = match get(map, "labels") {
+        None => Vec::new(),
+        Some(Value::Mapping(labels)) => parse_labels(labels, length).map_err(at)?,
+        Some(other) => {
+            return Err(at(problem("labels", format!("must be a mapping from source to step; found {}", show(other)))));
+        }
+    };
+    Ok(DecoySpec { id, task, length, labels })
+}
+
+pub(crate) fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
+    let Value::Mapping(map) = value else {
+        return Err(top_error(problem(
+            "runner",
+            format!(
+                "must be a mapping with `kind` and the runner's options, e.g. {{kind: synthetic}}; found {}",
+                show(value)
+            ),
+        )));
+    };
+    let kind = text(required(map, "kind", "runner.")?, "runner.kind").map_err(top_error)?;
+    let mut options = serde_json::Map::new();
+    for (key, value) in map {
+        let Some(key) = key.as_str() else {
+            return Err(top_error(problem("runner", format!("has a key that is not a name: {}", show(key)))));
+        };
+        if key == "kind" || value.is_null() {
+            continue;
+        }
+        let field = format!("runner.{key}");
+        if kind == SYNTHETIC {
+            match key {
+                "duration_ms" => {
+                    uint(value, &field, 0, u64::from(u32::MAX)).map_err(top_error)?;
+                }
+                "no_outcome_rate" => {
+                    real(value, &field, 0.0, 1.0).map_err(top_error)?;
+                }
+                _ => {
+                    return Err(top_error(problem(
+                        field,
+                        format!(
+                            "is not an option of the synthetic runner (expected one of: {})",
+                            SyntheticOptions::FIELDS.join(", ")
+                        ),
+                    )));
+                }
+            }
+        }
+        let json = serde_json::to_value(value)
+            .map_err(|e| top_error(problem(field, format!("cannot be stored as JSON: {e}"))))?;
+        options.insert(key.to_string(), json);
+    }
+    let options = serde_json::Value::Object(options);
+    if runs_containers(&kind) {
+        AgentOptions::for_kind(&kind, &options).map_err(|e| top_error(problem("runner", e)))?;
+    }
+    if kind == SYNTHETIC {
+        // The typed options the workers read: what passed the checks above must parse.
+        SyntheticOptions::from_json(&options).map_err(|e| top_error(problem("runner", e)))?;
+    }
+    Ok(RunnerSpec { kind, options })
+}
+
+/// A parameter that may be set at the top level or in `thresholds`: its value, and the field it
+/// came from (for later messages).
+pub(crate) struct Twin {
+    pub(crate) field: String,
+    pub(crate) value: u32,
+}
+
+/// Pick the value of such a parameter; both given with different values is an error.
+pub(crate) fn twin(
+    top: Option<(String, u32)>,
+    thresholds: Option<(String, u32)>,
+    default: (&str, u32),
+) -> Result<Twin, SpecError> {
+    match (top, thresholds) {
+        (Some((field, a)), Some((other, b))) if a != b => {
+            Err(top_error(problem(field, format!("= {a} conflicts with {other} = {b}; give one of them"))))
+        }
+        (Some((field, value)), _) | (None, Some((field, value))) => Ok(Twin { field, value }),
+        (None, None) => Ok(Twin { field: default.0.to_string(), value: default.1 }),
+    }
+}
+
+/// The thresholds with the spec's overrides, the controls, the admission and the selection. The
+/// controls are bounded by the trajectories the study may have: the `listed` ones, and every base
+/// run of its tasks (each may fail and become one).
+pub(crate) fn parse_parameters(
+    top: &Mapping,
+    listed: usize,
+    tasks: &[tasks::TaskEntry],
+    seed: u64,
+) -> Result<(Thresholds, ControlCounts, Admission, Option<SelectionSpec>), SpecError> {
+    let (mut thresholds, explicit) = parse_thresholds(get(top, "thresholds"))?;
+    let selection = tasks::apply_selection(top, &mut thresholds, &explicit, !tasks.is_empty(), seed)?;
+    let trajectory_count =
+        listed + tasks.iter().map(|t| t.base_runs.unwrap_or(thresholds.base_runs_per_task) as usize).sum::<usize>();
+    let given = |key: &str| explicit.get(key).map(|&v| (format!("thresholds.{key}"), v));
+    let u32_field = |map: &Mapping, key: &str, prefix: &str| -> Result<Option<(String, u32)>, SpecError> {
+        let Some(v) = get(map, key) else { return Ok(None) };
+        let field = format!("{prefix}{key}");
+        let value = uint(v, &field, 0, u64::from(u32::MAX)).map_err(top_error)? as u32;
+        Ok(Some((field, value)))
+    };
+
+    let budget = twin(u32_field(top, "budget", "")?, given("budget"), ("budget", thresholds.budget))?;
+    if !(1..=MAX_LENGTH).contains(&budget.value) {
+        return Err(top_error(problem(budget.field, format!("= {} is outside 1..={MAX_LENGTH}", budget.value))));
+    }
+    thresholds.budget = budget.value;
+
+    let controls_map = optional_mapping(top, "controls", "a mapping of counts like {sanity: 5, retest: 10}")?;
+    if let Some(map) = controls_map {
+        check_keys(map, CONTROL_FIELDS, "controls.", "controls").map_err(top_error)?;
+    }
+    let control = |key: &str, thresholds_key: &str| -> Result<u32, SpecError> {
+        let top = match controls_map {
+            Some(map) => u32_field(map, key, "controls.")?,
+            None => None,
+        };
+        let picked = twin(top, given(thresholds_key), ("controls", 0))?;
+        if usize::try_from(picked.value).map_or(true, |v| v > trajectory_count) {
+            return Err(top_error(problem(
+                picked.field,
+                format!("= {} is more than the study's {trajectory_count} trajectories", picked.value),
+            )));
+        }
+        Ok(picked.value)
+    };
+    let controls = ControlCounts {
+        sanity: control("sanity", "sanity_trajectories")?,
+        retest: control("retest", "retest_trajectories")?,
+        budget_control: control("budget_control", "budget_control_trajectories")?,
+    };
+    thresholds.sanity_trajectories = controls.sanity;
+    thresholds.retest_trajectories = controls.retest;
+    thresholds.budget_control_trajectories = controls.budget_control;
+
+    let admission = match optional_mapping(top, "admission", "a mapping like {mode: demand}")? {
+        None => Admission::Demand,
+        Some(map) => {
+            check_keys(map, ADMISSION_FIELDS, "admission.", "admission").map_err(top_error)?;
+            let mode = text(required(map, "mode", "admission.")?, "admission.mode").map_err(top_error)?;
+            match mode.as_str() {
+                "demand" => {
+                    if let Some(key) = ["batch_size", "pipeline_threshold"].into_iter().find(|k| get(map, k).is_some())
+                    {
+                        return Err(top_error(problem(
+                            format!("admission.{key}"),
+                            "applies only to `mode: batch` (demand admission has no parameters)",
+                        )));
+                    }
+                    Admission::Demand
+                }
+                "batch" => {
+                    let batch_size = twin(
+                        u32_field(map, "batch_size", "admission.")?,
+                        given("batch_size"),
+                        ("admission.batch_size", thresholds.batch_size),
+                    )?;
+                    let pipeline = twin(
+                        u32_field(map, "pipeline_threshold", "admission.")?,
+                        given("pipeline_threshold"),
+                        ("admission.pipeline_threshold", thresholds.pipeline_threshold),
+                    )?;
+                    if !(1..=1_000_000).contains(&batch_size.value) {
+                        return Err(top_error(problem(
+                            batch_size.field,
+                            format!("= {} is outside 1..=1000000", batch_size.value),
+                        )));
+                    }
+                    if !(1..=batch_size.value).contains(&pipeline.value) {
+                        return Err(top_error(problem(
+                            pipeline.field,
+                            format!(
+                                "= {} is outside 1..={}: at least 1 (or nothing is ever admitted), at most the batch size",
+                                pipeline.value, batch_size.value
+                            ),
+                        )));
+                    }
+                    thresholds.batch_size = batch_size.value;
+                    thresholds.pipeline_threshold = pipeline.value;
+                    Admission::Batch { batch_size: batch_size.value, pipeline_threshold: pipeline.value }
+                }
+                other => {
+                    return Err(top_error(problem(
+                        "admission.mode",
+                        format!(
+                            "= {other:?} is not an admission mode; expected one of: {}",
+                            ADMISSION_MODES.join(", ")
+                        ),
+                    )));
+                }
+            }
+        }
+    };
+
+    thresholds.validate().map_err(|e| match e {
+        ThresholdsError::OutOfRange { field, value, allowed } => {
+            top_error(problem(format!("thresholds.{field}"), format!("= {value} is out of range; expected {allowed}")))
+        }
+        ThresholdsError::Parse(message) => top_error(problem("thresholds", message)),
+    })?;
+    Ok((thresholds, controls, admission, selection))
+}
+
+/// The paper's thresholds with the spec's overrides (not yet validated), and the integer
+/// overrides by field name (some have a top-level twin).
+pub(crate) fn parse_thresholds(value: Option<&Value>) -> Result<(Thresholds, HashMap<String, u32>), SpecError> {
+    let mut explicit = HashMap::new();
+    let Some(value) = value else { return Ok((Thresholds::default(), explicit)) };
+    let Value::Mapping(map) = value else {
+        return Err(top_error(problem(
+            "thresholds",
+            format!("must be a mapping of parameters like {{k_screen: 8, epsilon: 0.15}}, found {}", show(value)),
+        )));
+    };
+    // The defaults as JSON give each field's name and whether it is an integer or a real.
+    let serde_json::Value::Object(mut fields) =
+        serde_json::to_value(Thresholds::default()).expect("thresholds serialize to JSON")
+    else {
+        unreachable!("Thresholds serializes as an object")
+    };
+    let names: Vec<String> = fields.keys().cloned().collect();
+    for (key, value) in map {
+        let Some(key) = key.as_str() else {
+            return Err(top_error(problem("thresholds", format!("has a key that is not a field name: {}", show(key)))));
+        };
+        let field = format!("thresholds.{key}");
+        let Some(default) = fields.get(key) else {
+            return Err(top_error(problem(
+                field,
+                format!("is not a threshold (expected one of: {})", names.join(", ")),
+            )));
+        };
+        if value.is_null() {
+            continue;
+        }
+        let json = if default.is_u64() {
+            let v = uint(value, &field, 0, u64::from(u32::MAX)).map_err(top_error)? as u32;
+            explicit.insert(key.to_string(), v);
+            serde_json::Value::from(v)
+        } else {
+            let v = number(value, &field).map_err(top_error)?;
+            if !v.is_finite() {
+                return Err(top_error(problem(field, format!("= {v} is not a finite number"))));
+            }
+            serde_json::Value::from(v)
+        };
+        fields.insert(key.to_string(), json);
+    }
+    let thresholds = serde_json::from_value(serde_json::Value::Object(fields))
+        .map_err(|e| top_error(problem("thresholds", format!("cannot be read: {e}"))))?;
+    Ok((thresholds, explicit))
+}
