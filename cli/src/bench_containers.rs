@@ -253,3 +253,13 @@ pub fn table(report: &Report) -> String {
     ));
     out
 }
+
+/// `vcurve bench containers`: measure, then print the report as a table or as JSON.
+pub async fn run_command(args: &BenchContainersArgs) -> anyhow::Result<()> {
+    let report = run(args).await?;
+    if args.json {
+        crate::output::println(serde_json::to_string_pretty(&report)?)
+    } else {
+        crate::output::print(table(&report))
+    }
+}

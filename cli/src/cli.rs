@@ -18,42 +18,42 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Analyze one V-curve from points you already have and print it as JSON.
-    Analyze(crate::analyze::AnalyzeArgs),
+    Analyze(commands::analyze::AnalyzeArgs),
     /// Import other agents' recorded runs as vcurve trajectories.
     #[command(subcommand)]
-    Import(crate::import_cmd::ImportCommand),
+    Import(commands::import::ImportCommand),
     /// Summarize one trajectory: a mini-swe-agent `.traj.json` or an imported one.
-    Inspect(crate::inspect_cmd::InspectArgs),
+    Inspect(commands::inspect::InspectArgs),
     /// Place first-mistake labels on curves measured earlier (the paper's Table 2), from files.
-    Labels(crate::labels_cmd::LabelsArgs),
+    Labels(commands::labels::LabelsArgs),
     /// Benchmarks: measure a part of vcurve on this machine.
     #[command(subcommand)]
     Bench(BenchCommand),
     /// Run a whole study on this machine: coordinator, embedded store and workers in one process.
     Demo(crate::demo::DemoCommand),
     /// Serve the coordinator: the adaptive schedule over a store, for workers and clients.
-    Coordinator(commands::CoordinatorArgs),
+    Coordinator(commands::coordinator::CoordinatorArgs),
     /// Run continuations leased from a coordinator.
-    Worker(commands::WorkerArgs),
+    Worker(commands::worker::WorkerArgs),
     /// Launch a study from a spec file; prints the study id.
-    Launch(commands::LaunchArgs),
+    Launch(commands::launch::LaunchArgs),
     /// Launch the online restart check of a study (the paper's Appendix Q): fresh runs with budget
     /// B − t_r for every trajectory with a restart point; prints the new study's id.
-    RestartCheck(crate::restart_check_cmd::RestartCheckArgs),
+    RestartCheck(commands::restart_check::RestartCheckArgs),
     /// Show a study's progress.
-    Status(commands::StatusArgs),
+    Status(commands::status::StatusArgs),
     /// Write a study's curves and results into a folder.
-    Export(commands::ExportArgs),
+    Export(commands::export::ExportArgs),
     /// Write a study's report: one self-contained HTML file with every table and figure, and the
     /// tables as CSV beside it.
-    Report(commands::ReportArgs),
+    Report(commands::report::ReportArgs),
     /// Print every table of a study's analyses (labels, restart policies, localizers, checks,
     /// controls, stage costs).
-    Analyses(commands::AnalysesArgs),
+    Analyses(commands::analyses::AnalysesArgs),
     /// Stop handing out a study's work.
-    Cancel(commands::StudyArgs),
+    Cancel(commands::cancel::StudyArgs),
     /// List the coordinator's studies.
-    Studies(commands::StudiesArgs),
+    Studies(commands::studies::StudiesArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -71,14 +71,6 @@ pub enum BenchCommand {
     /// Simulate a cluster in virtual time over the real store, admission and schedule: makespan
     /// against its lower bound, utilization, time to the first curve.
     Cluster(crate::bench_cluster::BenchClusterArgs),
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "worker".into())
 }
 
 async fn run_async(command: Command) -> anyhow::Result<()> {
@@ -104,60 +96,17 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
             })
             .await?;
         }
-        Command::Coordinator(a) => {
-            let tokens = vcurve_coordinator::server::Tokens {
-                worker: crate::client::read_token(a.worker_token_file.as_deref(), "VCURVE_WORKER_TOKEN")?,
-                client: crate::client::read_token(a.client_token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
-            };
-            commands::run_coordinator(commands::CoordinatorSettings {
-                store: a.store_url()?,
-                listen: a.listen,
-                tokens,
-                tls_cert: a.tls_cert,
-                tls_key: a.tls_key,
-                lease_timeout: std::time::Duration::from_millis(a.lease_timeout_ms),
-                heartbeat_interval: std::time::Duration::from_millis(a.heartbeat_ms),
-                dashboard: a.dashboard,
-                metrics: a.metrics,
-            })
-            .await?;
-        }
-        Command::Worker(a) => {
-            let offer = a.runners();
-            let mut config = vcurve_worker::WorkerConfig::new(a.coordinator);
-            config.slots = a.slots;
-            config.name = a.name.unwrap_or_else(host_name);
-            config.token = crate::client::read_token(a.token_file.as_deref(), "VCURVE_WORKER_TOKEN")?;
-            config.tls_ca = a.tls_ca;
-            config.shutdown_grace = std::time::Duration::from_secs(a.shutdown_grace_s);
-            let metrics = match a.metrics {
-                Some(addr) => Some(commands::WorkerMetricsSettings {
-                    addr,
-                    token: crate::client::read_token(a.client_token_file.as_deref(), "VCURVE_CLIENT_TOKEN")?,
-                }),
-                None => None,
-            };
-            commands::run_worker(config, offer, metrics).await?;
-        }
-        Command::Launch(a) => output::println(commands::launch(&a.spec, &a.remote.connection()?).await?)?,
-        Command::RestartCheck(a) => crate::restart_check_cmd::run(&a).await?,
-        Command::Status(a) => commands::status(&a.study, &a.remote.connection()?, a.json, a.watch).await?,
-        Command::Export(a) => commands::export(&a.study, &a.remote.connection()?, &a.out).await?,
-        Command::Cancel(a) => commands::cancel(&a.study, &a.remote.connection()?).await?,
-        Command::Analyses(a) => commands::print_analyses(&a.source, a.json).await?,
-        Command::Report(a) => {
-            let path = commands::report(&a.source, &a.out).await?;
-            output::println(path.display().to_string())?;
-        }
-        Command::Studies(a) => commands::studies(&a.remote.connection()?, a.json).await?,
-        Command::Bench(BenchCommand::Containers(a)) => {
-            let report = crate::bench_containers::run(&a).await?;
-            if a.json {
-                output::println(serde_json::to_string_pretty(&report)?)?;
-            } else {
-                output::print(crate::bench_containers::table(&report))?;
-            }
-        }
+        Command::Coordinator(a) => commands::coordinator::run(a).await?,
+        Command::Worker(a) => commands::worker::run(a).await?,
+        Command::Launch(a) => commands::launch::run(&a).await?,
+        Command::RestartCheck(a) => commands::restart_check::run(&a).await?,
+        Command::Status(a) => commands::status::run(&a).await?,
+        Command::Export(a) => commands::export::run(&a).await?,
+        Command::Cancel(a) => commands::cancel::run(&a).await?,
+        Command::Analyses(a) => commands::analyses::run(&a).await?,
+        Command::Report(a) => commands::report::run(&a).await?,
+        Command::Studies(a) => commands::studies::run(&a).await?,
+        Command::Bench(BenchCommand::Containers(a)) => crate::bench_containers::run_command(&a).await?,
         Command::Bench(BenchCommand::Memory(a)) => crate::bench_memory::run_command(&a).await?,
         Command::Bench(BenchCommand::Cluster(a)) => crate::bench_cluster::run_command(&a).await?,
         Command::Bench(BenchCommand::Dispatch(a)) => crate::bench_dispatch::run_command(&a).await?,
@@ -199,11 +148,11 @@ fn error_chain(e: &anyhow::Error) -> String {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Analyze(args) => crate::analyze::run(&args),
-        Command::Labels(args) => crate::labels_cmd::run(&args).map_err(anyhow::Error::from).and_then(output::print),
+        Command::Analyze(args) => commands::analyze::run(&args),
+        Command::Labels(args) => commands::labels::run(&args).map_err(anyhow::Error::from).and_then(output::print),
         Command::Bench(BenchCommand::Schedule(args)) => crate::bench_schedule::run_command(&args),
-        Command::Import(crate::import_cmd::ImportCommand::MiniSweAgent(args)) => crate::import_cmd::run(&args),
-        Command::Inspect(args) => crate::inspect_cmd::run(&args),
+        Command::Import(commands::import::ImportCommand::MiniSweAgent(args)) => commands::import::run(&args),
+        Command::Inspect(args) => commands::inspect::run(&args),
         command => {
             let server = matches!(command, Command::Coordinator(_) | Command::Worker(_));
             crate::telemetry::init(if server { "info" } else { "warn" });

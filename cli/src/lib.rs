@@ -5,15 +5,15 @@
 //! (run continuations), `vcurve-report` (results, analyses, report, figures) and `vcurve-method`
 //! (analyze, bench schedule). `vcurve demo` wires all of them into one process.
 //!
-//! Layout: [`cli`] parses the command line and dispatches, and each command's module owns its
-//! clap arguments: [`commands`] the networked commands, with [`client`] to reach a coordinator
-//! (and the `--coordinator` arguments every client shares); [`demo`], [`labels_cmd`], [`analyze`]
-//! (with [`input`] for users' files), [`bench_schedule`] and [`bench_dispatch`] one command each.
-//! [`render`] is the [`Renderer`](vcurve_coordinator::Renderer) the coordinator is served with;
-//! [`telemetry`] sets up logging; [`output`] writes results to standard output. `anyhow` is used
+//! Layout: [`cli`] parses the command line and dispatches; [`commands`] holds one module per
+//! command, each with its clap arguments and its run function, with [`client`] to reach a
+//! coordinator (and the `--coordinator` arguments every client shares) and [`input`] for users'
+//! files; [`demo`] (and [`demo_docker`]) and the `bench_*` modules are `vcurve demo` and
+//! `vcurve bench`. [`render`] is the [`Renderer`](vcurve_coordinator::Renderer) the coordinator
+//! is served with; [`store_url`] keeps a store's password out of messages; [`telemetry`] sets up
+//! logging; [`output`] writes results to standard output. `anyhow` is used
 //! here and nowhere in the libraries.
 
-pub mod analyze;
 pub mod bench_cluster;
 pub mod bench_containers;
 pub mod bench_dispatch;
@@ -25,11 +25,8 @@ pub mod client;
 pub mod commands;
 pub mod demo;
 pub mod demo_docker;
-pub mod import_cmd;
 pub mod input;
-pub mod inspect_cmd;
-pub mod labels_cmd;
 pub mod output;
 pub mod render;
-pub mod restart_check_cmd;
+pub mod store_url;
 pub mod telemetry;

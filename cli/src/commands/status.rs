@@ -1,0 +1,264 @@
+//! `vcurve status STUDY`: a study's progress, once or followed (`--watch`), and a finished
+//! study's checks before any claim (Table 4).
+
+use anyhow::Context;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use vcurve_proto::v1;
+
+use super::at;
+use crate::client::{self, Connection, Remote};
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The study id `vcurve launch` printed.
+    pub study: String,
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Follow progress until the study ends (live bars; JSON lines with --json).
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// `vcurve status`.
+pub async fn run(a: &StatusArgs) -> anyhow::Result<()> {
+    status(&a.study, &a.remote.connection()?, a.json, a.watch).await
+}
+
+pub(super) fn progress_json(p: &v1::Progress) -> serde_json::Value {
+    serde_json::json!({
+        "study": p.study,
+        "name": p.name,
+        "state": p.state,
+        "done": p.done,
+        "running": p.running,
+        "pending": p.pending,
+        "retired": p.retired,
+        "trajectories": p.trajectories,
+        "trajectories_admitted": p.trajectories_admitted,
+        "trajectories_done": p.trajectories_done,
+        "stages": p.stages.iter().map(|s| (s.stage.clone(), s.trajectories)).collect::<std::collections::BTreeMap<_, _>>(),
+        "workers": p.workers.iter().map(|w| serde_json::json!({
+            "id": w.worker_id, "name": w.name, "slots": w.slots, "running": w.running, "last_seen_ms_ago": w.last_seen_ms_ago,
+        })).collect::<Vec<_>>(),
+        "throughput_per_min": p.throughput_per_min,
+        "trajectories_non_replayable": p.trajectories_non_replayable,
+        "waiting_for_runner": (!p.waiting_for_runner.is_empty()).then_some(&p.waiting_for_runner),
+        "lease_latency_ms": (p.leases_measured > 0).then(|| serde_json::json!({
+            "p50": p.lease_p50_ms, "p99": p.lease_p99_ms, "leases": p.leases_measured,
+        })),
+        "eta_seconds": (p.eta_seconds >= 0.0).then_some(p.eta_seconds),
+        "evaluation": p.evaluation.as_ref().map(|e| serde_json::json!({
+            "evaluated_runs": e.evaluated_runs, "cache_hits": e.cache_hits, "unique_patches": e.unique_patches,
+            "evaluations": e.evaluations, "flake_checks": e.flake_checks, "flakes": e.flakes,
+        })),
+    })
+}
+
+/// The patch cache's line of a study's progress; empty for a runner that judges no patch.
+fn evaluation_text(p: &v1::Progress) -> String {
+    let Some(e) = &p.evaluation else { return String::new() };
+    let flakes = if e.flake_checks > 0 {
+        format!("{} flakes in {} flake checks", e.flakes, e.flake_checks)
+    } else {
+        "flake rate not measured yet (no flake check)".to_string()
+    };
+    format!(
+        "  patches: {} evaluations, {} runs judged by the cache, {} unique patches; {flakes}\n",
+        e.evaluations, e.cache_hits, e.unique_patches
+    )
+}
+
+fn eta(p: &v1::Progress) -> String {
+    if p.eta_seconds < 0.0 {
+        return "unknown".into();
+    }
+    let s = p.eta_seconds.round() as u64;
+    format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn progress_text(p: &v1::Progress) -> String {
+    let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
+    let slots: u32 = p.workers.iter().map(|w| w.slots).sum();
+    let latency = if p.leases_measured > 0 {
+        format!(
+            "lease latency p50 {:.1} ms, p99 {:.1} ms ({} leases)",
+            p.lease_p50_ms, p.lease_p99_ms, p.leases_measured
+        )
+    } else {
+        "lease latency not measured (no lease handed out work in the last 5 minutes)".to_string()
+    };
+    let waiting = if p.waiting_for_runner.is_empty() {
+        String::new()
+    } else {
+        format!("  waiting for a worker offering `{}`: no live worker offers it\n", p.waiting_for_runner)
+    };
+    let dropped = if p.trajectories_non_replayable > 0 {
+        format!(", {} non-replayable", p.trajectories_non_replayable)
+    } else {
+        String::new()
+    };
+    format!(
+        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n{}  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
+        p.name,
+        p.study,
+        p.state,
+        p.trajectories_done,
+        p.trajectories_admitted,
+        p.trajectories,
+        if stages.is_empty() { "none".to_string() } else { stages.join(", ") },
+        p.done,
+        p.running,
+        p.pending,
+        p.retired,
+        evaluation_text(p),
+        p.workers.len(),
+        slots,
+        p.throughput_per_min,
+        eta(p)
+    )
+}
+
+/// Bars for `status --watch` and `demo`: trajectories finished and continuations done.
+pub struct ProgressBars {
+    trajectories: ProgressBar,
+    continuations: ProgressBar,
+}
+
+impl ProgressBars {
+    pub fn new() -> Self {
+        let multi = MultiProgress::new();
+        let style = ProgressStyle::with_template("{prefix:>14} [{bar:40.cyan/blue}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> ");
+        let trajectories = multi.add(ProgressBar::new(0).with_style(style.clone()).with_prefix("trajectories"));
+        let continuations = multi.add(ProgressBar::new(0).with_style(style).with_prefix("continuations"));
+        ProgressBars { trajectories, continuations }
+    }
+
+    pub fn update(&self, p: &v1::Progress) {
+        self.trajectories.set_length(u64::from(p.trajectories));
+        self.trajectories.set_position(u64::from(p.trajectories_done));
+        let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
+        self.trajectories.set_message(stages.join(", "));
+        self.continuations.set_length(p.done + p.running + p.pending + p.retired);
+        self.continuations.set_position(p.done + p.retired);
+        self.continuations.set_message(format!(
+            "{} running, {:.0}/min, ETA {}",
+            p.running,
+            p.throughput_per_min,
+            eta(p)
+        ));
+    }
+
+    pub fn finish(&self) {
+        self.trajectories.finish();
+        self.continuations.finish();
+    }
+}
+
+impl Default for ProgressBars {
+    fn default() -> Self {
+        ProgressBars::new()
+    }
+}
+
+pub async fn status(study: &str, connection: &Connection, json: bool, watch: bool) -> anyhow::Result<()> {
+    let mut client = client::study_client(connection).await?;
+    let request = v1::ProgressRequest { study: study.to_string() };
+    if !watch {
+        let p = client.get_progress(request).await.with_context(at(connection))?.into_inner();
+        let checks = checks_of(&mut client, &p).await.with_context(at(connection))?;
+        return if json {
+            let mut value = progress_json(&p);
+            value["checks"] = checks.unwrap_or(serde_json::Value::Null);
+            output::println(serde_json::to_string_pretty(&value)?)
+        } else {
+            output::print(progress_text(&p) + &checks.map(|c| checks_text(&c)).unwrap_or_default())
+        };
+    }
+    let mut stream = client.watch_progress(request).await.with_context(at(connection))?.into_inner();
+    let bars = (!json).then(ProgressBars::new);
+    let mut last = None;
+    while let Some(p) = stream.message().await.with_context(at(connection))? {
+        match &bars {
+            Some(b) => b.update(&p),
+            None => output::println(serde_json::to_string(&progress_json(&p))?)?,
+        }
+        last = Some(p);
+    }
+    if let (Some(b), Some(p)) = (&bars, &last) {
+        b.finish();
+        let checks = checks_of(&mut client, p).await.with_context(at(connection))?;
+        output::print(progress_text(p) + &checks.map(|c| checks_text(&c)).unwrap_or_default())?;
+    }
+    Ok(())
+}
+
+/// A finished study's checks before any claim (Table 4, from its export's `analyses.json`);
+/// `None` while it runs (the checks are of the whole study) and for a study without analyses (a
+/// restart check).
+async fn checks_of(client: &mut client::StudyClient, p: &v1::Progress) -> anyhow::Result<Option<serde_json::Value>> {
+    if p.state == "running" {
+        return Ok(None);
+    }
+    let files = client::export(client, &p.study).await?;
+    let Some((_, analyses)) = files.into_iter().find(|(name, _)| name == "analyses.json") else { return Ok(None) };
+    let analyses: serde_json::Value =
+        serde_json::from_slice(&analyses).context("the export's analyses.json is not JSON")?;
+    Ok(Some(analyses["checks"].clone()))
+}
+
+/// Table 4 as text: each check, its criterion, its value ("not measured" when it has none) and
+/// whether it passes, then the verdict.
+pub fn checks_text(checks: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::from("\nchecks before any claim (Table 4):\n");
+    for c in checks["checks"].as_array().into_iter().flatten() {
+        let status = match c["status"].as_str().unwrap_or("") {
+            "fail" => "FAIL",
+            "not_measured" => "not measured",
+            other => other,
+        };
+        let _ = writeln!(
+            text,
+            "  {:<36} {:<34} {:<28} {status}",
+            c["check"].as_str().unwrap_or(""),
+            c["criterion"].as_str().unwrap_or(""),
+            c["value"].as_str().unwrap_or("not measured"),
+        );
+    }
+    let verdict = checks["verdict"].as_str().unwrap_or("not measured");
+    let _ = writeln!(
+        text,
+        "  verdict: {verdict}{}",
+        if verdict == "fail" { " — the analyses are exported, marked as not passing the checks" } else { "" }
+    );
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_read_as_table_4_with_failures_and_what_was_not_measured() {
+        let checks = serde_json::json!({
+            "checks": [
+                {"id": "replay", "check": "Replay match", "criterion": "≥ 70% of selected", "value": "3/7 (43%)", "status": "fail"},
+                {"id": "flake", "check": "Harness flake rate", "criterion": "≤ 3%", "value": null, "status": "not_measured"},
+                {"id": "cache", "check": "Evaluations via cache", "criterion": "all", "value": "10/10", "status": "pass"}
+            ],
+            "verdict": "fail"
+        });
+        let text = checks_text(&checks);
+        assert!(text.contains("Replay match") && text.contains("3/7 (43%)") && text.contains("FAIL"), "{text}");
+        let flake = text.lines().find(|l| l.contains("Harness flake rate")).unwrap();
+        assert!(flake.matches("not measured").count() == 2 && !flake.contains('0'), "{flake}");
+        assert!(text.contains("verdict: fail — the analyses are exported, marked as not passing"), "{text}");
+        assert!(checks_text(&serde_json::json!({"checks": [], "verdict": "pass"})).ends_with("verdict: pass\n"));
+    }
+}
