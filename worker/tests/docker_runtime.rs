@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use vcurve_worker::container::docker::{DockerRuntime, WRAPPER};
-use vcurve_worker::container::{
+use vcurve_worker::sandbox::container::docker::{DockerRuntime, WRAPPER};
+use vcurve_worker::sandbox::container::{
     Change, ChangeKind, Container, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, RuntimeError, labels, reap,
 };
 
