@@ -10,7 +10,7 @@
 //! are registered. A discrete-event simulation then plays the workers: a worker with free slots
 //! calls [`Store::lease`] for all of them in one call at the virtual time `now`; a leased
 //! continuation finishes after its duration, and the worker calls [`Store::report`] with the
-//! outcome the synthetic runner gives it ([`vcurve_worker::synthetic::synthetic_result`], the
+//! outcome the synthetic runner gives it ([`vcurve_worker::runners::synthetic::synthetic_result`], the
 //! worker's own code) and leases again. When a report creates work (`Reported::wakes`, what wakes
 //! long-polling workers in the real coordinator), the idle workers lease again at once, in turn,
 //! until one gets less than it asked for. No gRPC: this is about scheduling, not wire speed.
@@ -80,8 +80,8 @@ use vcurve_method::Thresholds;
 use vcurve_method::schedule::{Controls, Key, Outcome, TrajectoryPlan, TrajectorySchedule, Variant};
 use vcurve_method::synthetic::{Family, SyntheticCurve};
 use vcurve_record::TrajectoryPayload;
-use vcurve_worker::runner::JobSpec;
-use vcurve_worker::synthetic::{synthetic_result, unit_hash};
+use vcurve_worker::runners::seam::JobSpec;
+use vcurve_worker::runners::synthetic::{synthetic_result, unit_hash};
 
 use crate::output;
 

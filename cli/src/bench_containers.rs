@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use vcurve_record::runner::AgentOptions;
 use vcurve_record::{Interpreter, Task};
-use vcurve_worker::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
-use vcurve_worker::container::{Container, ContainerRuntime, ContainerSpec, ExecRequest, labels};
-use vcurve_worker::replay::{ChangeSet, ContainerLimits, FingerprintMode, Normalizer, Verdict, replay_steps};
-use vcurve_worker::snapshots::SnapshotCache;
+use vcurve_worker::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
+use vcurve_worker::sandbox::container::{Container, ContainerRuntime, ContainerSpec, ExecRequest, labels};
+use vcurve_worker::sandbox::replay::{ChangeSet, ContainerLimits, FingerprintMode, Normalizer, Verdict, replay_steps};
+use vcurve_worker::sandbox::snapshots::SnapshotCache;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchContainersArgs {
@@ -80,9 +80,8 @@ pub async fn run(args: &BenchContainersArgs) -> anyhow::Result<Report> {
     })
     .await??;
     let task: Task = serde_json::from_value(task_json).context("the task deploy/images/build printed")?;
-    let runtime: Arc<dyn ContainerRuntime> = Arc::new(
-        vcurve_worker::container::docker::DockerRuntime::connect().await.context("the bench needs a Docker Engine")?,
-    );
+    let runtime: Arc<dyn ContainerRuntime> =
+        Arc::new(vcurve_worker::DockerRuntime::connect().await.context("the bench needs a Docker Engine")?);
     let limits = ContainerLimits { memory_bytes: 512 << 20, pids_limit: 256, labels: labels_for("bench") };
     let result = measure(args, &repo, &task, &runtime, &limits).await;
     // Whatever happened, leave nothing behind.

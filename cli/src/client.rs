@@ -79,9 +79,10 @@ pub async fn channel(c: &Connection) -> Result<CoordinatorChannel, ConnectError>
         // Without --tls-ca only the roots built into tonic are trusted (none in vcurve's build).
         let mut tls = ClientTlsConfig::new().with_enabled_roots();
         if let Some(path) = &c.tls_ca {
-            let pem = vcurve_worker::tls::read_pem(path).map_err(|reason| ConnectError::Ca { reason })?;
+            let pem = vcurve_worker::lease::tls::read_pem(path).map_err(|reason| ConnectError::Ca { reason })?;
             // tonic skips what does not parse, which would leave nothing to trust.
-            vcurve_worker::tls::check_ca(&pem).map_err(|reason| ConnectError::BadCa { path: path.clone(), reason })?;
+            vcurve_worker::lease::tls::check_ca(&pem)
+                .map_err(|reason| ConnectError::BadCa { path: path.clone(), reason })?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
         endpoint = endpoint.tls_config(tls).map_err(|source| ConnectError::Url { url: c.url.clone(), source })?;
@@ -137,14 +138,14 @@ async fn protocol_mismatch(url: &str, error: &(dyn std::error::Error + Send + Sy
     }
     // A plaintext HTTP/2 preface sent to a TLS server only breaks the connection; ask it.
     let authority = url.strip_prefix("http://")?.split('/').next()?;
-    vcurve_worker::tls::speaks_tls(authority)
+    vcurve_worker::lease::tls::speaks_tls(authority)
         .await
         .then(|| format!("the coordinator at {url} speaks TLS: use https:// and --tls-ca"))
 }
 
 /// Whether rustls failed because the answer to its ClientHello was not TLS at all.
 fn answered_not_tls(error: &(dyn std::error::Error + 'static)) -> bool {
-    matches!(vcurve_worker::tls::rustls_error(error), Some(rustls::Error::InvalidMessage(_)))
+    matches!(vcurve_worker::lease::tls::rustls_error(error), Some(rustls::Error::InvalidMessage(_)))
 }
 
 /// The bearer interceptor for a token.

@@ -222,10 +222,9 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
         move || build_images(&repo)
     })
     .await??;
-    let runtime = vcurve_worker::container::docker::DockerRuntime::connect()
-        .await
-        .context("vcurve demo --docker needs a running Docker Engine")?;
-    let runtime: Arc<dyn vcurve_worker::container::ContainerRuntime> = Arc::new(runtime);
+    let runtime =
+        vcurve_worker::DockerRuntime::connect().await.context("vcurve demo --docker needs a running Docker Engine")?;
+    let runtime: Arc<dyn vcurve_worker::ContainerRuntime> = Arc::new(runtime);
 
     let timing = Timing {
         lease: LeasePolicy { timeout_ms: 60_000 },

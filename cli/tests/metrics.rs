@@ -15,9 +15,11 @@ use vcurve_coordinator::core::Coordinator;
 use vcurve_coordinator::model::StudyState;
 use vcurve_coordinator::server::Tokens;
 use vcurve_coordinator::testing::{Tr, spec};
-use vcurve_worker::container::double::{FakeRuntime, Op};
-use vcurve_worker::container::{Container, ContainerRuntime, ContainerSpec, ExecRequest, RuntimeError, labels};
 use vcurve_worker::metrics::{MeteredRuntime, SnapshotUsage, WorkerMetrics};
+use vcurve_worker::sandbox::container::double::{FakeRuntime, Op};
+use vcurve_worker::sandbox::container::{
+    Container, ContainerRuntime, ContainerSpec, ExecRequest, RuntimeError, labels,
+};
 
 /// `GET path` over HTTP/1.1 with an optional bearer token: (status, content type, body).
 async fn get(addr: &str, path: &str, bearer: Option<&str>) -> (u16, String, String) {
@@ -270,7 +272,7 @@ async fn container_operations_are_timed_through_the_metered_runtime() {
         (labels::MANAGED.to_string(), "1".to_string()),
         (labels::SNAPSHOT_TRAJECTORY.to_string(), "ab".repeat(32)),
         (labels::SNAPSHOT_T.to_string(), "3".to_string()),
-        (vcurve_worker::replay::CHANGES_LABEL.to_string(), String::new()),
+        (vcurve_worker::sandbox::replay::CHANGES_LABEL.to_string(), String::new()),
     ]);
     fake.add_image_with("vcurve-snapshot:abababababababab-3", [("/testbed/a.py", "b\n")], snapshot_labels, 4096);
     let metrics = Arc::new(WorkerMetrics::new());

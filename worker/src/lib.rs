@@ -32,49 +32,38 @@
 //!
 //! ## Layout
 //!
-//! - [`runner`]: the agent-runner seam: [`AgentRunner`], [`Runners`], [`JobSpec`], [`JobReport`].
-//! - `cache`: trajectory payloads by digest, fetched from the coordinator once each
-//!   (`GetTrajectory`) and checked against the digest that named them.
-//! - [`synthetic`]: the `synthetic` runner, whose outcomes are a pure function of the key.
-//! - `lease_loop`: [`run`] and its tasks (lease loop, heartbeat loop, one task per job).
-//! - `client`: the channel, TLS, the bearer token interceptor, deadlines and backoff.
-//! - [`tls`]: TLS checks shared with the command line (a CA file that parses, whether a server
-//!   speaks TLS).
-//! - `wire`: the only module that converts between `vcurve.v1` wire types and the worker's.
+//! Three rooms, with arrows one way (`lease` → `runners` → `sandbox`):
+//!
+//! - [`lease`]: talking to the coordinator — [`run`] and its tasks (lease loop, heartbeat loop,
+//!   one task per job), the gRPC client (channel, TLS, bearer token, deadlines, backoff), the one
+//!   module converting `vcurve.v1` wire types, the trajectory cache, [`WorkerConfig`],
+//!   [`WorkerError`] and the TLS checks the command line shares ([`lease::tls`]).
+//! - [`runners`]: the agent-runner seam ([`AgentRunner`], [`Runners`], [`JobSpec`],
+//!   [`JobReport`], [`JobServices`]) and the runners: [`SyntheticRunner`] (outcomes a pure
+//!   function of the key), [`AgentProcessRunner`] (agent processes in containers: base runs,
+//!   replays, continuations, evaluations), [`MiniSweAgent`], and the evaluators
+//!   ([`runners::evaluate`]).
+//! - [`sandbox`]: the container runtime seam and the Docker Engine behind it ([`DockerRuntime`]),
+//!   the one exec path, replay with its checks, and the snapshot images of trajectory states
+//!   (on this host and across hosts through a registry).
 //! - [`metrics`]: the Prometheus endpoint (`vcurve worker --metrics`): jobs, container operations
 //!   timed by a wrapper of the runtime, the snapshot cache's disk.
-//! - [`WorkerConfig`], [`WorkerError`].
 //!
-//! The Docker runtime (replay, fingerprints) and the real agent runners come later, behind the
-//! same [`AgentRunner`] trait.
+//! The crate root re-exports what the `vcurve` binary needs; tests reach deeper through the
+//! rooms' public modules.
 
-pub mod agent;
-pub mod agent_runner;
-mod cache;
-mod client;
-mod config;
-pub mod container;
-mod error;
-pub mod evaluate;
-pub mod exec;
-mod lease_loop;
+pub mod lease;
 pub mod metrics;
-pub mod mini_swe_agent;
-mod python_env;
-pub mod replay;
-pub mod runner;
-pub mod services;
-pub mod snapshots;
-pub mod synthetic;
-pub mod tls;
-mod wire;
+pub mod runners;
+pub mod sandbox;
 
-pub use agent_runner::AgentProcessRunner;
-pub use config::WorkerConfig;
-pub use error::WorkerError;
-pub use lease_loop::{WorkerSummary, run, run_with_metrics};
-pub use mini_swe_agent::MiniSweAgent;
-pub use runner::{AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobSpec, Runners};
-pub use synthetic::SyntheticRunner;
+pub use lease::{WorkerConfig, WorkerError, WorkerSummary, run, run_with_metrics};
+pub use runners::evaluate::SwebenchHarness;
+pub use runners::{
+    AgentProcessRunner, AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobServices, JobSpec,
+    MiniSweAgent, Runners, SyntheticRunner,
+};
+pub use sandbox::container::ContainerRuntime;
+pub use sandbox::container::docker::DockerRuntime;
 pub use vcurve_proto::PROTOCOL_VERSION;
 pub use vcurve_record::jobs::{CompareLevel, Judged, NonReplayable, Replayed, RunOutcome};

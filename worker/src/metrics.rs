@@ -29,9 +29,11 @@ use prometheus_client::registry::Registry;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::container::{Change, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
-use crate::runner::{JobKind, JobReport};
-use crate::snapshots::SnapshotStats;
+use crate::runners::seam::{JobKind, JobReport};
+use crate::sandbox::container::{
+    Change, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError,
+};
+use crate::sandbox::snapshots::SnapshotStats;
 
 /// The content type of the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;

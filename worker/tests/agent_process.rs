@@ -20,10 +20,10 @@ use vcurve_testkit::require::Service;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use vcurve_record::{EndType, Interpreter, Task, Trajectory};
-use vcurve_worker::agent::{AgentCommand, AgentExit, AgentLimits, AgentRun, AgentStart, run_agent};
-use vcurve_worker::container::double::{FakeFs, FakeRuntime};
-use vcurve_worker::container::{Container, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest};
-use vcurve_worker::evaluate::{ApplyMethod, evaluate_command};
+use vcurve_worker::runners::agent::{AgentCommand, AgentExit, AgentLimits, AgentRun, AgentStart, run_agent};
+use vcurve_worker::runners::evaluate::{ApplyMethod, evaluate_command};
+use vcurve_worker::sandbox::container::double::{FakeFs, FakeRuntime};
+use vcurve_worker::sandbox::container::{Container, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest};
 
 const IMAGE_VAR: &str = "VCURVE_TEST_TASK_IMAGE";
 const TEST_LABEL: &str = "vcurve.test";
@@ -206,8 +206,7 @@ impl Scope {
     async fn new(what: &str) -> Scope {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let key = format!("agent-{what}-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
-        let runtime =
-            vcurve_worker::container::docker::DockerRuntime::connect().await.expect("the Docker Engine answers");
+        let runtime = vcurve_worker::DockerRuntime::connect().await.expect("the Docker Engine answers");
         Scope { key, runtime: Arc::new(runtime) }
     }
 
@@ -217,7 +216,7 @@ impl Scope {
             memory_bytes: 1 << 30,
             pids_limit: 512,
             labels: BTreeMap::from([
-                (vcurve_worker::container::labels::MANAGED.to_string(), "1".to_string()),
+                (vcurve_worker::sandbox::container::labels::MANAGED.to_string(), "1".to_string()),
                 (TEST_LABEL.to_string(), self.key.clone()),
             ]),
         }
@@ -250,8 +249,8 @@ async fn docker_base_run(scope: &Scope, task: &Task, model: Value, seed: u64) ->
     run
 }
 
-async fn judge(scope: &Scope, task: &Task, patch: &str) -> vcurve_worker::evaluate::Verdict {
-    let harness = vcurve_worker::evaluate::SwebenchHarness::from_env();
+async fn judge(scope: &Scope, task: &Task, patch: &str) -> vcurve_worker::runners::evaluate::Verdict {
+    let harness = vcurve_worker::SwebenchHarness::from_env();
     evaluate_command(scope.runtime.clone(), task, patch, &scope.spec("replaced"), &harness, CancellationToken::new())
         .await
         .unwrap_or_else(|e| panic!("the evaluation failed: {e}"))
@@ -352,7 +351,7 @@ print("got", sys.stdin.readline(), file=sys.stderr, flush=True)
     let result = run_agent(&container, start, limits(), CancellationToken::new()).await;
     let _ = killer.await;
     match result {
-        Err(vcurve_worker::agent::AgentFailure::Infrastructure { reason }) => {
+        Err(vcurve_worker::runners::agent::AgentFailure::Infrastructure { reason }) => {
             assert!(reason.contains("the container failed running \"sleep 30\""), "{reason}")
         }
         other => panic!("expected an infrastructure failure, got {other:?}"),

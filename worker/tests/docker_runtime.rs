@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use vcurve_testkit::require::Service;
 
-use vcurve_worker::container::docker::{DockerRuntime, WRAPPER};
-use vcurve_worker::container::{
+use vcurve_worker::sandbox::container::docker::{DockerRuntime, WRAPPER};
+use vcurve_worker::sandbox::container::{
     Change, ChangeKind, Container, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, RuntimeError, labels, reap,
 };
 

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 use vcurve_record::{EndType, TrajectoryPayload};
-use vcurve_worker::synthetic::synthetic_result;
+use vcurve_worker::runners::synthetic::synthetic_result;
 use vcurve_worker::{
     AgentRunner, JobKey, JobReport, JobSpec, Judged, RunOutcome, Runners, SyntheticRunner, WorkerConfig, WorkerError,
     WorkerSummary,
@@ -1022,8 +1022,8 @@ async fn connections_dropped_before_any_answer_are_retried_past_the_rejection_bo
 /// A runner with a snapshot registry: hands out what it "pushed" once, takes back what a failed
 /// lease request could not tell, and records the registry snapshot each job names.
 struct RegistryRunner {
-    pushed: Mutex<Vec<vcurve_worker::snapshots::RegistrySnapshot>>,
-    named: Mutex<Vec<Option<vcurve_worker::snapshots::RegistrySnapshot>>>,
+    pushed: Mutex<Vec<vcurve_worker::sandbox::snapshots::RegistrySnapshot>>,
+    named: Mutex<Vec<Option<vcurve_worker::sandbox::snapshots::RegistrySnapshot>>>,
 }
 
 impl AgentRunner for RegistryRunner {
@@ -1040,18 +1040,18 @@ impl AgentRunner for RegistryRunner {
         Some("registry.test:5000".into())
     }
 
-    fn take_pushed(&self) -> Vec<vcurve_worker::snapshots::RegistrySnapshot> {
+    fn take_pushed(&self) -> Vec<vcurve_worker::sandbox::snapshots::RegistrySnapshot> {
         std::mem::take(&mut *self.pushed.lock().unwrap())
     }
 
-    fn untake_pushed(&self, pushed: Vec<vcurve_worker::snapshots::RegistrySnapshot>) {
+    fn untake_pushed(&self, pushed: Vec<vcurve_worker::sandbox::snapshots::RegistrySnapshot>) {
         self.pushed.lock().unwrap().extend(pushed);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pushed_snapshots_reach_the_coordinator_once_even_when_a_lease_fails_and_jobs_name_registry_snapshots() {
-    let snapshot = vcurve_worker::snapshots::RegistrySnapshot {
+    let snapshot = vcurve_worker::sandbox::snapshots::RegistrySnapshot {
         trajectory_digest: curve_payload().digest(),
         t: 2,
         image_id: "sha256:abc".into(),

@@ -19,11 +19,12 @@ use vcurve_testkit::require::Service;
 
 use vcurve_record::trajectory::{EndType, FORMAT, Interpreter, Step, Task};
 use vcurve_record::{Action, Trajectory};
-use vcurve_worker::container::docker::DockerRuntime;
-use vcurve_worker::container::{Container, ContainerRuntime, ExecRequest, labels};
-use vcurve_worker::exec::run_command;
-use vcurve_worker::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict, replay_trajectory};
-use vcurve_worker::snapshots::{Prepared, RegistrySnapshot, SnapshotCache, StartedFrom};
+use vcurve_worker::DockerRuntime;
+use vcurve_worker::sandbox::container::{Container, ContainerRuntime, ExecRequest, labels};
+use vcurve_worker::sandbox::exec::run_command;
+use vcurve_worker::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
+use vcurve_worker::sandbox::replay_job::replay_trajectory;
+use vcurve_worker::sandbox::snapshots::{Prepared, RegistrySnapshot, SnapshotCache, StartedFrom};
 
 const IMAGE_VAR: &str = "VCURVE_TEST_TASK_IMAGE";
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";

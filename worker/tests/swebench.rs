@@ -20,9 +20,9 @@ use vcurve_testkit::require::Service;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use vcurve_record::{Evaluator, Task};
-use vcurve_worker::container::ContainerRuntime;
-use vcurve_worker::evaluate::swebench::{SwebenchHarness, container_name, evaluate_swebench};
-use vcurve_worker::evaluate::{ApplyMethod, EvalFailure, Verdict};
+use vcurve_worker::ContainerRuntime;
+use vcurve_worker::runners::evaluate::swebench::{SwebenchHarness, container_name, evaluate_swebench};
+use vcurve_worker::runners::evaluate::{ApplyMethod, EvalFailure, Verdict};
 
 const IMAGE_VAR: &str = "VCURVE_TEST_TASK_IMAGE";
 const PYTHON_VAR: &str = "VCURVE_SWEBENCH_PYTHON";
@@ -122,7 +122,7 @@ fn digest_prefix(patch: &str) -> String {
 }
 
 async fn runtime() -> Arc<dyn ContainerRuntime> {
-    Arc::new(vcurve_worker::container::docker::DockerRuntime::connect().await.expect("the Docker Engine answers"))
+    Arc::new(vcurve_worker::DockerRuntime::connect().await.expect("the Docker Engine answers"))
 }
 
 fn empty(dir: &Path) -> bool {

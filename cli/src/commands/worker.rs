@@ -180,7 +180,7 @@ pub async fn run_worker(
                 None => tracing::info!(
                     "not offering the mini-swe-agent runner: no {} (make it with scripts/mini-swe-agent-venv, \
                      or name one with --mini-swe-agent-python)",
-                    vcurve_worker::mini_swe_agent::DEFAULT_PYTHON
+                    vcurve_worker::runners::mini_swe_agent::DEFAULT_PYTHON
                 ),
             }
             runners.insert(std::sync::Arc::new(agent));
@@ -209,11 +209,11 @@ pub async fn run_worker(
 /// an error when it cannot run the harness), or the default environment when it exists
 /// (checked the same way); without either, SWE-bench tasks are not judged here (each such
 /// evaluation is a no-outcome naming scripts/swebench-venv).
-async fn swebench_harness(offer: &WorkerRunners) -> anyhow::Result<vcurve_worker::evaluate::SwebenchHarness> {
-    use vcurve_worker::evaluate::swebench::{DEFAULT_AGENTS_DIR, DEFAULT_PYTHON};
+async fn swebench_harness(offer: &WorkerRunners) -> anyhow::Result<vcurve_worker::SwebenchHarness> {
+    use vcurve_worker::runners::evaluate::swebench::{DEFAULT_AGENTS_DIR, DEFAULT_PYTHON};
     let agents = offer.agents_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_AGENTS_DIR));
     let python = offer.swebench_python.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_PYTHON));
-    let harness = vcurve_worker::evaluate::SwebenchHarness::new(&python, &agents);
+    let harness = vcurve_worker::SwebenchHarness::new(&python, &agents);
     if offer.swebench_python.is_none() && !python.exists() {
         tracing::info!(
             "SWE-bench tasks are not judged on this worker: no {DEFAULT_PYTHON} (make it with scripts/swebench-venv, \
@@ -237,10 +237,10 @@ pub async fn agent_runner(
     metrics: Option<&Arc<vcurve_worker::metrics::WorkerMetrics>>,
 ) -> anyhow::Result<vcurve_worker::AgentProcessRunner> {
     use vcurve_worker::metrics::{MeteredRuntime, SnapshotUsage};
-    let runtime = vcurve_worker::container::docker::DockerRuntime::connect()
+    let runtime = vcurve_worker::sandbox::container::docker::DockerRuntime::connect()
         .await
         .context("--docker: cannot reach the Docker Engine")?;
-    let mut runtime: Arc<dyn vcurve_worker::container::ContainerRuntime> = Arc::new(runtime);
+    let mut runtime: Arc<dyn vcurve_worker::sandbox::container::ContainerRuntime> = Arc::new(runtime);
     if let Some(m) = metrics {
         runtime = Arc::new(MeteredRuntime::new(runtime, m.clone()));
     }

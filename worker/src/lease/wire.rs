@@ -6,8 +6,8 @@ use vcurve_method::schedule::Series;
 use vcurve_record::EndType;
 use vcurve_record::jobs::{CompareLevel, Judged, MismatchKind};
 
-use crate::runner::{ContinuationKey, HeldJob, JobKey, JobReport, JobSpec};
-use crate::snapshots::RegistrySnapshot;
+use crate::runners::seam::{ContinuationKey, HeldJob, JobKey, JobReport, JobSpec};
+use crate::sandbox::snapshots::RegistrySnapshot;
 
 /// A leased job that cannot be turned into a [`JobSpec`].
 #[derive(Debug)]

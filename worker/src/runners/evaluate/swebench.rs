@@ -45,9 +45,9 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::{Evaluator, Task};
 
 use super::{ApplyMethod, EvalFailure, OUTPUT_TAIL_BYTES, Verdict, is_empty_patch};
-use crate::agent::{GroupGuard, last_bytes as tail};
-use crate::container::ContainerRuntime;
-use crate::python_env::PythonEnv;
+use crate::runners::agent::{GroupGuard, last_bytes as tail};
+use crate::runners::python_env::PythonEnv;
+use crate::sandbox::container::ContainerRuntime;
 
 /// The harness's version: the paper's evaluator.
 pub const VERSION: &str = "5.0.2";
@@ -410,7 +410,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::container::double::{Call, FakeRuntime};
+    use crate::sandbox::container::double::{Call, FakeRuntime};
 
     const INSTANCE: &str = "Vcurve__calc-1";
 

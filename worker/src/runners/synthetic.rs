@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::{EndType, TrajectoryPayload};
 
-use crate::runner::{AgentRunner, ContinuationKey, JobReport, JobSpec};
+use crate::runners::seam::{AgentRunner, ContinuationKey, JobReport, JobSpec};
 
 /// The `synthetic` agent runner (see the module docs for the formulas).
 #[derive(Debug, Clone, Copy, Default)]
@@ -163,7 +163,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::runner::JobKey;
+    use crate::runners::seam::JobKey;
     use serde_json::json;
 
     fn key(trajectory: &str, series: &str, t: u32, seed: u32) -> ContinuationKey {

@@ -880,7 +880,7 @@ fn git_status(fs: &FakeFs, workdir: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::Container;
+    use crate::sandbox::container::Container;
 
     fn spec(image: &str) -> ContainerSpec {
         ContainerSpec { image: image.into(), memory_bytes: 1 << 30, pids_limit: 256, labels: BTreeMap::new() }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::WorkerError;
+use crate::lease::error::WorkerError;
 
 /// How a worker reaches its coordinator and how much it runs at once.
 ///

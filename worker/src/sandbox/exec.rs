@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use vcurve_record::{Interpreter, Task};
 
-use crate::container::{Container, ExecRequest, RuntimeError};
+use crate::sandbox::container::{Container, ExecRequest, RuntimeError};
 
 /// The longest timeout any command gets, whatever it asks for.
 pub const MAX_TIMEOUT_S: f64 = 3600.0;

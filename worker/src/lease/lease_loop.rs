@@ -36,13 +36,13 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use vcurve_proto::v1;
 
-use crate::cache::{DEFAULT_BUDGET_BYTES, TrajectoryCache};
-use crate::client::{Backoff, Coordinator};
-use crate::config::WorkerConfig;
-use crate::error::WorkerError;
+use crate::lease::cache::{DEFAULT_BUDGET_BYTES, TrajectoryCache};
+use crate::lease::client::{Backoff, Coordinator};
+use crate::lease::config::WorkerConfig;
+use crate::lease::error::WorkerError;
+use crate::lease::wire;
 use crate::metrics::WorkerMetrics;
-use crate::runner::{HeldJob, JobReport, JobSpec, Runners};
-use crate::wire;
+use crate::runners::seam::{HeldJob, JobReport, JobSpec, Runners};
 
 /// How long a cancelled runner may take to return before its future is dropped.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
@@ -112,7 +112,7 @@ pub async fn run_with_metrics(
         return Err(WorkerError::Config("no agent runners: at least one kind is needed".into()));
     }
     let coordinator = Coordinator::connect(&config).await?;
-    let services: Arc<dyn crate::services::JobServices> = Arc::new(coordinator.clone());
+    let services: Arc<dyn crate::runners::services::JobServices> = Arc::new(coordinator.clone());
     for runner in runners.all() {
         runner.attach(services.clone());
     }

@@ -28,18 +28,17 @@
 //! Errors of the container runtime are [`ReplayError`]s: infrastructure, the job has no outcome
 //! and is run again. A mismatch is an outcome: [`Verdict::NonReplayable`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
-use vcurve_record::jobs::{CompareLevel, NonReplayable, Replayed};
+use vcurve_record::jobs::{CompareLevel, NonReplayable};
 use vcurve_record::replay::{GIT_DIFF_COMMAND, GIT_STATUS_COMMAND, fingerprint_paths, is_excluded_path};
 use vcurve_record::{Fingerprint, Trajectory};
 
 pub use vcurve_record::replay::Normalizer;
 
-use crate::container::{Change, ChangeKind, Container, ContainerSpec, RuntimeError};
-use crate::exec;
-use crate::snapshots::SnapshotCache;
+use crate::sandbox::container::{Change, ChangeKind, Container, ContainerSpec, RuntimeError};
+use crate::sandbox::exec;
 
 /// The label of a snapshot image that holds its changes against the task image
 /// ([`ChangeSet::to_label`]).
@@ -433,84 +432,6 @@ pub async fn replay_steps(
     Ok(Verdict::Reproduced(replay.finish(from)))
 }
 
-/// A whole trajectory replayed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrajectoryReplay {
-    /// The report of the replay job: the anchors committed and each step's level.
-    pub replayed: Replayed,
-    /// The fingerprints measured where the trajectory had none
-    /// ([`FingerprintMode::RecordMissing`]).
-    pub fingerprints: BTreeMap<u32, Fingerprint>,
-}
-
-/// Commits the anchors a whole-trajectory replay passes.
-struct CommitAnchors<'c> {
-    cache: &'c SnapshotCache,
-    digest: &'c str,
-    anchors: BTreeSet<u32>,
-    committed: Vec<u32>,
-}
-
-impl OnStep for CommitAnchors<'_> {
-    fn reached<'r>(&'r mut self, replay: &'r mut Replay<'_>) -> BoxFuture<'r, Result<(), ReplayError>> {
-        Box::pin(async move {
-            let t = replay.t();
-            if !self.anchors.contains(&t) {
-                return Ok(());
-            }
-            if !self.cache.holds(self.digest, t) {
-                let changes = replay.changes().await?;
-                self.cache.commit(replay.container(), self.digest, t, &changes).await?;
-            }
-            self.committed.push(t);
-            Ok(())
-        })
-    }
-}
-
-/// The `replay` job: replay the whole trajectory in a fresh container of the task image and commit
-/// it at every anchor `t > 0` of `anchors` (`h_0` is the task image itself) into `cache` — each
-/// snapshot one layer over the task image, committed from the one container as the replay passes
-/// it. Anchors the cache holds already are not committed again. A non-replayable trajectory's
-/// snapshots are removed: no continuation will run from them.
-pub async fn replay_trajectory(
-    cache: &SnapshotCache,
-    trajectory: &Trajectory,
-    digest: &str,
-    anchors: &[u32],
-    normalizer: &Normalizer,
-    fingerprints: FingerprintMode,
-    limits: &ContainerLimits,
-) -> Result<Verdict<TrajectoryReplay>, ReplayError> {
-    let length = trajectory.length();
-    if let Some(&bad) = anchors.iter().find(|&&t| t > length) {
-        return Err(ReplayError::Range { from: 0, to: bad, length });
-    }
-    SnapshotCache::reference(digest, 0)?;
-    let container = Container::start(cache.runtime().clone(), &limits.spec(&trajectory.task.image)).await?;
-    let mut hook = CommitAnchors {
-        cache,
-        digest,
-        anchors: anchors.iter().copied().filter(|&t| t > 0).collect(),
-        committed: Vec::new(),
-    };
-    let verdict =
-        replay_steps(&container, trajectory, 0, length, normalizer, fingerprints, ChangeSet::new(), &mut hook).await;
-    let removed = container.remove().await;
-    let verdict = verdict?;
-    removed?;
-    Ok(match verdict {
-        Verdict::Reproduced(steps) => Verdict::Reproduced(TrajectoryReplay {
-            replayed: Replayed { anchors: hook.committed, levels: steps.levels, fingerprints: None },
-            fingerprints: steps.fingerprints,
-        }),
-        Verdict::NonReplayable(mismatch) => {
-            cache.forget(digest).await;
-            Verdict::NonReplayable(mismatch)
-        }
-    })
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use std::sync::Arc;
@@ -521,8 +442,8 @@ pub(crate) mod tests {
     use vcurve_record::{Action, Fingerprint};
 
     use super::*;
-    use crate::container::ContainerRuntime;
-    use crate::container::double::{Call, FakeRuntime, Op};
+    use crate::sandbox::container::ContainerRuntime;
+    use crate::sandbox::container::double::{Call, FakeRuntime, Op};
 
     pub(crate) const IMAGE: &str = "vcurve/task:demo";
 
@@ -923,68 +844,5 @@ pub(crate) mod tests {
         assert_eq!(reproduced(out).levels.len(), 2);
         assert_eq!(seen.0, vec![2, 3]);
         container.remove().await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_whole_trajectory_replay_commits_its_anchors() {
-        let rt = runtime();
-        let steps: &[&[(&str, f64)]] = &[
-            &[("echo 1 > one", 10.0)],
-            &[("echo 2 > two", 10.0)],
-            &[("echo 3 > three", 10.0)],
-            &[("echo 4 > four", 10.0)],
-            &[("cat one two", 10.0)],
-        ];
-        let t = record(&rt, steps, false).await;
-        let digest = t.digest();
-        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
-        let cache = SnapshotCache::open(runtime, 1 << 30).await.unwrap();
-        let n = Normalizer::default();
-        let out = replay_trajectory(&cache, &t, &digest, &[0, 2, 4], &n, FingerprintMode::CompareOnly, &limits())
-            .await
-            .unwrap();
-        let Verdict::Reproduced(done) = out else { panic!("{out:?}") };
-        assert_eq!(
-            done.replayed,
-            Replayed { anchors: vec![2, 4], levels: vec![CompareLevel::Exact; 5], fingerprints: None }
-        );
-        assert_eq!(cache.held(), vec![(digest.clone(), 2), (digest.clone(), 4)]);
-        assert_eq!(rt.count(Op::Create), 1);
-        assert_eq!(rt.count(Op::Commit), 2);
-        // Diffs only where an anchor was committed.
-        assert_eq!(rt.count(Op::Diff), 2);
-        assert!(rt.running().is_empty());
-        let snap = rt.image(&SnapshotCache::reference(&digest, 4).unwrap()).unwrap();
-        assert_eq!(snap.parent.as_deref(), Some(IMAGE));
-        assert!(snap.files.contains_key("/testbed/four") && !snap.files.contains_key("/testbed/five"));
-        assert_eq!(snap.labels.get(crate::container::labels::SNAPSHOT_T).map(String::as_str), Some("4"));
-
-        // A second replay commits nothing new.
-        let again = replay_trajectory(&cache, &t, &digest, &[0, 2, 4], &n, FingerprintMode::CompareOnly, &limits())
-            .await
-            .unwrap();
-        assert_eq!(again.reproduced().unwrap().replayed.anchors, vec![2, 4]);
-        assert_eq!(rt.count(Op::Commit), 2);
-    }
-
-    #[tokio::test]
-    async fn a_non_replayable_trajectory_leaves_no_snapshots() {
-        let rt = runtime();
-        let steps: &[&[(&str, f64)]] =
-            &[&[("echo 1", 10.0)], &[("echo 2", 10.0)], &[("random", 10.0)], &[("echo 4", 10.0)]];
-        let t = record(&rt, steps, false).await;
-        let digest = t.digest();
-        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
-        let cache = SnapshotCache::open(runtime, 1 << 30).await.unwrap();
-        let n = Normalizer::default();
-        let out =
-            replay_trajectory(&cache, &t, &digest, &[0, 1, 2, 3], &n, FingerprintMode::CompareOnly, &limits()).await;
-        let Verdict::NonReplayable(nr) = out.unwrap() else { panic!("reproduced") };
-        assert_eq!(nr.step, 3);
-        assert_eq!(rt.count(Op::Commit), 2);
-        assert!(cache.held().is_empty());
-        assert_eq!(rt.image_references(), vec![IMAGE.to_owned()]);
-        assert!(rt.running().is_empty());
-        assert!(!rt.commands().contains(&"echo 4".to_owned()));
     }
 }

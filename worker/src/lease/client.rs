@@ -17,9 +17,9 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 
-use crate::config::WorkerConfig;
-use crate::error::WorkerError;
-use crate::tls::{check_ca, read_pem, rustls_error, speaks_tls};
+use crate::lease::config::WorkerConfig;
+use crate::lease::error::WorkerError;
+use crate::lease::tls::{check_ca, read_pem, rustls_error, speaks_tls};
 
 /// The deadline of every RPC but `Lease`, whose deadline adds the long-poll wait.
 const RPC_TIMEOUT: Duration = Duration::from_secs(10);
@@ -156,7 +156,7 @@ impl Coordinator {
     }
 }
 
-impl crate::services::JobServices for Coordinator {
+impl crate::runners::services::JobServices for Coordinator {
     fn lookup_verdict<'a>(
         &'a self,
         study: &'a str,

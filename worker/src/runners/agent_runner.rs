@@ -2,21 +2,21 @@
 //! of job:
 //!
 //! - **replay**: re-execute the recorded trajectory in a fresh container of the task image under
-//!   replay's checks, committing a snapshot at every anchor ([`crate::replay`],
-//!   [`crate::snapshots`]);
+//!   replay's checks, committing a snapshot at every anchor ([`crate::sandbox::replay`],
+//!   [`crate::sandbox::snapshots`]);
 //! - **continuation** from `h_t`: a container at `h_t` (from the nearest snapshot, replaying the
 //!   steps in between under the same checks and committing `h_t`), the agent process resumed from
-//!   the recorded messages up to `o_t` with budget `B − t` and the run's seed ([`crate::agent`]),
+//!   the recorded messages up to `o_t` with budget `B − t` and the run's seed ([`crate::runners::agent`]),
 //!   and its patch judged through the study's patch cache;
 //! - **base run**: the agent from `h_0` in a fresh container with budget `B`, recorded as a
 //!   `vcurve.trajectory.v1` trajectory and uploaded, its patch judged the same way;
-//! - **evaluation**: a flake re-check of a patch the cache holds ([`crate::evaluate`]).
+//! - **evaluation**: a flake re-check of a patch the cache holds ([`crate::runners::evaluate`]).
 //!
 //! Judging a patch: an empty patch fails without evaluation (`empty_patch`); a patch the study
 //! judged before takes its verdict (`cached`); any other is evaluated in a fresh container of the
 //! task image, uploaded, and reported `evaluated` — the coordinator stores its verdict.
 //!
-//! Every container carries the labels of [`crate::container::labels`] (the worker's name, the
+//! Every container carries the labels of [`crate::sandbox::container::labels`] (the worker's name, the
 //! job, the study) and is removed when its job ends, whatever the outcome; containers a killed
 //! worker left behind are reaped when a worker of the same name starts ([`AgentProcessRunner::start`]).
 //! An infrastructure failure (the runtime, the coordinator's services, the agent process killed
@@ -33,13 +33,14 @@ use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy, MINI_SWE_AGENT};
 use vcurve_record::{EndType, Interpreter, Task, Trajectory, TrajectoryPayload};
 
-use crate::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
-use crate::container::{Container, ContainerRuntime, ContainerSpec, labels, reap};
-use crate::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
-use crate::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict, replay_trajectory};
-use crate::runner::{AgentRunner, JobKey, JobReport, JobSpec};
-use crate::services::JobServices;
-use crate::snapshots::SnapshotCache;
+use crate::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
+use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
+use crate::runners::seam::{AgentRunner, JobKey, JobReport, JobSpec};
+use crate::runners::services::JobServices;
+use crate::sandbox::container::{Container, ContainerRuntime, ContainerSpec, labels, reap};
+use crate::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
+use crate::sandbox::replay_job::replay_trajectory;
+use crate::sandbox::snapshots::SnapshotCache;
 
 /// The `agent` runner (see the module docs).
 #[derive(Clone)]
@@ -79,18 +80,18 @@ impl AgentProcessRunner {
         runtime: Arc<dyn ContainerRuntime>,
         worker_name: &str,
         snapshot_budget_bytes: u64,
-    ) -> Result<AgentProcessRunner, crate::container::RuntimeError> {
+    ) -> Result<AgentProcessRunner, crate::sandbox::container::RuntimeError> {
         AgentProcessRunner::start_with_registry(runtime, worker_name, snapshot_budget_bytes, None).await
     }
 
     /// [`AgentProcessRunner::start`] with the snapshot cache pushing to and pulling from
-    /// `snapshot_registry` (`HOST:PORT`; see [`crate::snapshots`]).
+    /// `snapshot_registry` (`HOST:PORT`; see [`crate::sandbox::snapshots`]).
     pub async fn start_with_registry(
         runtime: Arc<dyn ContainerRuntime>,
         worker_name: &str,
         snapshot_budget_bytes: u64,
         snapshot_registry: Option<String>,
-    ) -> Result<AgentProcessRunner, crate::container::RuntimeError> {
+    ) -> Result<AgentProcessRunner, crate::sandbox::container::RuntimeError> {
         let reaped = reap(runtime.as_ref(), worker_name).await?;
         if reaped > 0 {
             tracing::info!(
@@ -156,7 +157,7 @@ impl AgentProcessRunner {
     }
 
     /// Where continuations found their state, and the registry's pushes and pulls, so far.
-    pub fn snapshot_stats(&self) -> crate::snapshots::SnapshotStats {
+    pub fn snapshot_stats(&self) -> crate::sandbox::snapshots::SnapshotStats {
         self.inner.snapshots.stats()
     }
 }
@@ -190,11 +191,11 @@ impl AgentRunner for AgentProcessRunner {
         self.inner.snapshots.registry().map(str::to_owned)
     }
 
-    fn take_pushed(&self) -> Vec<crate::snapshots::RegistrySnapshot> {
+    fn take_pushed(&self) -> Vec<crate::sandbox::snapshots::RegistrySnapshot> {
         self.inner.snapshots.take_pushed()
     }
 
-    fn untake_pushed(&self, pushed: Vec<crate::snapshots::RegistrySnapshot>) {
+    fn untake_pushed(&self, pushed: Vec<crate::sandbox::snapshots::RegistrySnapshot>) {
         self.inner.snapshots.untake_pushed(pushed);
     }
 
@@ -398,7 +399,7 @@ impl Inner {
         start: AgentStart,
         options: &AgentOptions,
         cancel: &CancellationToken,
-    ) -> Result<crate::agent::AgentRun, String> {
+    ) -> Result<crate::runners::agent::AgentRun, String> {
         let run = run_agent(&container, start, AgentLimits::from_options(options), cancel.clone()).await;
         if let Err(e) = container.remove().await {
             tracing::warn!(error = %e, "cannot remove a finished run's container");
@@ -451,9 +452,9 @@ mod tests {
     use vcurve_record::Evaluator;
 
     use super::*;
-    use crate::container::double::{FakeFs, FakeRuntime, Op};
-    use crate::container::{ExecOutput, ExecRequest};
-    use crate::runner::ContinuationKey;
+    use crate::runners::seam::ContinuationKey;
+    use crate::sandbox::container::double::{FakeFs, FakeRuntime, Op};
+    use crate::sandbox::container::{ExecOutput, ExecRequest};
 
     const IMAGE: &str = "task:test";
     const PATCH: &str = "diff --git a/calc/parse.py b/calc/parse.py\n";
@@ -642,7 +643,7 @@ mod tests {
         let (_, recorded) = recorded_base_run().await;
         let payload = payload_of(&recorded);
         // Two hosts sharing a registry: A replays and pushes the anchors.
-        let host = |registry: Option<crate::container::double::FakeRegistry>| async move {
+        let host = |registry: Option<crate::sandbox::container::double::FakeRegistry>| async move {
             let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
             runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
             if let Some(registry) = registry {

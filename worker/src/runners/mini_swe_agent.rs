@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use vcurve_record::Interpreter;
 
-use crate::agent::AgentCommand;
-use crate::python_env::PythonEnv;
+use crate::runners::agent::AgentCommand;
+use crate::runners::python_env::PythonEnv;
 
 /// The mini-swe-agent version the adapter is written for.
 pub const VERSION: &str = "2.4.6";

@@ -92,6 +92,11 @@ use futures::future::BoxFuture;
 
 use super::{Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
 
+mod output;
+mod registry;
+
+use output::{Collector, Header, glob_escape};
+
 /// The most output an exec keeps, in bytes (64 MiB); the rest is read and dropped.
 pub const OUTPUT_CAP: usize = 64 << 20;
 
@@ -589,86 +594,6 @@ impl DockerRuntime {
     }
 }
 
-impl DockerRuntime {
-    /// Name the image `source` also `target` (`repo[:tag]`).
-    async fn tag(&self, source: &str, target: &str) -> Result<(), RuntimeError> {
-        let (repo, tag) = split_reference(target);
-        let mut options = TagImageOptionsBuilder::default().repo(repo);
-        if let Some(tag) = tag {
-            options = options.tag(tag);
-        }
-        match self.docker.tag_image(source, Some(options.build())).await {
-            Ok(()) => Ok(()),
-            Err(e) if status(&e) == Some(404) => Err(RuntimeError::NoImage(source.to_owned())),
-            Err(e) => Err(engine(e)),
-        }
-    }
-
-    /// Drop the name `reference` of an image that has another (not forced: only the name goes).
-    async fn untag(&self, reference: &str) {
-        let options = RemoveImageOptionsBuilder::default().force(false).noprune(true).build();
-        match self.docker.remove_image(reference, Some(options), None).await {
-            Ok(_) => {}
-            Err(e) if status(&e) == Some(404) => {}
-            Err(e) => {
-                tracing::warn!(image = %reference, error = %engine_message(&e), "cannot drop an image's registry name")
-            }
-        }
-    }
-
-    async fn image_id(&self, reference: &str) -> Result<String, RuntimeError> {
-        match self.docker.inspect_image(reference).await {
-            Ok(image) => image.id.ok_or_else(|| RuntimeError::Engine(format!("image {reference} has no id"))),
-            Err(e) if status(&e) == Some(404) => Err(RuntimeError::NoImage(reference.to_owned())),
-            Err(e) => Err(engine(e)),
-        }
-    }
-
-    async fn push_impl(&self, reference: &str, remote: &str) -> Result<String, RuntimeError> {
-        let id = self.image_id(reference).await?;
-        self.tag(reference, remote).await?;
-        let (repo, tag) = split_reference(remote);
-        let mut options = PushImageOptionsBuilder::default();
-        if let Some(tag) = tag {
-            options = options.tag(tag);
-        }
-        let mut stream = self.docker.push_image(repo, Some(options.build()), None);
-        let mut pushed = Ok(());
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                pushed = Err(RuntimeError::Engine(format!("pushing {remote}: {}", engine_message(&e))));
-                break;
-            }
-        }
-        drop(stream);
-        self.untag(remote).await;
-        pushed.map(|()| id)
-    }
-
-    async fn pull_impl(&self, remote: &str, reference: &str) -> Result<String, RuntimeError> {
-        let (repo, tag) = split_reference(remote);
-        let options = CreateImageOptionsBuilder::default().from_image(repo).tag(tag.unwrap_or("latest")).build();
-        let mut stream = self.docker.create_image(Some(options), None, None);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                let message = engine_message(&e);
-                let missing =
-                    status(&e) == Some(404) || message.contains("manifest unknown") || message.contains("not found");
-                return Err(if missing {
-                    RuntimeError::NoImage(remote.to_owned())
-                } else {
-                    RuntimeError::Engine(format!("pulling {remote}: {message}"))
-                });
-            }
-        }
-        drop(stream);
-        let tagged = self.tag(remote, reference).await;
-        self.untag(remote).await;
-        tagged?;
-        self.image_id(reference).await
-    }
-}
-
 impl ContainerRuntime for DockerRuntime {
     fn create<'a>(&'a self, spec: &'a ContainerSpec) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(self.create_impl(spec))
@@ -738,96 +663,6 @@ impl ContainerRuntime for DockerRuntime {
     fn pull_image<'a>(&'a self, remote: &'a str, reference: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(self.pull_impl(remote, reference))
     }
-}
-
-/// The header the wrapper prints before the command starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Header {
-    pgid: u32,
-    /// The output pipe as `/proc/*/fd/*` links name it, e.g. `pipe:[12345]`; `None` when the
-    /// wrapper could not read it.
-    pipe: Option<String>,
-}
-
-fn parse_header(line: &[u8]) -> Option<Header> {
-    let rest = line.strip_prefix(HEADER_PREFIX)?;
-    let text = std::str::from_utf8(rest).ok()?;
-    let mut words = text.split(' ');
-    let pgid: u32 = words.next()?.parse().ok()?;
-    let pipe = words.next()?;
-    if pgid == 0 || pipe.is_empty() || words.next().is_some() {
-        return None;
-    }
-    Some(Header { pgid, pipe: (pipe != "-").then(|| pipe.to_owned()) })
-}
-
-/// Collects an exec's output: strips the header line from its front, caps the rest.
-#[derive(Debug, Default)]
-struct Collector {
-    output: Vec<u8>,
-    /// The bytes before the header's newline, while it has not come.
-    pending: Vec<u8>,
-    header: Option<Header>,
-    /// The output did not start with a header (the wrapper never ran): everything is output.
-    header_failed: bool,
-}
-
-impl Collector {
-    fn push(&mut self, chunk: &[u8]) {
-        if self.header.is_some() || self.header_failed {
-            self.keep(chunk);
-            return;
-        }
-        self.pending.extend_from_slice(chunk);
-        let prefix_len = self.pending.len().min(HEADER_PREFIX.len());
-        if self.pending[..prefix_len] != HEADER_PREFIX[..prefix_len] {
-            self.fail_header();
-            return;
-        }
-        if let Some(newline) = self.pending.iter().position(|b| *b == b'\n') {
-            match parse_header(&self.pending[..newline]) {
-                Some(header) => {
-                    self.header = Some(header);
-                    let rest = self.pending.split_off(newline + 1);
-                    self.pending.clear();
-                    self.keep(&rest);
-                }
-                None => self.fail_header(),
-            }
-        } else if self.pending.len() > HEADER_MAX {
-            self.fail_header();
-        }
-    }
-
-    /// The stream ended: a partial header is output.
-    fn finish(&mut self) {
-        if self.header.is_none() && !self.pending.is_empty() {
-            self.fail_header();
-        }
-    }
-
-    fn fail_header(&mut self) {
-        self.header_failed = true;
-        let pending = std::mem::take(&mut self.pending);
-        self.keep(&pending);
-    }
-
-    fn keep(&mut self, chunk: &[u8]) {
-        let room = OUTPUT_CAP.saturating_sub(self.output.len());
-        self.output.extend_from_slice(&chunk[..chunk.len().min(room)]);
-    }
-}
-
-/// Escape `[`, `]`, `*`, `?` and `\` for a `find -lname` pattern.
-fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 4);
-    for c in text.chars() {
-        if matches!(c, '[' | ']' | '*' | '?' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `repo:tag` → (`repo`, Some(`tag`)); a colon before the last `/` belongs to a registry's port.
@@ -913,94 +748,4 @@ fn container_error(container: &str, e: BollardError) -> RuntimeError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn references_split_at_the_tag_colon() {
-        assert_eq!(split_reference("vcurve-snapshot:abc-15"), ("vcurve-snapshot", Some("abc-15")));
-        assert_eq!(split_reference("vcurve-snapshot"), ("vcurve-snapshot", None));
-        assert_eq!(split_reference("localhost:5000/x/y:t"), ("localhost:5000/x/y", Some("t")));
-        assert_eq!(split_reference("localhost:5000/x/y"), ("localhost:5000/x/y", None));
-    }
-
-    #[test]
-    fn the_newest_version_an_old_engine_names_is_read() {
-        let message = "client version 1.53 is too new. Maximum supported API version is 1.41";
-        assert_eq!(max_version_in(message).as_deref(), Some("1.41"));
-        assert_eq!(max_version_in("Maximum supported API version is 1.41."), Some("1.41".to_owned()));
-        assert_eq!(max_version_in("something else"), None);
-        let v = parse_version("1.41").expect("parses");
-        assert_eq!((v.major_version, v.minor_version), (1, 41));
-        assert!(parse_version("x.41").is_none());
-    }
-
-    #[test]
-    fn the_header_is_stripped_however_it_is_split() {
-        let stream = b"vcurve-exec 42 pipe:[9876]\nhello\xff world\n";
-        for cut in 0..stream.len() {
-            let mut c = Collector::default();
-            c.push(&stream[..cut]);
-            c.push(&stream[cut..]);
-            c.finish();
-            assert_eq!(c.header, Some(Header { pgid: 42, pipe: Some("pipe:[9876]".to_owned()) }), "cut at {cut}");
-            assert_eq!(c.output, b"hello\xff world\n", "cut at {cut}");
-        }
-    }
-
-    #[test]
-    fn output_without_a_header_is_all_output() {
-        let mut c = Collector::default();
-        c.push(b"OCI runtime exec failed: no such file\n");
-        c.finish();
-        assert!(c.header.is_none());
-        assert_eq!(c.output, b"OCI runtime exec failed: no such file\n");
-
-        let mut c = Collector::default();
-        c.push(b"vcurve-e");
-        c.finish();
-        assert!(c.header.is_none());
-        assert_eq!(c.output, b"vcurve-e");
-
-        let mut c = Collector::default();
-        c.push(b"vcurve-exec 9 -\nrest");
-        assert_eq!(c.header, Some(Header { pgid: 9, pipe: None }));
-        assert_eq!(c.output, b"rest");
-
-        let mut c = Collector::default();
-        c.push(b"vcurve-exec nonsense\nrest");
-        assert!(c.header.is_none());
-        assert_eq!(c.output, b"vcurve-exec nonsense\nrest");
-    }
-
-    #[test]
-    fn output_is_capped() {
-        let mut c = Collector::default();
-        c.push(b"vcurve-exec 7 pipe:[1]\n");
-        let chunk = vec![b'x'; 1 << 20];
-        for _ in 0..70 {
-            c.push(&chunk);
-        }
-        assert_eq!(c.output.len(), OUTPUT_CAP);
-    }
-
-    #[test]
-    fn pipe_names_are_escaped_for_find() {
-        assert_eq!(glob_escape("pipe:[123]"), r"pipe:\[123\]");
-    }
-
-    #[test]
-    fn a_one_file_archive_holds_the_file_owned_by_root() {
-        let bytes = one_file_tar(std::ffi::OsStr::new("run.sh"), b"echo hi\n", 0o755).expect("packs");
-        let mut archive = tar::Archive::new(&bytes[..]);
-        let mut entries = archive.entries().expect("entries");
-        let mut entry = entries.next().expect("one entry").expect("reads");
-        assert_eq!(entry.path().expect("path").to_str(), Some("run.sh"));
-        assert_eq!(entry.header().mode().expect("mode"), 0o755);
-        assert_eq!(entry.header().uid().expect("uid"), 0);
-        let mut content = Vec::new();
-        std::io::Read::read_to_end(&mut entry, &mut content).expect("content");
-        assert_eq!(content, b"echo hi\n");
-        assert!(entries.next().is_none());
-    }
-}
+mod tests;

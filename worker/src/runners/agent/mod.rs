@@ -1,6 +1,6 @@
 //! The worker's side of the agent process protocol `vcurve.agent.v1` (docs/agent-protocol.md):
 //! [`run_agent`] starts one agent process for one run (a base run from `h_0` or a continuation
-//! from `h_t`), answers its `exec`s through the one exec path ([`crate::exec::run_command`]),
+//! from `h_t`), answers its `exec`s through the one exec path ([`crate::sandbox::exec::run_command`]),
 //! collects its `step`s and its `final`, and checks every message on the way.
 //!
 //! # What is checked
@@ -9,7 +9,7 @@
 //!   line may lack the `\n`) with a string `"type"`: `exec`, `step` or `final`. Fields the protocol
 //!   does not define are ignored.
 //! - `exec.command` is a string, `exec.timeout_s` a positive finite number (capped at
-//!   [`crate::exec::MAX_TIMEOUT_S`]; the action records the timeout applied).
+//!   [`crate::sandbox::exec::MAX_TIMEOUT_S`]; the action records the timeout applied).
 //! - `step.messages` is a non-empty array of JSON objects; the step count never exceeds the
 //!   budget. The `exec`s since the previous `step` are the step's actions. `exec`s after the last
 //!   `step` and before `final` (say, a `git diff` to build the submission) belong to no step: they
@@ -60,8 +60,8 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::runner::AgentOptions;
 use vcurve_record::{Action, EndType, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};
 
-use crate::container::Container;
-use crate::exec::{MAX_TIMEOUT_S, run_command};
+use crate::sandbox::container::Container;
+use crate::sandbox::exec::{MAX_TIMEOUT_S, run_command};
 use lines::{LineError, LineReader, Tail};
 use messages::{AgentMessage, exec_result_message, locate_steps, parse_message, start_message};
 

@@ -6,7 +6,7 @@ use vcurve_record::EndType;
 
 use super::AgentStart;
 use super::lines::first_bytes;
-use crate::exec::Observed;
+use crate::sandbox::exec::Observed;
 
 /// The protocol name the `start` message carries.
 pub const PROTOCOL: &str = "vcurve.agent.v1";

@@ -32,9 +32,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use vcurve_record::{Evaluator, Interpreter, Task};
 
-use crate::agent::last_bytes as tail;
-use crate::container::{Container, ContainerRuntime, ContainerSpec, RuntimeError};
-use crate::exec::{Observed, run_command};
+use crate::runners::agent::last_bytes as tail;
+use crate::sandbox::container::{Container, ContainerRuntime, ContainerSpec, RuntimeError};
+use crate::sandbox::exec::{Observed, run_command};
 
 pub mod swebench;
 
@@ -263,8 +263,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::container::double::{Call, FakeFs, FakeRuntime, Op};
-    use crate::container::{ExecOutput, ExecRequest};
+    use crate::sandbox::container::double::{Call, FakeFs, FakeRuntime, Op};
+    use crate::sandbox::container::{ExecOutput, ExecRequest};
 
     const TESTS: &str = "run-tests";
 

@@ -2,7 +2,7 @@
 //! ([`JobReport`]), and the registry of runners a worker offers ([`Runners`]).
 //!
 //! These are the worker's own types; the wire types of `vcurve.v1` are converted to and from them
-//! in `wire.rs` only, so a runner never sees protobuf.
+//! in `lease/wire.rs` only, so a runner never sees protobuf.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,9 +14,8 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::TrajectoryPayload;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 
-use crate::services::JobServices;
-use crate::snapshots::RegistrySnapshot;
-use crate::synthetic::SyntheticRunner;
+use crate::runners::services::JobServices;
+use crate::sandbox::snapshots::RegistrySnapshot;
 
 /// Everything a runner is given for one job.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,11 +102,6 @@ pub struct Runners {
 }
 
 impl Runners {
-    /// The runners this build of the worker ships: `synthetic` for now.
-    pub fn builtin() -> Self {
-        Self::new().with(SyntheticRunner)
-    }
-
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::{EndType, Evaluator, Fingerprint, Interpreter, Task};
 
 use super::*;
-use crate::container::double::{Call, FakeFs, FakeRuntime, Op};
-use crate::container::{Container, ContainerSpec, ExecOutput, ExecRequest, RuntimeError};
+use crate::sandbox::container::double::{Call, FakeFs, FakeRuntime, Op};
+use crate::sandbox::container::{Container, ContainerSpec, ExecOutput, ExecRequest, RuntimeError};
 
 /// `echo X` prints `X`; `exit N` exits N; `slow` times out after printing an invalid byte.
 fn shell(_fs: &mut FakeFs, request: &ExecRequest) -> ExecOutput {

@@ -1,0 +1,36 @@
+//! The runners room: what runs a job, and the seam the lease loop runs them through.
+//!
+//! - [`seam`]: [`AgentRunner`], [`Runners`], [`JobSpec`], [`JobReport`] — what the worker hands a
+//!   runner and gets back. [`services`]: [`JobServices`], what a running job may ask of the
+//!   coordinator (verdicts, files).
+//! - [`synthetic`]: the `synthetic` runner, whose outcomes are a pure function of the key.
+//! - [`agent_runner`]: [`AgentProcessRunner`], the container-backed runner (`process` kind): base
+//!   runs, replays, continuations and evaluations in containers of the [`sandbox`](crate::sandbox).
+//! - [`agent`]: one agent process in a container, speaking the line protocol.
+//! - [`mini_swe_agent`]: the `mini-swe-agent` runner kind on top of the agent process runner.
+//! - [`evaluate`]: the evaluators (a command, SWE-bench's harness).
+//!
+//! The children do not import this module's re-exports: each names the sibling it uses, so the
+//! seam never depends on a runner.
+
+pub mod agent;
+pub mod agent_runner;
+pub mod evaluate;
+pub mod mini_swe_agent;
+mod python_env;
+pub mod seam;
+pub mod services;
+pub mod synthetic;
+
+pub use agent_runner::AgentProcessRunner;
+pub use mini_swe_agent::MiniSweAgent;
+pub use seam::{AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobSpec, Runners};
+pub use services::JobServices;
+pub use synthetic::SyntheticRunner;
+
+impl Runners {
+    /// The runners this build of the worker ships without a container runtime: `synthetic`.
+    pub fn builtin() -> Self {
+        Self::new().with(SyntheticRunner)
+    }
+}
