@@ -7,7 +7,7 @@
 //!
 //! [`SqlStore`] implements [`Store`] for both backends with sqlx: PostgreSQL (production, several
 //! hosts; claims use `FOR UPDATE SKIP LOCKED`) and SQLite (embedded, single machine). The
-//! conformance tests in `tests/store_conformance.rs` run against both.
+//! conformance tests in `tests/store/` run against both.
 
 mod sql;
 

@@ -1,0 +1,174 @@
+//! Admission and first leases, one outcome a key, no-outcomes, expiry, concurrency, cancel.
+
+use super::*;
+
+#[tokio::test]
+pub(crate) async fn admission_and_first_leases() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_one(&c, 40).await;
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!((p.trajectories, p.trajectories_admitted, p.pending), (1, 0, 0), "{}", ts.name);
+        let w = c.register("w1", 4, &["synthetic".into()], "2.0").await.unwrap();
+        let jobs = lease(&c, &w, 4).await;
+        assert_eq!(jobs.len(), 4, "{}", ts.name);
+        assert!(jobs.iter().all(|j| j.attempt == 1 && j.budget == 100 - ck(j).t && j.runner_kind == "synthetic"));
+        let p = c.progress(&study).await.unwrap();
+        // Screening of T = 40: 9 anchors × 8 seeds, 4 of them leased.
+        assert_eq!((p.trajectories_admitted, p.running, p.pending), (1, 4, 68), "{}", ts.name);
+        // The queue depth by stage: the 68 pending, all in the screening stage.
+        assert_eq!(
+            c.pending_by_stage(&study).await.unwrap(),
+            vec![(vcurve_method::schedule::Stage::Screen, 68)],
+            "{}",
+            ts.name
+        );
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn a_key_accepts_exactly_one_outcome() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_one(&c, 40).await;
+        let w = c.register("w1", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let job = lease(&c, &w, 1).await.remove(0);
+        assert_eq!(c.report(&w, &held(&job), &outcome(true)).await.unwrap(), ReportVerdict::Accepted);
+        // A duplicate, a different outcome, a stale attempt: all ignored.
+        assert!(matches!(c.report(&w, &held(&job), &outcome(false)).await.unwrap(), ReportVerdict::Ignored(_)));
+        let stale = HeldJob { attempt: job.attempt + 5, ..held(&job) };
+        assert!(matches!(c.report(&w, &stale, &outcome(false)).await.unwrap(), ReportVerdict::Ignored(_)));
+        // Unknown keys.
+        let mut unknown = held(&job);
+        ck_mut(&mut unknown).trajectory = "nope".into();
+        assert!(matches!(c.report(&w, &unknown, &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
+        let mut unknown = held(&job);
+        ck_mut(&mut unknown).t = 3;
+        assert!(matches!(c.report(&w, &unknown, &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
+        let mut unknown = held(&job);
+        ck_mut(&mut unknown).study = "no-such-study".into();
+        assert!(matches!(c.report(&w, &unknown, &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!(p.done, 1, "{}", ts.name);
+        let record = c.store().study(&study).await.unwrap();
+        assert_eq!(record.trajectories[0].outcomes.len(), 1);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn three_no_outcomes_retire_a_key_and_a_release_does_not_count() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_one(&c, 40).await;
+        let w = c.register("w1", 1, &["synthetic".into()], "2.0").await.unwrap();
+        let first = lease(&c, &w, 1).await.remove(0);
+        // A release re-issues the same key under a new attempt, without counting.
+        assert_eq!(c.release(&w, &[held(&first)]).await.unwrap(), 1);
+        let mut attempts = vec![first.attempt];
+        for i in 0..3 {
+            let job = lease(&c, &w, 1).await.remove(0);
+            assert_eq!(job.key, first.key, "{}: the same key is run again", ts.name);
+            attempts.push(job.attempt);
+            let verdict =
+                c.report(&w, &held(&job), &JobReport::NoOutcome { reason: format!("killed {i}") }).await.unwrap();
+            assert_eq!(verdict, ReportVerdict::Accepted);
+        }
+        assert_eq!(attempts, vec![1, 2, 3, 4], "{}", ts.name);
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!((p.retired, p.done), (1, 0), "{}", ts.name);
+        // The retired key is never handed out again.
+        let next = lease(&c, &w, 1).await.remove(0);
+        assert_ne!(next.key, first.key);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn leases_expire_only_without_heartbeats() {
+    for ts in TestStore::both().await {
+        let (c, clock) = coordinator(&ts.store);
+        launch_one(&c, 40).await;
+        let a = c.register("a", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let jobs = lease(&c, &a, 2).await;
+        let held_a: Vec<HeldJob> = jobs.iter().map(held).collect();
+        // Ten heartbeats 10 s apart: 100 s, far past the 30 s timeout, and nothing expires.
+        for _ in 0..10 {
+            clock.advance(Duration::from_secs(10));
+            let v = c.heartbeat(&a, &held_a).await.unwrap();
+            assert!(v.revoked.is_empty() && !v.unknown_worker, "{}", ts.name);
+            assert_eq!(c.store().expire_leases(c.now_ms()).await.unwrap(), 0);
+        }
+        // A stops heartbeating: after the timeout its keys go to B under a new attempt.
+        clock.advance(Duration::from_secs(31));
+        let b = c.register("b", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let taken = lease(&c, &b, 2).await;
+        let keys_a: HashSet<_> = jobs.iter().map(|j| j.key.clone()).collect();
+        assert!(taken.iter().all(|j| keys_a.contains(&j.key) && j.attempt == 2), "{}", ts.name);
+        // A's late heartbeat learns its jobs were revoked; its late reports change nothing.
+        let v = c.heartbeat(&a, &held_a).await.unwrap();
+        assert_eq!(v.revoked.len(), 2, "{}", ts.name);
+        for j in &held_a {
+            assert!(matches!(c.report(&a, j, &outcome(true)).await.unwrap(), ReportVerdict::Ignored(_)));
+        }
+        for j in &taken {
+            assert_eq!(c.report(&b, &held(j), &outcome(false)).await.unwrap(), ReportVerdict::Accepted);
+        }
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn concurrent_leases_never_share_a_key() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let (yaml, files) = spec(
+            "many",
+            "",
+            &(0..6)
+                .map(|i| Tr { id: ["a", "b", "c", "d", "e", "f"][i], length: 60, cliff: 30, p: 0.5, labels: "" })
+                .collect::<Vec<_>>(),
+        );
+        c.launch(&yaml, &files).await.unwrap();
+        let mut workers = Vec::new();
+        for i in 0..8 {
+            workers.push(c.register(&format!("w{i}"), 16, &["synthetic".into()], "2.0").await.unwrap());
+        }
+        let tasks: Vec<_> = workers
+            .iter()
+            .map(|w| {
+                let (c, w) = (c.clone(), w.clone());
+                tokio::spawn(async move { c.lease(&w, 16, Duration::ZERO).await.unwrap() })
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        let mut total = 0;
+        for t in tasks {
+            for job in t.await.unwrap() {
+                total += 1;
+                assert!(seen.insert(job.key.clone()), "{}: {:?} leased twice", ts.name, job.key);
+            }
+        }
+        // 8 workers × 16 slots: admission lets in enough trajectories to fill every slot.
+        assert_eq!(total, 128, "{}", ts.name);
+        let leased = c.store().leased().await.unwrap();
+        assert_eq!(leased.len(), 128);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn cancel_stops_new_leases() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_one(&c, 40).await;
+        let w = c.register("w", 2, &["synthetic".into()], "2.0").await.unwrap();
+        assert_eq!(lease(&c, &w, 2).await.len(), 2);
+        assert_eq!(c.cancel(&study).await.unwrap(), StudyState::Cancelled);
+        assert!(lease(&c, &w, 2).await.is_empty(), "{}", ts.name);
+        assert_eq!(c.progress(&study).await.unwrap().state, StudyState::Cancelled);
+        assert!(c.progress("no-such-study").await.is_err());
+        ts.finish().await;
+    }
+}

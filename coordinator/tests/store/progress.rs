@@ -1,0 +1,64 @@
+//! Misconfiguration caught at launch, and honest progress figures.
+
+use super::replays::{DOUBLE, launch_recorded};
+use super::*;
+
+// ------------------------------------------------------------------------------------------------
+// Misconfiguration caught at launch, and honest progress figures.
+// ------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+pub(crate) async fn a_runner_kind_no_build_offers_is_refused_at_launch() {
+    let ts = TestStore::sqlite().await;
+    let (c, _) = coordinator(&ts.store);
+    let (yaml, files) = spec("docker", "", &[Tr { id: "a", length: 20, cliff: 5, p: 1.0, labels: "" }]);
+    let yaml = yaml.replace("kind: synthetic, duration_ms: 0", "kind: docker");
+    let err = c.launch(&yaml, &files).await.unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "runner.kind = \"docker\" is not a runner this build offers (it offers: agent, mini-swe-agent, synthetic)"
+        ),
+        "{err}"
+    );
+    assert!(c.store().list_studies().await.unwrap().is_empty(), "nothing was stored");
+    ts.finish().await;
+}
+
+#[tokio::test]
+pub(crate) async fn progress_says_when_no_live_worker_offers_the_studys_runner() {
+    for ts in TestStore::both().await {
+        let (c, clock) = coordinator(&ts.store);
+        let study = launch_recorded(&c, &[("r", 10)]).await;
+        let other = c.register("synthetic-only", 2, &["synthetic".into()], "2.0").await.unwrap();
+        assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner.as_deref(), Some(DOUBLE), "{}", ts.name);
+        let w = c.register("double", 2, &[DOUBLE.into()], "2.0").await.unwrap();
+        assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner, None, "{}", ts.name);
+        // A worker that stopped heartbeating is not live.
+        clock.advance(Duration::from_secs(31));
+        let _ = (w, other);
+        assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner.as_deref(), Some(DOUBLE), "{}", ts.name);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn throughput_is_over_the_time_the_study_ran_and_lease_latency_is_measured() {
+    for ts in TestStore::both().await {
+        let (c, clock) = coordinator(&ts.store);
+        let study = launch_one(&c, 40).await;
+        assert_eq!(c.progress(&study).await.unwrap().lease_latency, None, "{}: not measured yet", ts.name);
+        let w = c.register("w", 10, &["synthetic".into()], "2.0").await.unwrap();
+        clock.advance(Duration::from_secs(3));
+        for job in lease(&c, &w, 10).await {
+            c.report(&w, &held(&job), &outcome(true)).await.unwrap();
+        }
+        clock.advance(Duration::from_secs(3));
+        // 10 outcomes 6 s into the study: 100 per minute (not 10 / 5 minutes = 2).
+        let p = c.progress(&study).await.unwrap();
+        assert!((p.throughput_per_min - 100.0).abs() < 1e-9, "{}: {}", ts.name, p.throughput_per_min);
+        let latency = p.lease_latency.expect("measured");
+        assert_eq!(latency.leases, 1, "{}", ts.name);
+        assert!(latency.p50_ms >= 0.0 && latency.p99_ms >= latency.p50_ms);
+        ts.finish().await;
+    }
+}
