@@ -140,7 +140,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
         latencies.extend(t.await??);
     }
     let seconds = started.elapsed().as_secs_f64();
-    local.stop().await?;
+    local.shutdown().await?;
     latencies.sort();
     let done = reported.load(Ordering::Relaxed);
     Ok(DispatchReport {

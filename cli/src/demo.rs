@@ -16,7 +16,7 @@ use vcurve_proto::v1;
 use crate::client::{self, Connection};
 use crate::commands::{ProgressBars, export_into, write_files};
 use vcurve_coordinator::core::{Coordinator, Timing};
-use vcurve_coordinator::server::{self, ServeOptions};
+use vcurve_coordinator::service::{Service, ServiceConfig, Stopped};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore};
 
 /// The demo's options.
@@ -109,12 +109,12 @@ fn demo_spec(trajectories: &[DemoTrajectory], duration_ms: u64) -> (String, BTre
 }
 
 /// A coordinator in this process, serving gRPC on a loopback port to in-process workers and clients:
-/// a demo's on a fresh embedded store `DIR/demo.sqlite`, or a benchmark's on any store.
+/// a demo's on a fresh embedded store `DIR/demo.sqlite`, or a benchmark's on any store. A
+/// [`Service`] underneath: [`LocalCoordinator::shutdown`] stops it and closes the store.
 pub struct LocalCoordinator {
     pub coordinator: Arc<Coordinator<SqlStore>>,
     pub url: String,
-    stop: CancellationToken,
-    server: tokio::task::JoinHandle<Result<(), server::ServeError>>,
+    service: Service,
 }
 
 impl LocalCoordinator {
@@ -129,19 +129,17 @@ impl LocalCoordinator {
         Self::serve(store, timing).await
     }
 
-    /// Serve `store` on a loopback port.
+    /// Serve `store` on a loopback port (closed if it cannot be served).
     pub async fn serve(store: SqlStore, timing: Timing) -> anyhow::Result<LocalCoordinator> {
-        let coordinator = Coordinator::new(store, timing, crate::render::ReportRenderer::shared());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
-        let stop = CancellationToken::new();
-        let server = {
-            let stop = stop.clone();
-            tokio::spawn(server::serve(coordinator.clone(), listener, ServeOptions::default(), async move {
-                stop.cancelled().await
-            }))
+        let coordinator = Coordinator::new(store.clone(), timing, crate::render::ReportRenderer::shared());
+        let service = match Service::start(coordinator.clone(), ServiceConfig::loopback()).await {
+            Ok(service) => service,
+            Err(e) => {
+                store.close().await;
+                return Err(e.into());
+            }
         };
-        Ok(LocalCoordinator { coordinator, url, stop, server })
+        Ok(LocalCoordinator { coordinator, url: service.grpc_url(), service })
     }
 
     /// A client of its study service.
@@ -165,11 +163,16 @@ impl LocalCoordinator {
         tokio::spawn(async move { vcurve_worker::run(config, runners, async move { stop.cancelled().await }).await })
     }
 
-    /// Stop serving (after the workers, so that none of them talks to a server that is gone).
-    pub async fn stop(self) -> anyhow::Result<()> {
-        self.stop.cancel();
-        self.server.await??;
-        Ok(())
+    /// Stop serving (after the workers, so that none of them talks to a server that is gone)
+    /// and close the store.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        Ok(self.service.shutdown().await?)
+    }
+
+    /// Stop serving, keeping the store open for reads after it (closed by [`Stopped::close`] or
+    /// [`Stopped::close_after`], or in the background when dropped).
+    pub async fn stop_serving(self) -> Stopped {
+        self.service.stop_serving().await
     }
 }
 
@@ -228,10 +231,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<String> {
     for w in workers {
         w.await??;
     }
-    let store = local.coordinator.store().clone();
-    local.stop().await?;
     // Closed, the store's write-ahead log is in demo.sqlite, which alone is then the whole store.
-    store.close().await;
+    local.shutdown().await?;
 
     let table = summary(&args.out, &trajectories)?;
     let mut out = table.clone();

@@ -271,20 +271,25 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     written.extend(export_into(&mut client, &check, &args.out.join("restart-check")).await?);
     stop_worker.cancel();
     worker.await??;
-    let coordinator = local.coordinator.clone();
-    local.stop().await?;
-
-    let record = coordinator.store().study(&study).await?;
-    let check_record = coordinator.store().study(&check).await?;
-    let mut recorded = BTreeMap::new();
-    for t in &record.spec.trajectories {
-        if let Some(d) = &t.recorded {
-            let bytes = coordinator.file(d).await?;
-            recorded.insert(d.clone(), vcurve_record::Trajectory::from_json(&bytes)?);
-        }
-    }
-    // Everything is read: closed, the store's write-ahead log is in demo.sqlite.
-    coordinator.store().close().await;
+    // The study and its records are read from the store after serving; closed whatever the reads
+    // returned, the store's write-ahead log is in demo.sqlite.
+    let stopped = local.stop_serving().await;
+    let (read, served) = stopped
+        .close_after(async |coordinator| {
+            let record = coordinator.store().study(&study).await?;
+            let check_record = coordinator.store().study(&check).await?;
+            let mut recorded = BTreeMap::new();
+            for t in &record.spec.trajectories {
+                if let Some(d) = &t.recorded {
+                    let bytes = coordinator.file(d).await?;
+                    recorded.insert(d.clone(), vcurve_record::Trajectory::from_json(&bytes)?);
+                }
+            }
+            anyhow::Ok((record, check_record, recorded))
+        })
+        .await;
+    served?;
+    let (record, check_record, recorded) = read?;
     let truths = truths(&record, &recorded);
     let truth_path = args.out.join("truth.csv");
     std::fs::write(&truth_path, truth_csv(&truths))?;

@@ -13,7 +13,8 @@
 //! for next — one transaction each, so a coordinator can be killed at any moment. [`core`] is the
 //! thin layer between the services and the store (clock, long-poll wake-ups, lease sweeping).
 //! Results leave through the export call, rendered by the [`Renderer`] the binary supplies, and
-//! are shown by the live [`dashboard`]; [`metrics`] serves the Prometheus endpoint.
+//! are shown by the live [`dashboard`]; [`metrics`] serves the Prometheus endpoint. [`service`] runs
+//! the gRPC, dashboard and metrics listeners together and stops them and the store as one.
 
 pub mod core;
 pub mod dashboard;
@@ -24,6 +25,7 @@ pub mod model;
 pub mod planner;
 pub mod render;
 pub mod server;
+pub mod service;
 pub use vcurve_spec as spec;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]

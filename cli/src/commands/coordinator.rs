@@ -10,7 +10,7 @@ use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeOptions, Tokens};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore};
 
-use super::serving::{metrics_listener, shutdown_signal};
+use super::serving::shutdown_signal;
 use crate::client;
 use crate::store_url::redact_url;
 
@@ -123,71 +123,34 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
         ..Timing::default()
     };
     let coordinator = Coordinator::new(store.clone(), timing, crate::render::ReportRenderer::shared());
-    let listener = tokio::net::TcpListener::bind(&args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    server::check_exposure(listener.local_addr()?, &args.tokens)?;
-    eprintln!("vcurve coordinator listening on {} (store {})", listener.local_addr()?, redact_url(&args.store));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let dashboard = match &args.dashboard {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot serve the dashboard on {addr}"))?;
-            let local = listener.local_addr()?;
-            if !local.ip().is_loopback() && args.tokens.client.is_none() {
-                bail!("refusing to serve the dashboard on {local} without a client token");
-            }
-            eprintln!(
-                "vcurve dashboard on http://{local}/{}",
-                if args.tokens.client.is_some() { "?token=…" } else { "" }
-            );
-            let stop = stop.clone();
-            Some(tokio::spawn(vcurve_coordinator::dashboard::serve(
-                coordinator.clone(),
-                listener,
-                args.tokens.client.clone(),
-                async move { stop.cancelled().await },
-            )))
-        }
-        None => None,
+    let has_client_token = args.tokens.client.is_some();
+    let config = vcurve_coordinator::service::ServiceConfig {
+        grpc: args.listen.clone(),
+        serve: ServeOptions { tokens: args.tokens, tls },
+        dashboard: args.dashboard.clone(),
+        metrics: args.metrics.clone(),
     };
-    let metrics = match &args.metrics {
-        Some(addr) => {
-            let listener = metrics_listener(addr, args.tokens.client.is_some(), "client").await?;
-            let stop = stop.clone();
-            Some(tokio::spawn(vcurve_coordinator::metrics::serve(
-                coordinator.clone(),
-                listener,
-                args.tokens.client.clone(),
-                async move { stop.cancelled().await },
-            )))
-        }
-        None => None,
-    };
-    let signal = {
-        let stop = stop.clone();
-        async move {
-            shutdown_signal().await;
-            stop.cancel();
+    let service = match vcurve_coordinator::service::Service::start(coordinator, config).await {
+        Ok(service) => service,
+        Err(e) => {
+            store.close().await;
+            return Err(e.into());
         }
     };
-    let served = server::serve(coordinator, listener, ServeOptions { tokens: args.tokens, tls }, signal).await;
-    stop.cancel();
-    let web = async {
-        if let Some(d) = dashboard {
-            d.await??;
-        }
-        if let Some(m) = metrics {
-            m.await??;
-        }
-        anyhow::Ok(())
+    eprintln!("vcurve coordinator listening on {} (store {})", service.grpc_addr(), redact_url(&args.store));
+    if let Some(local) = service.dashboard_addr() {
+        eprintln!("vcurve dashboard on http://{local}/{}", if has_client_token { "?token=…" } else { "" });
     }
-    .await;
-    // Closed whatever stopped the listeners, so SQLite's write-ahead log is in the file.
-    store.close().await;
-    web?;
-    served?;
+    if let Some(local) = service.metrics_addr() {
+        eprintln!("vcurve metrics on http://{local}/metrics");
+    }
+    tokio::select! {
+        () = shutdown_signal() => {}
+        () = service.stopping() => {}
+    }
+    // Every listener stopped and the store closed, whatever stopped them, so SQLite's write-ahead
+    // log is in the file.
+    service.shutdown().await?;
     Ok(())
 }
 
