@@ -48,6 +48,7 @@ impl TestStore {
             panic!("{line} (VCURVE_TEST_REQUIRE requires it)");
         }
         eprintln!("skipped on PostgreSQL: {line}");
+        record_skip();
         vec![TestStore::sqlite().await]
     }
 
@@ -62,6 +63,36 @@ impl TestStore {
                 .execute(&mut conn)
                 .await;
         }
+    }
+}
+
+/// The gate's record of a skip (`vcurve_testkit::require::skip_line`, the same format: this crate
+/// cannot depend on the testkit, which depends on it): the test's binary and name, tab-separated,
+/// appended to the file `VCURVE_TEST_SKIPPED` names, so that `scripts/test` runs the test again
+/// once PostgreSQL is up.
+fn record_skip() {
+    use std::io::Write;
+    let Some(file) = std::env::var_os("VCURVE_TEST_SKIPPED") else { return };
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|stem| match stem.rsplit_once('-') {
+            Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => name.to_string(),
+            _ => stem,
+        })
+        .unwrap_or_default();
+    let thread = std::thread::current();
+    let test = match thread.name() {
+        Some(name) if name != "main" && !name.starts_with("tokio-runtime") => name,
+        _ => "*",
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .and_then(|mut f| f.write_all(format!("{binary}\t{test}\n").as_bytes()));
+    if let Err(e) = written {
+        panic!("cannot record the skip in {} (VCURVE_TEST_SKIPPED): {e}", std::path::Path::new(&file).display());
     }
 }
 

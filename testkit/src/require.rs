@@ -25,6 +25,12 @@
 //! whatever the machine has: `scripts/test quick` sets `VCURVE_TEST_SKIP=all`, so it runs what
 //! needs at most SQLite and loopback even on a machine with PostgreSQL and Docker.
 //!
+//! `VCURVE_TEST_SKIPPED` names a file the gate appends one line to for every skip: the test's
+//! binary and name, tab-separated (`store\tadmission::admits_a_study`). `scripts/test` runs the
+//! tests that need nothing first, with every service left out, and then runs exactly the tests
+//! this file names again, tier by tier, as it starts their services: no list of which test needs
+//! what is kept anywhere but in the tests' own `require!` lines.
+//!
 //! Detection is cheap and local: environment variables, a file's existence, a program on `PATH`.
 //! It does not connect to anything (a server that is named but down fails its test, as before).
 
@@ -37,6 +43,9 @@ pub const REQUIRE_ENV: &str = "VCURVE_TEST_REQUIRE";
 /// The environment variable that makes services absent: `all`, or a comma-separated list of
 /// [`Service::key`]s. It wins over [`REQUIRE_ENV`].
 pub const SKIP_ENV: &str = "VCURVE_TEST_SKIP";
+
+/// The environment variable naming the file every skip is recorded in (see the module's guide).
+pub const SKIPPED_ENV: &str = "VCURVE_TEST_SKIPPED";
 
 /// Something a test needs beyond SQLite and loopback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -273,9 +282,45 @@ pub fn gate(services: &[Service]) -> Option<Vec<String>> {
         Decision::Skip(line) => {
             // stderr: cargo test and nextest show it with the test's name; stdout is captured.
             eprintln!("skipped: {line}");
+            if let Some(file) = std::env::var_os(SKIPPED_ENV) {
+                record_skip(Path::new(&file));
+            }
             None
         }
         Decision::Fail(message) => panic!("{message}"),
+    }
+}
+
+/// This test's line in the skip file: its binary (the executable's name without cargo's hash, as
+/// nextest's `binary(…)` names it) and its name (libtest runs each test on a thread named after
+/// it; a gate reached from another thread records `*`, every test of the binary).
+pub fn skip_line() -> String {
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|stem| match stem.rsplit_once('-') {
+            Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => name.to_string(),
+            _ => stem,
+        })
+        .unwrap_or_default();
+    let thread = std::thread::current();
+    let test = match thread.name() {
+        Some(name) if name != "main" && !name.starts_with("tokio-runtime") => name,
+        _ => "*",
+    };
+    format!("{binary}\t{test}\n")
+}
+
+fn record_skip(file: &Path) {
+    use std::io::Write;
+    // One write of one short line with O_APPEND: lines from concurrent test processes do not mix.
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .and_then(|mut f| f.write_all(skip_line().as_bytes()));
+    if let Err(e) = written {
+        panic!("cannot record the skip in {} ({SKIPPED_ENV}): {e}", file.display());
     }
 }
 
@@ -436,6 +481,16 @@ mod tests {
         let keys: BTreeSet<&str> = Service::ALL.iter().map(|s| s.key()).collect();
         assert_eq!(keys.len(), Service::ALL.len());
         assert!(Service::ALL.iter().all(|s| !s.hint().is_empty() && !s.hint().contains('\n')));
+    }
+
+    #[test]
+    fn a_skip_line_names_this_binary_and_this_test() {
+        let line = skip_line();
+        let (binary, test) = line.trim_end().split_once('\t').expect("binary and test");
+        assert_eq!(binary, "vcurve_testkit");
+        assert_eq!(test, "require::tests::a_skip_line_names_this_binary_and_this_test");
+        let other = std::thread::spawn(skip_line).join().unwrap();
+        assert_eq!(other, "vcurve_testkit\t*\n", "a thread without the test's name means every test");
     }
 
     // The macro itself, on this machine: a service no machine has (an empty PATH entry list for
