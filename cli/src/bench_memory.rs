@@ -22,6 +22,7 @@ use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::client::{self, Connection};
+use vcurve_coordinator::store::SqlStore;
 
 #[derive(Debug, clap::Args)]
 pub struct BenchMemoryArgs {
@@ -214,19 +215,12 @@ async fn store_size(url: &str, sqlite: Option<&Path>) -> anyhow::Result<u64> {
         wal.push("-wal");
         return Ok(size(path.to_path_buf()) + size(PathBuf::from(wal)));
     }
-    use sqlx::Row as _;
-    sqlx::any::install_default_drivers();
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(url)
+    let store = SqlStore::connect(url)
         .await
         .with_context(|| format!("cannot connect to {}", crate::commands::redact_url(url)))?;
-    let row = sqlx::query(
-        "SELECT CAST(COALESCE(SUM(pg_total_relation_size(c.oid)), 0) AS BIGINT) AS n FROM pg_class c \
-         JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE ns.nspname = current_schema() AND c.relkind = 'r'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .context("cannot measure the PostgreSQL tables' size")?;
-    Ok(row.try_get::<i64, _>("n")?.max(0) as u64)
+    let bytes = store.postgres_table_bytes().await;
+    store.close().await;
+    bytes.context("cannot measure the PostgreSQL tables' size")?.context("not a PostgreSQL store")
 }
 
 /// One virtual worker: lease up to `slots`, report each at once, until `stop`.

@@ -18,8 +18,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sqlx::Connection as _;
-use vcurve_coordinator::store::{SqlStore, dispatch_sql};
+use vcurve_coordinator::store::{ScratchDatabase, SqlStore, dispatch_sql};
 
 /// Pending continuations per trajectory of the pgbench study (the gRPC run's trajectories ask
 /// for about 150 each).
@@ -153,69 +152,12 @@ pub fn store_script() -> String {
     )
 }
 
-/// A fresh database on the server of `admin_url`, dropped when this is.
-struct Scratch {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl Scratch {
-    async fn create(admin_url: &str) -> anyhow::Result<Scratch> {
-        sqlx::any::install_default_drivers();
-        let redacted = crate::commands::redact_url(admin_url);
-        let mut conn = sqlx::AnyConnection::connect(admin_url)
-            .await
-            .with_context(|| format!("--pgbench: cannot connect to {redacted}"))?;
-        let name = format!("vcurve_pgbench_{}", uuid::Uuid::new_v4().simple());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .with_context(|| format!("--pgbench: cannot create a database on {redacted} (the user needs CREATEDB)"))?;
-        let (base, rest) = admin_url.rsplit_once('/').context("--store: a postgres:// URL ending in /DATABASE")?;
-        let query = rest.split_once('?').map(|(_, q)| format!("?{q}")).unwrap_or_default();
-        Ok(Scratch { admin: admin_url.to_string(), url: format!("{base}/{name}{query}"), name })
-    }
-
-    async fn drop_now(&self) {
-        if let Ok(mut conn) = sqlx::AnyConnection::connect(&self.admin).await {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
-                .execute(&mut conn)
-                .await;
-        }
-    }
-}
-
 /// The store's schema and a running study with `rows` pending continuations.
 async fn fill(url: &str, rows: u64) -> anyhow::Result<()> {
     // The store's own migrations make the schema.
-    drop(SqlStore::connect(url).await.context("--pgbench: cannot migrate the scratch database")?);
-    let mut conn = sqlx::AnyConnection::connect(url).await?;
-    let trajectories = rows.div_ceil(PER_TRAJECTORY).max(1) as i64;
-    sqlx::query(
-        "INSERT INTO studies (id, name, spec_json, config_json, runner_kind, state, created_ms) \
-         VALUES ('pgbench', 'pgbench', '{}', '{}', 'synthetic', 'running', 0)",
-    )
-    .execute(&mut conn)
-    .await?;
-    sqlx::query(
-        "INSERT INTO trajectories (study, id, ord, state, stage, stage_rank, admit_order, plan_json, payload_digest) \
-         SELECT 'pgbench', 't' || lpad(CAST(g AS TEXT), 6, '0'), g, 'running', 'screen', 0, g, '{}', 'pgbench' \
-         FROM generate_series(0, CAST($1 AS BIGINT) - 1) AS g",
-    )
-    .bind(trajectories)
-    .execute(&mut conn)
-    .await?;
-    sqlx::query(
-        "INSERT INTO continuations (study, trajectory, series, t, seed, state, created_ms) \
-         SELECT 'pgbench', 't' || lpad(CAST(g / $2 AS TEXT), 6, '0'), 'main', g % $2, 0, 'pending', 0 \
-         FROM generate_series(0, CAST($1 AS BIGINT) - 1) AS g",
-    )
-    .bind(rows as i64)
-    .bind(PER_TRAJECTORY as i64)
-    .execute(&mut conn)
-    .await?;
-    sqlx::query("ANALYZE").execute(&mut conn).await?;
+    let store = SqlStore::connect(url).await.context("--pgbench: cannot migrate the scratch database")?;
+    store.fill_dispatch_bench(rows, PER_TRAJECTORY).await.context("--pgbench: cannot fill the scratch database")?;
+    store.close().await;
     Ok(())
 }
 
@@ -256,16 +198,19 @@ pub async fn run(
     require_postgres(Some(admin_url))?;
     let per_client = continuations.div_ceil(u64::from(clients)).max(1);
     let total = per_client * u64::from(clients);
-    let scratch = Scratch::create(admin_url).await?;
+    let redacted = crate::commands::redact_url(admin_url);
+    let scratch = ScratchDatabase::create(admin_url, "pgbench")
+        .await
+        .with_context(|| format!("--pgbench: a scratch database on {redacted}"))?;
     let result = async {
         // One more than the clients: a claim always finds a row no other client holds.
-        fill(&scratch.url, PER_TRAJECTORY.max(u64::from(clients) + 1)).await?;
+        fill(scratch.url(), PER_TRAJECTORY.max(u64::from(clients) + 1)).await?;
         let dir = tempfile::tempdir()?;
         let script_path = dir.path().join("dispatch.sql");
         std::fs::write(&script_path, script.text())?;
         let threads = clients.min(std::thread::available_parallelism().map_or(1, |n| n.get() as u32)).max(1);
         let started = Instant::now();
-        let (url, password) = crate::commands::split_password(&scratch.url);
+        let (url, password) = crate::commands::split_password(scratch.url());
         let mut command = Command::new(pgbench);
         if let Some(password) = password {
             command.env("PGPASSWORD", password);
@@ -290,10 +235,11 @@ pub async fn run(
             )
         })?;
         // The script did the work it was timed for: every run left one continuation done.
-        let mut conn = sqlx::AnyConnection::connect(&scratch.url).await?;
-        let done: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM continuations WHERE state = 'done'").fetch_one(&mut conn).await?;
-        if done != total as i64 {
+        let store = SqlStore::connect(scratch.url()).await?;
+        let done = store.count_done_continuations().await;
+        store.close().await;
+        let done = done?;
+        if done != total {
             bail!("pgbench ran {total} dispatches but {done} continuations are done");
         }
         Ok(PgbenchRate { continuations: total, per_second })

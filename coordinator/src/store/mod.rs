@@ -13,7 +13,7 @@ mod sql;
 
 use std::future::Future;
 
-pub use sql::{Backend, DispatchSql, SqlStore, base_run_trajectory_id, dispatch_sql};
+pub use sql::{Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, base_run_trajectory_id, dispatch_sql};
 
 use vcurve_record::TrajectoryPayload;
 

@@ -42,6 +42,7 @@ macro_rules! job_is {
 // and binds the rows they share.
 mod admission;
 mod base_runs;
+mod bench;
 mod dispatch;
 mod export;
 mod files;
@@ -57,6 +58,7 @@ mod verdicts;
 mod workers;
 
 pub use base_runs::base_run_trajectory_id;
+pub use bench::{ScratchDatabase, ScratchError};
 pub use dispatch::{DispatchSql, dispatch_sql};
 
 use files::insert_file;
