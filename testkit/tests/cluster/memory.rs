@@ -1,5 +1,6 @@
 //! The export read one trajectory at a time gives the bytes of the whole record's export, on both
-//! backends; `vcurve bench memory` runs end to end on a small count.
+//! backends; a SQLite file whose path says `memory` is a file. (`vcurve bench memory` itself is
+//! tested in `cli/tests/cli/memory.rs`.)
 
 use std::time::Duration;
 
@@ -84,35 +85,6 @@ async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
         ts.finish().await;
     }
     assert!(exports.windows(2).all(|w| w[0] == w[1]), "the backends export different bytes");
-}
-
-#[test]
-fn bench_memory_measures_at_each_count_and_exports() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcurve"))
-        .args(["bench", "memory", "--at", "300,900", "--workers", "4", "--slots", "8", "--json"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let points = report["points"].as_array().unwrap();
-    assert_eq!(points.len(), 2, "{report:#}");
-    for (p, at) in points.iter().zip([300, 900]) {
-        assert!(p["finished"].as_u64().unwrap() >= at, "{p}");
-        assert!(p["vm_rss_bytes"].as_u64().unwrap() > 0 && p["vm_hwm_bytes"].as_u64().unwrap() > 0, "{p}");
-        assert!(p["store_bytes"].as_u64().unwrap() > 0, "{p}");
-    }
-    let export = &report["export"];
-    assert!(export["files"].as_u64().unwrap() >= 5 && export["bytes"].as_u64().unwrap() > 0, "{export}");
-    assert!(export["vm_rss_peak_bytes"].as_u64().unwrap() > 0, "{export}");
-    assert!(stderr.contains("memory bench:"), "{stderr}");
-
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_vcurve"))
-        .args(["bench", "memory", "--at", "900,300"])
-        .output()
-        .unwrap();
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("ascending"));
 }
 
 #[tokio::test]
