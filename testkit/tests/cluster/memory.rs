@@ -8,9 +8,10 @@ use vcurve_cli::render::ReportRenderer;
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict, StudyState};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
-use vcurve_coordinator::testing::{TestStore, Tr, spec, step_outcome};
+use vcurve_coordinator::testing::{Tr, spec, step_outcome};
 use vcurve_record::EndType;
 use vcurve_record::jobs::{Judged, RunOutcome};
+use vcurve_testkit::cluster::Cluster;
 
 fn timing() -> Timing {
     Timing {
@@ -51,9 +52,9 @@ async fn run_to_end(c: &Coordinator<SqlStore>, study: &str) -> u64 {
 
 #[tokio::test]
 async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
-    let mut stores = vec![TestStore::sqlite().await];
-    if vcurve_testkit::require::optional(vcurve_testkit::require::Service::Postgres).is_some() {
-        stores.push(TestStore::postgres().await);
+    let mut clusters = vec![("sqlite", Cluster::sqlite().await)];
+    if let Some(postgres) = Cluster::postgres().await {
+        clusters.push(("postgres", postgres));
     }
     let ids: Vec<String> = (0..24).map(|i| format!("t{i:02}")).collect();
     let trs: Vec<Tr> = ids
@@ -69,20 +70,21 @@ async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
         .collect();
     let (yaml, files) = spec("many", "controls: {sanity: 2, retest: 2, budget_control: 2}\n", &trs);
     let mut exports = Vec::new();
-    for ts in stores {
-        let c = Coordinator::new(ts.store.clone(), timing(), ReportRenderer::shared());
+    for (name, cluster) in clusters {
+        let running = cluster.timing(timing()).renderer(ReportRenderer::shared()).start().await;
+        let c = running.coordinator().clone();
         let study = c.launch(&yaml, &files).await.unwrap();
         let reported = run_to_end(&c, &study).await;
-        assert!(reported > 2_000, "{}: only {reported} outcomes", ts.name);
+        assert!(reported > 2_000, "{name}: only {reported} outcomes");
         let streamed = c.export(&study).await.unwrap();
         let whole = vcurve_report::export::files(&c.store().study(&study).await.unwrap()).unwrap();
-        assert_eq!(streamed.keys().collect::<Vec<_>>(), whole.keys().collect::<Vec<_>>(), "{}", ts.name);
-        for (name, bytes) in &whole {
-            assert!(streamed[name] == *bytes, "{}: {name} differs", ts.name);
+        assert_eq!(streamed.keys().collect::<Vec<_>>(), whole.keys().collect::<Vec<_>>(), "{name}");
+        for (file, bytes) in &whole {
+            assert!(streamed[file] == *bytes, "{name}: {file} differs");
         }
         assert!(c.export("no-such-study").await.is_err());
         exports.push(streamed);
-        ts.finish().await;
+        running.shutdown().await;
     }
     assert!(exports.windows(2).all(|w| w[0] == w[1]), "the backends export different bytes");
 }
