@@ -146,7 +146,8 @@ impl Cluster {
         self.try_start().await.expect("start the in-process cluster")
     }
 
-    /// Start the service, then the workers; the service's error (the store is closed then).
+    /// Start the service, then the workers; the service's error (the store is closed then, and a
+    /// PostgreSQL test database dropped).
     pub async fn try_start(mut self) -> Result<Running, ServiceError> {
         let store = self.store.take().expect("a store");
         let coordinator = Coordinator::new(store.store.clone(), self.timing, self.renderer.clone());
@@ -158,6 +159,7 @@ impl Cluster {
             Ok(service) => service,
             Err(e) => {
                 store.store.close().await;
+                store.finish().await;
                 return Err(e);
             }
         };
