@@ -9,10 +9,11 @@
 //! command, each with its clap arguments and its run function, with [`client`] to reach a
 //! coordinator (and the `--coordinator` arguments every client shares) and [`input`] for users'
 //! files; [`demo`] (and [`demo_docker`]) and the `bench_*` modules are `vcurve demo` and
-//! `vcurve bench`. [`render`] is the [`Renderer`](vcurve_coordinator::Renderer) the coordinator
+//! `vcurve bench` (`bench_cluster` is the command over the simulator of `vcurve_testkit::sim`).
+//! [`render`] is the [`Renderer`](vcurve_coordinator::Renderer) the coordinator
 //! is served with; [`store_url`] keeps a store's password out of messages; [`telemetry`] sets up
 //! logging; [`output`] writes results to standard output. `anyhow` is used
-//! here and nowhere in the libraries.
+//! here (and in `vcurve_testkit::sim`, which the binary links) and nowhere in the libraries.
 
 pub mod bench_cluster;
 pub mod bench_containers;

@@ -1,9 +1,26 @@
 //! # vcurve-testkit
 //!
-//! What vcurve's tests share, and nothing a production binary links:
+//! What vcurve's tests share (and the cluster simulator, which runs the same pieces in virtual
+//! time):
 //!
 //! - [`require`]: the one gate for every test that needs a service (PostgreSQL, Docker, a
 //!   browser, a registry). Absent, the test skips with one line saying what to start; with
 //!   `VCURVE_TEST_REQUIRE=all` (CI and `scripts/test` set it) an absent service fails the test.
+//! - `cluster` (feature `cluster`, on by default; crates of the workspace opt in with
+//!   `features = ["cluster"]`): one in-process cluster, `Cluster::sqlite()` /
+//!   `Cluster::postgres()` `.workers(n, runners)` `.start()`, built on the coordinator's
+//!   `Service` and the worker's lease loop. Its own tests are `testkit/tests/cluster/`: the
+//!   coordinator and the worker as libraries over real gRPC on loopback.
+//! - [`wait`]: wait for a state (poll it with a deadline) rather than sleep for a time.
+//! - [`prometheus`]: scrape a `/metrics` endpoint and parse the text format strictly.
+//! - `sim` (feature `sim`): the discrete-event cluster simulator of `vcurve bench cluster`, over
+//!   the real store and schedule in virtual time. It is the one part a production binary links:
+//!   `vcurve` depends on this crate with `features = ["sim"]` only.
 
+#[cfg(feature = "cluster")]
+pub mod cluster;
+pub mod prometheus;
 pub mod require;
+#[cfg(feature = "sim")]
+pub mod sim;
+pub mod wait;

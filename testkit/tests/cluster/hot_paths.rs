@@ -70,7 +70,12 @@ async fn heartbeats_keep_flowing_while_a_large_export_runs() {
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The heartbeater is running: a gap before the export starts is measured too.
+    vcurve_testkit::wait::until(Duration::from_secs(10), "the first heartbeats", async || {
+        let n = beats.lock().unwrap().len();
+        if n >= 2 { Ok(()) } else { Err(n) }
+    })
+    .await;
     let started = Instant::now();
     let files = c.export(&study).await.unwrap();
     let ended = Instant::now();

@@ -8,40 +8,41 @@ use tokio_util::sync::CancellationToken;
 use vcurve_cli::client::{self, Connection};
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeError, ServeOptions, Tokens};
-use vcurve_coordinator::store::{LeasePolicy, SqlStore};
+use vcurve_coordinator::store::LeasePolicy;
 use vcurve_coordinator::testing::{TestStore, Tr, spec};
 use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
+use vcurve_testkit::cluster::{self, Cluster};
+use vcurve_testkit::wait;
 
 struct Running {
     url: String,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+    cluster: cluster::Running,
 }
 
 impl Running {
     async fn stop(self) {
-        self.stop.cancel();
-        self.task.await.unwrap().unwrap();
+        self.cluster.shutdown().await;
     }
 }
 
-async fn start(store: SqlStore, options: ServeOptions) -> Running {
+/// The in-process cluster of these tests, without workers: a fresh store, short timings, the
+/// runner double of the recorded-trajectory tests below accepted; `https://localhost` with TLS.
+fn cluster(sqlite: Cluster) -> Cluster {
     let timing = Timing {
         lease: LeasePolicy { timeout_ms: 5_000 },
         heartbeat_interval: Duration::from_millis(500),
         max_lease_wait: Duration::from_millis(200),
     };
-    let coordinator = Coordinator::new(store, timing, vcurve_cli::render::ReportRenderer::shared());
-    // The runner double of the recorded-trajectory tests below.
-    coordinator.accept_runner_kind("double");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let scheme = if options.tls.is_some() { "https://localhost" } else { "http://127.0.0.1" };
-    let url = format!("{scheme}:{}", listener.local_addr().unwrap().port());
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let task = tokio::spawn(server::serve(coordinator, listener, options, async move { s.cancelled().await }));
-    Running { url, stop, task }
+    sqlite.timing(timing).renderer(vcurve_cli::render::ReportRenderer::shared()).accept_runner_kind("double")
+}
+
+async fn start(options: ServeOptions) -> Running {
+    let tls = options.tls.is_some();
+    let cluster = cluster(Cluster::sqlite().await).serve(options).start().await;
+    let port = cluster.grpc_addr().port();
+    let url = if tls { format!("https://localhost:{port}") } else { format!("http://127.0.0.1:{port}") };
+    Running { url, cluster }
 }
 
 fn tokens() -> Tokens {
@@ -56,8 +57,7 @@ async fn list(url: &str, token: Option<&str>, tls_ca: Option<std::path::PathBuf>
 
 #[tokio::test]
 async fn clients_and_workers_need_their_own_tokens() {
-    let ts = TestStore::sqlite().await;
-    let server = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls: None }).await;
+    let server = start(ServeOptions { tokens: tokens(), tls: None }).await;
     assert_eq!(list(&server.url, Some("client-secret"), None).await.unwrap(), 0);
     for token in [None, Some("wrong"), Some("worker-secret"), Some("client-secre")] {
         let err = list(&server.url, token, None).await.unwrap_err();
@@ -130,8 +130,7 @@ async fn tls_serves_clients_that_trust_its_ca() {
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, cert.cert.pem()).unwrap();
     let tls = Some((cert.cert.pem().into_bytes(), cert.signing_key.serialize_pem().into_bytes()));
-    let ts = TestStore::sqlite().await;
-    let server = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls }).await;
+    let server = start(ServeOptions { tokens: tokens(), tls }).await;
     assert_eq!(list(&server.url, Some("client-secret"), Some(ca)).await.unwrap(), 0);
     // Without the CA the handshake fails; plain HTTP/2 against a TLS port fails too.
     assert!(list(&server.url, Some("client-secret"), None).await.is_err());
@@ -142,8 +141,14 @@ async fn tls_serves_clients_that_trust_its_ca() {
 
 /// Run a study with `workers` in-process workers of `slots` slots; return its export.
 async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
-    let ts = TestStore::sqlite().await;
-    let server = start(ts.store.clone(), ServeOptions::default()).await;
+    let runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
+    let mut server = cluster(Cluster::sqlite().await)
+        .workers(workers, runners)
+        .slots(slots)
+        .lease_wait(Duration::from_millis(200))
+        .start()
+        .await;
+    let url = server.grpc_url();
     let trs = [
         Tr { id: "alpha", length: 45, cliff: 17, p: 0.8, labels: "j: 17" },
         Tr { id: "beta", length: 60, cliff: 44, p: 0.6, labels: "j: 50, k: none" },
@@ -151,42 +156,20 @@ async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
     ];
     let (yaml, files) = spec("cluster", "", &trs);
     let yaml = yaml.replace("duration_ms: 0", "duration_ms: 3, no_outcome_rate: 0.05");
-    let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
+    let mut c = client::study_client(&Connection { url, ..Default::default() }).await.unwrap();
     let study = client::upload_and_launch(&mut c, yaml, &files).await.unwrap();
-    let stop = CancellationToken::new();
-    let handles: Vec<_> = (0..workers)
-        .map(|i| {
-            let mut config = vcurve_worker::WorkerConfig::new(server.url.clone());
-            config.slots = slots;
-            config.name = format!("w{i}");
-            config.lease_wait = Duration::from_millis(200);
-            let stop = stop.clone();
-            tokio::spawn(vcurve_worker::run(
-                config,
-                vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner),
-                async move { stop.cancelled().await },
-            ))
-        })
-        .collect();
     let mut max_running = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
+    wait::until(Duration::from_secs(120), "the study finishes", async || {
         let p = c.get_progress(v1::ProgressRequest { study: study.clone() }).await.unwrap().into_inner();
         max_running = max_running.max(p.running);
         assert!(p.running <= u64::from(workers * slots), "more jobs running than slots: {p:?}");
-        if p.state == "done" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "study did not finish: {p:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if p.state == "done" { Ok(()) } else { Err(p) }
+    })
+    .await;
     assert!(max_running > 0);
-    stop.cancel();
-    for h in handles {
-        h.await.unwrap().unwrap();
-    }
+    server.stop_workers().await;
     // No key is held by anyone once the study is done.
-    assert!(vcurve_coordinator::store::Store::leased(&ts.store).await.unwrap().is_empty());
+    assert!(vcurve_coordinator::store::Store::leased(server.store()).await.unwrap().is_empty());
     let files: BTreeMap<String, Vec<u8>> = client::export(&mut c, &study).await.unwrap().into_iter().collect();
     // `vcurve export` writes the same files, piece by piece, and leaves no partial file.
     let dir = tempfile::tempdir().unwrap();
@@ -200,7 +183,7 @@ async fn run_cluster(workers: u32, slots: u32) -> BTreeMap<String, Vec<u8>> {
     let missing = vcurve_cli::commands::export_into(&mut c, "no-such-study", &dir.path().join("none")).await;
     let err = format!("{:#}", missing.unwrap_err());
     assert!(err.contains("no-such-study"), "{err}");
-    server.stop().await;
+    server.shutdown().await;
     files
 }
 
@@ -251,8 +234,7 @@ impl vcurve_worker::AgentRunner for MismatchAtThree {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_20_mb_trajectory_is_uploaded_and_fetched_by_digest_and_its_non_replayable_report_is_exported() {
-    let ts = TestStore::sqlite().await;
-    let server = start(ts.store.clone(), ServeOptions::default()).await;
+    let mut server = start(ServeOptions::default()).await;
     let run = vcurve_coordinator::testing::recorded_trajectory_with_output("task-big", 40, &"x".repeat(500_000));
     assert!(run.len() > 20_000_000, "{} bytes", run.len());
     let yaml = "name: big\nseed: 1\nrunner: {kind: double}\ntrajectories:\n  - id: big\n    recorded: runs/big.json\n";
@@ -260,27 +242,17 @@ async fn a_20_mb_trajectory_is_uploaded_and_fetched_by_digest_and_its_non_replay
     let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
     let study = client::upload_and_launch(&mut c, yaml.into(), &files).await.unwrap();
 
-    let mut config = vcurve_worker::WorkerConfig::new(server.url.clone());
+    let mut config = server.cluster.worker_config();
     config.slots = 2;
     config.lease_wait = Duration::from_millis(200);
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let worker =
-        tokio::spawn(vcurve_worker::run(config, vcurve_worker::Runners::new().with(MismatchAtThree), async move {
-            s.cancelled().await
-        }));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    server.cluster.spawn_worker(config, vcurve_worker::Runners::new().with(MismatchAtThree), None);
+    let p = wait::until(Duration::from_secs(60), "the study finishes", async || {
         let p = c.get_progress(v1::ProgressRequest { study: study.clone() }).await.unwrap().into_inner();
-        if p.state == "done" {
-            assert_eq!(p.trajectories_non_replayable, 1);
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the study did not finish: {p:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stop.cancel();
-    let summary = worker.await.unwrap().unwrap();
+        if p.state == "done" { Ok(p) } else { Err(p) }
+    })
+    .await;
+    assert_eq!(p.trajectories_non_replayable, 1);
+    let summary = server.cluster.stop_workers().await.remove(0);
     assert_eq!((summary.accepted, summary.no_outcomes, summary.trajectories_fetched), (1, 0, 1));
 
     let files: BTreeMap<String, Vec<u8>> = client::export(&mut c, &study).await.unwrap().into_iter().collect();
@@ -301,7 +273,7 @@ async fn a_20_mb_trajectory_is_uploaded_and_fetched_by_digest_and_its_non_replay
 
 #[tokio::test]
 async fn a_file_over_the_limit_is_refused_before_it_is_sent() {
-    let server = start(TestStore::sqlite().await.store, ServeOptions::default()).await;
+    let server = start(ServeOptions::default()).await;
     let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();
     let big = "x".repeat((vcurve_coordinator::spec::MAX_FILE_BYTES + 1) as usize);
     let files = BTreeMap::from([("runs/huge.json".to_string(), big)]);
@@ -417,17 +389,16 @@ async fn a_client_meeting_the_other_protocol_is_told_so_in_one_line() {
     let (cert, key) = identity();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &cert).unwrap();
-    let ts = TestStore::sqlite().await;
 
     // Plaintext client, TLS coordinator.
-    let tls = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls: Some((cert.into(), key.into())) }).await;
+    let tls = start(ServeOptions { tokens: tokens(), tls: Some((cert.into(), key.into())) }).await;
     let plain = tls.url.replace("https://localhost", "http://127.0.0.1");
     let err = list_error(&plain, None).await;
     assert_eq!(err, format!("the coordinator at {plain} speaks TLS: use https:// and --tls-ca"));
     tls.stop().await;
 
     // TLS client, plaintext coordinator.
-    let plaintext = start(ts.store.clone(), ServeOptions { tokens: tokens(), tls: None }).await;
+    let plaintext = start(ServeOptions { tokens: tokens(), tls: None }).await;
     let https = plaintext.url.replace("http://127.0.0.1", "https://localhost");
     let err = list_error(&https, Some(ca)).await;
     assert_eq!(err, format!("the coordinator at {https} does not speak TLS: use http://, without --tls-ca"));
@@ -436,8 +407,7 @@ async fn a_client_meeting_the_other_protocol_is_told_so_in_one_line() {
 
 #[tokio::test]
 async fn a_lease_request_tells_pushed_snapshots_and_its_jobs_name_them_over_grpc() {
-    let ts = TestStore::sqlite().await;
-    let server = start(ts.store.clone(), ServeOptions::default()).await;
+    let server = start(ServeOptions::default()).await;
     let trs = [Tr { id: "a", length: 12, cliff: 6, p: 0.75, labels: "" }];
     let (yaml, files) = spec("registry", "", &trs);
     let mut c = client::study_client(&Connection { url: server.url.clone(), ..Default::default() }).await.unwrap();

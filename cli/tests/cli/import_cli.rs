@@ -1,11 +1,9 @@
 //! `vcurve import mini-swe-agent` and `vcurve inspect` as a user runs them, on the real
 //! mini-swe-agent fixtures (`record/tests/fixtures/mini-swe-agent`, or `VCURVE_MSA_FIXTURES`).
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::vcurve;
+use crate::common::vcurve;
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {

@@ -1,12 +1,10 @@
 //! `vcurve labels` as a user runs it: the binary, a study's exported files and a labels file on
 //! disk, JSON or a table on stdout, errors on stderr naming the file, the line and the problem.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{vcurve, write};
+use crate::common::{vcurve, write};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------

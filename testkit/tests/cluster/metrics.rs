@@ -3,167 +3,35 @@
 //! counts equal the store's and the worker's jobs equal what it reported; container operations
 //! go through the metered runtime wrapping the test double; the token rules.
 
-mod common;
-
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use vcurve_coordinator::core::Coordinator;
 use vcurve_coordinator::model::StudyState;
 use vcurve_coordinator::server::Tokens;
 use vcurve_coordinator::testing::{Tr, spec};
+use vcurve_testkit::prometheus::{get, parse};
+use vcurve_testkit::wait;
 use vcurve_worker::metrics::{MeteredRuntime, SnapshotUsage, WorkerMetrics};
 use vcurve_worker::sandbox::container::double::{FakeRuntime, Op};
 use vcurve_worker::sandbox::container::{
     Container, ContainerRuntime, ContainerSpec, ExecRequest, RuntimeError, labels,
 };
 
-/// `GET path` over HTTP/1.1 with an optional bearer token: (status, content type, body).
-async fn get(addr: &str, path: &str, bearer: Option<&str>) -> (u16, String, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8(response).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap();
-    let content_type = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_string))
-        .unwrap_or_default();
-    (status, content_type, body.to_string())
-}
-
-/// A scrape parsed strictly: every line is `# HELP`, `# TYPE` or a sample of a declared family,
-/// names and labels well formed, no sample twice. Samples by `name{k="v",…}` (labels sorted).
-#[derive(Debug)]
-struct Exposition {
-    types: HashMap<String, String>,
-    samples: BTreeMap<String, f64>,
-}
-
-fn valid_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-fn parse(text: &str) -> Exposition {
-    let mut types = HashMap::new();
-    let mut helped = std::collections::HashSet::new();
-    let mut samples = BTreeMap::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, _) = rest.split_once(' ').unwrap_or((rest, ""));
-            assert!(valid_name(name) && helped.insert(name.to_string()), "bad or repeated HELP: {line}");
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').expect(line);
-            assert!(valid_name(name), "{line}");
-            assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind), "{line}");
-            assert!(types.insert(name.to_string(), kind.to_string()).is_none(), "TYPE twice: {line}");
-            continue;
-        }
-        assert!(!line.starts_with('#') && !line.is_empty(), "unexpected line {line:?}");
-        let (series, value) = line.rsplit_once(' ').expect(line);
-        let value: f64 = match value {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            v => v.parse().unwrap_or_else(|_| panic!("bad value in {line:?}")),
-        };
-        let (name, labels) = match series.split_once('{') {
-            Some((name, rest)) => (name, rest.strip_suffix('}').expect(line)),
-            None => (series, ""),
-        };
-        assert!(valid_name(name), "{line}");
-        let mut pairs: Vec<(String, String)> = Vec::new();
-        let mut rest = labels;
-        while !rest.is_empty() {
-            let (key, after) = rest.split_once("=\"").expect(line);
-            assert!(valid_name(key), "bad label in {line}");
-            let end = after.find('"').expect(line);
-            assert!(!after[..end].contains('\\'), "escapes are not expected here: {line}");
-            pairs.push((key.to_string(), after[..end].to_string()));
-            rest = after[end + 1..].strip_prefix(',').unwrap_or(&after[end + 1..]);
-        }
-        let family = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s).filter(|f| types.get(*f).is_some_and(|t| t == "histogram")))
-            .unwrap_or(name);
-        assert!(types.contains_key(family), "sample of an undeclared family: {line}");
-        pairs.sort();
-        let key =
-            format!("{name}{{{}}}", pairs.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect::<Vec<_>>().join(","));
-        assert!(samples.insert(key, value).is_none(), "sample twice: {line}");
-    }
-    Exposition { types, samples }
-}
-
-impl Exposition {
-    /// The sample `series` (`name{k="v",…}` with labels sorted).
-    fn get(&self, series: &str) -> f64 {
-        *self.samples.get(series).unwrap_or_else(|| panic!("no sample {series} in {:#?}", self.samples))
-    }
-
-    fn has_family(&self, prefix: &str) -> bool {
-        self.samples.keys().any(|k| k.starts_with(prefix))
-    }
-
-    /// A histogram's buckets are cumulative and its `+Inf` bucket is its count; returns the count.
-    fn histogram_count(&self, name: &str, labels: &str) -> f64 {
-        assert_eq!(self.types.get(name).map(String::as_str), Some("histogram"), "{name}");
-        let mut buckets: Vec<(f64, f64)> = self
-            .samples
-            .iter()
-            .filter_map(|(k, v)| {
-                let inner = k.strip_prefix(&format!("{name}_bucket{{"))?.strip_suffix('}')?;
-                let mut le = None;
-                let rest: Vec<&str> = inner
-                    .split(',')
-                    .filter(|p| match p.strip_prefix("le=\"") {
-                        Some(b) => {
-                            le = Some(b.trim_end_matches('"').to_string());
-                            false
-                        }
-                        None => true,
-                    })
-                    .collect();
-                (rest.join(",") == labels).then(|| {
-                    let le = le.unwrap();
-                    (if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() }, *v)
-                })
-            })
-            .collect();
-        assert!(!buckets.is_empty(), "no buckets of {name}{{{labels}}}");
-        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "buckets not cumulative: {buckets:?}");
-        let count = self.get(&format!("{name}_count{{{labels}}}"));
-        assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, count), "+Inf bucket is the count");
-        assert!(self.samples.contains_key(&format!("{name}_sum{{{labels}}}")), "no sum of {name}{{{labels}}}");
-        count
-    }
-}
-
 async fn wait_until_done(coordinator: &Coordinator<vcurve_coordinator::store::SqlStore>, study: &str) {
-    for _ in 0..1200 {
-        if coordinator.progress(study).await.unwrap().state == StudyState::Done {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the study did not finish");
+    wait::until(Duration::from_secs(120), "the study finishes", async || {
+        let p = coordinator.progress(study).await.unwrap();
+        if p.state == StudyState::Done { Ok(()) } else { Err(p.state) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worker_did() {
-    let web = common::InProcess::start(vcurve_coordinator::metrics::router, "metrics").await;
-    let (coordinator, grpc_url, web_addr) = (web.coordinator.clone(), web.grpc_url.clone(), web.web_addr.clone());
+    let mut web = crate::cluster().await.tokens("w-token", "c-token").metrics().start().await;
+    let (coordinator, web_addr) = (web.coordinator().clone(), web.metrics_addr().unwrap().to_string());
 
     // Before any study: no study, and the workers (none yet) counted all the same.
     let (status, content_type, body) = get(&web_addr, "/metrics", Some("c-token")).await;
@@ -183,24 +51,17 @@ async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worke
     let worker_metrics = Arc::new(WorkerMetrics::new());
     let worker_web = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let worker_addr = worker_web.local_addr().unwrap().to_string();
-    let s = web.stop();
+    let s = web.stop_token();
     let worker_web_task = tokio::spawn(vcurve_worker::metrics::serve(
         worker_metrics.clone(),
         worker_web,
         Some("m-token".into()),
         async move { s.cancelled().await },
     ));
-    let worker_stop = CancellationToken::new();
-    let mut config = vcurve_worker::WorkerConfig::new(grpc_url);
+    let mut config = web.worker_config();
     config.slots = 2;
-    config.token = Some("w-token".into());
-    let ws = worker_stop.clone();
-    let worker = tokio::spawn(vcurve_worker::run_with_metrics(
-        config,
-        vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner),
-        Some(worker_metrics.clone()),
-        async move { ws.cancelled().await },
-    ));
+    let runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
+    web.spawn_worker(config, runners, Some(worker_metrics.clone()));
     wait_until_done(&coordinator, &study).await;
 
     // The coordinator: the store's counts, exactly; the worker is live and idle.
@@ -230,8 +91,7 @@ async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worke
     assert_eq!(leases, progress.lease_latency.unwrap().leases as f64);
 
     // The worker, stopped: every job ended and was reported; none runs.
-    worker_stop.cancel();
-    let summary = worker.await.unwrap().unwrap();
+    let summary = web.stop_workers().await.remove(0);
     let (status, content_type, body) = get(&worker_addr, "/metrics", Some("m-token")).await;
     assert_eq!(status, 200, "{body}");
     assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
@@ -365,61 +225,4 @@ async fn a_public_metrics_listener_needs_the_client_token() {
     let err =
         format!("{:#}", vcurve_cli::commands::run_worker(config, Default::default(), Some(at)).await.unwrap_err());
     assert!(err.contains("worker token"), "{err}");
-}
-
-/// The binary: `vcurve coordinator --metrics` serves the endpoint, and `VCURVE_LOG_FORMAT=json`
-/// makes its logs JSON lines with structured fields.
-#[tokio::test]
-async fn the_coordinator_binary_serves_metrics_and_logs_json_lines() {
-    use std::io::BufRead as _;
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vcurve"))
-        .args(["coordinator", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--store"])
-        .arg(format!("sqlite://{}", dir.path().join("store.sqlite").display()))
-        .env("VCURVE_LOG_FORMAT", "json")
-        .env_remove("VCURVE_LOG")
-        .env_remove("RUST_LOG")
-        .env_remove("VCURVE_CLIENT_TOKEN")
-        .env_remove("VCURVE_WORKER_TOKEN")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    // Read until both the metrics address and the JSON log of the metrics listener are in.
-    let (lines, addr) = tokio::task::spawn_blocking(move || {
-        let mut lines = Vec::new();
-        let mut addr = None;
-        let mut logged = false;
-        for line in (&mut stderr).lines() {
-            let line = line.unwrap();
-            if let Some(rest) = line.strip_prefix("vcurve metrics on http://") {
-                addr = rest.strip_suffix("/metrics").map(str::to_string);
-            }
-            logged |= line.contains("metrics listening");
-            lines.push(line);
-            if addr.is_some() && logged {
-                break;
-            }
-        }
-        // Keep draining: a coordinator writing to a closed pipe is not what is tested here.
-        std::thread::spawn(move || for _ in stderr.lines() {});
-        (lines, addr)
-    })
-    .await
-    .unwrap();
-    let addr = addr.unwrap_or_else(|| panic!("no metrics address in {lines:#?}"));
-    let (status, content_type, body) = get(&addr, "/metrics", None).await;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    assert_eq!(status, 200, "{body}");
-    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
-    assert_eq!(parse(&body).get("vcurve_studies{state=\"running\"}"), 0.0);
-    let logs: Vec<serde_json::Value> =
-        lines.iter().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
-    let listening = logs
-        .iter()
-        .find(|l| l["fields"]["message"] == "metrics listening")
-        .unwrap_or_else(|| panic!("no JSON log of the metrics listener in {lines:#?}"));
-    assert_eq!(listening["level"], "INFO");
-    assert_eq!(listening["fields"]["addr"], addr.as_str());
 }

@@ -4,13 +4,11 @@
 //! read from it (a FIFO nobody writes to would block a reader forever; `/dev/zero` would fill the
 //! memory).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::write;
+use crate::common::write;
 
 /// Long enough for any refusal on any machine; only a reader stuck on its input gets near it.
 const HANG_GUARD: Duration = Duration::from_secs(60);

@@ -1,10 +1,8 @@
 //! `vcurve analyze` as a user runs it: the binary, files on disk, JSON on stdout, errors on stderr.
 
-mod common;
-
 use std::path::Path;
 
-use common::{vcurve, write};
+use crate::common::{vcurve, write};
 use serde_json::Value;
 
 /// Run `analyze` on a points file with the given text; return (success, stdout, stderr).

@@ -1,9 +1,7 @@
 //! `vcurve bench schedule` as a user runs it: several schedules on the same outcomes, supplied
 //! curves by group, and the false-certification rate (issue 14).
 
-mod common;
-
-use common::{vcurve, write};
+use crate::common::{vcurve, write};
 use serde_json::Value;
 
 /// Two groups: `cliffs` (value lost at step 20, and at 12 in a curve given sparsely) and `flat`

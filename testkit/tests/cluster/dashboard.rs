@@ -1,14 +1,12 @@
 //! The live dashboard against a running coordinator: its API and pages over HTTP, and the page
 //! itself in a real headless browser (Debian's chromium; `scripts/test` installs it).
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 use vcurve_coordinator::testing::{Tr, spec};
+use vcurve_testkit::wait;
 
 /// `GET path` over a plain HTTP/1.1 connection: (status, body).
 async fn get(addr: &str, path: &str) -> (u16, String) {
@@ -54,8 +52,8 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     vcurve_testkit::require!(vcurve_testkit::require::Service::Chromium);
-    let web = common::InProcess::start(vcurve_coordinator::dashboard::router, "dashboard").await;
-    let (coordinator, grpc_url, web_addr) = (web.coordinator.clone(), web.grpc_url.clone(), web.web_addr.clone());
+    let mut web = crate::cluster().await.tokens("w-token", "c-token").dashboard().start().await;
+    let (coordinator, web_addr) = (web.coordinator().clone(), web.dashboard_addr().unwrap().to_string());
 
     let trs = [
         Tr { id: "alpha", length: 40, cliff: 17, p: 0.9, labels: "j: 17" },
@@ -64,18 +62,15 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     let (yaml, files) = spec("dash-study", "", &trs);
     let yaml = yaml.replace("duration_ms: 0", "duration_ms: 40");
     let study = coordinator.launch(&yaml, &files).await.unwrap();
-    let worker_stop = CancellationToken::new();
-    let mut config = vcurve_worker::WorkerConfig::new(grpc_url);
+    let mut config = web.worker_config();
     config.slots = 2;
-    config.token = Some("w-token".into());
-    let ws = worker_stop.clone();
-    let worker = tokio::spawn(vcurve_worker::run(
-        config,
-        vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner),
-        async move { ws.cancelled().await },
-    ));
+    web.spawn_worker(config, vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner), None);
     // Let some points arrive.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait::until(Duration::from_secs(60), "a first point arrives", async || {
+        let p = coordinator.progress(&study).await.unwrap();
+        if p.done > 0 { Ok(()) } else { Err(p.done) }
+    })
+    .await;
 
     // Every route needs the client token.
     assert_eq!(get(&web_addr, "/").await.0, 401);
@@ -111,7 +106,5 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
         .expect("refresh counter");
     assert!(refreshes >= 3, "the page refreshed only {refreshes} times");
 
-    worker_stop.cancel();
-    worker.await.unwrap().unwrap();
     web.shutdown().await;
 }

@@ -1,5 +1,6 @@
 //! The export read one trajectory at a time gives the bytes of the whole record's export, on both
-//! backends; `vcurve bench memory` runs end to end on a small count.
+//! backends; a SQLite file whose path says `memory` is a file. (`vcurve bench memory` itself is
+//! tested in `cli/tests/cli/memory.rs`.)
 
 use std::time::Duration;
 
@@ -7,9 +8,10 @@ use vcurve_cli::render::ReportRenderer;
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict, StudyState};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
-use vcurve_coordinator::testing::{TestStore, Tr, spec, step_outcome};
+use vcurve_coordinator::testing::{Tr, spec, step_outcome};
 use vcurve_record::EndType;
 use vcurve_record::jobs::{Judged, RunOutcome};
+use vcurve_testkit::cluster::Cluster;
 
 fn timing() -> Timing {
     Timing {
@@ -50,9 +52,9 @@ async fn run_to_end(c: &Coordinator<SqlStore>, study: &str) -> u64 {
 
 #[tokio::test]
 async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
-    let mut stores = vec![TestStore::sqlite().await];
-    if vcurve_testkit::require::optional(vcurve_testkit::require::Service::Postgres).is_some() {
-        stores.push(TestStore::postgres().await);
+    let mut clusters = vec![("sqlite", Cluster::sqlite().await)];
+    if let Some(postgres) = Cluster::postgres().await {
+        clusters.push(("postgres", postgres));
     }
     let ids: Vec<String> = (0..24).map(|i| format!("t{i:02}")).collect();
     let trs: Vec<Tr> = ids
@@ -68,51 +70,23 @@ async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
         .collect();
     let (yaml, files) = spec("many", "controls: {sanity: 2, retest: 2, budget_control: 2}\n", &trs);
     let mut exports = Vec::new();
-    for ts in stores {
-        let c = Coordinator::new(ts.store.clone(), timing(), ReportRenderer::shared());
+    for (name, cluster) in clusters {
+        let running = cluster.timing(timing()).renderer(ReportRenderer::shared()).start().await;
+        let c = running.coordinator().clone();
         let study = c.launch(&yaml, &files).await.unwrap();
         let reported = run_to_end(&c, &study).await;
-        assert!(reported > 2_000, "{}: only {reported} outcomes", ts.name);
+        assert!(reported > 2_000, "{name}: only {reported} outcomes");
         let streamed = c.export(&study).await.unwrap();
         let whole = vcurve_report::export::files(&c.store().study(&study).await.unwrap()).unwrap();
-        assert_eq!(streamed.keys().collect::<Vec<_>>(), whole.keys().collect::<Vec<_>>(), "{}", ts.name);
-        for (name, bytes) in &whole {
-            assert!(streamed[name] == *bytes, "{}: {name} differs", ts.name);
+        assert_eq!(streamed.keys().collect::<Vec<_>>(), whole.keys().collect::<Vec<_>>(), "{name}");
+        for (file, bytes) in &whole {
+            assert!(streamed[file] == *bytes, "{name}: {file} differs");
         }
         assert!(c.export("no-such-study").await.is_err());
         exports.push(streamed);
-        ts.finish().await;
+        running.shutdown().await;
     }
     assert!(exports.windows(2).all(|w| w[0] == w[1]), "the backends export different bytes");
-}
-
-#[test]
-fn bench_memory_measures_at_each_count_and_exports() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vcurve"))
-        .args(["bench", "memory", "--at", "300,900", "--workers", "4", "--slots", "8", "--json"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let points = report["points"].as_array().unwrap();
-    assert_eq!(points.len(), 2, "{report:#}");
-    for (p, at) in points.iter().zip([300, 900]) {
-        assert!(p["finished"].as_u64().unwrap() >= at, "{p}");
-        assert!(p["vm_rss_bytes"].as_u64().unwrap() > 0 && p["vm_hwm_bytes"].as_u64().unwrap() > 0, "{p}");
-        assert!(p["store_bytes"].as_u64().unwrap() > 0, "{p}");
-    }
-    let export = &report["export"];
-    assert!(export["files"].as_u64().unwrap() >= 5 && export["bytes"].as_u64().unwrap() > 0, "{export}");
-    assert!(export["vm_rss_peak_bytes"].as_u64().unwrap() > 0, "{export}");
-    assert!(stderr.contains("memory bench:"), "{stderr}");
-
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_vcurve"))
-        .args(["bench", "memory", "--at", "900,300"])
-        .output()
-        .unwrap();
-    assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("ascending"));
 }
 
 #[tokio::test]
