@@ -13,10 +13,11 @@ use vcurve_coordinator::model::{
 };
 use vcurve_coordinator::render::{RenderError, TrajectorySummary};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
-use vcurve_coordinator::testing::{TestStore, recorded_trajectory};
+use vcurve_coordinator::testing::recorded_trajectory;
 use vcurve_method::selection::{BackFill, Verdict};
 use vcurve_record::jobs::{Judged, NonReplayable, RunOutcome};
 use vcurve_record::{EndType, RestartCheckRow, StudyRecord};
+use vcurve_testkit::store::TestStore;
 
 const T0: i64 = 1_700_000_000_000;
 

@@ -14,10 +14,10 @@ use vcurve_coordinator::model::{HeldJob, JobKey, JobKind, JobReport, LeasedJob, 
 use vcurve_coordinator::render::{RenderError, TrajectorySummary};
 use vcurve_coordinator::spec;
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
-use vcurve_coordinator::testing::TestStore;
 use vcurve_method::selection::Verdict;
 use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::{EndType, Evaluator, RestartCheckRow, StudyRecord, TrajectoryPayload};
+use vcurve_testkit::store::TestStore;
 
 const T0: i64 = 1_700_000_000_000;
 const DATASET: &str = include_str!("fixtures/swebench/verified-3.jsonl");

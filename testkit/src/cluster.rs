@@ -24,6 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::TestStore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use vcurve_coordinator::Renderer;
@@ -31,7 +32,6 @@ use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{ServeOptions, Tokens};
 use vcurve_coordinator::service::{Service, ServiceConfig, ServiceError};
 use vcurve_coordinator::store::SqlStore;
-use vcurve_coordinator::testing::TestStore;
 use vcurve_worker::metrics::WorkerMetrics;
 use vcurve_worker::{Runners, WorkerConfig, WorkerError, WorkerSummary};
 

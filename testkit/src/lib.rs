@@ -11,6 +11,8 @@
 //!   `Cluster::postgres()` `.workers(n, runners)` `.start()`, built on the coordinator's
 //!   `Service` and the worker's lease loop. Its own tests are `testkit/tests/cluster/`: the
 //!   coordinator and the worker as libraries over real gRPC on loopback.
+//! - `store` (feature `store`, part of `cluster`): `TestStore`, a store on a fresh database of
+//!   either backend; `TestStore::both()` gives SQLite and, behind the gate, PostgreSQL.
 //! - [`wait`]: wait for a state (poll it with a deadline) rather than sleep for a time.
 //! - [`prometheus`]: scrape a `/metrics` endpoint and parse the text format strictly.
 //! - `sim` (feature `sim`): the discrete-event cluster simulator of `vcurve bench cluster`, over
@@ -23,4 +25,6 @@ pub mod prometheus;
 pub mod require;
 #[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "store")]
+pub mod store;
 pub mod wait;

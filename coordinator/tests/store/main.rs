@@ -23,10 +23,11 @@ use vcurve_coordinator::model::{
     TrajectoryState,
 };
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store, StudyPart};
-use vcurve_coordinator::testing::{TestStore, Tr, no_renderer, spec, step_outcome};
+use vcurve_coordinator::testing::{Tr, no_renderer, spec, step_outcome};
 use vcurve_method::schedule::Series;
 use vcurve_record::EndType;
 use vcurve_record::jobs::{Judged, RunOutcome};
+use vcurve_testkit::store::TestStore;
 
 pub(crate) const T0: i64 = 1_700_000_000_000;
 

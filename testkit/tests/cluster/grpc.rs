@@ -9,10 +9,11 @@ use vcurve_cli::client::{self, Connection};
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::server::{self, ServeError, ServeOptions, Tokens};
 use vcurve_coordinator::store::LeasePolicy;
-use vcurve_coordinator::testing::{TestStore, Tr, spec};
+use vcurve_coordinator::testing::{Tr, spec};
 use vcurve_proto::v1;
 use vcurve_proto::v1::worker_service_client::WorkerServiceClient;
 use vcurve_testkit::cluster::{self, Cluster};
+use vcurve_testkit::store::TestStore;
 use vcurve_testkit::wait;
 
 struct Running {

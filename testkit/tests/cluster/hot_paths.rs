@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use vcurve_coordinator::core::{Coordinator, Timing};
 use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict};
 use vcurve_coordinator::store::SqlStore;
-use vcurve_coordinator::testing::{TestStore, Tr, spec, step_outcome};
+use vcurve_coordinator::testing::{Tr, spec, step_outcome};
 use vcurve_record::EndType;
 use vcurve_record::jobs::{Judged, RunOutcome};
+use vcurve_testkit::store::TestStore;
 
 async fn finished_study(c: &Coordinator<SqlStore>, trajectories: &[Tr]) -> String {
     let (yaml, files) = spec("large", "controls: {sanity: 2, retest: 2, budget_control: 2}\n", trajectories);
