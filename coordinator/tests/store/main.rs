@@ -2,7 +2,8 @@
 //! database per test). Every scenario drives the store through the coordinator core with a manual
 //! clock, so lease expiry is exact.
 //!
-//! One test binary, one module per capability of the store.
+//! The coordinator's one integration test binary: a module per capability of the store, and the
+//! studies launched from task lists and from SWE-bench (`studies_from_tasks`, `swebench_spec`).
 
 mod admission;
 mod base_runs;
@@ -11,6 +12,8 @@ mod locality;
 mod progress;
 mod replays;
 mod studies;
+mod studies_from_tasks;
+mod swebench_spec;
 mod verdicts;
 
 use std::collections::HashSet;

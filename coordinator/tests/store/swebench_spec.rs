@@ -20,9 +20,9 @@ use vcurve_record::{EndType, Evaluator, RestartCheckRow, StudyRecord, Trajectory
 use vcurve_testkit::store::TestStore;
 
 const T0: i64 = 1_700_000_000_000;
-const DATASET: &str = include_str!("fixtures/swebench/verified-3.jsonl");
+const DATASET: &str = include_str!("../fixtures/swebench/verified-3.jsonl");
 const DJANGO_RUN: &[u8] =
-    include_bytes!("../../record/tests/fixtures/mini-swe-agent/django__django-10999.v1.traj.json");
+    include_bytes!("../../../record/tests/fixtures/mini-swe-agent/django__django-10999.v1.traj.json");
 
 struct NoRenderer;
 
