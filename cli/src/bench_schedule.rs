@@ -1,157 +1,60 @@
 //! `vcurve bench schedule`: the schedule benchmark on synthetic curves, or on true curves a user
-//! supplies (`--curves`), across the machine's cores.
+//! supplies (`--curves`), across the machine's cores. The benchmark itself is
+//! [`vcurve_method::bench`]; here are its arguments, the file it reads, the cores it spreads over,
+//! the clock and the printing.
 
-use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use vcurve_coordinator::spec::MAX_LENGTH;
 use vcurve_method::Thresholds;
 use vcurve_method::bench::{
-    CurveResult, FamilyReport, ScheduleReport, SuppliedCurve, SuppliedReport, group_reports, schedule_report, simulate,
-    simulate_supplied,
+    CurveResult, CurvesError, ScheduleListError, ScheduleReport, Spread, SuppliedCurve, parse_supplied_curves,
+    run_supplied, schedule_list, supplied_table, table,
 };
 use vcurve_method::schedule::Variant;
-use vcurve_method::schedule::variants::{VARIANTS, variant_by_name, variant_names};
-use vcurve_method::synthetic::Family;
+use vcurve_method::schedule::variants::variant_names;
 
 use crate::input::{self, InputError};
 use crate::output;
 
-/// `f` of every job, in order, spread over the available cores.
-fn parallel<J: Sync>(jobs: &[J], f: impl Fn(&J) -> CurveResult + Sync) -> Vec<CurveResult> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
-    let chunk = jobs.len().div_ceil(threads).max(1);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> =
-            jobs.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<_>>())).collect();
-        handles.into_iter().flat_map(|h| h.join().expect("bench thread panicked")).collect()
-    })
+/// The simulations spread over the available cores, in chunks of consecutive jobs.
+struct Cores;
+
+impl Spread for Cores {
+    fn map<J: Sync>(&self, jobs: &[J], f: &(dyn Fn(&J) -> CurveResult + Sync)) -> Vec<CurveResult> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
+        let chunk = jobs.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> =
+                jobs.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<_>>())).collect();
+            handles.into_iter().flat_map(|h| h.join().expect("bench thread panicked")).collect()
+        })
+    }
 }
 
 /// Run `variant` on `per_family` curves of every family, spread over the available cores.
 pub fn run(variant: &'static dyn Variant, params: &Thresholds, per_family: u64, seed: u64) -> ScheduleReport {
-    let jobs: Vec<(Family, u64)> = Family::ALL.iter().flat_map(|&f| (0..per_family).map(move |i| (f, i))).collect();
-    let results = parallel(&jobs, |&(f, i)| simulate(variant, params, f, seed, i));
-    schedule_report(variant.name(), &results)
-}
-
-/// Run `variant` on `replicates` replicates of every supplied curve. Replicate `r` of a curve has
-/// the same outcomes under every schedule (they hash the seed, the curve's name, `r` and the key).
-pub fn run_supplied(
-    variant: &'static dyn Variant,
-    params: &Thresholds,
-    curves: &[SuppliedCurve],
-    replicates: u64,
-    seed: u64,
-) -> SuppliedReport {
-    let jobs: Vec<(&SuppliedCurve, u64)> = curves.iter().flat_map(|c| (0..replicates).map(move |r| (c, r))).collect();
-    let results = parallel(&jobs, |&(c, r)| simulate_supplied(variant, params, c, seed, r));
-    SuppliedReport { schedule: variant.name(), groups: group_reports(&results) }
-}
-
-fn cell(v: Option<f64>, digits: usize) -> String {
-    v.map_or_else(|| "–".to_string(), |v| format!("{v:.digits$}"))
-}
-
-/// The table of `(schedule, family or group, figures)` rows; `column` heads the second column.
-fn rows_table<'a>(column: &str, rows: impl Iterator<Item = (&'a str, &'a str, &'a FamilyReport)>) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<15} {:<14} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>5} {:>6} {:>6} {:>6} {:>6}",
-        "schedule",
-        column,
-        "curves",
-        "shape",
-        "cliff",
-        "drop",
-        "onset",
-        "pnr",
-        "cont",
-        "median",
-        "p90",
-        "big",
-        "bigerr",
-        "big±1",
-        "hold",
-        "fpnr"
-    );
-    for (schedule, group, f) in rows {
-        let _ = writeln!(
-            out,
-            "{:<15} {:<14} {:>6} {:>6} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>7.1} {:>7.1} {:>7.1} {:>5} {:>6} {:>6} {:>6} {:>6}",
-            schedule,
-            group,
-            f.curves,
-            cell(f.shape_accuracy, 3),
-            f.cliff_share,
-            f.drop_found,
-            f.onset_found,
-            f.pnr_certified,
-            f.continuations_mean,
-            f.continuations_median,
-            f.continuations_p90,
-            f.big_cliff_n,
-            cell(f.big_cliff_median_abs_error, 1),
-            cell(f.big_cliff_within_one, 3),
-            f.holding_curves,
-            cell(f.false_pnr, 3),
-        );
-    }
-    out.push_str(
-        "\nshape: shape accuracy (flat excluded); cliff: share estimated cliff; drop: confirmed drop ≥ 0.25 at\n\
-         K_confirm (32; 16 under adaptive); onset: significant onset found; pnr: certified point of no return;\n\
-         cont/median/p90: continuations per curve; big: curves with a true drop ≥ 0.4; bigerr: median |t̂* − t*|\n\
-         on them; big±1: share within one step; hold: curves whose true value stays ≥ 0.2 before T;\n\
-         fpnr: share of them certifying a point of no return before T (false certification; –: no such curve,\n\
-         not measured).\n",
-    );
-    out
-}
-
-/// The human-readable table of one or more schedules on the synthetic families.
-pub fn table(reports: &[ScheduleReport]) -> String {
-    let rows = reports.iter().flat_map(|r| r.families.iter().map(|(g, f)| (r.schedule, g.as_str(), f)));
-    rows_table("family", rows)
-}
-
-/// The human-readable table of one or more schedules on supplied curves, by group.
-pub fn supplied_table(reports: &[SuppliedReport]) -> String {
-    let rows = reports.iter().flat_map(|r| r.groups.iter().map(|(g, f)| (r.schedule, g.as_str(), f)));
-    rows_table("group", rows)
+    vcurve_method::bench::run(variant, params, per_family, seed, &Cores)
 }
 
 /// The schedules of `--schedule`: `all`, or a comma-separated list of distinct variant names.
 pub fn parse_schedules(list: &str) -> anyhow::Result<Vec<&'static dyn Variant>> {
     let known = || format!("the known schedules are {}, or all for every one", variant_names().join(", "));
-    if list.trim() == "all" {
-        return Ok(VARIANTS.to_vec());
-    }
-    let mut chosen: Vec<&'static dyn Variant> = Vec::new();
-    for name in list.split(',').map(str::trim) {
-        if name.is_empty() {
-            anyhow::bail!("--schedule {list:?} has an empty name; give names separated by commas ({})", known());
+    schedule_list(list).map_err(|e| match e {
+        ScheduleListError::EmptyName => {
+            anyhow::anyhow!("--schedule {list:?} has an empty name; give names separated by commas ({})", known())
         }
-        if name == "all" {
-            anyhow::bail!("--schedule {list:?}: `all` stands alone (it already runs every schedule)");
+        ScheduleListError::AllNotAlone => {
+            anyhow::anyhow!("--schedule {list:?}: `all` stands alone (it already runs every schedule)")
         }
-        let Some(variant) = variant_by_name(name) else {
-            anyhow::bail!("unknown schedule {name:?} in --schedule {list:?}; {}", known());
-        };
-        if chosen.iter().any(|v| v.name() == name) {
-            anyhow::bail!(
-                "--schedule {list:?} names `{name}` twice; every schedule already runs on the same outcomes, list it once"
-            );
+        ScheduleListError::Unknown(name) => {
+            anyhow::anyhow!("unknown schedule {name:?} in --schedule {list:?}; {}", known())
         }
-        chosen.push(variant);
-    }
-    Ok(chosen)
+        ScheduleListError::Twice(name) => anyhow::anyhow!(
+            "--schedule {list:?} names `{name}` twice; every schedule already runs on the same outcomes, list it once"
+        ),
+    })
 }
-
-/// The header of a `--curves` file.
-const CURVES_COLUMNS: [&str; 3] = ["curve", "t", "v"];
 
 /// Read a `--curves` file: `curve,t,v`, one row per step, `t` increasing from 0 within each curve
 /// (rows of different curves may interleave), `v` in `[0, 1]`. See [`SuppliedCurve::new`] for the
@@ -162,109 +65,10 @@ pub fn read_supplied_curves(path: &Path) -> Result<Vec<SuppliedCurve>, InputErro
 
 /// [`read_supplied_curves`] of the contents `text` of `path`.
 fn supplied_curves_from(path: &Path, text: &[u8]) -> Result<Vec<SuppliedCurve>, InputError> {
-    let file_error = |message: String| InputError::File { path: path.into(), message };
-    let line_error = |line: u64, message: String| InputError::Line { path: path.into(), line, message };
-    let expected = CURVES_COLUMNS.join(",");
-    // Spreadsheets often save CSV with a byte-order mark, which would otherwise end up in `curve`.
-    let text = text.strip_prefix("\u{feff}".as_bytes()).unwrap_or(text);
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).flexible(true).from_reader(text);
-    let headers = reader.headers().map_err(|e| line_error(1, format!("cannot read the header: {e}")))?.clone();
-    if headers.iter().all(str::is_empty) {
-        return Err(file_error(format!(
-            "the file is empty; expected the header `{expected}` and one row per step of each curve"
-        )));
-    }
-    let found = headers.iter().collect::<Vec<_>>().join(",");
-    let mut columns = [None; 3];
-    for (i, h) in headers.iter().enumerate() {
-        let Some(c) = CURVES_COLUMNS.iter().position(|name| *name == h) else {
-            return Err(line_error(
-                1,
-                format!("unexpected column `{h}`: the header must be `{expected}` (found `{found}`)"),
-            ));
-        };
-        if columns[c].replace(i).is_some() {
-            return Err(line_error(1, format!("the header has the column `{h}` twice")));
-        }
-    }
-    let [Some(curve_col), Some(t_col), Some(v_col)] = columns else {
-        let missing = CURVES_COLUMNS.iter().zip(columns).find(|(_, c)| c.is_none()).map_or("", |(name, _)| name);
-        return Err(line_error(
-            1,
-            format!("missing column `{missing}`: the header must be `{expected}` (found `{found}`)"),
-        ));
-    };
-
-    let mut order: Vec<String> = Vec::new();
-    // Each curve's rows, and the line of its last one.
-    let mut curves: HashMap<String, (Vec<(u32, f64)>, u64)> = HashMap::new();
-    for record in reader.records() {
-        let record =
-            record.map_err(|e| line_error(e.position().map_or(0, |p| p.line()), format!("malformed row: {e}")))?;
-        let line = record.position().map_or(0, |p| p.line());
-        let at = |message: String| line_error(line, message);
-        if record.len() != headers.len() {
-            return Err(at(format!("malformed row: {} fields where the header has {}", record.len(), headers.len())));
-        }
-        let field = |i: usize| record.get(i).unwrap_or("");
-        let name = field(curve_col);
-        if name.is_empty() {
-            return Err(at("`curve` is empty; every row names its curve".into()));
-        }
-        if name.starts_with('/') {
-            return Err(at(format!("`curve` = {name:?} has an empty group before its first `/`")));
-        }
-        let raw_t = field(t_col);
-        let t = match raw_t.parse::<u64>() {
-            Ok(t) if t < u64::from(MAX_LENGTH) => t as u32,
-            Ok(t) => {
-                return Err(at(format!(
-                    "`t` = {t} is too large: a curve has at most {MAX_LENGTH} steps (t ≤ {})",
-                    MAX_LENGTH - 1
-                )));
-            }
-            Err(_) => return Err(at(format!("`t` = {raw_t:?} is not a step (a whole number ≥ 0)"))),
-        };
-        let raw_v = field(v_col);
-        let v = match raw_v.parse::<f64>() {
-            Ok(v) if v.is_nan() => return Err(at(format!("`v` = {raw_v:?} is not a number"))),
-            Ok(v) if (0.0..=1.0).contains(&v) => v,
-            Ok(_) => return Err(at(format!("`v` = {raw_v} is outside [0, 1]"))),
-            Err(_) => return Err(at(format!("`v` = {raw_v:?} is not a number"))),
-        };
-        let (rows, last_line) = curves.entry(name.to_string()).or_insert_with(|| {
-            order.push(name.to_string());
-            (Vec::new(), line)
-        });
-        match rows.last() {
-            None if t != 0 => {
-                return Err(at(format!(
-                    "curve `{name}` starts at t = {t}; its first row must be t = 0 (V(h_0), the task alone)"
-                )));
-            }
-            Some(&(previous, _)) if t == previous => {
-                return Err(at(format!("t = {t} of curve `{name}` appears twice (first on line {last_line})")));
-            }
-            Some(&(previous, _)) if t < previous => {
-                return Err(at(format!(
-                    "t = {t} of curve `{name}` comes after t = {previous} (line {last_line}); a curve's rows go in increasing t"
-                )));
-            }
-            _ => {}
-        }
-        rows.push((t, v));
-        *last_line = line;
-    }
-    if order.is_empty() {
-        return Err(file_error(format!("has the header `{expected}` but no rows")));
-    }
-    order
-        .into_iter()
-        .map(|name| {
-            let rows = &curves[&name].0;
-            SuppliedCurve::new(name.clone(), rows).map_err(|e| file_error(format!("curve `{name}` {e}")))
-        })
-        .collect()
+    parse_supplied_curves(text, MAX_LENGTH).map_err(|e| match e {
+        CurvesError::Text(message) => InputError::File { path: path.into(), message },
+        CurvesError::Line { line, message } => InputError::Line { path: path.into(), line, message },
+    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -309,7 +113,7 @@ pub fn run_command(args: &BenchScheduleArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.curves {
         let curves = read_supplied_curves(path)?;
         let reports: Vec<_> =
-            variants.iter().map(|v| run_supplied(*v, &params, &curves, args.replicates, args.seed)).collect();
+            variants.iter().map(|v| run_supplied(*v, &params, &curves, args.replicates, args.seed, &Cores)).collect();
         if args.json {
             return output::println(to_json(&reports, one)?);
         }

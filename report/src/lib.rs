@@ -13,7 +13,8 @@
 //! - [`html`]: the study's report — one self-contained HTML file, its tables as CSV.
 //! - [`replay_table`]: replay as Appendix L reports it (Tables 14–15), and the kinds of commands.
 //! - [`selection_export`]: the base-run pool (Table 8) and the selection of the study set.
-//! - [`table`]: a table as HTML, CSV and text, and the helpers of the CSV files.
+//! - [`table`]: a table as HTML, CSV and text, aligned text for any rows ([`table::aligned`], which
+//!   `vcurve labels` prints with), and the helpers of the CSV files.
 
 pub mod analyses;
 pub mod export;

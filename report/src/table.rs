@@ -66,19 +66,8 @@ impl Table {
 
     /// The table as aligned text, for a terminal.
     pub fn text(&self) -> String {
-        let width = |i: usize| {
-            std::iter::once(&self.headers).chain(&self.rows).map(|r| r[i].chars().count()).max().unwrap_or(0)
-        };
-        let widths: Vec<usize> = (0..self.headers.len()).map(width).collect();
-        let line = |cells: &[String]| {
-            let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-            padded.join("  ").trim_end().to_string() + "\n"
-        };
         let mut out = format!("{}\n{}\n", self.title, "=".repeat(self.title.chars().count()));
-        out.push_str(&line(&self.headers));
-        for row in &self.rows {
-            out.push_str(&line(row));
-        }
+        out.push_str(&aligned(&self.headers, &self.rows, &[]));
         if self.rows.is_empty() {
             let _ = writeln!(out, "({})", self.empty());
         }
@@ -110,6 +99,40 @@ impl Table {
         out.push_str("</table>\n");
         out
     }
+}
+
+/// How a column of [`aligned`] text lines up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// `headers` and `rows` as aligned text, one line each: every column as wide as its widest cell
+/// (in characters), columns two spaces apart, each aligned as `align` says (columns past its end
+/// to the left), trailing spaces trimmed.
+pub fn aligned(headers: &[String], rows: &[Vec<String>], align: &[Align]) -> String {
+    let width = |i: usize| {
+        std::iter::once(headers).chain(rows.iter().map(Vec::as_slice)).map(|r| r[i].chars().count()).max().unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..headers.len()).map(width).collect();
+    let line = |cells: &[String]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| match align.get(i).copied().unwrap_or(Align::Left) {
+                Align::Left => format!("{c:<w$}"),
+                Align::Right => format!("{c:>w$}"),
+            })
+            .collect();
+        padded.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers);
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    out
 }
 
 /// An optional CSV cell: empty when `None`.

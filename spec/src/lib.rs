@@ -56,28 +56,30 @@
 //!   outside the limits is refused in milliseconds whatever its size or depth.
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_norway::Value;
 pub use vcurve_record::study::{
     Admission, ControlCounts, DecoySpec, Label, RunnerSpec, SelectionSpec, StudySpec, TaskRuns, TrajectorySpec,
 };
-use vcurve_record::{Trajectory, TrajectoryPayload};
-
-/// The longest trajectory a spec may declare.
-pub const MAX_LENGTH: u32 = 100_000;
 
 pub mod bounds;
+mod error;
+mod fields;
+mod launch;
 pub mod restart_check;
 mod study;
 mod swebench;
+mod task;
 mod tasks;
 mod trajectory;
 mod value;
 pub use bounds::ReadError;
-pub use study::MAX_BASE_RUNS;
-use study::{TOP_FIELDS, parse_study};
+pub use error::{SpecError, TrajectoryRef};
+use fields::TOP_FIELDS;
+pub use fields::{MAX_BASE_RUNS, MAX_LENGTH};
+pub use launch::Launch;
+use study::parse_study;
 use value::{get, problem, show, top_error, valid_name};
 
 /// The largest study spec: 16 MiB, 40,000 trajectories or more (the demo's take 380 bytes each
@@ -96,73 +98,6 @@ pub const MAX_YAML_DEPTH: usize = 64;
 
 /// The runner kind whose options this module validates.
 pub use vcurve_record::runner::SYNTHETIC;
-
-/// Which trajectory an error is about: its id, or its position when the id is the problem.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TrajectoryRef {
-    Id(String),
-    /// 0-based position in `trajectories`.
-    Index(usize),
-}
-
-impl fmt::Display for TrajectoryRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TrajectoryRef::Id(id) => write!(f, "trajectory {id:?}"),
-            TrajectoryRef::Index(i) => write!(f, "trajectories[{i}]"),
-        }
-    }
-}
-
-/// Why a study spec was rejected. Every variant is fatal: the user must fix the spec (or a file it
-/// names); nothing was stored.
-#[derive(Debug, thiserror::Error)]
-pub enum SpecError {
-    /// The spec file is not a regular file, too large, not UTF-8, or too deeply nested.
-    #[error("cannot read the study spec {}: {source}", path.display())]
-    Read { path: PathBuf, source: ReadError },
-    /// The spec's text is too large or too deeply nested to be parsed.
-    #[error("the study spec was not parsed: {0}")]
-    Bounds(ReadError),
-    #[error("the study spec is not valid YAML: {0}")]
-    Yaml(String),
-    /// A study-level field.
-    #[error("{field} {message}")]
-    Field { field: String, message: String },
-    /// A field of one trajectory.
-    #[error("{trajectory}: {field} {message}")]
-    Trajectory { trajectory: TrajectoryRef, field: String, message: String },
-    /// A trajectory's curve file as a whole (missing, no header, rows missing).
-    #[error("{trajectory}: curve {path}: {message}")]
-    CurveFile { trajectory: TrajectoryRef, path: String, message: String },
-    /// One line of a trajectory's curve file (1-based; the header is line 1).
-    #[error("{trajectory}: curve {path} line {line}: {message}")]
-    CurveLine { trajectory: TrajectoryRef, path: String, line: u64, message: String },
-}
-
-/// A parsed spec with the recorded runs its trajectories name, by digest.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Launch {
-    pub spec: StudySpec,
-    pub recorded: BTreeMap<String, Trajectory>,
-}
-
-impl Launch {
-    /// What workers fetch for each trajectory, in the spec's order.
-    pub fn payloads(&self) -> Vec<TrajectoryPayload> {
-        self.spec
-            .trajectories
-            .iter()
-            .map(|t| TrajectoryPayload {
-                task: t.task.clone(),
-                length: t.length,
-                curve: t.curve.clone(),
-                recorded: t.recorded.as_ref().and_then(|d| self.recorded.get(d)).cloned(),
-                task_def: None,
-            })
-            .collect()
-    }
-}
 
 /// Parse and validate a spec whose referenced files are looked up through `file` (a path
 /// relative to the spec, as written in it → the file's contents). A text over [`MAX_SPEC_BYTES`]

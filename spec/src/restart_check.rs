@@ -15,8 +15,9 @@ use serde_norway::{Mapping, Value};
 use vcurve_record::study::{RestartCheckRow, RestartCheckSpec};
 use vcurve_record::{ControlCounts, StudySpec, Task, TaskRuns};
 
+use crate::error::SpecError;
+use crate::fields::MAX_BASE_RUNS;
 use crate::value::{check_keys, get, problem, required, text, top_error, uint};
-use crate::{MAX_BASE_RUNS, SpecError};
 
 const FIELDS: &[&str] = &["name", "seed", "restart_check"];
 const CHECK_FIELDS: &[&str] = &["of", "runs"];

@@ -8,40 +8,18 @@ use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{Thresholds, ThresholdsError};
 use vcurve_record::runner::{AgentOptions, SyntheticOptions, runs_containers};
 
+use crate::error::{SpecError, TrajectoryRef};
+use crate::fields::{ADMISSION_FIELDS, ADMISSION_MODES, CONTROL_FIELDS, DECOY_FIELDS, MAX_LENGTH, TOP_FIELDS};
+use crate::launch::Launch;
+use crate::task::twin;
 use crate::trajectory::{parse_labels, parse_trajectory};
 use crate::value::{
     Problem, check_keys, get, missing, number, optional_mapping, problem, real, required, show, text, top_error, uint,
-    valid_name,
 };
 use crate::{
-    Admission, ControlCounts, DecoySpec, Launch, MAX_LENGTH, RunnerSpec, SYNTHETIC, SelectionSpec, SpecError,
-    StudySpec, TaskRuns, TrajectoryRef, TrajectorySpec, swebench, tasks,
+    Admission, ControlCounts, DecoySpec, RunnerSpec, SYNTHETIC, SelectionSpec, StudySpec, TaskRuns, TrajectorySpec,
+    swebench, tasks,
 };
-
-pub(crate) const TOP_FIELDS: &[&str] = &[
-    "name",
-    "seed",
-    "budget",
-    "schedule",
-    "runner",
-    "thresholds",
-    "controls",
-    "admission",
-    "trajectories",
-    "decoys",
-    "tasks",
-    "base_runs",
-    "selection",
-    "swebench",
-];
-/// The most base runs a study may ask of one task.
-pub const MAX_BASE_RUNS: u32 = 1000;
-pub(crate) const TRAJECTORY_FIELDS: &[&str] = &["id", "task", "length", "curve", "labels", "base_runs", "recorded"];
-pub(crate) const DECOY_FIELDS: &[&str] = &["id", "task", "length", "labels"];
-pub(crate) const CONTROL_FIELDS: &[&str] = &["sanity", "retest", "budget_control"];
-pub(crate) const ADMISSION_FIELDS: &[&str] = &["mode", "batch_size", "pipeline_threshold"];
-pub(crate) const ADMISSION_MODES: &[&str] = &["demand", "batch"];
-pub(crate) const BASE_RUN_FIELDS: &[&str] = &["success", "steps"];
 
 pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
     check_keys(top, TOP_FIELDS, "", "a study spec").map_err(top_error)?;
@@ -169,34 +147,6 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
     Ok(Launch { spec, recorded })
 }
 
-pub(crate) fn check_task(task: &vcurve_record::Task) -> Result<(), String> {
-    if !valid_name(&task.id) {
-        return Err(format!("id {:?} must be a non-empty name of letters, digits, and . _ - characters", task.id));
-    }
-    if task.image.trim().is_empty() {
-        return Err("image is empty".into());
-    }
-    if !task.workdir.starts_with('/') {
-        return Err(format!("workdir {:?} must be an absolute path", task.workdir));
-    }
-    match &task.evaluator {
-        vcurve_record::Evaluator::Command { command, timeout_s } => {
-            if command.trim().is_empty() {
-                return Err("evaluator.command is empty".into());
-            }
-            if *timeout_s == 0 {
-                return Err("evaluator.timeout_s must be at least 1".into());
-            }
-        }
-        vcurve_record::Evaluator::Swebench { instance_id, .. } => {
-            if instance_id.trim().is_empty() {
-                return Err("evaluator.instance_id is empty".into());
-            }
-        }
-    }
-    Ok(())
-}
-
 pub(crate) fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
     let at = |p: Problem| SpecError::Field { field: format!("decoys[{index}].{}", p.field), message: p.message };
     let Value::Mapping(map) = entry else {
@@ -272,28 +222,6 @@ pub(crate) fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
         SyntheticOptions::from_json(&options).map_err(|e| top_error(problem("runner", e)))?;
     }
     Ok(RunnerSpec { kind, options })
-}
-
-/// A parameter that may be set at the top level or in `thresholds`: its value, and the field it
-/// came from (for later messages).
-pub(crate) struct Twin {
-    pub(crate) field: String,
-    pub(crate) value: u32,
-}
-
-/// Pick the value of such a parameter; both given with different values is an error.
-pub(crate) fn twin(
-    top: Option<(String, u32)>,
-    thresholds: Option<(String, u32)>,
-    default: (&str, u32),
-) -> Result<Twin, SpecError> {
-    match (top, thresholds) {
-        (Some((field, a)), Some((other, b))) if a != b => {
-            Err(top_error(problem(field, format!("= {a} conflicts with {other} = {b}; give one of them"))))
-        }
-        (Some((field, value)), _) | (None, Some((field, value))) => Ok(Twin { field, value }),
-        (None, None) => Ok(Twin { field: default.0.to_string(), value: default.1 }),
-    }
 }
 
 /// The thresholds with the spec's overrides, the controls, the admission and the selection. The

@@ -73,9 +73,10 @@ use vcurve_record::runner::SYNTHETIC;
 use vcurve_record::{Evaluator, Task, Trajectory, TrajectorySpec};
 
 use super::tasks::TaskEntry;
-use crate::study::check_task;
+use crate::error::{SpecError, TrajectoryRef};
+use crate::fields::MAX_BASE_RUNS;
+use crate::task::check_task;
 use crate::value::{Problem, check_keys, get, missing, problem, show, text, top_error, uint, valid_name};
-use crate::{MAX_BASE_RUNS, SpecError, TrajectoryRef};
 
 const FIELDS: &[&str] = &["dataset", "instances", "image", "image_field", "workdir", "base_runs"];
 /// The working directory of SWE-bench's images.

@@ -36,9 +36,10 @@ use vcurve_record::runner::SYNTHETIC;
 use vcurve_record::study::SelectionSpec;
 use vcurve_record::{Evaluator, Task};
 
-use crate::study::{Twin, check_task, twin};
+use crate::error::SpecError;
+use crate::fields::MAX_BASE_RUNS;
+use crate::task::{Twin, check_task, twin};
 use crate::value::{Problem, check_keys, get, missing, problem, show, text, top_error, uint};
-use crate::{MAX_BASE_RUNS, SpecError};
 
 const TASK_FILE_FIELDS: &[&str] = &["task", "base_runs"];
 const INLINE_TASK_FIELDS: &[&str] =

@@ -4,9 +4,10 @@ use serde_norway::{Mapping, Value};
 use vcurve_method::{BaseRun, BaseRuns};
 use vcurve_record::Trajectory;
 
-use crate::study::{BASE_RUN_FIELDS, TRAJECTORY_FIELDS};
+use crate::error::{SpecError, TrajectoryRef};
+use crate::fields::{BASE_RUN_FIELDS, MAX_LENGTH, TRAJECTORY_FIELDS};
 use crate::value::{Problem, check_keys, get, missing, problem, show, text, uint, valid_name};
-use crate::{Label, MAX_LENGTH, SpecError, TrajectoryRef, TrajectorySpec};
+use crate::{Label, TrajectorySpec};
 
 pub(crate) fn parse_trajectory(
     index: usize,

@@ -2,7 +2,7 @@
 
 use serde_norway::{Mapping, Value};
 
-use crate::SpecError;
+use crate::error::SpecError;
 
 /// What is wrong, and where, before it is attributed to the study or a trajectory.
 pub(crate) struct Problem {

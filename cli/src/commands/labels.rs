@@ -19,6 +19,7 @@ use vcurve_method::Thresholds;
 use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, PlacementSummary, Share, place_labels};
 use vcurve_method::analyses::{AnalysisError, CurveRecord, FitValue, Label, NOT_MEASURED, sources_in_order};
 use vcurve_method::schedule::Series;
+use vcurve_report::table::{Align, aligned};
 
 use crate::input::{self, InputError};
 
@@ -226,27 +227,9 @@ pub fn table(report: &PlacementReport, order: &[String], with_curves: bool, z: f
             row
         })
         .collect();
-    let width =
-        |c: usize| cells.iter().map(|row| row[c].chars().count()).chain([header[c].chars().count()]).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..header.len()).map(width).collect();
-    let line = |fields: &[String]| {
-        let mut out = String::new();
-        for (c, field) in fields.iter().enumerate() {
-            let pad = widths[c] - field.chars().count();
-            if c == 0 {
-                let _ = write!(out, "{field}{}", " ".repeat(pad));
-            } else {
-                let _ = write!(out, "  {}{field}", " ".repeat(pad));
-            }
-        }
-        out.trim_end().to_owned()
-    };
-
-    let mut out = String::new();
-    let _ = writeln!(out, "{}", line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>()));
-    for row in &cells {
-        let _ = writeln!(out, "{}", line(row));
-    }
+    // The source to the left, every count and share to the right.
+    let align: Vec<Align> = (0..header.len()).map(|c| if c == 0 { Align::Left } else { Align::Right }).collect();
+    let mut out = aligned(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>(), &cells, &align);
     if report.pooled_sources.len() != report.sources.len() {
         let _ = writeln!(out, "\npooled: {}", report.pooled_sources.join(", "));
     } else {

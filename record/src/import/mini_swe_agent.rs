@@ -24,6 +24,8 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::Value;
 
+pub use super::messages::SUBMIT_MARKER;
+use super::messages::text_of;
 use super::observations::{first_edit, first_symptom};
 use super::swebench_report::SwebenchReport;
 use super::{ImportError, Imported, invalid};
@@ -33,8 +35,6 @@ use crate::trajectory::{Action, EndType, Evaluator, FORMAT, Interpreter, Step, T
 pub const FORMAT_V1: &str = "mini-swe-agent-1";
 /// The tool-call format of mini-swe-agent 2.x.
 pub const FORMAT_V1_1: &str = "mini-swe-agent-1.1";
-/// The first output line by which a command submits.
-pub const SUBMIT_MARKER: &str = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
 /// mini-swe-agent's default command timeout, when the recorded configuration names none.
 const DEFAULT_TIMEOUT_S: f64 = 30.0;
 
@@ -212,17 +212,6 @@ impl Parsed {
 
 fn role(m: &Value) -> &str {
     m.get("role").and_then(Value::as_str).unwrap_or("")
-}
-
-/// A message's text: its content string, or its text parts joined.
-pub(crate) fn text_of(m: &Value) -> String {
-    match m.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("")
-        }
-        _ => String::new(),
-    }
 }
 
 fn interpreter(environment: &Value, info: &Value, warnings: &mut Vec<String>) -> Interpreter {

@@ -4,12 +4,14 @@
 //! `mini-swe-agent-1.1`) into a [`Trajectory`]; [`swebench_report`] attaches outcomes from a
 //! SWE-bench harness report; [`observations`] reads the first edit (a heuristic on the commands,
 //! until replay measures it) and the first symptom (docs/method.md §3) off a trajectory, and summarizes
-//! one for `vcurve inspect`.
+//! one for `vcurve inspect`. Both read recorded messages the same way (`messages`: a message's text,
+//! the submit marker).
 //!
 //! What the trajectory schema has no place for (the source format, the recorded exit status, the
 //! first edit and symptom, the outcome, what the import had to guess) travels beside it in
 //! [`Imported`], so the trajectory's digest keeps its meaning.
 
+mod messages;
 pub mod mini_swe_agent;
 pub mod observations;
 pub mod swebench_report;

@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::Serialize;
 
-use super::mini_swe_agent::SUBMIT_MARKER;
+use super::messages::{SUBMIT_MARKER, text_of};
 use crate::trajectory::{Action, Trajectory, sha256_hex};
 
 /// What a command does, by its words (the first that matches, in this order).
@@ -218,11 +218,8 @@ pub struct FirstSymptom {
 pub fn first_edit(trajectory: &Trajectory) -> Option<FirstEdit> {
     let workdir = trajectory.task.workdir.trim_end_matches('/');
     // Everything the agent had seen so far: a file named there existed (or was named by the task).
-    let mut seen: String = trajectory.messages[..trajectory.initial_messages]
-        .iter()
-        .map(super::mini_swe_agent::text_of)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let mut seen: String =
+        trajectory.messages[..trajectory.initial_messages].iter().map(text_of).collect::<Vec<_>>().join("\n");
     let mut created: BTreeSet<String> = BTreeSet::new();
     for (t, step) in trajectory.steps.iter().enumerate() {
         for action in &step.actions {
