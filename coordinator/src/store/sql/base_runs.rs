@@ -14,7 +14,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::{Controls, TrajectoryPlan};
 use vcurve_method::selection::{self, BackFill, RunEnd, RunId, SeedRun, Selection};
@@ -22,6 +21,7 @@ use vcurve_method::{BaseRun, BaseRuns};
 use vcurve_record::jobs::{JobKey, JobReport, NonReplayable, RunOutcome};
 use vcurve_record::{DecoySpec, EndType, Trajectory, TrajectoryPayload, TrajectorySpec, TrajectoryState};
 
+use super::handle::BaseRunSubject;
 use super::{SqlStore, StudyConfig, corrupt, insert_file, insert_job, set_job_payload};
 use crate::planner;
 use crate::spec::StudySpec;
@@ -30,13 +30,6 @@ use crate::store::StoreError;
 /// The id of the trajectory a failed base run becomes.
 pub fn base_run_trajectory_id(task: &str, seed: u32) -> String {
     RunId::new(task, seed).trajectory_id()
-}
-
-/// The subject of a restart check's base runs: the task they run and their budget.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct BaseRunSubject {
-    pub task: String,
-    pub budget: u32,
 }
 
 /// The subjects of a study's base runs whose task or budget is not the study's own (a restart

@@ -1,0 +1,169 @@
+//! The store's handle: the connection pool, the backend, the cache of study configurations and
+//! the replan cache, connecting (and migrating) and closing. The capabilities are the sibling
+//! modules; each reads what it needs of the handle here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyPoolOptions;
+use sqlx::{Any, AnyPool, Row, Transaction};
+use vcurve_method::Thresholds;
+use vcurve_method::schedule::Variant;
+use vcurve_method::schedule::variants::variant_by_name;
+
+use super::known;
+use super::rows::corrupt;
+use crate::spec::{Admission, ControlCounts};
+use crate::store::StoreError;
+
+/// The subject of a restart check's base runs: the task they run and their budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct BaseRunSubject {
+    pub task: String,
+    pub budget: u32,
+}
+
+/// Which database a [`SqlStore`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// What scheduling needs of a study, stored beside the spec so that a report does not parse every
+/// trajectory's curve.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct StudyConfig {
+    pub(super) params: Thresholds,
+    pub(super) schedule: String,
+    pub(super) budget: u32,
+    pub(super) seed: u64,
+    pub(super) runner_kind: String,
+    pub(super) runner_options: serde_json::Value,
+    pub(super) controls: ControlCounts,
+    pub(super) admission: Admission,
+    /// Base-run subjects with their own task and budget (a restart check's rows).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(super) base_run_subjects: std::collections::BTreeMap<String, BaseRunSubject>,
+}
+
+impl StudyConfig {
+    /// The task and the budget of the base runs of `subject`.
+    pub(super) fn base_run_of<'a>(&'a self, subject: &'a str) -> (&'a str, u32) {
+        match self.base_run_subjects.get(subject) {
+            Some(s) => (s.task.as_str(), s.budget),
+            None => (subject, self.budget),
+        }
+    }
+
+    pub(super) fn variant(&self) -> Result<&'static dyn Variant, StoreError> {
+        variant_by_name(&self.schedule)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown schedule {:?}", self.schedule)))
+    }
+}
+
+/// A study's stored [`StudyConfig`] (`$1` its id).
+const CONFIG_OF: &str = "SELECT config_json FROM studies WHERE id = $1";
+
+/// The store. Cheap to clone.
+#[derive(Clone)]
+pub struct SqlStore {
+    pub(super) pool: AnyPool,
+    pub(super) backend: Backend,
+    /// Study configurations are immutable once stored; cached to keep reports cheap.
+    pub(super) configs: Arc<Mutex<HashMap<String, Arc<StudyConfig>>>>,
+    /// What each trajectory's last replan here read and requested, by `(study, trajectory)`: the
+    /// next report's replan checks it against the trajectory's counters instead of reading all of
+    /// its continuations again (see [`SqlStore::replan`] and [`known`]).
+    pub(super) known: Arc<known::KnownCache>,
+}
+
+impl std::fmt::Debug for SqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore").field("backend", &self.backend).finish_non_exhaustive()
+    }
+}
+
+impl SqlStore {
+    /// Close the store's connections, waiting for the ones in use. On SQLite this checkpoints the
+    /// write-ahead log into the database file and removes it, so the file alone is the whole store
+    /// (a copy of it alone loses nothing). A process that owns the store calls it as it stops.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Connect to `url` (`postgres://…`, `sqlite://PATH` or `sqlite::memory:`) and bring its
+    /// schema up to date.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Backend::Postgres
+        } else if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else {
+            return Err(StoreError::UnsupportedUrl(url.to_string()));
+        };
+        let pool = match backend {
+            Backend::Postgres => AnyPoolOptions::new().max_connections(16).connect(url).await?,
+            Backend::Sqlite => {
+                // `sqlite::memory:` (or `mode=memory`) is in memory; a file whose path merely says
+                // "memory" is a file.
+                let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+                let url = if in_memory || url.contains('?') { url.to_string() } else { format!("{url}?mode=rwc") };
+                // One connection, kept forever: SQLite serializes writers anyway, and an in-memory
+                // database lives only as long as its connection.
+                AnyPoolOptions::new()
+                    .max_connections(1)
+                    .min_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            use sqlx::Executor;
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(&url)
+                    .await?
+            }
+        };
+        // One portable schema serves both backends (SQLite accepts PostgreSQL's type names).
+        sqlx::migrate!("../migrations").run(&pool).await?;
+        Ok(SqlStore { pool, backend, configs: Arc::default(), known: Arc::default() })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// ` FOR UPDATE` where the backend has row locks.
+    pub(super) fn for_update(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => " FOR UPDATE",
+            Backend::Sqlite => "",
+        }
+    }
+
+    pub(super) async fn config(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+    ) -> Result<Arc<StudyConfig>, StoreError> {
+        if let Some(c) = self.configs.lock().expect("config cache poisoned").get(study) {
+            return Ok(c.clone());
+        }
+        let row = sqlx::query(CONFIG_OF)
+            .bind(study)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        let json: String = row.try_get("config_json")?;
+        let config: Arc<StudyConfig> = Arc::new(serde_json::from_str(&json).map_err(corrupt)?);
+        self.configs.lock().expect("config cache poisoned").insert(study.to_string(), config.clone());
+        Ok(config)
+    }
+}
