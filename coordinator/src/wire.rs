@@ -1,75 +1,43 @@
 //! Conversions between `vcurve.v1` wire types and the coordinator's own. The only module that
-//! knows both.
+//! knows both; the conversions it shares with the worker (job keys, held jobs, a report's enums)
+//! are [`vcurve_proto::convert`], checked and turned into statuses here.
 
 use tonic::Status;
-use vcurve_method::schedule::Series;
+pub use vcurve_proto::convert::key_to_wire;
+use vcurve_proto::convert::{self, KeyError, mismatch_from_wire};
 use vcurve_proto::v1;
 use vcurve_record::EndType;
-use vcurve_record::jobs::{CompareLevel, Judged, MismatchKind, NonReplayable, Replayed, RunOutcome, clip_command};
+use vcurve_record::jobs::{CompareLevel, Judged, NonReplayable, Replayed, RunOutcome, clip_command};
 
 use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, RegistrySnapshot};
 
-fn required(field: &str, value: String) -> Result<String, Status> {
-    if value.is_empty() { Err(Status::invalid_argument(format!("job key without {field}"))) } else { Ok(value) }
+fn required(field: &str) -> Status {
+    Status::invalid_argument(format!("job key without {field}"))
 }
 
 pub fn key_from_wire(key: Option<v1::JobKey>) -> Result<JobKey, Status> {
     let key = key.ok_or_else(|| Status::invalid_argument("missing job key"))?;
-    let study = required("study", key.study)?;
-    Ok(match v1::JobKind::try_from(key.kind) {
-        Ok(v1::JobKind::Continuation) => {
-            let series = Series::parse(&key.series).ok_or_else(|| {
-                Status::invalid_argument(format!("unknown series {:?} (main, retest, full_budget)", key.series))
-            })?;
-            JobKey::Continuation(ContinuationKey {
-                study,
-                trajectory: required("trajectory", key.trajectory)?,
-                series,
-                t: key.t,
-                seed: key.seed,
-            })
-        }
-        Ok(v1::JobKind::Replay) => JobKey::Replay { study, trajectory: required("trajectory", key.trajectory)? },
-        Ok(v1::JobKind::Evaluation) => JobKey::Evaluation {
-            study,
-            task: required("task", key.task)?,
-            patch_sha256: required("patch_sha256", key.patch_sha256)?,
-            round: key.seed,
-        },
-        Ok(v1::JobKind::BaseRun) => JobKey::BaseRun { study, task: required("task", key.task)?, seed: key.seed },
-        Ok(v1::JobKind::Unspecified) | Err(_) => {
-            return Err(Status::invalid_argument(format!("job key of unknown kind {}", key.kind)));
-        }
-    })
-}
-
-pub fn key_to_wire(key: &JobKey) -> v1::JobKey {
-    let mut wire = v1::JobKey { study: key.study().to_string(), ..Default::default() };
-    match key {
-        JobKey::Continuation(k) => {
-            wire.kind = v1::JobKind::Continuation.into();
-            wire.trajectory = k.trajectory.clone();
-            wire.series = k.series.as_str().to_string();
-            wire.t = k.t;
-            wire.seed = k.seed;
-        }
-        JobKey::Replay { trajectory, .. } => {
-            wire.kind = v1::JobKind::Replay.into();
-            wire.trajectory = trajectory.clone();
-        }
-        JobKey::Evaluation { task, patch_sha256, round, .. } => {
-            wire.kind = v1::JobKind::Evaluation.into();
-            wire.task = task.clone();
-            wire.patch_sha256 = patch_sha256.clone();
-            wire.seed = *round;
-        }
-        JobKey::BaseRun { task, seed, .. } => {
-            wire.kind = v1::JobKind::BaseRun.into();
-            wire.task = task.clone();
-            wire.seed = *seed;
-        }
+    if key.study.is_empty() {
+        return Err(required("study"));
     }
-    wire
+    let key = convert::key_from_wire(key).map_err(|e| match e {
+        KeyError::UnknownSeries(series) => {
+            Status::invalid_argument(format!("unknown series {series:?} (main, retest, full_budget)"))
+        }
+        KeyError::UnknownKind(kind) => Status::invalid_argument(format!("job key of unknown kind {kind}")),
+    })?;
+    let missing = match &key {
+        JobKey::Continuation(ContinuationKey { trajectory, .. }) | JobKey::Replay { trajectory, .. } => {
+            trajectory.is_empty().then_some("trajectory")
+        }
+        JobKey::Evaluation { task, .. } if task.is_empty() => Some("task"),
+        JobKey::Evaluation { patch_sha256, .. } => patch_sha256.is_empty().then_some("patch_sha256"),
+        JobKey::BaseRun { task, .. } => task.is_empty().then_some("task"),
+    };
+    match missing {
+        Some(field) => Err(required(field)),
+        None => Ok(key),
+    }
 }
 
 pub fn held_from_wire(jobs: Vec<v1::HeldJob>) -> Result<Vec<HeldJob>, Status> {
@@ -77,7 +45,7 @@ pub fn held_from_wire(jobs: Vec<v1::HeldJob>) -> Result<Vec<HeldJob>, Status> {
 }
 
 pub fn held_to_wire(jobs: &[HeldJob]) -> Vec<v1::HeldJob> {
-    jobs.iter().map(|j| v1::HeldJob { key: Some(key_to_wire(&j.key)), attempt: j.attempt }).collect()
+    jobs.iter().map(convert::held_to_wire).collect()
 }
 
 pub fn job_to_wire(job: &LeasedJob) -> v1::Job {
@@ -113,40 +81,17 @@ pub fn locality_from_wire(near: Vec<String>, registry: String, pushed: Vec<v1::R
 }
 
 fn end_type_from_wire(value: i32) -> Result<EndType, Status> {
-    Ok(match v1::EndType::try_from(value) {
-        Ok(v1::EndType::Submitted) => EndType::Submitted,
-        Ok(v1::EndType::StepCap) => EndType::StepCap,
-        Ok(v1::EndType::CostLimit) => EndType::CostLimit,
-        Ok(v1::EndType::ContextWindow) => EndType::ContextWindow,
-        Ok(v1::EndType::FormatError) => EndType::FormatError,
-        Ok(v1::EndType::Error) => EndType::Error,
-        Ok(v1::EndType::Unspecified) | Err(_) => {
-            return Err(Status::invalid_argument(format!("an outcome needs an end type (got {value})")));
-        }
-    })
+    convert::end_type_from_wire(value)
+        .ok_or_else(|| Status::invalid_argument(format!("an outcome needs an end type (got {value})")))
 }
 
 fn judged_from_wire(value: i32) -> Result<Judged, Status> {
-    Ok(match v1::Judged::try_from(value) {
-        Ok(v1::Judged::Evaluated) => Judged::Evaluated,
-        Ok(v1::Judged::Cached) => Judged::Cached,
-        Ok(v1::Judged::EmptyPatch) => Judged::EmptyPatch,
-        Ok(v1::Judged::Unspecified) | Err(_) => {
-            return Err(Status::invalid_argument(format!("an outcome needs to say how it was judged (got {value})")));
-        }
-    })
+    convert::judged_from_wire(value)
+        .ok_or_else(|| Status::invalid_argument(format!("an outcome needs to say how it was judged (got {value})")))
 }
 
 fn level_from_wire(value: i32) -> Result<CompareLevel, Status> {
-    Ok(match v1::CompareLevel::try_from(value) {
-        Ok(v1::CompareLevel::Exact) => CompareLevel::Exact,
-        Ok(v1::CompareLevel::SortedLines) => CompareLevel::SortedLines,
-        Ok(v1::CompareLevel::CharMultiset) => CompareLevel::CharMultiset,
-        Ok(v1::CompareLevel::Fingerprint) => CompareLevel::Fingerprint,
-        Ok(v1::CompareLevel::Unspecified) | Err(_) => {
-            return Err(Status::invalid_argument(format!("unknown comparison level {value}")));
-        }
-    })
+    convert::level_from_wire(value).ok_or_else(|| Status::invalid_argument(format!("unknown comparison level {value}")))
 }
 
 /// The longest excerpt of an observation a non-replayable report keeps.
@@ -161,22 +106,6 @@ fn excerpt(s: String) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
-}
-
-/// What differed at a mismatch; `None` when the worker did not say (unspecified, or a kind this
-/// coordinator does not know: the report stands without it rather than being refused).
-fn mismatch_from_wire(value: i32) -> Option<MismatchKind> {
-    use v1::non_replayable::Mismatch as M;
-    match M::try_from(value).ok()? {
-        M::Unspecified => None,
-        M::Observation => Some(MismatchKind::Observation),
-        M::Returncode => Some(MismatchKind::Returncode),
-        M::Timeout => Some(MismatchKind::Timeout),
-        M::ChangedPaths => Some(MismatchKind::ChangedPaths),
-        M::GitDiff => Some(MismatchKind::GitDiff),
-        M::GitStatus => Some(MismatchKind::GitStatus),
-        M::NoOutcome => Some(MismatchKind::NoOutcome),
-    }
 }
 
 pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<JobReport, Status> {
@@ -269,6 +198,8 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
 
 #[cfg(test)]
 mod tests {
+    use vcurve_record::jobs::MismatchKind;
+
     use super::*;
 
     fn wire_non_replayable(mismatch: i32, command: &str) -> Option<v1::report_request::Result> {

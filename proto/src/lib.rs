@@ -1,10 +1,13 @@
 //! # vcurve-proto
 //!
 //! The wire types and service stubs of `vcurve.v1`, generated from `proto/vcurve.proto` at build
-//! time. Nothing else lives here: the coordinator and the worker each convert between these types
-//! and their own in a single module, and wire types never reach the method.
+//! time, and [`convert`]: the conversions between these types and `vcurve-record`'s job types that
+//! the coordinator and the worker share (job keys, held jobs, a report's enums). Each side converts
+//! the rest in a single module of its own, and wire types never reach the method.
 
 #![allow(clippy::all, missing_docs)]
+
+pub mod convert;
 
 pub mod v1 {
     tonic::include_proto!("vcurve.v1");

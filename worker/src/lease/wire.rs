@@ -1,12 +1,14 @@
-//! The one place where `vcurve.v1` wire types meet the worker's own types.
+//! The one place where `vcurve.v1` wire types meet the worker's own types, on top of the
+//! conversions it shares with the coordinator ([`vcurve_proto::convert`]).
 
+use vcurve_proto::convert::{
+    self, KeyError, end_type_to_wire, judged_to_wire, key_to_wire, level_to_wire, mismatch_to_wire,
+};
 use vcurve_proto::v1;
 
-use vcurve_method::schedule::Series;
-use vcurve_record::EndType;
-use vcurve_record::jobs::{CompareLevel, Judged, MismatchKind};
+pub(crate) use vcurve_proto::convert::held_to_wire;
 
-use crate::runners::seam::{ContinuationKey, HeldJob, JobKey, JobReport, JobSpec};
+use crate::runners::seam::{HeldJob, JobKey, JobReport, JobSpec};
 use crate::sandbox::snapshots::RegistrySnapshot;
 
 /// A leased job that cannot be turned into a [`JobSpec`].
@@ -19,55 +21,10 @@ pub(crate) struct BadJob {
 
 /// The key of a job, or why the wire's key names none.
 pub(crate) fn key_from_wire(key: v1::JobKey) -> Result<JobKey, String> {
-    let study = key.study;
-    Ok(match v1::JobKind::try_from(key.kind) {
-        Ok(v1::JobKind::Continuation) => JobKey::Continuation(ContinuationKey {
-            study,
-            trajectory: key.trajectory,
-            series: Series::parse(&key.series).ok_or_else(|| format!("unknown series {:?}", key.series))?,
-            t: key.t,
-            seed: key.seed,
-        }),
-        Ok(v1::JobKind::Replay) => JobKey::Replay { study, trajectory: key.trajectory },
-        Ok(v1::JobKind::Evaluation) => {
-            JobKey::Evaluation { study, task: key.task, patch_sha256: key.patch_sha256, round: key.seed }
-        }
-        Ok(v1::JobKind::BaseRun) => JobKey::BaseRun { study, task: key.task, seed: key.seed },
-        Ok(v1::JobKind::Unspecified) | Err(_) => return Err(format!("job of unknown kind {}", key.kind)),
+    convert::key_from_wire(key).map_err(|e| match e {
+        KeyError::UnknownSeries(series) => format!("unknown series {series:?}"),
+        KeyError::UnknownKind(kind) => format!("job of unknown kind {kind}"),
     })
-}
-
-pub(crate) fn key_to_wire(key: &JobKey) -> v1::JobKey {
-    let mut wire = v1::JobKey { study: key.study().to_owned(), ..Default::default() };
-    match key {
-        JobKey::Continuation(k) => {
-            wire.kind = v1::JobKind::Continuation.into();
-            wire.trajectory = k.trajectory.clone();
-            wire.series = k.series.as_str().to_owned();
-            wire.t = k.t;
-            wire.seed = k.seed;
-        }
-        JobKey::Replay { trajectory, .. } => {
-            wire.kind = v1::JobKind::Replay.into();
-            wire.trajectory = trajectory.clone();
-        }
-        JobKey::Evaluation { task, patch_sha256, round, .. } => {
-            wire.kind = v1::JobKind::Evaluation.into();
-            wire.task = task.clone();
-            wire.patch_sha256 = patch_sha256.clone();
-            wire.seed = *round;
-        }
-        JobKey::BaseRun { task, seed, .. } => {
-            wire.kind = v1::JobKind::BaseRun.into();
-            wire.task = task.clone();
-            wire.seed = *seed;
-        }
-    }
-    wire
-}
-
-pub(crate) fn held_to_wire(held: &HeldJob) -> v1::HeldJob {
-    v1::HeldJob { key: Some(key_to_wire(&held.key)), attempt: held.attempt }
 }
 
 /// `None` for a revocation without a usable key, which names nothing the worker could hold.
@@ -117,50 +74,6 @@ pub(crate) fn registry_snapshot_to_wire(s: &RegistrySnapshot) -> v1::RegistrySna
     v1::RegistrySnapshot { trajectory_digest: s.trajectory_digest.clone(), t: s.t, image_id: s.image_id.clone() }
 }
 
-fn end_type_to_wire(end: EndType) -> v1::EndType {
-    match end {
-        EndType::Submitted => v1::EndType::Submitted,
-        EndType::StepCap => v1::EndType::StepCap,
-        EndType::CostLimit => v1::EndType::CostLimit,
-        EndType::ContextWindow => v1::EndType::ContextWindow,
-        EndType::FormatError => v1::EndType::FormatError,
-        EndType::Error => v1::EndType::Error,
-    }
-}
-
-fn judged_to_wire(judged: Judged) -> v1::Judged {
-    match judged {
-        Judged::Evaluated => v1::Judged::Evaluated,
-        Judged::Cached => v1::Judged::Cached,
-        Judged::EmptyPatch => v1::Judged::EmptyPatch,
-    }
-}
-
-fn level_to_wire(level: CompareLevel) -> i32 {
-    match level {
-        CompareLevel::Exact => v1::CompareLevel::Exact,
-        CompareLevel::SortedLines => v1::CompareLevel::SortedLines,
-        CompareLevel::CharMultiset => v1::CompareLevel::CharMultiset,
-        CompareLevel::Fingerprint => v1::CompareLevel::Fingerprint,
-    }
-    .into()
-}
-
-fn mismatch_to_wire(kind: Option<MismatchKind>) -> i32 {
-    use v1::non_replayable::Mismatch as M;
-    match kind {
-        None => M::Unspecified,
-        Some(MismatchKind::Observation) => M::Observation,
-        Some(MismatchKind::Returncode) => M::Returncode,
-        Some(MismatchKind::Timeout) => M::Timeout,
-        Some(MismatchKind::ChangedPaths) => M::ChangedPaths,
-        Some(MismatchKind::GitDiff) => M::GitDiff,
-        Some(MismatchKind::GitStatus) => M::GitStatus,
-        Some(MismatchKind::NoOutcome) => M::NoOutcome,
-    }
-    .into()
-}
-
 pub(crate) fn report_to_wire(
     worker_id: &str,
     held: &HeldJob,
@@ -205,6 +118,8 @@ pub(crate) fn report_to_wire(
 
 #[cfg(test)]
 mod tests {
+    use vcurve_record::jobs::{CompareLevel, MismatchKind};
+
     use super::*;
 
     fn wire_job() -> v1::Job {

@@ -2,7 +2,8 @@
 //!
 //! - [`container`]: the [`ContainerRuntime`](container::ContainerRuntime) seam, the Docker Engine
 //!   behind it ([`container::docker`]), and the container guard that removes a container when its
-//!   job ends.`container::double` is the fake runtime of the tests.
+//!   job ends. `container::double`, the fake runtime of the tests, is compiled only for this
+//!   crate's unit tests and behind the `test-support` feature (worker/tests, cli/tests).
 //! - [`exec`]: the one path every command runs through.
 //! - [`replay`]: re-executing a trajectory's recorded actions step by step, with the checks of
 //!   replay (outputs at three levels, fingerprints).

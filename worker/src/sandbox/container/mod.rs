@@ -1,7 +1,7 @@
 //! The container seam: everything the worker does with containers goes through
 //! [`ContainerRuntime`]. [`docker::DockerRuntime`] is the one real implementation (bollard appears
-//! nowhere else); [`double::FakeRuntime`] is the test double for unit tests of replay, snapshots and
-//! agent runs.
+//! nowhere else); `double::FakeRuntime` is the test double for unit tests of replay, snapshots and
+//! agent runs, compiled only for this crate's tests and behind the `test-support` feature.
 //!
 //! A container is created *and started* by [`ContainerRuntime::create`] from a [`ContainerSpec`]:
 //! networking disabled, memory and pids limits, no privileges, no new privileges, labelled so that
@@ -12,6 +12,7 @@
 //! container together with its whole process group, and the exec reports `timed_out`.
 
 pub mod docker;
+#[cfg(any(test, feature = "test-support"))]
 pub mod double;
 
 use std::collections::BTreeMap;

@@ -196,6 +196,7 @@ async fn with_the_registry_down_pushes_fail_quietly_and_continuations_rebuild() 
 
 #[test]
 fn a_registry_is_host_and_port() {
+    let check_registry = SnapshotCache::check_registry;
     assert!(check_registry("127.0.0.1:5000").is_ok());
     assert!(check_registry("registry.example:443").is_ok());
     for bad in ["127.0.0.1", "http://127.0.0.1:5000", "host:port", ":5000", "a/b:1"] {
