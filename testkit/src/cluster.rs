@@ -74,8 +74,8 @@ impl Cluster {
     /// A cluster on a fresh database of the test PostgreSQL; `None` when there is none (the test
     /// should return: it printed the skip line, or failed when `VCURVE_TEST_REQUIRE` requires it).
     pub async fn postgres() -> Option<Cluster> {
-        crate::require::gate(&[crate::require::Service::Postgres])?;
-        Some(Cluster::on(TestStore::postgres().await))
+        let admin = crate::require::optional(crate::require::Service::Postgres)?;
+        Some(Cluster::on(TestStore::postgres(admin).await))
     }
 
     /// The coordinator's lease timeout, heartbeat interval and longest lease wait.

@@ -16,10 +16,9 @@ impl TestStore {
         TestStore { name: "sqlite", store: SqlStore::connect("sqlite::memory:").await.unwrap(), cleanup: None }
     }
 
-    /// A fresh database on the server `VCURVE_TEST_POSTGRES` names (`scripts/test` starts one).
-    pub async fn postgres() -> TestStore {
-        let admin = std::env::var("VCURVE_TEST_POSTGRES")
-            .expect("set VCURVE_TEST_POSTGRES to a PostgreSQL URL (scripts/test starts a server and sets it)");
+    /// A fresh database on the server of `admin` (the URL the gate gives for
+    /// [`crate::require::Service::Postgres`]).
+    pub async fn postgres(admin: String) -> TestStore {
         sqlx::any::install_default_drivers();
         let db = format!("vcurve_test_{}", uuid::Uuid::new_v4().simple());
         let mut conn = sqlx::AnyConnection::connect(&admin).await.expect("connect to VCURVE_TEST_POSTGRES");
@@ -34,7 +33,7 @@ impl TestStore {
     /// `VCURVE_TEST_REQUIRE=all`).
     pub async fn both() -> Vec<TestStore> {
         match crate::require::optional(crate::require::Service::Postgres) {
-            Some(_) => vec![TestStore::sqlite().await, TestStore::postgres().await],
+            Some(admin) => vec![TestStore::sqlite().await, TestStore::postgres(admin).await],
             None => vec![TestStore::sqlite().await],
         }
     }
