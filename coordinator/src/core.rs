@@ -320,7 +320,7 @@ impl<S: Store> Coordinator<S> {
                 crate::spec::Launch { spec: self.restart_check_spec(&check).await?, recorded: Default::default() }
             }
         };
-        let kind = &launch.spec.runner.kind;
+        let kind = launch.spec.runner.kind();
         if !kinds.contains(kind) {
             return Err(CoordinatorError::Spec(crate::spec::SpecError::Field {
                 field: "runner.kind".into(),

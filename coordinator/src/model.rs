@@ -13,9 +13,8 @@ pub struct LeasedJob {
     pub attempt: u32,
     /// The step budget (`B − t` for a continuation, `B` for the budget control and base runs).
     pub budget: u32,
-    pub runner_kind: String,
-    /// The runner's options from the study spec, as JSON.
-    pub runner_options: String,
+    /// The study's runner with its options, as the spec parsed them.
+    pub runner: vcurve_record::RunnerSpec,
     pub study_seed: u64,
     /// The digest of the trajectory's payload (continuations and replays), fetched by workers
     /// with `GetTrajectory`.

@@ -53,11 +53,7 @@ pub fn job_to_wire(job: &LeasedJob) -> v1::Job {
         key: Some(key_to_wire(&job.key)),
         attempt: job.attempt,
         budget: job.budget,
-        runner: Some(v1::RunnerSpec {
-            kind: job.runner_kind.clone(),
-            options_json: job.runner_options.clone(),
-            study_seed: job.study_seed,
-        }),
+        runner: Some(convert::runner_to_wire(&job.runner, job.study_seed)),
         trajectory_digest: job.trajectory_digest.clone().unwrap_or_default(),
         anchors: job.anchors.clone(),
         registry_snapshot: job.registry_snapshot.as_ref().map(|s| v1::RegistrySnapshot {

@@ -1,12 +1,13 @@
 //! The conversions between `vcurve.v1` and the recorded job types of `vcurve-record` that the
-//! coordinator and the worker share: job keys, held jobs, and the enums of a report (end type,
-//! judged, comparison level, mismatch kind). Each side keeps its own policy — the coordinator
+//! coordinator and the worker share: job keys, held jobs, a job's runner with its typed options,
+//! and the enums of a report (end type, judged, comparison level, mismatch kind). Each side keeps its own policy — the coordinator
 //! refuses a malformed key from a worker with its own status text, the worker reports it as a
 //! no-outcome — on top of these.
 
 use vcurve_method::schedule::Series;
-use vcurve_record::EndType;
 use vcurve_record::jobs::{CompareLevel, ContinuationKey, HeldJob, JobKey, Judged, MismatchKind};
+use vcurve_record::runner::InvalidRunnerOptions;
+use vcurve_record::{EndType, RunnerSpec};
 
 use crate::v1;
 
@@ -70,6 +71,32 @@ pub fn key_to_wire(key: &JobKey) -> v1::JobKey {
 
 pub fn held_to_wire(held: &HeldJob) -> v1::HeldJob {
     v1::HeldJob { key: Some(key_to_wire(&held.key)), attempt: held.attempt }
+}
+
+/// Why a job's runner cannot be run. Fatal for the job: the same options fail the same way.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("job's runner options is not valid JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    #[error("job's runner options: {0}")]
+    Invalid(#[from] InvalidRunnerOptions),
+}
+
+/// A study's runner on the wire: its kind and its options as a JSON object
+/// ([`RunnerSpec::options_json`]), with the study's seed.
+pub fn runner_to_wire(runner: &RunnerSpec, study_seed: u64) -> v1::RunnerSpec {
+    v1::RunnerSpec { kind: runner.kind().to_owned(), options_json: runner.options_json().to_string(), study_seed }
+}
+
+/// The runner a job names, its options parsed once into their typed form (an empty
+/// `options_json` is no options, `{}`), and the study's seed.
+pub fn runner_from_wire(runner: &v1::RunnerSpec) -> Result<(RunnerSpec, u64), RunnerError> {
+    let options = if runner.options_json.trim().is_empty() {
+        serde_json::Value::Object(serde_json::Map::new())
+    } else {
+        serde_json::from_str(&runner.options_json)?
+    };
+    Ok((RunnerSpec::parse(&runner.kind, options)?, runner.study_seed))
 }
 
 pub fn end_type_to_wire(end: EndType) -> v1::EndType {
@@ -189,6 +216,32 @@ mod tests {
             assert_eq!(key_from_wire(key_to_wire(&key)).unwrap(), key);
         }
         assert_eq!(key_from_wire(v1::JobKey::default()), Err(KeyError::UnknownKind(0)));
+    }
+
+    #[test]
+    fn a_runner_round_trips_typed_and_bad_options_are_named() {
+        use vcurve_record::runner::SyntheticOptions;
+        let runners = [
+            RunnerSpec::Synthetic(SyntheticOptions { duration_ms: 5, no_outcome_rate: 0.25 }),
+            RunnerSpec::parse("agent", serde_json::json!({"command": ["python3", "-m", "x"], "memory_mb": 512}))
+                .unwrap(),
+            RunnerSpec::parse("mini-swe-agent", serde_json::json!({"model": {"model_name": "m"}})).unwrap(),
+            RunnerSpec::Other { kind: "probe".into(), options: serde_json::json!({"duration_ms": 3}) },
+        ];
+        for runner in runners {
+            assert_eq!(runner_from_wire(&runner_to_wire(&runner, 7)).unwrap(), (runner, 7));
+        }
+        let wire = |kind: &str, options: &str| v1::RunnerSpec {
+            kind: kind.into(),
+            options_json: options.into(),
+            study_seed: 1,
+        };
+        let (runner, _) = runner_from_wire(&wire("synthetic", "")).unwrap();
+        assert_eq!(runner, RunnerSpec::Synthetic(SyntheticOptions::default()), "no options: every default");
+        let e = runner_from_wire(&wire("synthetic", "{")).unwrap_err().to_string();
+        assert!(e.contains("not valid JSON"), "{e}");
+        let e = runner_from_wire(&wire("agent", r#"{"command": []}"#)).unwrap_err().to_string();
+        assert!(e.contains("invalid agent runner options: command"), "{e}");
     }
 
     #[test]

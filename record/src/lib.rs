@@ -5,7 +5,7 @@
 //! - [`trajectory`]: a recorded run — [`Task`], [`Trajectory`] (steps of model calls with their
 //!   [`Action`]s, fingerprints, message prefixes, end type, submission) and its content digest.
 //! - [`payload`]: what a worker fetches by digest to run a study's jobs on one trajectory.
-//! - [`runner`]: typed runner options, validated at launch.
+//! - [`runner`]: the runner a study names with its typed options ([`RunnerSpec`]), parsed once.
 //! - [`jobs`]: the kinds of work a coordinator hands out and the typed reports that come back.
 //! - [`study`]: a study as data — the validated [`StudySpec`] it runs from and the
 //!   [`StudyRecord`] the store hands out (every trajectory's state and outcomes).

@@ -9,6 +9,7 @@ use vcurve_method::schedule::{Outcome, Series, Stage, TrajectoryPlan};
 use vcurve_method::{BaseRuns, Thresholds};
 
 use crate::jobs::{NonReplayable, Replayed};
+pub use crate::runner::RunnerSpec;
 
 /// A validated study: what the coordinator stores and schedules from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,14 +105,6 @@ pub struct DecoySpec {
     pub length: u32,
     /// In the file's order; a step means the judge would restart it there.
     pub labels: Vec<Label>,
-}
-
-/// Which agent runner the workers use, and its options.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunnerSpec {
-    pub kind: String,
-    /// A JSON object of the runner's other keys, as written.
-    pub options: serde_json::Value,
 }
 
 /// How many of the first trajectories, in processing order, carry each control of docs/method.md §7.

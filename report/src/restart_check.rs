@@ -253,7 +253,6 @@ pub fn files(study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, RestartCh
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
     use vcurve_record::{
         Admission, BaseRunRecord, ControlCounts, EvaluationStats, RestartCheckRow, RestartCheckSpec, RunnerSpec,
         StudySpec, StudyState,
@@ -287,7 +286,7 @@ mod tests {
                 seed: 7,
                 budget: 100,
                 schedule: "none".into(),
-                runner: RunnerSpec { kind: "synthetic".into(), options: json!({}) },
+                runner: RunnerSpec::Synthetic(Default::default()),
                 thresholds: Thresholds { bootstrap_resamples: 1_000, ..Thresholds::default() },
                 controls: ControlCounts::default(),
                 admission: Admission::default(),

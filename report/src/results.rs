@@ -100,7 +100,7 @@ pub struct Evaluation {
 impl Evaluation {
     /// The study's evaluation, or `None` (not measured) for a runner that judges no patch.
     pub fn of(study: &StudyRecord) -> Option<Evaluation> {
-        vcurve_record::runner::runs_containers(&study.spec.runner.kind).then(|| Evaluation {
+        study.spec.runner.runs_containers().then(|| Evaluation {
             stats: study.evaluation,
             flake_rate: study.evaluation.flake_rate(),
             saved_share: study.evaluation.saved_share(),

@@ -48,8 +48,9 @@
 //!   A curve is required for the `synthetic` runner and validated the same way for any other.
 //! - Labels are `source: step` with a 1-based step in `1..=length`, or `source: none` for "no
 //!   mistake"; an empty label (`null`) is rejected rather than read as either.
-//! - The options of the `synthetic` and `agent` runners are checked here (`agent`:
-//!   `vcurve_record::runner::AgentOptions`); another kind's options are passed through untouched.
+//! - The runner's options are parsed here, once, into [`RunnerSpec`]: the `synthetic`, `agent` and
+//!   `mini-swe-agent` runners' typed options (`vcurve_record::runner`), validated naming the option;
+//!   another kind's options are carried as written (a coordinator accepts only the kinds it offers).
 //! - Inputs are bounded ([`bounds`]): the spec and the files it names must be regular files, the
 //!   spec at most [`MAX_SPEC_BYTES`] and each file it names at most [`MAX_FILE_BYTES`]; the YAML
 //!   may nest at most [`MAX_YAML_DEPTH`] levels, which [`parse`] checks before parsing it: a text

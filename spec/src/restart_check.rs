@@ -65,7 +65,7 @@ pub fn complete(
     if checked.restart_check.is_some() {
         return Err(top_error(problem("restart_check.of", format!("{} is itself a restart check", of()))));
     }
-    if checked.runner.kind == vcurve_record::runner::SYNTHETIC {
+    if matches!(checked.runner, vcurve_record::RunnerSpec::Synthetic(_)) {
         return Err(top_error(problem(
             "restart_check.of",
             format!("{} ran the synthetic runner, which cannot make fresh runs of a task", of()),

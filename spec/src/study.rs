@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{Thresholds, ThresholdsError};
-use vcurve_record::runner::{AgentOptions, SyntheticOptions, runs_containers};
+use vcurve_record::runner::SyntheticOptions;
 
 use crate::error::{SpecError, TrajectoryRef};
 use crate::fields::{ADMISSION_FIELDS, ADMISSION_MODES, CONTROL_FIELDS, DECOY_FIELDS, MAX_LENGTH, TOP_FIELDS};
@@ -43,8 +43,8 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
 
     let runner = parse_runner(required(top, "runner", "")?)?;
 
-    let mut task_entries = tasks::parse_tasks(top, &runner.kind, file)?;
-    let dataset = swebench::parse(top, &runner.kind, file, &mut task_entries)?;
+    let mut task_entries = tasks::parse_tasks(top, runner.kind(), file)?;
+    let dataset = swebench::parse(top, runner.kind(), file, &mut task_entries)?;
     // The trajectory count bounds the control counts, so look at the list's shape first. Every
     // base run may fail and become a trajectory.
     let no_entries: &[Value] = &[];
@@ -72,7 +72,7 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
         .map(|e| TaskRuns { base_runs: e.base_runs.unwrap_or(thresholds.base_runs_per_task), task: e.task })
         .collect();
 
-    let synthetic = runner.kind == SYNTHETIC;
+    let synthetic = matches!(runner, RunnerSpec::Synthetic(_));
     let mut trajectories: Vec<TrajectorySpec> = Vec::with_capacity(entries.len());
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut recorded = BTreeMap::new();
@@ -213,15 +213,10 @@ pub(crate) fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
             .map_err(|e| top_error(problem(field, format!("cannot be stored as JSON: {e}"))))?;
         options.insert(key.to_string(), json);
     }
-    let options = serde_json::Value::Object(options);
-    if runs_containers(&kind) {
-        AgentOptions::for_kind(&kind, &options).map_err(|e| top_error(problem("runner", e)))?;
-    }
-    if kind == SYNTHETIC {
-        // The typed options the workers read: what passed the checks above must parse.
-        SyntheticOptions::from_json(&options).map_err(|e| top_error(problem("runner", e)))?;
-    }
-    Ok(RunnerSpec { kind, options })
+    // Parsed once into the typed options the store and the workers carry; another kind's are
+    // kept as written.
+    RunnerSpec::parse(&kind, serde_json::Value::Object(options))
+        .map_err(|e| top_error(problem("runner", e.to_string())))
 }
 
 /// The thresholds with the spec's overrides, the controls, the admission and the selection. The

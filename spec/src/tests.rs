@@ -5,6 +5,8 @@ use proptest::prelude::*;
 use vcurve_method::schedule::variants::variant_names;
 use vcurve_method::{BaseRun, BaseRuns, Thresholds};
 
+use vcurve_record::runner::{MINI_SWE_AGENT_COMMAND, SyntheticOptions};
+
 use super::*;
 use crate::trajectory::parse_curve;
 
@@ -85,8 +87,9 @@ fn a_valid_spec_parses_with_defaults() {
     let spec = parse_with(VALID, &valid_files()).unwrap();
     assert_eq!((spec.name.as_str(), spec.seed, spec.budget), ("demo", 7, 100));
     assert_eq!(spec.schedule, "paper");
-    assert_eq!(spec.runner.kind, "synthetic");
-    assert_eq!(spec.runner.options, serde_json::json!({"duration_ms": 50, "no_outcome_rate": 0.02}));
+    assert_eq!(spec.runner.kind(), "synthetic");
+    assert_eq!(spec.runner, RunnerSpec::Synthetic(SyntheticOptions { duration_ms: 50, no_outcome_rate: 0.02 }));
+    assert_eq!(spec.runner.options_json(), serde_json::json!({"duration_ms": 50, "no_outcome_rate": 0.02}));
     assert_eq!(spec.controls, ControlCounts::default());
     assert_eq!(spec.admission, Admission::Demand);
     let expected = Thresholds {
@@ -184,9 +187,9 @@ fn other_runners_need_no_curve_and_keep_their_options() {
     )
     .replace("    curve: curves/beta.csv\n", "");
     let spec = parse_with(&yaml, &valid_files()).unwrap();
-    assert_eq!(spec.runner.kind, "my-agent");
+    assert_eq!(spec.runner.kind(), "my-agent");
     assert_eq!(
-        spec.runner.options,
+        spec.runner.options_json(),
         serde_json::json!({"model": {"name": "gpt-5.5", "temperature": 0.7}, "retries": [1, 2]})
     );
     assert_eq!(spec.trajectories[1].curve, None);
@@ -204,8 +207,11 @@ fn the_mini_swe_agent_runner_names_its_model_and_no_command() {
          temperature: 0.7, top_p: 0.8}, memory_mb: 4096}",
     );
     let spec = parse_with(&ok, &valid_files()).unwrap();
-    assert_eq!(spec.runner.kind, "mini-swe-agent");
-    assert_eq!(spec.runner.options["model"]["model_name"], "openai/Qwen/Qwen3-32B");
+    assert_eq!(spec.runner.kind(), "mini-swe-agent");
+    let RunnerSpec::MiniSweAgent(options) = &spec.runner else { panic!("{:?}", spec.runner) };
+    assert_eq!(options.model["model_name"], "openai/Qwen/Qwen3-32B");
+    assert_eq!(options.memory_mb, 4096);
+    assert_eq!(options.command, MINI_SWE_AGENT_COMMAND);
     for (r, field) in [
         ("runner: {kind: mini-swe-agent}", "model_name"),
         ("runner: {kind: mini-swe-agent, model: {model_name: m, top_p: 2}}", "top_p"),
@@ -271,7 +277,7 @@ fn the_shipped_example_loads() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/study.yaml");
     let spec = super::load(&path).unwrap();
     assert_eq!(spec.trajectories.len(), 3);
-    assert_eq!(spec.runner.options, serde_json::json!({"duration_ms": 20, "no_outcome_rate": 0.01}));
+    assert_eq!(spec.runner, RunnerSpec::Synthetic(SyntheticOptions { duration_ms: 20, no_outcome_rate: 0.01 }));
     let shapes: Vec<vcurve_method::Shape> = spec
         .trajectories
         .iter()

@@ -356,7 +356,7 @@ impl AgentRunner for ProbeRunner {
             probe.started.lock().unwrap().push(held("probe", seed, job.attempt));
             let now = probe.running.fetch_add(1, Ordering::SeqCst) + 1;
             probe.max_running.fetch_max(now, Ordering::SeqCst);
-            let ms = job.options["duration_ms"].as_u64().unwrap_or(20);
+            let ms = job.runner.options_json()["duration_ms"].as_u64().unwrap_or(20);
             let cancelled = tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(ms)) => false,
                 () = cancel.cancelled() => true,
@@ -498,8 +498,7 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
                     }),
                     attempt: report.attempt,
                     budget: 98,
-                    runner_kind: "synthetic".into(),
-                    options: serde_json::json!({}),
+                    runner: vcurve_record::RunnerSpec::Synthetic(Default::default()),
                     study_seed: 7,
                     trajectory_digest: None,
                     trajectory: Some(Arc::new(curve_payload())),

@@ -12,7 +12,7 @@ pub(crate) async fn admission_and_first_leases() {
         let w = c.register("w1", 4, &["synthetic".into()], "2.0").await.unwrap();
         let jobs = lease(&c, &w, 4).await;
         assert_eq!(jobs.len(), 4, "{}", ts.name);
-        assert!(jobs.iter().all(|j| j.attempt == 1 && j.budget == 100 - ck(j).t && j.runner_kind == "synthetic"));
+        assert!(jobs.iter().all(|j| j.attempt == 1 && j.budget == 100 - ck(j).t && j.runner.kind() == "synthetic"));
         let p = c.progress(&study).await.unwrap();
         // Screening of T = 40: 9 anchors × 8 seeds, 4 of them leased.
         assert_eq!((p.trajectories_admitted, p.running, p.pending), (1, 4, 68), "{}", ts.name);

@@ -103,7 +103,8 @@ pub(crate) fn study(
             seed: 7,
             budget: 100,
             schedule: "none".into(),
-            runner: RunnerSpec { kind: kind.into(), options: json!({}) },
+            runner: RunnerSpec::parse(kind, if kind == AGENT { json!({"command": ["python3"]}) } else { json!({}) })
+                .expect("valid runner options"),
             thresholds: Thresholds::default(),
             controls: ControlCounts::default(),
             admission: Admission::default(),

@@ -374,9 +374,10 @@ fn the_papers_agent_settings_run_a_swebench_study_with_their_options_kept() {
     let yaml =
         with_block("  instances: all\n").replace("runner: {kind: agent, command: [python3, -m, agent]}\n", runner);
     let spec = parsed(&yaml);
-    assert_eq!((spec.runner.kind.as_str(), spec.tasks.len()), ("mini-swe-agent", 3));
-    assert_eq!(spec.runner.options["model"]["temperature"], 0.7);
-    assert_eq!(spec.runner.options["model"]["top_p"], 0.8);
+    assert_eq!((spec.runner.kind(), spec.tasks.len()), ("mini-swe-agent", 3));
+    let options = spec.runner.agent_options().expect("mini-swe-agent runs containers");
+    assert_eq!(options.model["temperature"], 0.7);
+    assert_eq!(options.model["top_p"], 0.8);
 }
 
 #[test]

@@ -449,8 +449,8 @@ impl Shared {
 
     /// Run a job through its runner; `None` when it was cancelled (its result is then moot).
     async fn run_job(&self, mut spec: JobSpec, cancel: &CancellationToken) -> Option<JobReport> {
-        let Some(runner) = self.runners.get(&spec.runner_kind).cloned() else {
-            let reason = format!("unsupported runner {}", spec.runner_kind);
+        let Some(runner) = self.runners.get(spec.runner.kind()).cloned() else {
+            let reason = format!("unsupported runner {}", spec.runner.kind());
             tracing::warn!(%reason, "cannot run job");
             return Some(JobReport::NoOutcome { reason });
         };

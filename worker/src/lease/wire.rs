@@ -32,14 +32,6 @@ pub(crate) fn held_from_wire(held: v1::HeldJob) -> Option<HeldJob> {
     Some(HeldJob { key: key_from_wire(held.key?).ok()?, attempt: held.attempt })
 }
 
-/// Parse a JSON field of a job; an empty string means `empty`.
-fn json_field(name: &str, text: &str, empty: serde_json::Value) -> Result<serde_json::Value, String> {
-    if text.trim().is_empty() {
-        return Ok(empty);
-    }
-    serde_json::from_str(text).map_err(|e| format!("job's {name} is not valid JSON: {e}"))
-}
-
 pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
     let Some(key) = job.key else {
         return Err(BadJob { held: None, reason: "job without a key".to_owned() });
@@ -50,15 +42,15 @@ pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
     let Some(runner) = job.runner else {
         return Err(bad("job without a runner spec".to_owned()));
     };
-    let options = json_field("runner options", &runner.options_json, serde_json::json!({})).map_err(bad)?;
+    // Options a runner cannot run with make the job a no-outcome here, before it is run.
+    let (runner, study_seed) = convert::runner_from_wire(&runner).map_err(|e| bad(e.to_string()))?;
     let trajectory_digest = (!job.trajectory_digest.is_empty()).then_some(job.trajectory_digest);
     Ok(JobSpec {
         key: held.key,
         attempt: held.attempt,
         budget: job.budget,
-        runner_kind: runner.kind,
-        options,
-        study_seed: runner.study_seed,
+        runner,
+        study_seed,
         trajectory_digest,
         trajectory: None,
         anchors: job.anchors,
@@ -151,7 +143,8 @@ mod tests {
         let job = job_from_wire(wire_job()).unwrap();
         assert_eq!(job.key.to_string(), "s/tr/main/5/2");
         assert_eq!((job.attempt, job.budget, job.study_seed), (3, 95, 7));
-        assert_eq!(job.options["duration_ms"], 5);
+        let options = vcurve_record::runner::SyntheticOptions { duration_ms: 5, no_outcome_rate: 0.0 };
+        assert_eq!(job.runner, vcurve_record::RunnerSpec::Synthetic(options));
         assert_eq!(job.trajectory_digest.as_deref(), Some("ab".repeat(32).as_str()));
         let held = held_from_wire(held_to_wire(&job.held())).unwrap();
         assert_eq!(held, job.held());
@@ -203,6 +196,41 @@ mod tests {
         assert!(job_from_wire(j).unwrap_err().reason.contains("unknown kind"));
         let mut j = wire_job();
         j.runner.as_mut().unwrap().options_json = String::new();
-        assert_eq!(job_from_wire(j).unwrap().options, serde_json::json!({}));
+        let job = job_from_wire(j).unwrap();
+        assert_eq!(job.runner, vcurve_record::RunnerSpec::Synthetic(Default::default()));
+    }
+
+    /// Options no runner could run with are refused as the job arrives, naming the option: the
+    /// job is then reported as a no-outcome with that reason (it never reaches its runner).
+    #[test]
+    fn bad_runner_options_make_the_job_a_no_outcome_naming_them() {
+        let cases = [
+            ("synthetic", r#"{"no_outcome_rate": -0.1}"#, "outside [0, 1]"),
+            ("synthetic", r#"{"no_outcome_rate": 1.5}"#, "outside [0, 1]"),
+            ("synthetic", r#"{"no_outcome_rate": "high"}"#, "invalid synthetic runner options"),
+            ("synthetic", r#"{"duration_ms": -5}"#, "invalid synthetic runner options"),
+            ("synthetic", "[1, 2]", "invalid synthetic runner options"),
+            ("agent", r#"{"command": []}"#, "command"),
+            ("mini-swe-agent", r#"{"model": {"model_name": "m", "top_p": 2}}"#, "top_p"),
+        ];
+        for (kind, options, expected) in cases {
+            let mut j = wire_job();
+            let runner = j.runner.as_mut().unwrap();
+            (runner.kind, runner.options_json) = (kind.into(), options.into());
+            let bad = job_from_wire(j).unwrap_err();
+            assert_eq!(bad.held.map(|h| h.attempt), Some(3), "{kind} {options}: reported as the job's no-outcome");
+            assert!(bad.reason.contains(expected), "{kind} {options}: {}", bad.reason);
+        }
+        // Unknown option fields of the synthetic runner (the spec's `kind`) are fine; another
+        // kind's options are carried as written.
+        let mut j = wire_job();
+        j.runner.as_mut().unwrap().options_json = r#"{"kind": "synthetic", "duration_ms": 0}"#.into();
+        assert!(job_from_wire(j).is_ok());
+        let mut j = wire_job();
+        let runner = j.runner.as_mut().unwrap();
+        (runner.kind, runner.options_json) = ("probe".into(), r#"{"duration_ms": 3}"#.into());
+        let expected =
+            vcurve_record::RunnerSpec::Other { kind: "probe".into(), options: serde_json::json!({"duration_ms": 3}) };
+        assert_eq!(job_from_wire(j).unwrap().runner, expected);
     }
 }

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy, MINI_SWE_AGENT};
-use vcurve_record::{EndType, Interpreter, Task, Trajectory, TrajectoryPayload};
+use vcurve_record::{EndType, Interpreter, RunnerSpec, Task, Trajectory, TrajectoryPayload};
 
 use crate::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
 use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
@@ -263,8 +263,11 @@ impl Inner {
     }
 
     async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, String> {
-        let options = AgentOptions::for_kind(self.kind, &job.options)?;
-        let limits = self.limits(job, &options);
+        let options = match (&job.runner, self.kind) {
+            (RunnerSpec::Agent(options), AGENT) | (RunnerSpec::MiniSweAgent(options), MINI_SWE_AGENT) => options,
+            (other, kind) => return Err(format!("the {kind} runner was handed a job of the {} runner", other.kind())),
+        };
+        let limits = self.limits(job, options);
         let own = match &options.normalization {
             Some(_) => Some(options.normalizer()?),
             None => None,
@@ -273,7 +276,7 @@ impl Inner {
         let payload = job.trajectory.as_deref().ok_or("the job names no trajectory payload")?;
         let digest = job.trajectory_digest.as_deref().ok_or("the job names no trajectory digest")?;
         match &job.key {
-            JobKey::Replay { .. } => self.replay(job, &options, normalizer, payload, digest, &limits).await,
+            JobKey::Replay { .. } => self.replay(job, options, normalizer, payload, digest, &limits).await,
             JobKey::Continuation(k) => {
                 let recorded = payload.recorded.as_ref().ok_or("a continuation needs a recorded trajectory")?;
                 let prepared = match self
@@ -286,7 +289,7 @@ impl Inner {
                     Verdict::NonReplayable(why) => return Ok(JobReport::NonReplayable(why)),
                 };
                 let start = AgentStart {
-                    command: self.command(&options),
+                    command: self.command(options),
                     task: recorded.task.clone(),
                     interpreter: recorded.interpreter.clone(),
                     messages: prefix(recorded, k.t),
@@ -295,7 +298,7 @@ impl Inner {
                     seed: run_seed(job.study_seed, &job.key),
                     model: options.model.clone(),
                 };
-                let run = self.run_agent_in(prepared.container, start, &options, cancel).await?;
+                let run = self.run_agent_in(prepared.container, start, options, cancel).await?;
                 drop(prepared.pin);
                 let transcript = if options.keep_transcripts {
                     let bytes = serde_json::to_vec(&run.messages).map_err(|e| e.to_string())?;
@@ -322,7 +325,7 @@ impl Inner {
                     .map_err(|e| format!("starting the task container: {e}"))?;
                 let interpreter = self.base_interpreter.clone();
                 let start = AgentStart {
-                    command: self.command(&options),
+                    command: self.command(options),
                     task: task.clone(),
                     interpreter: interpreter.clone(),
                     messages: Vec::new(),
@@ -331,7 +334,7 @@ impl Inner {
                     seed: run_seed(job.study_seed, &job.key),
                     model: options.model.clone(),
                 };
-                let run = self.run_agent_in(container, start, &options, cancel).await?;
+                let run = self.run_agent_in(container, start, options, cancel).await?;
                 let (submission, steps, end_type) = (run.submission.clone(), run.steps_used, run.end_type);
                 let recorded = match run.into_trajectory(task.clone(), interpreter, Vec::new()) {
                     Ok(trajectory) => Some(self.services()?.put_file(&trajectory.canonical_bytes()).await?),
@@ -538,8 +541,7 @@ mod tests {
             key,
             attempt: 1,
             budget,
-            runner_kind: AGENT.into(),
-            options: options(),
+            runner: RunnerSpec::parse(AGENT, options()).expect("valid agent options"),
             study_seed: 7,
             trajectory_digest: Some(payload.digest()),
             trajectory: Some(Arc::new(payload)),
@@ -707,10 +709,15 @@ mod tests {
     #[tokio::test]
     async fn bad_options_and_missing_services_are_no_outcomes() {
         let (runner, _, _) = runner(false).await;
+        // Options that do not parse are refused as the job arrives (`lease::wire`); a job of
+        // another runner is refused here.
         let mut bad = base_run();
-        bad.options = serde_json::json!({"command": []});
+        bad.runner = RunnerSpec::Synthetic(Default::default());
         let report = runner.run(bad, CancellationToken::new()).await;
-        assert!(matches!(&report, JobReport::NoOutcome { reason } if reason.contains("command")), "{report:?}");
+        assert!(
+            matches!(&report, JobReport::NoOutcome { reason } if reason.contains("a job of the synthetic runner")),
+            "{report:?}"
+        );
 
         let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
         runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);

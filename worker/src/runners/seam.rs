@@ -11,8 +11,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use vcurve_record::TrajectoryPayload;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
+use vcurve_record::{RunnerSpec, TrajectoryPayload};
 
 use crate::runners::services::JobServices;
 use crate::sandbox::snapshots::RegistrySnapshot;
@@ -27,10 +27,9 @@ pub struct JobSpec {
     /// The step budget: `B − t` on the main series of a continuation, `B` on `full_budget` and
     /// for base runs.
     pub budget: u32,
-    /// The runner kind the study asks for, e.g. `"synthetic"`.
-    pub runner_kind: String,
-    /// The runner's options from the study spec; `{}` when the study gives none.
-    pub options: serde_json::Value,
+    /// The runner the study asks for with its options, parsed once from the wire: a runner
+    /// reads its typed options from here (the lease loop hands a job to the runner of its kind).
+    pub runner: RunnerSpec,
     /// The study's seed, from which runners derive their randomness.
     pub study_seed: u64,
     /// The digest of the trajectory's payload the job names (continuations and replays).

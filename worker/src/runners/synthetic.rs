@@ -52,6 +52,7 @@ impl SyntheticRunner {
     pub const KIND: &'static str = "synthetic";
 }
 
+use vcurve_record::RunnerSpec;
 pub use vcurve_record::runner::SyntheticOptions;
 
 /// `u(s)`: the first 8 bytes of SHA-256 of `s`, big-endian, divided by 2^64.
@@ -81,7 +82,7 @@ pub fn no_outcome_draw(study_seed: u64, key: &ContinuationKey, attempt: u32) -> 
 /// The whole synthetic decision for one job, without the simulated work: a pure function of the
 /// job. [`SyntheticRunner::run`] sleeps `duration_ms` and then returns this.
 pub fn synthetic_result(job: &JobSpec) -> JobReport {
-    let options = match SyntheticOptions::from_json(&job.options) {
+    let options = match options_of(job) {
         Ok(options) => options,
         Err(reason) => return JobReport::NoOutcome { reason },
     };
@@ -111,6 +112,14 @@ pub fn synthetic_result(job: &JobSpec) -> JobReport {
         judged: Judged::Evaluated,
         recorded: None,
     })
+}
+
+/// The job's synthetic options (parsed and validated as the job arrived).
+fn options_of(job: &JobSpec) -> Result<SyntheticOptions, String> {
+    match &job.runner {
+        RunnerSpec::Synthetic(options) => Ok(*options),
+        other => Err(format!("the synthetic runner was handed a job of the {} runner", other.kind())),
+    }
 }
 
 /// `V(t)` from the payload's `curve`.
@@ -143,7 +152,7 @@ impl AgentRunner for SyntheticRunner {
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
         Box::pin(async move {
             // Bad options are reported before any simulated work: nothing would come of it.
-            let duration = match SyntheticOptions::from_json(&job.options) {
+            let duration = match options_of(&job) {
                 Ok(options) => Duration::from_millis(options.duration_ms),
                 Err(reason) => return JobReport::NoOutcome { reason },
             };
@@ -176,14 +185,14 @@ mod tests {
         }
     }
 
+    /// A job of the synthetic runner whose options (JSON, as the wire carries them) are valid.
     fn job(key: ContinuationKey, attempt: u32, options: serde_json::Value, curve: Vec<f64>) -> JobSpec {
         let length = curve.len() as u32;
         JobSpec {
             key: key.into(),
             attempt,
             budget: 88,
-            runner_kind: SyntheticRunner::KIND.into(),
-            options,
+            runner: RunnerSpec::parse(SyntheticRunner::KIND, options).expect("valid synthetic options"),
             study_seed: 7,
             trajectory_digest: None,
             trajectory: Some(Arc::new(TrajectoryPayload {
@@ -337,12 +346,8 @@ mod tests {
     fn bad_options_and_curves_are_no_outcomes_with_a_reason() {
         let k = key("traj-e", "main", 2, 0);
         let ok_curve = vec![0.5; 3];
+        // Bad options are refused as the job arrives (`lease::wire`), also a no-outcome.
         let cases = [
-            (json!({ "no_outcome_rate": -0.1 }), ok_curve.clone(), "outside [0, 1]"),
-            (json!({ "no_outcome_rate": 1.5 }), ok_curve.clone(), "outside [0, 1]"),
-            (json!({ "no_outcome_rate": "high" }), ok_curve.clone(), "invalid synthetic runner options"),
-            (json!({ "duration_ms": -5 }), ok_curve.clone(), "invalid synthetic runner options"),
-            (json!([1, 2]), ok_curve.clone(), "invalid synthetic runner options"),
             (json!({}), vec![0.5, 0.5], "synthetic curve has 2 values, none for t = 2"),
             (json!({}), vec![0.5, 0.5, 1.5], "not a number in [0, 1]"),
         ];
@@ -365,8 +370,11 @@ mod tests {
         assert!(reason(synthetic_result(&j)).contains("continuations only"));
 
         // Unknown option fields (the spec's `kind`) are fine.
-        let j = job(k, 1, json!({ "kind": "synthetic", "duration_ms": 0 }), ok_curve);
+        let mut j = job(k, 1, json!({ "kind": "synthetic", "duration_ms": 0 }), ok_curve);
         assert!(matches!(synthetic_result(&j), JobReport::Outcome(_)));
+        // A job of another runner is not run.
+        j.runner = RunnerSpec::Other { kind: "probe".into(), options: json!({}) };
+        assert!(reason(synthetic_result(&j)).contains("a job of the probe runner"));
     }
 
     #[tokio::test]

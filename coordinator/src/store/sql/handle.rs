@@ -14,7 +14,7 @@ use vcurve_method::schedule::variants::variant_by_name;
 
 use super::known;
 use super::rows::corrupt;
-use crate::spec::{Admission, ControlCounts};
+use crate::spec::{Admission, ControlCounts, RunnerSpec};
 use crate::store::StoreError;
 
 /// The subject of a restart check's base runs: the task they run and their budget.
@@ -39,13 +39,37 @@ pub(super) struct StudyConfig {
     pub(super) schedule: String,
     pub(super) budget: u32,
     pub(super) seed: u64,
-    pub(super) runner_kind: String,
-    pub(super) runner_options: serde_json::Value,
+    /// Stored as `runner_kind` and `runner_options` ([`stored_runner`]).
+    #[serde(flatten, with = "stored_runner")]
+    pub(super) runner: RunnerSpec,
     pub(super) controls: ControlCounts,
     pub(super) admission: Admission,
     /// Base-run subjects with their own task and budget (a restart check's rows).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(super) base_run_subjects: std::collections::BTreeMap<String, BaseRunSubject>,
+}
+
+/// [`StudyConfig::runner`] as it is stored: the fields `runner_kind` and `runner_options` (a JSON
+/// object), the shape the configuration had before the options were typed, so that a store
+/// written then still loads.
+mod stored_runner {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use vcurve_record::RunnerSpec;
+
+    #[derive(Serialize, Deserialize)]
+    struct Fields {
+        runner_kind: String,
+        runner_options: serde_json::Value,
+    }
+
+    pub(super) fn serialize<S: Serializer>(runner: &RunnerSpec, serializer: S) -> Result<S::Ok, S::Error> {
+        Fields { runner_kind: runner.kind().to_owned(), runner_options: runner.options_json() }.serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<RunnerSpec, D::Error> {
+        let fields = Fields::deserialize(deserializer)?;
+        RunnerSpec::parse(&fields.runner_kind, fields.runner_options).map_err(serde::de::Error::custom)
+    }
 }
 
 impl StudyConfig {
@@ -165,5 +189,39 @@ impl SqlStore {
         let config: Arc<StudyConfig> = Arc::new(serde_json::from_str(&json).map_err(corrupt)?);
         self.configs.lock().expect("config cache poisoned").insert(study.to_string(), config.clone());
         Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A configuration as the store held it before the runner's options were typed (from a demo
+    /// study), and one of an agent study with options left to their defaults.
+    #[test]
+    fn a_configuration_stored_before_the_options_were_typed_still_loads() {
+        let params = serde_json::to_string(&Thresholds::default()).unwrap();
+        let stored = format!(
+            r#"{{"params":{params},"schedule":"paper","budget":100,"seed":7,"runner_kind":"synthetic","runner_options":{{"duration_ms":2,"no_outcome_rate":0.01}},"controls":{{"sanity":2,"retest":2,"budget_control":2}},"admission":{{"mode":"demand"}}}}"#
+        );
+        let config: StudyConfig = serde_json::from_str(&stored).unwrap();
+        let expected = vcurve_record::runner::SyntheticOptions { duration_ms: 2, no_outcome_rate: 0.01 };
+        assert_eq!(config.runner, RunnerSpec::Synthetic(expected));
+        assert_eq!((config.seed, config.controls.sanity), (7, 2));
+        assert_eq!(serde_json::to_string(&config).unwrap(), stored, "written back in the same shape");
+
+        let stored = stored.replace(
+            r#""runner_kind":"synthetic","runner_options":{"duration_ms":2,"no_outcome_rate":0.01}"#,
+            r#""runner_kind":"agent","runner_options":{"command":["python3","-m","x"],"flake_threshold":0.05}"#,
+        );
+        let config: StudyConfig = serde_json::from_str(&stored).unwrap();
+        let options = config.runner.agent_options().expect("an agent runner");
+        assert_eq!((options.flake_threshold, options.flake_recheck_rate, options.memory_mb), (0.05, 0.10, 2048));
+        let again: StudyConfig = serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
+        assert_eq!(again.runner, config.runner);
+
+        let bad = stored.replace(r#""command":["python3","-m","x"]"#, r#""command":[]"#);
+        let e = serde_json::from_str::<StudyConfig>(&bad).unwrap_err().to_string();
+        assert!(e.contains("invalid agent runner options: command"), "{e}");
     }
 }

@@ -85,8 +85,7 @@ impl SqlStore {
             };
             jobs.push(LeasedJob {
                 budget,
-                runner_kind: config.runner_kind.clone(),
-                runner_options: config.runner_options.to_string(),
+                runner: config.runner.clone(),
                 study_seed: config.seed,
                 trajectory_digest: row.try_get("payload_digest")?,
                 anchors,
@@ -155,8 +154,7 @@ impl SqlStore {
             mark_leased(tx, &key, attempt, worker, expires_ms).await?;
             jobs.push(LeasedJob {
                 budget,
-                runner_kind: config.runner_kind.clone(),
-                runner_options: config.runner_options.to_string(),
+                runner: config.runner.clone(),
                 study_seed: config.seed,
                 trajectory_digest,
                 anchors: Vec::new(),

@@ -149,7 +149,7 @@ impl SqlStore {
                     });
                 }
                 let config = self.config(tx, &key.study).await?;
-                if vcurve_record::runner::runs_containers(&config.runner_kind) {
+                if config.runner.runs_containers() {
                     let (task, payload) = self.task_of(tx, &key.study, &key.trajectory).await?;
                     let run = verdicts::RunOf { study: &key.study, task: &task, payload: payload.as_deref() };
                     rechecks = self.judge_run(tx, &config, run, o, now).await?;
@@ -263,7 +263,7 @@ impl SqlStore {
             }
             (JobKey::BaseRun { task: subject, .. }, JobReport::Outcome(o)) => {
                 let mut wakes = false;
-                if vcurve_record::runner::runs_containers(&config.runner_kind) {
+                if config.runner.runs_containers() {
                     let payload = self.job_payload(tx, key).await?;
                     let (task, _) = config.base_run_of(subject);
                     let run = verdicts::RunOf { study, task, payload: payload.as_deref() };

@@ -90,8 +90,7 @@ pub(super) async fn create_study(
         schedule: spec.schedule.clone(),
         budget: spec.budget,
         seed: spec.seed,
-        runner_kind: spec.runner.kind.clone(),
-        runner_options: spec.runner.options.clone(),
+        runner: spec.runner.clone(),
         controls: spec.controls,
         admission: spec.admission,
         base_run_subjects: base_runs::base_run_subjects(spec),
@@ -102,7 +101,7 @@ pub(super) async fn create_study(
         .bind(&spec.name)
         .bind(serde_json::to_string(spec).map_err(corrupt)?)
         .bind(serde_json::to_string(&config).map_err(corrupt)?)
-        .bind(&spec.runner.kind)
+        .bind(spec.runner.kind())
         .bind(now)
         .execute(&mut *tx)
         .await?;

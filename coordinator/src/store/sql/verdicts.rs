@@ -13,16 +13,15 @@ use sha2::{Digest, Sha256};
 use sqlx::{Any, Row, Transaction};
 use vcurve_record::EvaluationStats;
 use vcurve_record::jobs::{JobKey, Judged, RunOutcome};
-use vcurve_record::runner::{AgentOptions, runs_containers};
 
 use super::{SqlStore, StudyConfig, insert_job};
 use crate::store::StoreError;
 
 /// The flake-check parameters of a study: its runner's options, or docs/method.md §6's values.
 fn flake_parameters(config: &StudyConfig) -> (f64, f64) {
-    match AgentOptions::for_kind(&config.runner_kind, &config.runner_options) {
-        Ok(o) if runs_containers(&config.runner_kind) => (o.flake_recheck_rate, o.flake_threshold),
-        _ => (0.10, 0.03),
+    match config.runner.agent_options() {
+        Some(o) => (o.flake_recheck_rate, o.flake_threshold),
+        None => (0.10, 0.03),
     }
 }
 

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+mod spec;
+pub use spec::{InvalidRunnerOptions, RunnerSpec};
+
 /// The runner kind whose outcomes are a pure function of the key (testing, capacity planning).
 pub const SYNTHETIC: &str = "synthetic";
 
