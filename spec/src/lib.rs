@@ -3,10 +3,12 @@
 //!
 //! Data flow: `vcurve launch SPEC.yaml` calls [`read_with_files`], which reads the spec
 //! and every curve file it names; the client sends both to the coordinator, which calls
-//! [`parse`] with a lookup into what it was sent. [`load`] does both in one
-//! process (`vcurve demo`, tests). Nothing is stored until `parse` has accepted the whole spec; the
-//! coordinator stores the result as JSON with the curves inlined, so a stored study never depends
-//! on a file again.
+//! [`parse`] with a lookup into what it was sent. [`load`] does both in one process (`vcurve
+//! demo`, tests). `parse` reads each level of the YAML into its derived raw struct (`raw`: the
+//! fields each level may have) as it reaches it, and validates it in one pass into the types of
+//! `vcurve-record`, with errors that name the trajectory, the field and, in a curve file, the line.
+//! Nothing is stored until `parse` has accepted the whole spec; the coordinator stores the result
+//! as JSON with the curves inlined, so a stored study never depends on a file again.
 //!
 //! ```yaml
 //! name: demo
@@ -68,6 +70,7 @@ pub mod bounds;
 mod error;
 mod fields;
 mod launch;
+mod raw;
 pub mod restart_check;
 mod study;
 mod swebench;
@@ -77,11 +80,10 @@ mod trajectory;
 mod value;
 pub use bounds::ReadError;
 pub use error::{SpecError, TrajectoryRef};
-use fields::TOP_FIELDS;
 pub use fields::{MAX_BASE_RUNS, MAX_LENGTH};
 pub use launch::Launch;
 use study::parse_study;
-use value::{get, problem, show, top_error, valid_name};
+use value::{problem, show, top_error, valid_name};
 
 /// The largest study spec: 16 MiB, 40,000 trajectories or more (the demo's take 380 bytes each
 /// with their labels; curves are files of their own, limited by [`MAX_FILE_BYTES`]).
@@ -137,11 +139,15 @@ pub fn parse_request(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Resul
         other => {
             return Err(top_error(problem(
                 "the study spec",
-                format!("must be a mapping of fields ({}), found {}", TOP_FIELDS.join(", "), show(other)),
+                format!(
+                    "must be a mapping of fields ({}), found {}",
+                    raw::fields_of::<raw::RawStudy>().join(", "),
+                    show(other)
+                ),
             )));
         }
     };
-    if get(top, "restart_check").is_some() {
+    if top.get("restart_check").is_some_and(|v| !v.is_null()) {
         return restart_check::parse(top).map(Request::RestartCheck);
     }
     parse_study(top, file).map(|l| Request::Study(Box::new(l)))

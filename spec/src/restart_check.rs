@@ -17,10 +17,8 @@ use vcurve_record::{ControlCounts, StudySpec, Task, TaskRuns};
 
 use crate::error::SpecError;
 use crate::fields::MAX_BASE_RUNS;
-use crate::value::{check_keys, get, problem, required, text, top_error, uint};
-
-const FIELDS: &[&str] = &["name", "seed", "restart_check"];
-const CHECK_FIELDS: &[&str] = &["of", "runs"];
+use crate::raw::{RawRestartCheck, RawRestartCheckSpec, level, required};
+use crate::value::{problem, text, top_error, uint};
 /// Fresh runs per trajectory unless the spec says otherwise (the paper's eight).
 pub const DEFAULT_RUNS: u32 = 8;
 
@@ -36,16 +34,17 @@ pub struct RestartCheckRequest {
 
 /// The spec's top level, when it has a `restart_check` field.
 pub(super) fn parse(top: &Mapping) -> Result<RestartCheckRequest, SpecError> {
-    check_keys(top, FIELDS, "", "a restart-check spec (everything else comes from the checked study)")
-        .map_err(top_error)?;
-    let name = get(top, "name").map(|v| text(v, "name")).transpose().map_err(top_error)?;
-    let seed = get(top, "seed").map(|v| uint(v, "seed", 0, u64::MAX)).transpose().map_err(top_error)?;
-    let Value::Mapping(check) = required(top, "restart_check", "")? else {
+    let raw: RawRestartCheckSpec =
+        level(top, "", "a restart-check spec (everything else comes from the checked study)").map_err(top_error)?;
+    let name = raw.name.as_ref().map(|v| text(v, "name")).transpose().map_err(top_error)?;
+    let seed = raw.seed.as_ref().map(|v| uint(v, "seed", 0, u64::MAX)).transpose().map_err(top_error)?;
+    let Value::Mapping(check) = required(&raw.restart_check, "restart_check").map_err(top_error)? else {
         return Err(top_error(problem("restart_check", "must be a mapping like {of: STUDY_ID, runs: 8}")));
     };
-    check_keys(check, CHECK_FIELDS, "restart_check.", "restart_check").map_err(top_error)?;
-    let of = text(required(check, "of", "restart_check.")?, "restart_check.of").map_err(top_error)?;
-    let runs = match get(check, "runs") {
+    let check: RawRestartCheck = level(check, "restart_check.", "restart_check").map_err(top_error)?;
+    let of =
+        text(required(&check.of, "restart_check.of").map_err(top_error)?, "restart_check.of").map_err(top_error)?;
+    let runs = match &check.runs {
         None => DEFAULT_RUNS,
         Some(v) => uint(v, "restart_check.runs", 1, u64::from(MAX_BASE_RUNS)).map_err(top_error)? as u32,
     };

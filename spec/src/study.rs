@@ -9,25 +9,24 @@ use vcurve_method::{Thresholds, ThresholdsError};
 use vcurve_record::runner::SyntheticOptions;
 
 use crate::error::{SpecError, TrajectoryRef};
-use crate::fields::{ADMISSION_FIELDS, ADMISSION_MODES, CONTROL_FIELDS, DECOY_FIELDS, MAX_LENGTH, TOP_FIELDS};
+use crate::fields::{ADMISSION_MODES, MAX_LENGTH};
 use crate::launch::Launch;
+use crate::raw::{RawAdmission, RawControls, RawDecoy, RawStudy, level, required};
 use crate::task::twin;
 use crate::trajectory::{parse_labels, parse_trajectory};
-use crate::value::{
-    Problem, check_keys, get, missing, number, optional_mapping, problem, real, required, show, text, top_error, uint,
-};
+use crate::value::{Problem, missing, number, problem, real, show, text, top_error, uint};
 use crate::{
     Admission, ControlCounts, DecoySpec, RunnerSpec, SYNTHETIC, SelectionSpec, StudySpec, TaskRuns, TrajectorySpec,
     swebench, tasks,
 };
 
 pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
-    check_keys(top, TOP_FIELDS, "", "a study spec").map_err(top_error)?;
+    let raw: RawStudy = level(top, "", "a study spec").map_err(top_error)?;
 
-    let name = text(required(top, "name", "")?, "name").map_err(top_error)?;
-    let seed = uint(required(top, "seed", "")?, "seed", 0, u64::MAX).map_err(top_error)?;
+    let name = text(required(&raw.name, "name").map_err(top_error)?, "name").map_err(top_error)?;
+    let seed = uint(required(&raw.seed, "seed").map_err(top_error)?, "seed", 0, u64::MAX).map_err(top_error)?;
 
-    let schedule = match get(top, "schedule") {
+    let schedule = match &raw.schedule {
         None => "paper".to_string(),
         Some(v) => {
             let name = text(v, "schedule").map_err(top_error)?;
@@ -41,14 +40,14 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
         }
     };
 
-    let runner = parse_runner(required(top, "runner", "")?)?;
+    let runner = parse_runner(required(&raw.runner, "runner").map_err(top_error)?)?;
 
-    let mut task_entries = tasks::parse_tasks(top, runner.kind(), file)?;
-    let dataset = swebench::parse(top, runner.kind(), file, &mut task_entries)?;
+    let mut task_entries = tasks::parse_tasks(raw.tasks.as_ref(), &runner, file)?;
+    let dataset = swebench::parse(raw.swebench.as_ref(), raw.trajectories.is_some(), &runner, file, &mut task_entries)?;
     // The trajectory count bounds the control counts, so look at the list's shape first. Every
     // base run may fail and become a trajectory.
     let no_entries: &[Value] = &[];
-    let entries: &[Value] = match get(top, "trajectories") {
+    let entries: &[Value] = match &raw.trajectories {
         None if !task_entries.is_empty() => no_entries,
         None => return Err(top_error(missing("trajectories"))),
         Some(Value::Sequence(entries)) if entries.is_empty() && task_entries.is_empty() => {
@@ -65,7 +64,7 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
             )));
         }
     };
-    let (thresholds, controls, admission, selection) = parse_parameters(top, entries.len(), &task_entries, seed)?;
+    let (thresholds, controls, admission, selection) = parse_parameters(&raw, entries.len(), &task_entries, seed)?;
     let budget = thresholds.budget;
     let tasks: Vec<TaskRuns> = task_entries
         .into_iter()
@@ -92,7 +91,7 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
     }
     swebench::fill_recorded(dataset, &mut trajectories, &mut recorded)?;
 
-    let decoys = match get(top, "decoys") {
+    let decoys = match &raw.decoys {
         None => Vec::new(),
         Some(Value::Sequence(entries)) => {
             let tasks: std::collections::HashSet<&str> =
@@ -155,12 +154,12 @@ pub(crate) fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, Spec
             format!("must be a mapping with id, task, length, labels; found {}", show(entry)),
         )));
     };
-    check_keys(map, DECOY_FIELDS, "", "a decoy").map_err(at)?;
-    let id = text(get(map, "id").ok_or_else(|| at(missing("id")))?, "id").map_err(at)?;
-    let task = text(get(map, "task").ok_or_else(|| at(missing("task")))?, "task").map_err(at)?;
-    let length = uint(get(map, "length").ok_or_else(|| at(missing("length")))?, "length", 1, u64::from(MAX_LENGTH))
-        .map_err(at)? as u32;
-    let labels = match get(map, "labels") {
+    let raw: RawDecoy = level(map, "", "a decoy").map_err(at)?;
+    let id = text(required(&raw.id, "id").map_err(at)?, "id").map_err(at)?;
+    let task = text(required(&raw.task, "task").map_err(at)?, "task").map_err(at)?;
+    let length =
+        uint(required(&raw.length, "length").map_err(at)?, "length", 1, u64::from(MAX_LENGTH)).map_err(at)? as u32;
+    let labels = match &raw.labels {
         None => Vec::new(),
         Some(Value::Mapping(labels)) => parse_labels(labels, length).map_err(at)?,
         Some(other) => {
@@ -180,7 +179,11 @@ pub(crate) fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
             ),
         )));
     };
-    let kind = text(required(map, "kind", "runner.")?, "runner.kind").map_err(top_error)?;
+    // The runner's mapping is open: its keys besides `kind` are the options of the kind it names.
+    let kind = match map.get("kind").filter(|v| !v.is_null()) {
+        None => return Err(top_error(missing("runner.kind"))),
+        Some(v) => text(v, "runner.kind").map_err(top_error)?,
+    };
     let mut options = serde_json::Map::new();
     for (key, value) in map {
         let Some(key) = key.as_str() else {
@@ -223,39 +226,36 @@ pub(crate) fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
 /// controls are bounded by the trajectories the study may have: the `listed` ones, and every base
 /// run of its tasks (each may fail and become one).
 pub(crate) fn parse_parameters(
-    top: &Mapping,
+    top: &RawStudy,
     listed: usize,
     tasks: &[tasks::TaskEntry],
     seed: u64,
 ) -> Result<(Thresholds, ControlCounts, Admission, Option<SelectionSpec>), SpecError> {
-    let (mut thresholds, explicit) = parse_thresholds(get(top, "thresholds"))?;
+    let (mut thresholds, explicit) = parse_thresholds(top.thresholds.as_ref())?;
     let selection = tasks::apply_selection(top, &mut thresholds, &explicit, !tasks.is_empty(), seed)?;
     let trajectory_count =
         listed + tasks.iter().map(|t| t.base_runs.unwrap_or(thresholds.base_runs_per_task) as usize).sum::<usize>();
     let given = |key: &str| explicit.get(key).map(|&v| (format!("thresholds.{key}"), v));
-    let u32_field = |map: &Mapping, key: &str, prefix: &str| -> Result<Option<(String, u32)>, SpecError> {
-        let Some(v) = get(map, key) else { return Ok(None) };
-        let field = format!("{prefix}{key}");
-        let value = uint(v, &field, 0, u64::from(u32::MAX)).map_err(top_error)? as u32;
-        Ok(Some((field, value)))
+    let u32_field = |value: &Option<Value>, field: &str| -> Result<Option<(String, u32)>, SpecError> {
+        let Some(v) = value else { return Ok(None) };
+        let value = uint(v, field, 0, u64::from(u32::MAX)).map_err(top_error)? as u32;
+        Ok(Some((field.to_string(), value)))
     };
 
-    let budget = twin(u32_field(top, "budget", "")?, given("budget"), ("budget", thresholds.budget))?;
+    let budget = twin(u32_field(&top.budget, "budget")?, given("budget"), ("budget", thresholds.budget))?;
     if !(1..=MAX_LENGTH).contains(&budget.value) {
         return Err(top_error(problem(budget.field, format!("= {} is outside 1..={MAX_LENGTH}", budget.value))));
     }
     thresholds.budget = budget.value;
 
-    let controls_map = optional_mapping(top, "controls", "a mapping of counts like {sanity: 5, retest: 10}")?;
-    if let Some(map) = controls_map {
-        check_keys(map, CONTROL_FIELDS, "controls.", "controls").map_err(top_error)?;
-    }
-    let control = |key: &str, thresholds_key: &str| -> Result<u32, SpecError> {
-        let top = match controls_map {
-            Some(map) => u32_field(map, key, "controls.")?,
-            None => None,
+    // No `controls` is every count left to its `thresholds` twin, or 0.
+    let controls: RawControls =
+        match optional_mapping(&top.controls, "controls", "a mapping of counts like {sanity: 5, retest: 10}")? {
+            None => RawControls::default(),
+            Some(map) => level(map, "controls.", "controls").map_err(top_error)?,
         };
-        let picked = twin(top, given(thresholds_key), ("controls", 0))?;
+    let control = |value: &Option<Value>, field: &str, thresholds_key: &str| -> Result<u32, SpecError> {
+        let picked = twin(u32_field(value, field)?, given(thresholds_key), ("controls", 0))?;
         if usize::try_from(picked.value).map_or(true, |v| v > trajectory_count) {
             return Err(top_error(problem(
                 picked.field,
@@ -265,23 +265,24 @@ pub(crate) fn parse_parameters(
         Ok(picked.value)
     };
     let controls = ControlCounts {
-        sanity: control("sanity", "sanity_trajectories")?,
-        retest: control("retest", "retest_trajectories")?,
-        budget_control: control("budget_control", "budget_control_trajectories")?,
+        sanity: control(&controls.sanity, "controls.sanity", "sanity_trajectories")?,
+        retest: control(&controls.retest, "controls.retest", "retest_trajectories")?,
+        budget_control: control(&controls.budget_control, "controls.budget_control", "budget_control_trajectories")?,
     };
     thresholds.sanity_trajectories = controls.sanity;
     thresholds.retest_trajectories = controls.retest;
     thresholds.budget_control_trajectories = controls.budget_control;
 
-    let admission = match optional_mapping(top, "admission", "a mapping like {mode: demand}")? {
+    let admission = match optional_mapping(&top.admission, "admission", "a mapping like {mode: demand}")? {
         None => Admission::Demand,
         Some(map) => {
-            check_keys(map, ADMISSION_FIELDS, "admission.", "admission").map_err(top_error)?;
-            let mode = text(required(map, "mode", "admission.")?, "admission.mode").map_err(top_error)?;
+            let raw: RawAdmission = level(map, "admission.", "admission").map_err(top_error)?;
+            let mode =
+                text(required(&raw.mode, "admission.mode").map_err(top_error)?, "admission.mode").map_err(top_error)?;
             match mode.as_str() {
                 "demand" => {
-                    if let Some(key) = ["batch_size", "pipeline_threshold"].into_iter().find(|k| get(map, k).is_some())
-                    {
+                    let given = [("batch_size", &raw.batch_size), ("pipeline_threshold", &raw.pipeline_threshold)];
+                    if let Some((key, _)) = given.into_iter().find(|(_, v)| v.is_some()) {
                         return Err(top_error(problem(
                             format!("admission.{key}"),
                             "applies only to `mode: batch` (demand admission has no parameters)",
@@ -291,12 +292,12 @@ pub(crate) fn parse_parameters(
                 }
                 "batch" => {
                     let batch_size = twin(
-                        u32_field(map, "batch_size", "admission.")?,
+                        u32_field(&raw.batch_size, "admission.batch_size")?,
                         given("batch_size"),
                         ("admission.batch_size", thresholds.batch_size),
                     )?;
                     let pipeline = twin(
-                        u32_field(map, "pipeline_threshold", "admission.")?,
+                        u32_field(&raw.pipeline_threshold, "admission.pipeline_threshold")?,
                         given("pipeline_threshold"),
                         ("admission.pipeline_threshold", thresholds.pipeline_threshold),
                     )?;
@@ -389,4 +390,13 @@ pub(crate) fn parse_thresholds(value: Option<&Value>) -> Result<(Thresholds, Has
     let thresholds = serde_json::from_value(serde_json::Value::Object(fields))
         .map_err(|e| top_error(problem("thresholds", format!("cannot be read: {e}"))))?;
     Ok((thresholds, explicit))
+}
+
+/// An optional field that must be a mapping when given (`like` shows one).
+fn optional_mapping<'a>(value: &'a Option<Value>, field: &str, like: &str) -> Result<Option<&'a Mapping>, SpecError> {
+    match value {
+        None => Ok(None),
+        Some(Value::Mapping(map)) => Ok(Some(map)),
+        Some(other) => Err(top_error(problem(field, format!("must be {like}; found {}", show(other))))),
+    }
 }

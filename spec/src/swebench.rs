@@ -67,18 +67,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value as Json;
-use serde_norway::{Mapping, Value};
+use serde_norway::Value;
 use vcurve_record::import::swebench_image;
-use vcurve_record::runner::SYNTHETIC;
-use vcurve_record::{Evaluator, Task, Trajectory, TrajectorySpec};
+use vcurve_record::{Evaluator, RunnerSpec, Task, Trajectory, TrajectorySpec};
 
 use super::tasks::TaskEntry;
 use crate::error::{SpecError, TrajectoryRef};
 use crate::fields::MAX_BASE_RUNS;
+use crate::raw::{RawSwebench, level, required};
 use crate::task::check_task;
-use crate::value::{Problem, check_keys, get, missing, problem, show, text, top_error, uint, valid_name};
-
-const FIELDS: &[&str] = &["dataset", "instances", "image", "image_field", "workdir", "base_runs"];
+use crate::value::{Problem, problem, show, text, top_error, uint, valid_name};
 /// The working directory of SWE-bench's images.
 pub const DEFAULT_WORKDIR: &str = "/testbed";
 /// Row fields the `swebench` evaluator needs as text: what swebench 5.0.2's `make_test_spec` reads
@@ -126,15 +124,17 @@ fn at(p: Problem) -> SpecError {
     SpecError::Field { field: format!("swebench.{}", p.field), message: p.message }
 }
 
-/// `swebench:`: its instances as tasks appended to `tasks` (the `tasks:` entries, whose SWE-bench
-/// evaluators get their rows here), and the dataset for the recorded runs ([`fill_recorded`]).
+/// `swebench:` (the field's value): its instances as tasks appended to `tasks` (the `tasks:`
+/// entries, whose SWE-bench evaluators get their rows here), and the dataset for the recorded runs
+/// ([`fill_recorded`]). `has_trajectories`: whether the study lists trajectories.
 pub(super) fn parse(
-    top: &Mapping,
-    runner_kind: &str,
+    swebench: Option<&Value>,
+    has_trajectories: bool,
+    runner: &RunnerSpec,
     file: &dyn Fn(&str) -> Option<String>,
     tasks: &mut Vec<TaskEntry>,
 ) -> Result<Option<Dataset>, SpecError> {
-    let map = match get(top, "swebench") {
+    let map = match swebench {
         None => return Ok(None),
         Some(Value::Mapping(map)) => map,
         Some(other) => {
@@ -148,15 +148,15 @@ pub(super) fn parse(
             )));
         }
     };
-    check_keys(map, FIELDS, "", "swebench").map_err(at)?;
-    if runner_kind == SYNTHETIC {
+    let raw: RawSwebench = level(map, "", "swebench").map_err(at)?;
+    if matches!(runner, RunnerSpec::Synthetic(_)) {
         return Err(top_error(problem(
             "swebench",
             "is given, but the synthetic runner neither makes base runs nor judges patches; use a runner that runs \
              the agent (agent, mini-swe-agent)",
         )));
     }
-    let path = text(get(map, "dataset").ok_or_else(|| at(missing("dataset")))?, "dataset").map_err(at)?;
+    let path = text(required(&raw.dataset, "dataset").map_err(at)?, "dataset").map_err(at)?;
     let Some(contents) = file(&path) else {
         return Err(at(problem(
             "dataset",
@@ -166,7 +166,7 @@ pub(super) fn parse(
     let (rows, order) = read_dataset(&contents).map_err(|m| at(problem("dataset", format!("{path}: {m}"))))?;
     let mut dataset = Dataset { path, rows, instances_given: false, used: 0 };
 
-    let image_choice = match (get(map, "image"), get(map, "image_field")) {
+    let image_choice = match (&raw.image, &raw.image_field) {
         (Some(_), Some(_)) => {
             return Err(at(problem("image_field", "and swebench.image are both given; give one of them")));
         }
@@ -178,14 +178,14 @@ pub(super) fn parse(
         (None, Some(v)) => Image::Field(text(v, "image_field").map_err(at)?),
         (None, None) => Image::Harness,
     };
-    let workdir = match get(map, "workdir") {
+    let workdir = match &raw.workdir {
         None => DEFAULT_WORKDIR.to_string(),
         Some(v) => text(v, "workdir").map_err(at)?,
     };
     if !workdir.starts_with('/') {
         return Err(at(problem("workdir", format!("= {workdir:?} must be an absolute path"))));
     }
-    let base_runs = match get(map, "base_runs") {
+    let base_runs = match &raw.base_runs {
         None => None,
         Some(v) => Some(uint(v, "base_runs", 1, u64::from(MAX_BASE_RUNS)).map_err(at)? as u32),
     };
@@ -202,7 +202,7 @@ pub(super) fn parse(
         }
     }
 
-    let instances: Vec<(String, String)> = match get(map, "instances") {
+    let instances: Vec<(String, String)> = match &raw.instances {
         None => Vec::new(),
         Some(Value::String(s)) if s == "all" => order
             .iter()
@@ -254,8 +254,8 @@ pub(super) fn parse(
             )));
         }
     };
-    dataset.instances_given = get(map, "instances").is_some();
-    if !dataset.instances_given && dataset.used == 0 && get(top, "trajectories").is_none() {
+    dataset.instances_given = raw.instances.is_some();
+    if !dataset.instances_given && dataset.used == 0 && !has_trajectories {
         return Err(unused(&dataset));
     }
 

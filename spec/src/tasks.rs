@@ -30,22 +30,16 @@
 
 use std::collections::HashMap;
 
-use serde_norway::{Mapping, Value};
+use serde_norway::Value;
 use vcurve_method::Thresholds;
-use vcurve_record::runner::SYNTHETIC;
 use vcurve_record::study::SelectionSpec;
-use vcurve_record::{Evaluator, Task};
+use vcurve_record::{Evaluator, RunnerSpec, Task};
 
 use crate::error::SpecError;
 use crate::fields::MAX_BASE_RUNS;
+use crate::raw::{RawEvaluator, RawInlineTask, RawSelection, RawStudy, RawTaskFile, level, required};
 use crate::task::{Twin, check_task, twin};
-use crate::value::{Problem, check_keys, get, missing, problem, show, text, top_error, uint};
-
-const TASK_FILE_FIELDS: &[&str] = &["task", "base_runs"];
-const INLINE_TASK_FIELDS: &[&str] =
-    &["id", "image", "workdir", "evaluator", "problem_statement", "problem_statement_file", "base_runs"];
-const EVALUATOR_FIELDS: &[&str] = &["kind", "command", "timeout_s", "instance_id"];
-const SELECTION_FIELDS: &[&str] = &["band", "per_task", "decoys", "target", "seed"];
+use crate::value::{Problem, missing, problem, show, text, top_error, uint};
 
 /// A `tasks` entry before the study's default base-run count is known.
 pub(super) struct TaskEntry {
@@ -55,11 +49,11 @@ pub(super) struct TaskEntry {
 
 /// `tasks:`, each entry a task file or a task written inline.
 pub(super) fn parse_tasks(
-    top: &Mapping,
-    runner_kind: &str,
+    tasks: Option<&Value>,
+    runner: &RunnerSpec,
     file: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<TaskEntry>, SpecError> {
-    let entries = match get(top, "tasks") {
+    let entries = match tasks {
         None => return Ok(Vec::new()),
         Some(Value::Sequence(entries)) => entries,
         Some(other) => {
@@ -69,7 +63,7 @@ pub(super) fn parse_tasks(
             )));
         }
     };
-    if !entries.is_empty() && runner_kind == SYNTHETIC {
+    if !entries.is_empty() && matches!(runner, RunnerSpec::Synthetic(_)) {
         return Err(top_error(problem(
             "tasks",
             "is given, but the synthetic runner cannot make base runs; use the agent runner",
@@ -87,9 +81,11 @@ pub(super) fn parse_tasks(
                 ),
             )));
         };
-        let (task, named) = if get(map, "task").is_some() {
-            check_keys(map, TASK_FILE_FIELDS, "", "a task entry naming a task file").map_err(at)?;
-            let path = text(get(map, "task").ok_or_else(|| at(missing("task")))?, "task").map_err(at)?;
+        // An entry names a task file or writes the task inline; `task` tells which.
+        let names_file = map.get("task").is_some_and(|v| !v.is_null());
+        let (task, named, base_runs) = if names_file {
+            let raw: RawTaskFile = level(map, "", "a task entry naming a task file").map_err(at)?;
+            let path = text(required(&raw.task, "task").map_err(at)?, "task").map_err(at)?;
             let Some(contents) = file(&path) else {
                 return Err(at(problem(
                     "task",
@@ -99,20 +95,22 @@ pub(super) fn parse_tasks(
             let task: Task = serde_json::from_str(&contents)
                 .map_err(|e| at(problem("task", format!("{path}: not a task (id, image, workdir, evaluator): {e}"))))?;
             check_task(&task).map_err(|m| at(problem("task", format!("{path}: {m}"))))?;
-            (task, format!("task {path}"))
+            (task, format!("task {path}"), raw.base_runs)
         } else {
-            let task = inline_task(map, file).map_err(at)?;
+            let raw: RawInlineTask =
+                level(map, "", "a task entry (or name a task file with task: FILE.json)").map_err(at)?;
+            let task = inline_task(&raw, file).map_err(at)?;
             // The check's message starts with the field it is about ("workdir …", "evaluator.command …").
             check_task(&task).map_err(|m| at(problem(m.split_whitespace().next().unwrap_or("id").to_string(), m)))?;
             let named = format!("task {:?}", task.id);
-            (task, named)
+            (task, named, raw.base_runs)
         };
-        let base_runs = match get(map, "base_runs") {
+        let base_runs = match &base_runs {
             None => None,
             Some(v) => Some(uint(v, "base_runs", 1, u64::from(MAX_BASE_RUNS)).map_err(at)? as u32),
         };
         if let Some(first) = tasks.iter().position(|t| t.task.id == task.id) {
-            let field = if get(map, "task").is_some() { "task" } else { "id" };
+            let field = if names_file { "task" } else { "id" };
             return Err(at(problem(
                 field,
                 format!("{named}: task {:?} appears twice (tasks[{first}] and tasks[{index}])", task.id),
@@ -124,34 +122,29 @@ pub(super) fn parse_tasks(
 }
 
 /// A task written in the spec itself.
-fn inline_task(map: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<Task, Problem> {
-    check_keys(map, INLINE_TASK_FIELDS, "", "a task entry (or name a task file with task: FILE.json)")?;
-    let field = |key: &str| -> Result<String, Problem> { text(get(map, key).ok_or_else(|| missing(key))?, key) };
-    let id = field("id")?;
-    let image = field("image")?;
-    let workdir = field("workdir")?;
-    let evaluator = match get(map, "evaluator") {
+fn inline_task(raw: &RawInlineTask, file: &dyn Fn(&str) -> Option<String>) -> Result<Task, Problem> {
+    let field = |value: &Option<Value>, key: &str| -> Result<String, Problem> { text(required(value, key)?, key) };
+    let id = field(&raw.id, "id")?;
+    let image = field(&raw.image, "image")?;
+    let workdir = field(&raw.workdir, "workdir")?;
+    let evaluator = match &raw.evaluator {
         None => return Err(missing("evaluator")),
         Some(Value::Mapping(e)) => {
-            check_keys(e, EVALUATOR_FIELDS, "evaluator.", "an evaluator")?;
-            let kind = text(get(e, "kind").ok_or_else(|| missing("evaluator.kind"))?, "evaluator.kind")?;
+            let e: RawEvaluator = level(e, "evaluator.", "an evaluator")?;
+            let kind = field(&e.kind, "evaluator.kind")?;
             match kind.as_str() {
                 "command" => Evaluator::Command {
-                    command: text(get(e, "command").ok_or_else(|| missing("evaluator.command"))?, "evaluator.command")?,
+                    command: field(&e.command, "evaluator.command")?,
                     timeout_s: uint(
-                        get(e, "timeout_s").ok_or_else(|| missing("evaluator.timeout_s"))?,
+                        required(&e.timeout_s, "evaluator.timeout_s")?,
                         "evaluator.timeout_s",
                         1,
                         u64::from(u32::MAX),
                     )? as u32,
                 },
-                "swebench" => Evaluator::Swebench {
-                    instance_id: text(
-                        get(e, "instance_id").ok_or_else(|| missing("evaluator.instance_id"))?,
-                        "evaluator.instance_id",
-                    )?,
-                    instance: None,
-                },
+                "swebench" => {
+                    Evaluator::Swebench { instance_id: field(&e.instance_id, "evaluator.instance_id")?, instance: None }
+                }
                 other => {
                     return Err(problem(
                         "evaluator.kind",
@@ -167,7 +160,7 @@ fn inline_task(map: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<T
             ));
         }
     };
-    let problem_statement = match (get(map, "problem_statement"), get(map, "problem_statement_file")) {
+    let problem_statement = match (&raw.problem_statement, &raw.problem_statement_file) {
         (Some(_), Some(_)) => {
             return Err(problem("problem_statement_file", "and problem_statement are both given; give one of them"));
         }
@@ -204,7 +197,7 @@ pub(super) fn task_references(doc: &Value) -> Vec<(usize, &'static str, String)>
 /// Set the base-run count and the selection parameters from `base_runs` and `selection`, each
 /// against its `thresholds` twin; the selection spec, when the study has tasks.
 pub(super) fn apply_selection(
-    top: &Mapping,
+    top: &RawStudy,
     thresholds: &mut Thresholds,
     explicit: &HashMap<String, u32>,
     has_tasks: bool,
@@ -215,7 +208,7 @@ pub(super) fn apply_selection(
         Ok((field.to_string(), uint(v, field, 0, u64::from(u32::MAX)).map_err(top_error)? as u32))
     };
     let base_runs = twin(
-        get(top, "base_runs").map(|v| count(v, "base_runs")).transpose()?,
+        top.base_runs.as_ref().map(|v| count(v, "base_runs")).transpose()?,
         given("base_runs_per_task"),
         ("base_runs", thresholds.base_runs_per_task),
     )?;
@@ -227,7 +220,7 @@ pub(super) fn apply_selection(
     }
     thresholds.base_runs_per_task = base_runs.value;
 
-    let map = match get(top, "selection") {
+    let map = match &top.selection {
         None => None,
         Some(Value::Mapping(map)) => Some(map),
         Some(other) => {
@@ -249,8 +242,8 @@ pub(super) fn apply_selection(
             "is given, but the study has no tasks to make base runs of and select from",
         )));
     }
-    check_keys(map, SELECTION_FIELDS, "selection.", "selection").map_err(top_error)?;
-    let (band_min, band_max) = match get(map, "band") {
+    let raw: RawSelection = level(map, "selection.", "selection").map_err(top_error)?;
+    let (band_min, band_max) = match &raw.band {
         None => (None, None),
         Some(Value::Sequence(pair)) if pair.len() == 2 => {
             (Some(count(&pair[0], "selection.band[0]")?), Some(count(&pair[1], "selection.band[1]")?))
@@ -268,12 +261,12 @@ pub(super) fn apply_selection(
     let band_min = pick(band_min, "band_min", thresholds.band_min)?;
     let band_max = pick(band_max, "band_max", thresholds.band_max)?;
     let per_task = pick(
-        get(map, "per_task").map(|v| count(v, "selection.per_task")).transpose()?,
+        raw.per_task.as_ref().map(|v| count(v, "selection.per_task")).transpose()?,
         "trajectories_per_task",
         thresholds.trajectories_per_task,
     )?;
     let decoys =
-        pick(get(map, "decoys").map(|v| count(v, "selection.decoys")).transpose()?, "decoys", thresholds.decoys)?;
+        pick(raw.decoys.as_ref().map(|v| count(v, "selection.decoys")).transpose()?, "decoys", thresholds.decoys)?;
     if band_min.value > band_max.value || band_max.value > base_runs.value {
         return Err(top_error(problem(
             "selection.band",
@@ -290,11 +283,11 @@ pub(super) fn apply_selection(
     thresholds.band_max = band_max.value;
     thresholds.trajectories_per_task = per_task.value;
     thresholds.decoys = decoys.value;
-    let target = match get(map, "target") {
+    let target = match &raw.target {
         None => None,
         Some(v) => Some(uint(v, "selection.target", 1, u64::from(u32::MAX)).map_err(top_error)? as u32),
     };
-    let seed = match get(map, "seed") {
+    let seed = match &raw.seed {
         None => study_seed,
         Some(v) => uint(v, "selection.seed", 0, u64::MAX).map_err(top_error)?,
     };

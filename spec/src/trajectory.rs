@@ -5,8 +5,9 @@ use vcurve_method::{BaseRun, BaseRuns};
 use vcurve_record::Trajectory;
 
 use crate::error::{SpecError, TrajectoryRef};
-use crate::fields::{BASE_RUN_FIELDS, MAX_LENGTH, TRAJECTORY_FIELDS};
-use crate::value::{Problem, check_keys, get, missing, problem, show, text, uint, valid_name};
+use crate::fields::MAX_LENGTH;
+use crate::raw::{RawBaseRun, RawTrajectory, level, required};
+use crate::value::{Problem, missing, problem, show, text, uint, valid_name};
 use crate::{Label, TrajectorySpec};
 
 pub(crate) fn parse_trajectory(
@@ -23,15 +24,15 @@ pub(crate) fn parse_trajectory(
         });
     };
     // Name the trajectory by its id when it has a usable one, so the user can find it.
-    let named = match get(map, "id") {
+    let named = match map.get("id") {
         Some(Value::String(id)) if valid_name(id) => TrajectoryRef::Id(id.clone()),
         _ => TrajectoryRef::Index(index),
     };
     let at = |p: Problem| SpecError::Trajectory { trajectory: named.clone(), field: p.field, message: p.message };
 
-    check_keys(map, TRAJECTORY_FIELDS, "", "a trajectory").map_err(at)?;
-    let id = text(get(map, "id").ok_or_else(|| at(missing("id")))?, "id").map_err(at)?;
-    let recorded = match get(map, "recorded") {
+    let raw: RawTrajectory = level(map, "", "a trajectory").map_err(at)?;
+    let id = text(required(&raw.id, "id").map_err(at)?, "id").map_err(at)?;
+    let recorded = match &raw.recorded {
         None => None,
         Some(v) => {
             let path = text(v, "recorded").map_err(at)?;
@@ -53,12 +54,12 @@ pub(crate) fn parse_trajectory(
             Some(run)
         }
     };
-    let task = match (get(map, "task"), &recorded) {
+    let task = match (&raw.task, &recorded) {
         (None, Some(run)) => run.task.id.clone(),
         (None, None) => id.clone(),
         (Some(v), _) => text(v, "task").map_err(at)?,
     };
-    let length = match (get(map, "length"), &recorded) {
+    let length = match (&raw.length, &recorded) {
         (None, Some(run)) => run.length(),
         (None, None) => return Err(at(missing("length"))),
         (Some(v), run) => {
@@ -78,7 +79,7 @@ pub(crate) fn parse_trajectory(
         return Err(at(problem("length", format!("= {length} is more than {MAX_LENGTH} steps"))));
     }
 
-    let curve = match get(map, "curve") {
+    let curve = match &raw.curve {
         None if synthetic => {
             return Err(at(problem(
                 "curve",
@@ -103,7 +104,7 @@ pub(crate) fn parse_trajectory(
         }
     };
 
-    let labels = match get(map, "labels") {
+    let labels = match &raw.labels {
         None => Vec::new(),
         Some(Value::Mapping(labels)) => parse_labels(labels, length).map_err(at)?,
         Some(other) => {
@@ -114,7 +115,7 @@ pub(crate) fn parse_trajectory(
         }
     };
 
-    let base_runs = match get(map, "base_runs") {
+    let base_runs = match &raw.base_runs {
         None => BaseRuns::default(),
         Some(Value::Sequence(runs)) => {
             BaseRuns(runs.iter().enumerate().map(|(i, r)| parse_base_run(i, r)).collect::<Result<_, _>>().map_err(at)?)
@@ -162,8 +163,8 @@ pub(crate) fn parse_base_run(index: usize, run: &Value) -> Result<BaseRun, Probl
             format!("must be a mapping like {{success: true, steps: 40}}; found {}", show(run)),
         ));
     };
-    check_keys(map, BASE_RUN_FIELDS, &format!("{prefix}."), "a base run")?;
-    let success = match get(map, "success") {
+    let raw: RawBaseRun = level(map, &format!("{prefix}."), "a base run")?;
+    let success = match &raw.success {
         None => return Err(missing(&format!("{prefix}.success"))),
         Some(Value::Bool(b)) => *b,
         Some(other) => {
@@ -171,8 +172,7 @@ pub(crate) fn parse_base_run(index: usize, run: &Value) -> Result<BaseRun, Probl
         }
     };
     let steps_field = format!("{prefix}.steps");
-    let steps =
-        uint(get(map, "steps").ok_or_else(|| missing(&steps_field))?, &steps_field, 0, u64::from(u32::MAX))? as u32;
+    let steps = uint(required(&raw.steps, &steps_field)?, &steps_field, 0, u64::from(u32::MAX))? as u32;
     Ok(BaseRun { success, steps })
 }
 

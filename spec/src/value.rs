@@ -22,24 +22,6 @@ pub(crate) fn top_error(p: Problem) -> SpecError {
     SpecError::Field { field: p.field, message: p.message }
 }
 
-/// A field's value; an explicit `null` counts as absent.
-pub(crate) fn get<'a>(map: &'a Mapping, key: &str) -> Option<&'a Value> {
-    map.get(key).filter(|v| !v.is_null())
-}
-
-/// A required study-level field (`prefix` is the path of the mapping it sits in, e.g. `runner.`).
-pub(crate) fn required<'a>(map: &'a Mapping, key: &str, prefix: &str) -> Result<&'a Value, SpecError> {
-    get(map, key).ok_or_else(|| top_error(missing(&format!("{prefix}{key}"))))
-}
-
-pub(crate) fn optional_mapping<'a>(top: &'a Mapping, key: &str, like: &str) -> Result<Option<&'a Mapping>, SpecError> {
-    match get(top, key) {
-        None => Ok(None),
-        Some(Value::Mapping(map)) => Ok(Some(map)),
-        Some(other) => Err(top_error(problem(key, format!("must be {like}; found {}", show(other))))),
-    }
-}
-
 /// Reject keys outside `allowed` (typo protection). `prefix` is prepended to the offending key.
 pub(crate) fn check_keys(map: &Mapping, allowed: &[&str], prefix: &str, what: &str) -> Result<(), Problem> {
     for key in map.keys() {
