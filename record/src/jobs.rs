@@ -142,7 +142,10 @@ pub struct HeldJob {
 #[serde(rename_all = "snake_case")]
 pub enum CompareLevel {
     Exact,
+    /// The same whole lines in another order.
     SortedLines,
+    /// The same characters in another order: no longer accepted (it let a changed line such as
+    /// `a + b` → `b + a` pass); kept to read replays and mismatches stored before.
     CharMultiset,
     /// The recorded state fingerprint (changed paths, return code, `git diff`, `git status`).
     Fingerprint,

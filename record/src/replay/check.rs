@@ -12,11 +12,11 @@ use crate::trajectory::{Action, Fingerprint};
 
 impl Normalizer {
     /// Check one recorded action against what its re-execution observed: the normalized output at
-    /// the three levels, the return code and the timeout, exactly. Returns the level the output
+    /// the two levels ([`compare`]), the return code and the timeout, exactly. Returns the level the output
     /// matched at.
     ///
-    /// On a mismatch the [`Mismatch::level`] is `char_multiset` when the output matched at no
-    /// level, else the level the output did match at (the return code or the timeout differed);
+    /// On a mismatch the [`Mismatch::level`] is `sorted_lines`, the loosest level tried, when the
+    /// output matched at no level, else the level the output did match at (the return code or the timeout differed);
     /// its [`Mismatch::kind`] is the first of `observation`, `timeout`, `returncode` that differed,
     /// and its [`Mismatch::command`] the recorded command.
     pub fn compare_action(
@@ -58,7 +58,7 @@ impl Normalizer {
                     MismatchKind::Returncode
                 };
                 Err(Mismatch {
-                    level: level.unwrap_or(CompareLevel::CharMultiset),
+                    level: level.unwrap_or(CompareLevel::SortedLines),
                     kind,
                     command: Some(clip_command(&recorded.command)),
                     reason: format!("command {:?}: {}", short(&recorded.command, 120), reasons.join("; ")),
