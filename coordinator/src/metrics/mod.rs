@@ -226,6 +226,7 @@ mod tests {
             running: 0,
             pending: 0,
             retired: 0,
+            retired_jobs: Vec::new(),
             trajectories: 0,
             trajectories_admitted: 0,
             trajectories_done: 0,
