@@ -1264,6 +1264,7 @@ fn recorded_trajectory(task: &str, steps: u32) -> String {
                 returncode: Some(0),
                 timed_out: false,
                 exception: None,
+                omitted: None,
             }],
             messages_end: messages.len(),
             fingerprint: None,

@@ -279,7 +279,15 @@ fn comparison_levels() {
 }
 
 fn action(output: &str, returncode: Option<i32>, timed_out: bool) -> Action {
-    Action { command: "run".into(), timeout_s: 10.0, output: output.into(), returncode, timed_out, exception: None }
+    Action {
+        command: "run".into(),
+        timeout_s: 10.0,
+        output: output.into(),
+        returncode,
+        timed_out,
+        exception: None,
+        omitted: None,
+    }
 }
 
 #[test]

@@ -298,7 +298,14 @@ impl Inner {
                 let run = self.run_agent_in(prepared.container, start, &options, cancel).await?;
                 drop(prepared.pin);
                 let transcript = if options.keep_transcripts {
-                    let bytes = serde_json::to_vec(&run.messages).map_err(|e| e.to_string())?;
+                    let mut messages = run.messages;
+                    let cuts = vcurve_record::oversize::fit_messages(&mut messages, vcurve_record::MAX_FILE_BYTES)
+                        .map_err(|e| format!("the transcript {e}"))?;
+                    if cuts.texts > 0 {
+                        tracing::warn!(key = %job.key, texts = cuts.texts, omitted_bytes = cuts.bytes,
+                            "the transcript was over the store's per-file limit: its longest texts were cut");
+                    }
+                    let bytes = serde_json::to_vec(&messages).map_err(|e| e.to_string())?;
                     Some(self.services()?.put_file(&bytes).await?)
                 } else {
                     None
@@ -333,8 +340,19 @@ impl Inner {
                 };
                 let run = self.run_agent_in(container, start, &options, cancel).await?;
                 let (submission, steps, end_type) = (run.submission.clone(), run.steps_used, run.end_type);
-                let recorded = match run.into_trajectory(task.clone(), interpreter, Vec::new()) {
-                    Ok(trajectory) => Some(self.services()?.put_file(&trajectory.canonical_bytes()).await?),
+                // A run too large for the store is cut to fit, each cut recorded in its action
+                // (issue 24: it failed at every upload and the base run was retired).
+                let recorded = match run.into_trajectory(task.clone(), interpreter, Vec::new()).and_then(|mut t| {
+                    let cuts = t.fit_within(vcurve_record::MAX_FILE_BYTES)?;
+                    Ok((t, cuts))
+                }) {
+                    Ok((trajectory, cuts)) => {
+                        if cuts.texts > 0 {
+                            tracing::warn!(key = %job.key, texts = cuts.texts, omitted_bytes = cuts.bytes,
+                                "the base run's trajectory was over the store's per-file limit: its longest outputs were cut");
+                        }
+                        Some(self.services()?.put_file(&trajectory.canonical_bytes()).await?)
+                    }
                     Err(e) => {
                         tracing::warn!(key = %job.key, error = %e, "the base run cannot be recorded as a trajectory");
                         None
@@ -589,6 +607,38 @@ mod tests {
         assert_eq!(*services.lookups.lock().unwrap(), 1);
         // The run's container and the evaluation's: both created and removed.
         assert_eq!((runtime.count(Op::Create), runtime.running().len()), (2, 0));
+    }
+
+    #[tokio::test]
+    async fn a_base_run_whose_command_printed_more_than_the_store_keeps_is_recorded_cut_and_uploaded() {
+        // Issue 24: 64 MiB of output made the trajectory unstorable; every attempt failed at its
+        // upload and the base run was retired. The first command here prints 40 MiB, which the
+        // trajectory holds twice (the action's output and the agent's next message).
+        let printed = std::sync::atomic::AtomicBool::new(false);
+        let big = format!("FIRST LINE\n{}\nLAST LINE\n", "x".repeat(40 << 20));
+        let printed_bytes = big.len() as u64;
+        let plain = handler(false);
+        let runtime = Arc::new(FakeRuntime::with_handler(move |fs, request| {
+            if !printed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return ExecOutput { output: big.clone().into_bytes(), exit_code: Some(0), timed_out: false };
+            }
+            plain(fs, request)
+        }));
+        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+        let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        let services = Arc::new(Services::default());
+        runner.attach(services.clone());
+        let report = runner.run(base_run(), CancellationToken::new()).await;
+        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
+        let files = services.files.lock().unwrap();
+        let bytes = &files[o.recorded.as_ref().expect("the run is recorded")];
+        assert!(bytes.len() as u64 <= vcurve_record::MAX_FILE_BYTES, "{} bytes", bytes.len());
+        let recorded = Trajectory::from_json(bytes).unwrap();
+        let action = &recorded.steps[0].actions[0];
+        let omitted = action.omitted.expect("the cut is recorded in the action");
+        assert_eq!(omitted.head + omitted.bytes + omitted.tail, printed_bytes);
+        assert!(action.output.starts_with("FIRST LINE\n") && action.output.ends_with("\nLAST LINE\n"));
+        assert!(action.output.contains(&format!("[vcurve: {} bytes of output omitted]", omitted.bytes)));
     }
 
     #[tokio::test]

@@ -479,6 +479,7 @@ async fn converse(
                     returncode: observed.returncode,
                     timed_out: observed.timed_out,
                     exception: None,
+                    omitted: None,
                 });
             }
             AgentMessage::Step { messages } => {

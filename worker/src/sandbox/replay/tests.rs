@@ -61,6 +61,7 @@ pub(crate) async fn record(rt: &Arc<FakeRuntime>, steps: &[&[(&str, f64)]], fing
                 returncode: o.returncode,
                 timed_out: o.timed_out,
                 exception: None,
+                omitted: None,
             });
         }
         trajectory.messages.push(serde_json::json!({"role": "assistant"}));
