@@ -81,7 +81,11 @@ pub fn retired_to_wire(retired: &RetiredJobs) -> v1::RetiredJobs {
     v1::RetiredJobs {
         kind: kind as i32,
         count: retired.count,
-        reasons: retired.reasons.iter().map(|r| v1::RetiredReason { reason: r.reason.clone(), count: r.count }).collect(),
+        reasons: retired
+            .reasons
+            .iter()
+            .map(|r| v1::RetiredReason { reason: r.reason.clone(), count: r.count })
+            .collect(),
     }
 }
 

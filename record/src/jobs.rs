@@ -448,7 +448,11 @@ mod tests {
         // More reasons than listed: the rest is counted.
         let many = RetiredJobs::of(JobKind::Replay, (0..8).map(|i| (Some(format!("r{i}")), 1))).unwrap();
         assert_eq!((many.count, many.reasons.len()), (8, RETIRED_REASONS));
-        assert!(many.text().starts_with("8 replays: 1× \"r0\"") && many.text().ends_with(", 3 more"), "{}", many.text());
+        assert!(
+            many.text().starts_with("8 replays: 1× \"r0\"") && many.text().ends_with(", 3 more"),
+            "{}",
+            many.text()
+        );
         let one = RetiredJobs::of(JobKind::Evaluation, [(Some("timed out".into()), 1)]).unwrap();
         assert_eq!(one.text(), "1 evaluation: 1× \"timed out\"");
     }

@@ -63,8 +63,11 @@ impl Omitted {
         while !text.is_char_boundary(tail_start) {
             tail_start += 1;
         }
-        let omitted =
-            Omitted { head: head_end as u64, tail: (text.len() - tail_start) as u64, bytes: (tail_start - head_end) as u64 };
+        let omitted = Omitted {
+            head: head_end as u64,
+            tail: (text.len() - tail_start) as u64,
+            bytes: (tail_start - head_end) as u64,
+        };
         let mut cut = String::with_capacity(head_end + 64 + text.len() - tail_start);
         cut.push_str(&text[..head_end]);
         cut.push_str(&marker(omitted.bytes));

@@ -343,7 +343,8 @@ fn a_trajectory_never_measured_is_refused_and_a_doomed_one_read() {
     let path = Path::new("trajectories.csv");
     let header = "trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations,state";
     let measured = "a,30,cliff,0.8,11,10,11,11,20,true,9,200,done";
-    let rows = trajectories_from(path, format!("{header}\n{measured}\nd,30,,,,,,,,,,40,doomed\n").into_bytes()).unwrap();
+    let rows =
+        trajectories_from(path, format!("{header}\n{measured}\nd,30,,,,,,,,,,40,doomed\n").into_bytes()).unwrap();
     assert_eq!(rows.len(), 2);
     for state in ["waiting", "replaying", "running", "done"] {
         let text = format!("{header}\n{measured}\nw,30,,,,,,,,,,0,{state}\n");

@@ -111,9 +111,8 @@ pub(crate) async fn a_retired_base_run_shows_in_the_progress_and_the_record_with
                 job = again;
             }
         }
-        let retired = vec![
-            RetiredJobs::of(vcurve_record::jobs::JobKind::BaseRun, [(Some(reason.to_string()), 1)]).unwrap(),
-        ];
+        let retired =
+            vec![RetiredJobs::of(vcurve_record::jobs::JobKind::BaseRun, [(Some(reason.to_string()), 1)]).unwrap()];
         let p = c.progress(&study).await.unwrap();
         assert_eq!((p.retired, &p.retired_jobs), (0, &retired), "{}", ts.name);
         assert_eq!(c.store().study(&study).await.unwrap().retired, retired, "{}", ts.name);

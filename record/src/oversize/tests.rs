@@ -102,7 +102,12 @@ fn a_cut_record_is_replayed_against_an_output_cut_alike() {
     }
     // A change inside what was left out, of the same length, is not seen: the record kept only
     // the head, the tail and the number of bytes between (docs/decisions.md).
-    let middle =
-        format!("start\n{}{}{}\nend {}\n", "m".repeat(40_000), "q".repeat(20_000), "m".repeat(40_000), "n".repeat(1_000));
+    let middle = format!(
+        "start\n{}{}{}\nend {}\n",
+        "m".repeat(40_000),
+        "q".repeat(20_000),
+        "m".repeat(40_000),
+        "n".repeat(1_000)
+    );
     assert_eq!(n.compare_action(&recorded, &middle, Some(0), false), Ok(CompareLevel::Exact));
 }

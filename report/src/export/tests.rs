@@ -431,5 +431,8 @@ fn retired_jobs_of_every_kind_are_exported_and_reported_with_their_reasons() {
     assert!(html.contains("retired without an outcome: 1 continuation: 1× &quot;the agent was killed: OOM&quot;; 3 base runs: 3× &quot;PutFile"), "{html}");
     let csv = String::from_utf8(report.files["retired.csv"].clone()).unwrap();
     assert_eq!(csv.lines().next(), Some("kind,retired,reason,jobs"));
-    assert!(csv.contains("\nbase_run,3,PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file,3\n"), "{csv}");
+    assert!(
+        csv.contains("\nbase_run,3,PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file,3\n"),
+        "{csv}"
+    );
 }

@@ -166,7 +166,7 @@ impl SqlStore {
             }
         }
         drop(stream);
-        let retired = super::retired::retired_jobs(&mut **tx, study).await?;
+        let retired = super::retired::retired_jobs(tx, study).await?;
         Ok(StudyRecord {
             id: study.to_string(),
             state,

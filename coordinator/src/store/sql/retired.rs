@@ -13,8 +13,7 @@ const RETIRED_CONTINUATIONS: &str = "SELECT last_reason, COUNT(*) AS n FROM cont
      WHERE state = 'retired' AND study = $1 GROUP BY last_reason";
 
 /// The retired replays, evaluations and base runs of study `$1` by kind and reason.
-const RETIRED_JOBS: &str =
-    "SELECT kind, last_reason, COUNT(*) AS n FROM jobs WHERE state = 'retired' AND study = $1 GROUP BY kind, last_reason";
+const RETIRED_JOBS: &str = "SELECT kind, last_reason, COUNT(*) AS n FROM jobs WHERE state = 'retired' AND study = $1 GROUP BY kind, last_reason";
 
 /// Study `study`'s retired jobs by kind, in [`JobKind`]'s order; only the kinds with one.
 pub(super) async fn retired_jobs(conn: &mut sqlx::AnyConnection, study: &str) -> Result<Vec<RetiredJobs>, StoreError> {
