@@ -75,6 +75,32 @@ impl Omitted {
         Some((cut, omitted))
     }
 
+    /// Cut again `text`, an output already cut as this record says, to at most `head` and `tail`
+    /// bytes of the original's head and tail: the text and the record are those of the original
+    /// cut so, and the marker counts the bytes left out of the original.
+    pub fn recut(&self, text: &str, head: usize, tail: usize) -> Option<(String, Omitted)> {
+        let kept_tail = (self.tail as usize).min(text.len());
+        let mut head_end = head.min(self.head as usize).min(text.len());
+        while !text.is_char_boundary(head_end) {
+            head_end -= 1;
+        }
+        let mut tail_start = text.len() - tail.min(kept_tail);
+        while !text.is_char_boundary(tail_start) {
+            tail_start += 1;
+        }
+        let kept = (head_end + text.len() - tail_start) as u64;
+        let original = self.head + self.bytes + self.tail;
+        if kept + MARKER_ENCODED_BYTES >= text.len() as u64 || kept > original {
+            return None;
+        }
+        let omitted = Omitted { head: head_end as u64, tail: (text.len() - tail_start) as u64, bytes: original - kept };
+        let mut cut = String::with_capacity(kept as usize + 64);
+        cut.push_str(&text[..head_end]);
+        cut.push_str(&marker(omitted.bytes));
+        cut.push_str(&text[tail_start..]);
+        Some((cut, omitted))
+    }
+
     /// `text` cut as this record was: its first [`Omitted::head`] and last [`Omitted::tail`]
     /// bytes with the marker of what lies between; `text` itself when it is too short to be cut
     /// so (it then differs from the record, which has a marker).
@@ -207,10 +233,17 @@ fn cut_to_fit(texts: Vec<Text<'_>>, size: u64, limit: u64) -> Result<Cuts, TooLa
         if t.text.len() as u64 <= cap as u64 + t.overhead() {
             continue;
         }
-        if let Some((cut, omitted)) = Omitted::cut_to(t.text, cap / 2, cap - cap / 2) {
+        // An output cut before (to hand it to the agent) is cut again from what it kept, its
+        // record still counting from the whole output.
+        let before = t.omitted.as_deref().copied().flatten();
+        let cut = match before {
+            Some(before) => before.recut(t.text, cap / 2, cap - cap / 2),
+            None => Omitted::cut_to(t.text, cap / 2, cap - cap / 2),
+        };
+        if let Some((cut, omitted)) = cut {
             *t.text = cut;
             cuts.texts += 1;
-            cuts.bytes += omitted.bytes;
+            cuts.bytes += omitted.bytes - before.map_or(0, |b| b.bytes);
             if let Some(record) = t.omitted {
                 *record = Some(omitted);
             }

@@ -111,3 +111,25 @@ fn a_cut_record_is_replayed_against_an_output_cut_alike() {
     );
     assert_eq!(n.compare_action(&recorded, &middle, Some(0), false), Ok(CompareLevel::Exact));
 }
+
+#[test]
+fn an_output_cut_for_the_agent_and_cut_again_to_fit_still_replays_against_the_whole_output() {
+    let output = format!("begin\n{}\nfinish\n", "k".repeat(300_000));
+    // The worker handed the agent 100,000 bytes of it, and recorded the cut.
+    let (handed, first) = Omitted::cut_to(&output, 50_000, 50_000).unwrap();
+    let mut t = printing(&handed);
+    t.steps[0].actions[0].omitted = Some(first);
+    let cuts = t.fit_within(60_000).unwrap();
+    assert!(t.canonical_bytes().len() <= 60_000);
+    let action = &t.steps[0].actions[0];
+    let again = action.omitted.unwrap();
+    // Still counted from the whole output.
+    assert_eq!(again.head + again.bytes + again.tail, output.len() as u64);
+    assert!(again.head < first.head && again.tail < first.tail, "{again:?}");
+    assert!(cuts.bytes > 0 && cuts.bytes < again.bytes);
+    assert_eq!(action.output, again.cut(&output), "the record is the whole output cut so");
+    let n = Normalizer::default();
+    assert_eq!(n.compare_action(action, &output, Some(0), false), Ok(CompareLevel::Exact));
+    let longer = format!("{output}x");
+    assert!(n.compare_action(action, &longer, Some(0), false).is_err());
+}

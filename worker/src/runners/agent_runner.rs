@@ -641,6 +641,56 @@ mod tests {
         assert!(action.output.contains(&format!("[vcurve: {} bytes of output omitted]", omitted.bytes)));
     }
 
+    /// A base run through a runtime whose first `n` commands print `bytes` bytes each (a first
+    /// and a last line around `x`s); the trajectory it uploaded, and its encoded size.
+    async fn base_run_printing(n: usize, bytes: usize) -> (Trajectory, usize) {
+        let printed = std::sync::atomic::AtomicUsize::new(0);
+        let big = format!("FIRST LINE\n{}\nLAST LINE\n", "x".repeat(bytes - 22));
+        let plain = handler(false);
+        let runtime = Arc::new(FakeRuntime::with_handler(move |fs, request| {
+            if printed.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < n {
+                return ExecOutput { output: big.clone().into_bytes(), exit_code: Some(0), timed_out: false };
+            }
+            plain(fs, request)
+        }));
+        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+        let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        let services = Arc::new(Services::default());
+        runner.attach(services.clone());
+        let report = runner.run(base_run(), CancellationToken::new()).await;
+        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
+        let files = services.files.lock().unwrap();
+        let bytes = &files[o.recorded.as_ref().expect("the run is recorded")];
+        (Trajectory::from_json(bytes).unwrap(), bytes.len())
+    }
+
+    #[tokio::test]
+    async fn a_command_printing_65_mib_is_handed_and_recorded_cut_and_its_base_run_uploaded() {
+        // Issue 24: 64 MiB of output made the base run's trajectory unstorable (or the agent's
+        // protocol line too long): every attempt failed and the base run was retired.
+        let (recorded, size) = base_run_printing(1, 65 << 20).await;
+        assert!(size as u64 <= vcurve_record::MAX_FILE_BYTES, "{size} bytes");
+        let action = &recorded.steps[0].actions[0];
+        let omitted = action.omitted.expect("the cut is recorded in the action");
+        assert_eq!(omitted.head + omitted.bytes + omitted.tail, 65 << 20);
+        assert_eq!(omitted.head + omitted.tail, crate::runners::agent::MAX_OBSERVATION_BYTES as u64);
+        assert!(action.output.starts_with("FIRST LINE\n") && action.output.ends_with("\nLAST LINE\n"));
+        assert!(action.output.contains(&format!("\n[vcurve: {} bytes of output omitted]\n", omitted.bytes)));
+        // The agent was handed the cut output: the next message shows it.
+        assert!(recorded.messages.iter().any(|m| m.to_string().contains(" bytes of output omitted]")));
+    }
+
+    #[tokio::test]
+    async fn a_run_of_many_long_outputs_is_cut_again_to_fit_the_store() {
+        // Nine outputs of 6 MiB, each kept whole for the agent but twice in the trajectory:
+        // 108 MiB, cut to one cap to fit.
+        let (recorded, size) = base_run_printing(9, 6 << 20).await;
+        assert!(size as u64 <= vcurve_record::MAX_FILE_BYTES, "{size} bytes");
+        let cut: Vec<_> = recorded.steps.iter().flat_map(|s| &s.actions).filter_map(|a| a.omitted).collect();
+        assert_eq!(cut.len(), 9);
+        assert!(cut.iter().all(|o| o.head + o.bytes + o.tail == 6 << 20), "{cut:?}");
+    }
+
     #[tokio::test]
     async fn a_patch_judged_before_is_not_evaluated_again_and_an_empty_one_not_at_all() {
         let (runner, runtime, services) = runner(false).await;
