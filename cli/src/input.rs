@@ -267,11 +267,12 @@ pub struct TrajectoryRow {
 }
 
 /// Read a trajectories file: `vcurve export`'s `trajectories.csv` (header
-/// `trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations`),
+/// `trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations,state`),
 /// of which `trajectory,length,shape,t_star,decisive_a,decisive_b,pnr` are required. Optional
 /// columns `task`, `stratum`, `first_edit` and `first_symptom` (empty or `none`: never; the column
 /// absent: not measured) feed the analyses; `concentration`, `onset`, `pnr_certified`,
-/// `restart_point` and `continuations` are checked when present. Ids must be unique and every
+/// `restart_point` and `continuations` are checked when present; a row without a shape whose
+/// `state` (the export's last column) is not `doomed` was never measured and is refused. Ids must be unique and every
 /// curve quantity consistent with `T`.
 pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> {
     trajectories_from(path, read_bounded(path, MAX_CSV_BYTES)?)
@@ -284,7 +285,7 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
     use vcurve_method::curve::Interval;
 
     const REQUIRED: [&str; 7] = ["trajectory", "length", "shape", "t_star", "decisive_a", "decisive_b", "pnr"];
-    const OPTIONAL: [&str; 9] = [
+    const OPTIONAL: [&str; 10] = [
         "task",
         "stratum",
         "first_edit",
@@ -294,6 +295,7 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
         "pnr_certified",
         "restart_point",
         "continuations",
+        "state",
     ];
     let mut table = Table::new(path, text, &REQUIRED, &OPTIONAL)?;
     // A first edit or first symptom is measured (a step or never) only where the file has its column.
@@ -327,6 +329,15 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
                 "doomed" | "" => None,
                 other => return Err(format!("`shape` must be cliff, erosion, flat or doomed, not {other:?}")),
             };
+            // An export names the state of a trajectory without a curve: only a doomed one is
+            // read as a flat record; one never measured has no curve to read at all.
+            let state = field("state");
+            if shape.is_none() && !state.is_empty() && state != "doomed" {
+                return Err(format!(
+                    "trajectory `{trajectory}` has no curve: it was never measured (state `{state}`); \
+                     leave it out, or export the study once its curve is measured"
+                ));
+            }
             let shape_name = shape.map_or("doomed", |s| s.as_str());
             let a = optional_count("decisive_a", field("decisive_a"))?;
             let b = optional_count("decisive_b", field("decisive_b"))?;

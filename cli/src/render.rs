@@ -134,6 +134,7 @@ mod tests {
             evaluation: Default::default(),
             base_runs: vec![run],
             selection: None,
+            retired: Vec::new(),
         }
     }
 

@@ -233,6 +233,7 @@ async function refresh() {
         (p.waiting_for_runner ? "<p class=\"waiting\"><b>waiting for a worker offering <code>" + esc(p.waiting_for_runner) + "</code></b>: no live worker offers it</p>" : "") +
         "<p>continuations: <span class=\"done\">" + p.done + "</span> done, " + p.running + " running, " + p.pending + " pending, " + p.retired + " retired · throughput " + p.throughput_per_min.toFixed(1) + "/min · ETA " + eta(p.eta_seconds) + " · " +
         (p.lease_latency ? "lease latency p50 " + p.lease_latency.p50_ms.toFixed(1) + " ms, p99 " + p.lease_latency.p99_ms.toFixed(1) + " ms" : "lease latency not measured") + "</p>" +
+        p.retired_jobs.map(r => "<p class=\"retired\">retired without an outcome: " + r.count + " " + esc(r.kind) + ": " + r.reasons.map(x => x.count + "× " + esc(x.reason)).join(", ") + "</p>").join("") +
         "<table>" + workers + "</table><div class=\"gallery\">" + gallery + "</div></div>");
     }
     document.getElementById("studies").innerHTML = parts.join("") || "<p>no studies yet</p>";

@@ -107,6 +107,9 @@ pub struct Progress {
     pub pending: u64,
     /// Continuations retired after repeated no-outcomes.
     pub retired: u64,
+    /// Every job retired after repeated no-outcomes, by kind (continuations, replays, evaluations,
+    /// base runs), with the reasons of their last no-outcomes; only the kinds with one.
+    pub retired_jobs: Vec<vcurve_record::jobs::RetiredJobs>,
     pub trajectories: u32,
     pub trajectories_admitted: u32,
     pub trajectories_done: u32,

@@ -94,6 +94,7 @@ pub fn recorded_trajectory_with_output(task: &str, steps: u32, padding: &str) ->
                 returncode: Some(0),
                 timed_out: false,
                 exception: None,
+                omitted: None,
             }],
             messages_end: messages.len(),
             fingerprint: None,

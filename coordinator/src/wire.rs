@@ -154,6 +154,7 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
         running: p.running,
         pending: p.pending,
         retired: p.retired,
+        retired_jobs: p.retired_jobs.iter().map(vcurve_proto::convert::retired_to_wire).collect(),
         trajectories: p.trajectories,
         trajectories_done: p.trajectories_done,
         trajectories_admitted: p.trajectories_admitted,

@@ -1,11 +1,14 @@
 //! The conversions between `vcurve.v1` and the recorded job types of `vcurve-record` that the
 //! coordinator and the worker share: job keys, held jobs, a job's runner with its typed options,
-//! and the enums of a report (end type, judged, comparison level, mismatch kind). Each side keeps its own policy — the coordinator
+//! the enums of a report (end type, judged, comparison level, mismatch kind), and a study's retired
+//! jobs. Each side keeps its own policy — the coordinator
 //! refuses a malformed key from a worker with its own status text, the worker reports it as a
 //! no-outcome — on top of these.
 
 use vcurve_method::schedule::Series;
-use vcurve_record::jobs::{CompareLevel, ContinuationKey, HeldJob, JobKey, Judged, MismatchKind};
+use vcurve_record::jobs::{
+    CompareLevel, ContinuationKey, HeldJob, JobKey, JobKind, Judged, MismatchKind, RetiredJobs, RetiredReason,
+};
 use vcurve_record::runner::InvalidRunnerOptions;
 use vcurve_record::{EndType, RunnerSpec};
 
@@ -67,6 +70,41 @@ pub fn key_to_wire(key: &JobKey) -> v1::JobKey {
         }
     }
     wire
+}
+
+/// A study's retired jobs of one kind, for its progress.
+pub fn retired_to_wire(retired: &RetiredJobs) -> v1::RetiredJobs {
+    let kind = match retired.kind {
+        JobKind::Continuation => v1::JobKind::Continuation,
+        JobKind::Replay => v1::JobKind::Replay,
+        JobKind::Evaluation => v1::JobKind::Evaluation,
+        JobKind::BaseRun => v1::JobKind::BaseRun,
+    };
+    v1::RetiredJobs {
+        kind: kind as i32,
+        count: retired.count,
+        reasons: retired
+            .reasons
+            .iter()
+            .map(|r| v1::RetiredReason { reason: r.reason.clone(), count: r.count })
+            .collect(),
+    }
+}
+
+/// [`retired_to_wire`]'s inverse; `None` for a kind this side does not know.
+pub fn retired_from_wire(retired: v1::RetiredJobs) -> Option<RetiredJobs> {
+    let kind = match v1::JobKind::try_from(retired.kind).ok()? {
+        v1::JobKind::Continuation => JobKind::Continuation,
+        v1::JobKind::Replay => JobKind::Replay,
+        v1::JobKind::Evaluation => JobKind::Evaluation,
+        v1::JobKind::BaseRun => JobKind::BaseRun,
+        v1::JobKind::Unspecified => return None,
+    };
+    Some(RetiredJobs {
+        kind,
+        count: retired.count,
+        reasons: retired.reasons.into_iter().map(|r| RetiredReason { reason: r.reason, count: r.count }).collect(),
+    })
 }
 
 pub fn held_to_wire(held: &HeldJob) -> v1::HeldJob {

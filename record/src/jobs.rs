@@ -142,7 +142,10 @@ pub struct HeldJob {
 #[serde(rename_all = "snake_case")]
 pub enum CompareLevel {
     Exact,
+    /// The same whole lines in another order.
     SortedLines,
+    /// The same characters in another order: no longer accepted (it let a changed line such as
+    /// `a + b` → `b + a` pass); kept to read replays and mismatches stored before.
     CharMultiset,
     /// The recorded state fingerprint (changed paths, return code, `git diff`, `git status`).
     Fingerprint,
@@ -301,6 +304,78 @@ pub fn clip_command(command: &str) -> String {
     }
 }
 
+/// The jobs of one kind a study retired: every attempt ended without an outcome, up to the retry
+/// limit (`retries_before_retired`), so the key is never run again. Shown by `vcurve status`, the
+/// export (`results.json`) and the report, with the reasons of their last no-outcomes, so that no
+/// job disappears unseen (a base run whose trajectory could not be uploaded, a replay the engine
+/// failed, an evaluation that never finished).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredJobs {
+    pub kind: JobKind,
+    /// How many were retired.
+    pub count: u64,
+    /// The reasons of their last no-outcomes, the most frequent first (ties by text), at most
+    /// [`RETIRED_REASONS`] of them, each clipped to [`RETIRED_REASON_CHARS`] characters; the
+    /// counts of the reasons left out are in `count` only.
+    pub reasons: Vec<RetiredReason>,
+}
+
+/// One reason jobs were retired for, and how many.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetiredReason {
+    pub reason: String,
+    pub count: u64,
+}
+
+/// The most reasons [`RetiredJobs`] lists per kind.
+pub const RETIRED_REASONS: usize = 5;
+
+/// The longest a [`RetiredReason`] is, in characters (a longer one ends with `…`).
+pub const RETIRED_REASON_CHARS: usize = 300;
+
+impl RetiredJobs {
+    /// The retired jobs of one kind from `(reason, count)` pairs (a `None` reason: none was
+    /// stored), `None` when there is none.
+    pub fn of(kind: JobKind, reasons: impl IntoIterator<Item = (Option<String>, u64)>) -> Option<RetiredJobs> {
+        let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+        for (reason, n) in reasons {
+            let reason = reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| "no reason recorded".to_owned());
+            let reason = match reason.char_indices().nth(RETIRED_REASON_CHARS) {
+                None => reason,
+                Some((end, _)) => format!("{}…", &reason[..end]),
+            };
+            *merged.entry(reason).or_default() += n;
+        }
+        let count = merged.values().sum();
+        if count == 0 {
+            return None;
+        }
+        let mut reasons: Vec<RetiredReason> =
+            merged.into_iter().map(|(reason, count)| RetiredReason { reason, count }).collect();
+        reasons.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+        reasons.truncate(RETIRED_REASONS);
+        Some(RetiredJobs { kind, count, reasons })
+    }
+
+    /// One line: `3 base runs: 2× "reason", 1× "other reason"`.
+    pub fn text(&self) -> String {
+        let kind = match (self.kind, self.count) {
+            (JobKind::Continuation, 1) => "continuation",
+            (JobKind::Continuation, _) => "continuations",
+            (JobKind::Replay, 1) => "replay",
+            (JobKind::Replay, _) => "replays",
+            (JobKind::Evaluation, 1) => "evaluation",
+            (JobKind::Evaluation, _) => "evaluations",
+            (JobKind::BaseRun, 1) => "base run",
+            (JobKind::BaseRun, _) => "base runs",
+        };
+        let reasons: Vec<String> = self.reasons.iter().map(|r| format!("{}× {:?}", r.count, r.reason)).collect();
+        let listed: u64 = self.reasons.iter().map(|r| r.count).sum();
+        let more = if listed < self.count { format!(", {} more", self.count - listed) } else { String::new() };
+        format!("{} {kind}: {}{more}", self.count, reasons.join(", "))
+    }
+}
+
 /// A replay that reproduced every step.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replayed {
@@ -353,6 +428,34 @@ impl JobReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retired_jobs_merge_their_reasons_most_frequent_first() {
+        assert_eq!(RetiredJobs::of(JobKind::BaseRun, []), None);
+        assert_eq!(RetiredJobs::of(JobKind::BaseRun, [(Some("x".into()), 0)]), None);
+        let long = "y".repeat(RETIRED_REASON_CHARS + 10);
+        let r = RetiredJobs::of(
+            JobKind::BaseRun,
+            [(Some("upload failed".into()), 2), (None, 1), (Some(" ".into()), 1), (Some(long.clone()), 3)],
+        )
+        .unwrap();
+        assert_eq!(r.count, 7);
+        let clipped = format!("{}…", &long[..RETIRED_REASON_CHARS]);
+        let reasons: Vec<(&str, u64)> = r.reasons.iter().map(|x| (x.reason.as_str(), x.count)).collect();
+        assert_eq!(reasons, [(clipped.as_str(), 3), ("no reason recorded", 2), ("upload failed", 2)]);
+        assert!(r.text().starts_with("7 base runs: 3× \"yyy"), "{}", r.text());
+        assert!(r.text().ends_with("2× \"no reason recorded\", 2× \"upload failed\""), "{}", r.text());
+        // More reasons than listed: the rest is counted.
+        let many = RetiredJobs::of(JobKind::Replay, (0..8).map(|i| (Some(format!("r{i}")), 1))).unwrap();
+        assert_eq!((many.count, many.reasons.len()), (8, RETIRED_REASONS));
+        assert!(
+            many.text().starts_with("8 replays: 1× \"r0\"") && many.text().ends_with(", 3 more"),
+            "{}",
+            many.text()
+        );
+        let one = RetiredJobs::of(JobKind::Evaluation, [(Some("timed out".into()), 1)]).unwrap();
+        assert_eq!(one.text(), "1 evaluation: 1× \"timed out\"");
+    }
 
     #[test]
     fn a_non_replayable_stored_before_its_mismatch_kind_and_command_still_reads() {

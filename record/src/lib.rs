@@ -4,6 +4,8 @@
 //!
 //! - [`trajectory`]: a recorded run — [`Task`], [`Trajectory`] (steps of model calls with their
 //!   [`Action`]s, fingerprints, message prefixes, end type, submission) and its content digest.
+//! - [`oversize`]: a run too large for the store's per-file limit, its longest outputs cut to
+//!   their head and tail with a marker, each cut recorded ([`Omitted`]).
 //! - [`payload`]: what a worker fetches by digest to run a study's jobs on one trajectory.
 //! - [`runner`]: the runner a study names with its typed options ([`RunnerSpec`]), parsed once.
 //! - [`jobs`]: the kinds of work a coordinator hands out and the typed reports that come back.
@@ -12,12 +14,14 @@
 
 pub mod import;
 pub mod jobs;
+pub mod oversize;
 pub mod payload;
 pub mod replay;
 pub mod runner;
 pub mod study;
 pub mod trajectory;
 
+pub use oversize::{MAX_FILE_BYTES, Omitted};
 pub use payload::TrajectoryPayload;
 pub use study::{
     Admission, BaseRunRecord, ControlCounts, DecoySpec, EvaluationStats, Label, RestartCheckRow, RestartCheckSpec,

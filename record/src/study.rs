@@ -263,6 +263,9 @@ pub struct StudyRecord {
     /// The selection the study set was drawn by, with its back-fills; `None` for a study that
     /// lists its trajectories.
     pub selection: Option<vcurve_method::selection::Selection>,
+    /// The jobs retired without an outcome, by kind (continuations, replays, evaluations, base
+    /// runs), each kind with at least one; empty when none was.
+    pub retired: Vec<crate::jobs::RetiredJobs>,
 }
 
 /// A base run with an outcome.

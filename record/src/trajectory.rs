@@ -125,6 +125,10 @@ pub struct Action {
     /// The exception the environment reported, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exception: Option<String>,
+    /// What of `output` was left out so that the run fits the store's per-file limit
+    /// ([`crate::oversize`]): `output` is then its head, a marker and its tail. `None`: whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub omitted: Option<crate::oversize::Omitted>,
 }
 
 /// The state after a step, as far as replay compares it (docs/method.md §5).
@@ -301,7 +305,7 @@ pub fn is_digest(s: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn sample() -> Trajectory {
@@ -334,6 +338,7 @@ mod tests {
                         returncode: Some(0),
                         timed_out: false,
                         exception: None,
+                        omitted: None,
                     }],
                     messages_end: 4,
                     fingerprint: None,

@@ -54,10 +54,12 @@ pub fn curves_csv(results: &Results) -> String {
     out
 }
 
-/// `trajectories.csv`: one row per trajectory.
+/// `trajectories.csv`: one row per trajectory, with its state last (`waiting`, `replaying`,
+/// `running`, `done`, `doomed`, `non_replayable`). A trajectory whose curve was never measured
+/// ([`TrajectoryResult::measured`]) has an empty shape and empty curve quantities.
 pub fn trajectories_csv(results: &Results) -> String {
     let mut out = String::from(
-        "trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations\n",
+        "trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations,state\n",
     );
     for tr in &results.trajectories {
         let shape = match (tr.state, tr.shape) {
@@ -68,7 +70,7 @@ pub fn trajectories_csv(results: &Results) -> String {
         };
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
             csv_field(&tr.trajectory),
             tr.length,
             shape,
@@ -80,7 +82,8 @@ pub fn trajectories_csv(results: &Results) -> String {
             opt(tr.pnr),
             opt(tr.pnr_certified),
             opt(tr.restart_point),
-            tr.continuations
+            tr.continuations,
+            tr.state.as_str()
         );
     }
     out

@@ -76,8 +76,13 @@ fn trajectories_table(results: &Results) -> Table {
             (Some(a), Some(b)) => format!("({a}, {b}]"),
             _ => "–".into(),
         };
-        let shape =
-            if tr.state == TrajectoryState::Doomed { "doomed".to_string() } else { opt(tr.shape.map(|s| s.as_str())) };
+        let shape = match (tr.state, tr.shape) {
+            (TrajectoryState::Doomed, _) => "doomed".to_string(),
+            (TrajectoryState::NonReplayable, _) => "non-replayable".to_string(),
+            (_, Some(shape)) => shape.as_str().to_string(),
+            // Never measured: no continuation of its main series has an outcome yet.
+            (_, None) => "not measured".to_string(),
+        };
         t.row(vec![
             tr.trajectory.clone(),
             tr.task.clone(),
@@ -96,6 +101,27 @@ fn trajectories_table(results: &Results) -> Table {
         ]);
     }
     t
+}
+
+/// The jobs retired without an outcome, a row per kind and reason; `None` when none was.
+fn retired_table(results: &Results) -> Option<Table> {
+    if results.retired_jobs.is_empty() {
+        return None;
+    }
+    let mut t = Table::new(
+        "retired",
+        "Retired jobs",
+        "Jobs retired after repeated no-outcomes (retries_before_retired), never run again: by kind, with the reasons of their last no-outcomes, the most frequent first (at most five per kind; the rest counted under \"other reasons\").",
+        &["kind", "retired", "reason", "jobs"],
+    );
+    for r in &results.retired_jobs {
+        let listed: u64 = r.reasons.iter().map(|x| x.count).sum();
+        let other = (listed < r.count).then(|| ("other reasons".to_string(), r.count - listed));
+        for (reason, n) in r.reasons.iter().map(|x| (x.reason.clone(), x.count)).chain(other) {
+            t.row(vec![r.kind.as_str().into(), r.count.to_string(), reason, n.to_string()]);
+        }
+    }
+    Some(t)
 }
 
 fn placement_row(name: &str, s: &PlacementSummary) -> Vec<String> {
@@ -353,6 +379,9 @@ pub fn tables(results: &Results, analyses: &StudyAnalyses) -> Vec<Table> {
     ];
     tables.extend(controls_tables(analyses));
     tables.push(stages_table(analyses));
+    if let Some(t) = retired_table(results) {
+        tables.push(t);
+    }
     tables.extend(crate::replay_table::tables(results));
     tables.extend(crate::selection_export::tables(results));
     tables
@@ -368,6 +397,16 @@ fn summary(results: &Results, analyses: &StudyAnalyses) -> String {
     let count = |f: &dyn Fn(&TrajectoryResult) -> bool| trs.iter().filter(|t| f(t)).count();
     let done = count(&|t| t.state == TrajectoryState::Done);
     let doomed = count(&|t| t.state == TrajectoryState::Doomed);
+    // Neither doomed nor dropped, yet without a measured curve: waiting, replaying, or cut short.
+    let unmeasured =
+        count(&|t| !matches!(t.state, TrajectoryState::Doomed | TrajectoryState::NonReplayable) && !t.measured());
+    let retired: Vec<String> = results.retired_jobs.iter().map(|r| esc(&r.text())).collect();
+    let retired = if retired.is_empty() {
+        String::new()
+    } else {
+        format!("<li>retired without an outcome: {}</li>", retired.join("; "))
+    };
+    let unmeasured = if unmeasured > 0 { format!(", {unmeasured} not measured") } else { String::new() };
     let cliffs = count(&|t| t.shape == Some(vcurve_method::Shape::Cliff));
     let erosions = count(&|t| t.shape == Some(vcurve_method::Shape::Erosion));
     let certified = count(&|t| t.pnr_certified == Some(true));
@@ -378,8 +417,8 @@ fn summary(results: &Results, analyses: &StudyAnalyses) -> String {
         .unwrap_or_default();
     format!(
         "<ul class=\"summary\"><li>schedule <b>{}</b>, step budget B = {}</li>\
-         <li>{} trajectories: {} done, {} doomed; {} cliffs, {} erosions; {} with a certified point of no return</li>\
-         <li>{} continuations ({:.0} per trajectory)</li>\
+         <li>{} trajectories: {} done, {} doomed{unmeasured}; {} cliffs, {} erosions; {} with a certified point of no return</li>\
+         <li>{} continuations ({:.0} per trajectory)</li>{retired}\
          <li>checks before any claim: <b>{}</b></li></ul>",
         esc(&results.schedule),
         results.budget,

@@ -395,7 +395,7 @@ pub fn tables(results: &Results) -> Vec<Table> {
     let mut levels = Table::new(
         "replay_levels",
         "Replay: comparison levels",
-        "The comparison level at which the observations of the replayed trajectories matched, in steps (the paper's Table 15): exact, sorted_lines (the same lines in another order), char_multiset (the same characters in another order).",
+        "The comparison level at which the observations of the replayed trajectories matched, in steps (the paper's Table 15): exact, sorted_lines (the same lines in another order); char_multiset (the same characters in another order) only in replays stored before it stopped being accepted.",
         &["level", "steps", "share"],
     );
     let steps: u32 = table.levels.iter().map(|c| c.n).sum();

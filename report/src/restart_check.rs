@@ -300,6 +300,7 @@ mod tests {
             evaluation: EvaluationStats::default(),
             base_runs,
             selection: None,
+            retired: Vec::new(),
         }
     }
 

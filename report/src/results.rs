@@ -20,7 +20,10 @@ pub struct TrajectoryResult {
     pub state: TrajectoryState,
     pub stage: Stage,
     pub length: u32,
-    /// `None` for a doomed trajectory (no curve is built).
+    /// `None`, with every curve quantity, for a doomed or non-replayable trajectory (no curve is
+    /// built) and for one never measured: no continuation of its main series has an outcome yet
+    /// (waiting, replaying, or cancelled before any ran). Such a trajectory exports its `state`
+    /// and no shape, never a flat curve with `pnr = T`.
     pub shape: Option<Shape>,
     pub v0_fit: Option<f64>,
     pub concentration: Option<f64>,
@@ -70,6 +73,13 @@ pub struct TrajectoryResult {
 }
 
 impl TrajectoryResult {
+    /// Whether its main curve was measured: at least one continuation of the main series has an
+    /// outcome. A doomed or non-replayable trajectory has none; nor has one that is waiting,
+    /// replaying, or was cancelled or cut short before any continuation ran.
+    pub fn measured(&self) -> bool {
+        self.series.get(&Series::Main).is_some_and(|p| !p.is_empty())
+    }
+
     /// Whether its replay finished: reproduced every step (`Some(true)`) or dropped it as
     /// non-replayable (`Some(false)`, also when a continuation's replay of the prefix dropped it
     /// later); `None` for a trajectory without a recorded run or whose replay has not finished.
@@ -131,6 +141,10 @@ pub struct Results {
     /// lists its trajectories.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<vcurve_method::selection::Selection>,
+    /// Every job retired after repeated no-outcomes, by kind, with the reasons of their last
+    /// no-outcomes; absent when no job was retired.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_jobs: Vec<vcurve_record::jobs::RetiredJobs>,
 }
 
 fn points_of(outcomes: &[(Series, u32, u32, vcurve_method::schedule::Outcome)], series: Series) -> Vec<Point> {
@@ -182,6 +196,7 @@ pub fn results_from<R: Borrow<TrajectoryRecord>>(
             runs
         },
         selection: head.selection.clone(),
+        retired_jobs: head.retired.clone(),
     })
 }
 
@@ -198,7 +213,8 @@ fn trajectory_result(
     if !matches!(record.state, TrajectoryState::Doomed | TrajectoryState::NonReplayable) {
         for s in Series::ALL {
             let points = points_of(&record.outcomes, s);
-            if points.is_empty() && s != Series::Main {
+            if points.is_empty() {
+                // Not measured: an empty series would analyze as a flat curve with `pnr = T`.
                 continue;
             }
             let base = (s == Series::Main).then_some(&tspec.base_runs).filter(|b| !b.0.is_empty());

@@ -91,7 +91,7 @@ pub const MAX_SPEC_BYTES: u64 = 16 << 20;
 
 /// The largest file a spec may reference (a curve or a recorded trajectory). Recorded runs of
 /// real agents with their message lists are megabytes to tens of megabytes.
-pub const MAX_FILE_BYTES: u64 = 64 << 20;
+pub const MAX_FILE_BYTES: u64 = vcurve_record::MAX_FILE_BYTES;
 
 /// How deeply a spec's YAML may nest collections ([`bounds::yaml_depth`]). A study spec needs 5
 /// (study → trajectories → trajectory → base runs → base run) and another runner's options a few

@@ -4,6 +4,10 @@
 use crate::SpecError;
 use crate::value::{problem, top_error, valid_name};
 
+/// The longest a command evaluator may run on one patch, in seconds: one day. A test suite that
+/// needs longer is a mistake (a hung evaluation would hold a worker's slot for as long).
+pub(crate) const MAX_EVALUATOR_TIMEOUT_S: u32 = 86_400;
+
 pub(crate) fn check_task(task: &vcurve_record::Task) -> Result<(), String> {
     if !valid_name(&task.id) {
         return Err(format!("id {:?} must be a non-empty name of letters, digits, and . _ - characters", task.id));
@@ -21,6 +25,9 @@ pub(crate) fn check_task(task: &vcurve_record::Task) -> Result<(), String> {
             }
             if *timeout_s == 0 {
                 return Err("evaluator.timeout_s must be at least 1".into());
+            }
+            if *timeout_s > MAX_EVALUATOR_TIMEOUT_S {
+                return Err(format!("evaluator.timeout_s = {timeout_s} is outside [1, {MAX_EVALUATOR_TIMEOUT_S}]"));
             }
         }
         vcurve_record::Evaluator::Swebench { instance_id, .. } => {

@@ -1086,6 +1086,10 @@ fn bad_tasks_are_refused_naming_the_entry() {
     for (task, parts) in [
         (CALC.replace("/testbed", "testbed"), &["tasks[0].task", "workdir"][..]),
         (CALC.replace("\"timeout_s\": 60", "\"timeout_s\": 0"), &["timeout_s"][..]),
+        (
+            CALC.replace("\"timeout_s\": 60", "\"timeout_s\": 99999999"),
+            &["tasks[0].task", "evaluator.timeout_s = 99999999 is outside [1, 86400]"][..],
+        ),
         (CALC.replace("\"image\"", "\"imag\""), &["tasks[0].task", "imag"][..]),
         ("{".to_string(), &["tasks[0].task", "not a task"][..]),
     ] {
@@ -1188,6 +1192,10 @@ fn a_task_may_be_written_inline_with_its_problem_statement_in_a_file() {
         (INLINE.replace("    image: vcurve-task-calc:abc\n", ""), &["tasks[0].image", "missing"][..]),
         (INLINE.replace("kind: command,", "kind: harness,"), &["tasks[0].evaluator.kind", "harness"][..]),
         (INLINE.replace("timeout_s: 60}", "timeout_s: 0}"), &["tasks[0].evaluator.timeout_s"][..]),
+        (
+            INLINE.replace("timeout_s: 60}", "timeout_s: 99999999}"),
+            &["tasks[0].evaluator.timeout_s", "= 99999999 is outside [1, 86400]"][..],
+        ),
         (INLINE.replace("    base_runs: 3\n", "    base_runs: 3\n    imagee: x\n"), &["tasks[0].imagee"][..]),
         (
             INLINE.replace(
@@ -1262,6 +1270,7 @@ fn recorded_trajectory(task: &str, steps: u32) -> String {
                 returncode: Some(0),
                 timed_out: false,
                 exception: None,
+                omitted: None,
             }],
             messages_end: messages.len(),
             fingerprint: None,

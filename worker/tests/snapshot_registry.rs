@@ -210,6 +210,7 @@ async fn record(runtime: &Arc<dyn ContainerRuntime>, task: &Task, key: &str) -> 
                 returncode: o.returncode,
                 timed_out: o.timed_out,
                 exception: None,
+                omitted: None,
             }],
             messages_end: trajectory.messages.len(),
             fingerprint: None,

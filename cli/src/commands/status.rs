@@ -37,6 +37,7 @@ pub(super) fn progress_json(p: &v1::Progress) -> serde_json::Value {
         "running": p.running,
         "pending": p.pending,
         "retired": p.retired,
+        "retired_jobs": retired_jobs(p),
         "trajectories": p.trajectories,
         "trajectories_admitted": p.trajectories_admitted,
         "trajectories_done": p.trajectories_done,
@@ -72,6 +73,17 @@ fn evaluation_text(p: &v1::Progress) -> String {
     )
 }
 
+/// The jobs retired without an outcome (those of a kind this client does not know left out).
+fn retired_jobs(p: &v1::Progress) -> Vec<vcurve_record::jobs::RetiredJobs> {
+    p.retired_jobs.iter().cloned().filter_map(vcurve_proto::convert::retired_from_wire).collect()
+}
+
+/// The jobs retired without an outcome, a line per kind with the reasons of their last
+/// no-outcomes; empty when none was.
+fn retired_text(p: &v1::Progress) -> String {
+    retired_jobs(p).iter().map(|r| format!("  retired without an outcome: {}\n", r.text())).collect()
+}
+
 fn eta(p: &v1::Progress) -> String {
     if p.eta_seconds < 0.0 {
         return "unknown".into();
@@ -102,7 +114,7 @@ fn progress_text(p: &v1::Progress) -> String {
         String::new()
     };
     format!(
-        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n{}  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
+        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n{}{}  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
         p.name,
         p.study,
         p.state,
@@ -114,6 +126,7 @@ fn progress_text(p: &v1::Progress) -> String {
         p.running,
         p.pending,
         p.retired,
+        retired_text(p),
         evaluation_text(p),
         p.workers.len(),
         slots,
@@ -243,6 +256,29 @@ pub fn checks_text(checks: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retired_jobs_of_every_kind_are_shown_with_their_reasons() {
+        let mut p = v1::Progress { study: "s".into(), name: "n".into(), state: "running".into(), ..Default::default() };
+        assert!(!progress_text(&p).contains("retired without an outcome"), "{}", progress_text(&p));
+        let base_runs = vcurve_record::jobs::RetiredJobs::of(
+            vcurve_record::jobs::JobKind::BaseRun,
+            [(Some("PutFile: over the limit".into()), 2), (Some("killed".into()), 1)],
+        )
+        .unwrap();
+        p.retired_jobs = vec![vcurve_proto::convert::retired_to_wire(&base_runs)];
+        let text = progress_text(&p);
+        // Continuations alone are `0 retired`; the base runs have their own line.
+        assert!(text.contains(", 0 retired\n"), "{text}");
+        assert!(
+            text.contains("  retired without an outcome: 3 base runs: 2× \"PutFile: over the limit\", 1× \"killed\"\n"),
+            "{text}"
+        );
+        let json = progress_json(&p);
+        assert_eq!(json["retired_jobs"][0]["kind"], "base_run");
+        assert_eq!(json["retired_jobs"][0]["count"], 3);
+        assert_eq!(json["retired_jobs"][0]["reasons"][1]["reason"], "killed");
+    }
 
     #[test]
     fn checks_read_as_table_4_with_failures_and_what_was_not_measured() {

@@ -122,6 +122,7 @@ const TRAJECTORIES: &[Column] = &[
     ("pnr_certified", &["true", "false", "1", "0", "TRUE", "", "maybe"], false),
     ("restart_point", &["2", "", "50"], false),
     ("continuations", &["100", "", "-1"], false),
+    ("state", &["done", "doomed", "waiting", ""], false),
 ];
 const CURVES: &[Column] = &[
     ("trajectory", &["a", "b", ""], true),
@@ -335,4 +336,19 @@ fn booleans_read_as_true_false_or_1_0() {
     assert_eq!(runs.0.iter().map(|r| r.success).collect::<Vec<_>>(), [true, false, true, true, false]);
     let e = base_runs_from(path, b"success,steps\nyes,10\n".to_vec()).unwrap_err().to_string();
     assert!(e.contains("`success` must be true, false, 1 or 0"), "{e}");
+}
+
+#[test]
+fn a_trajectory_never_measured_is_refused_and_a_doomed_one_read() {
+    let path = Path::new("trajectories.csv");
+    let header = "trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations,state";
+    let measured = "a,30,cliff,0.8,11,10,11,11,20,true,9,200,done";
+    let rows =
+        trajectories_from(path, format!("{header}\n{measured}\nd,30,,,,,,,,,,40,doomed\n").into_bytes()).unwrap();
+    assert_eq!(rows.len(), 2);
+    for state in ["waiting", "replaying", "running", "done"] {
+        let text = format!("{header}\n{measured}\nw,30,,,,,,,,,,0,{state}\n");
+        let err = trajectories_from(path, text.into_bytes()).unwrap_err().to_string();
+        assert_mentions(&err, &["line 3", "trajectory `w` has no curve: it was never measured", &format!("`{state}`")]);
+    }
 }

@@ -35,6 +35,7 @@ use crate::error::CoordinatorError;
 use crate::model::{Progress, StudyState, WorkerInfo};
 use crate::store::Store;
 use vcurve_method::schedule::Stage;
+use vcurve_record::jobs::JobKind;
 
 mod process;
 
@@ -82,6 +83,11 @@ pub fn encode(scrape: &Snapshot, process: &ProcessMetrics) -> String {
         "vcurve_trajectories_in_stage",
         "A study's admitted trajectories still in progress, by the schedule stage they wait in",
     );
+    let retired_jobs = gauge_family(
+        &mut registry,
+        "vcurve_jobs_retired",
+        "Jobs of a study retired after repeated no-outcomes, by kind (continuation, replay, evaluation, base_run)",
+    );
     let non_replayable = gauge_family(
         &mut registry,
         "vcurve_trajectories_non_replayable",
@@ -122,6 +128,12 @@ pub fn encode(scrape: &Snapshot, process: &ProcessMetrics) -> String {
             let mut labels = study();
             labels.push(("stage", stage.as_str().to_string()));
             stages.get_or_create(&labels).set(count(*n));
+        }
+        for kind in [JobKind::Continuation, JobKind::Replay, JobKind::Evaluation, JobKind::BaseRun] {
+            let n = p.retired_jobs.iter().find(|r| r.kind == kind).map_or(0, |r| r.count);
+            let mut labels = study();
+            labels.push(("kind", kind.as_str().to_string()));
+            retired_jobs.get_or_create(&labels).set(count(n));
         }
         non_replayable.get_or_create(&study()).set(count(p.trajectories_non_replayable));
         // Only a runner that judges patches has a patch cache: a synthetic study has no series.
@@ -226,6 +238,7 @@ mod tests {
             running: 0,
             pending: 0,
             retired: 0,
+            retired_jobs: Vec::new(),
             trajectories: 0,
             trajectories_admitted: 0,
             trajectories_done: 0,
@@ -259,6 +272,7 @@ mod tests {
         (a.done, a.running, a.pending, a.retired) = (10, 3, 7, 1);
         a.stages = vec![(Stage::Screen, 2), (Stage::Bisect, 1)];
         a.trajectories_non_replayable = 4;
+        a.retired_jobs = Vec::from_iter(vcurve_record::jobs::RetiredJobs::of(JobKind::BaseRun, [(None, 3)]));
         let workers = vec![worker("w1", 4, 3), worker("w2", 2, 0)];
         a.workers = workers.clone();
         a.evaluation = Some(vcurve_record::EvaluationStats {
@@ -295,6 +309,9 @@ mod tests {
             r#"vcurve_continuations{study="a",state="pending"} 7"#,
             r#"vcurve_continuations{study="a",state="retired"} 1"#,
             r#"vcurve_continuations{study="b",state="done"} 0"#,
+            r#"vcurve_jobs_retired{study="a",kind="base_run"} 3"#,
+            r#"vcurve_jobs_retired{study="a",kind="replay"} 0"#,
+            r#"vcurve_jobs_retired{study="b",kind="continuation"} 0"#,
             r#"vcurve_trajectories_in_stage{study="a",stage="screen"} 2"#,
             r#"vcurve_trajectories_in_stage{study="a",stage="bisect"} 1"#,
             r#"vcurve_trajectories_non_replayable{study="a"} 4"#,

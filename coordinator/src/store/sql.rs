@@ -45,6 +45,7 @@ mod lease;
 mod progress;
 mod replan;
 mod report;
+mod retired;
 mod rows;
 mod studies;
 mod verdicts;

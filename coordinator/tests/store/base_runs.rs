@@ -2,6 +2,7 @@
 
 use super::verdicts::judged;
 use super::*;
+use vcurve_record::jobs::RetiredJobs;
 
 /// A study of the `agent` runner that makes `runs` base runs of the task `calc`.
 pub(crate) fn base_run_spec(runs: u32) -> (String, std::collections::BTreeMap<String, String>) {
@@ -88,6 +89,33 @@ pub(crate) async fn a_study_whose_base_runs_all_succeed_ends_with_no_trajectory(
         }
         let record = c.store().study(&study).await.unwrap();
         assert_eq!((record.state, record.trajectories.len()), (StudyState::Done, 0), "{}", ts.name);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn a_retired_base_run_shows_in_the_progress_and_the_record_with_its_reason() {
+    // Issue 24: a base run whose trajectory was over the upload limit was retired while the
+    // progress said `0 retired` (it counted continuations alone).
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let (yaml, files) = base_run_spec(2);
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let w = c.register("w", 8, &["agent".into()], "2.0").await.unwrap();
+        let jobs = lease(&c, &w, 8).await;
+        let reason = "PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file";
+        let mut job = jobs[1].clone();
+        for _ in 0..3 {
+            c.report(&w, &held(&job), &JobReport::no_outcome(reason)).await.unwrap();
+            if let Some(again) = lease(&c, &w, 8).await.pop() {
+                job = again;
+            }
+        }
+        let retired =
+            vec![RetiredJobs::of(vcurve_record::jobs::JobKind::BaseRun, [(Some(reason.to_string()), 1)]).unwrap()];
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!((p.retired, &p.retired_jobs), (0, &retired), "{}", ts.name);
+        assert_eq!(c.store().study(&study).await.unwrap().retired, retired, "{}", ts.name);
         ts.finish().await;
     }
 }

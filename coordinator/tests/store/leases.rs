@@ -78,6 +78,10 @@ pub(crate) async fn three_no_outcomes_retire_a_key_and_a_release_does_not_count(
         assert_eq!(attempts, vec![1, 2, 3, 4], "{}", ts.name);
         let p = c.progress(&study).await.unwrap();
         assert_eq!((p.retired, p.done), (1, 0), "{}", ts.name);
+        // With the reason of its last no-outcome.
+        let retired = vcurve_record::jobs::RetiredJobs::of(JobKind::Continuation, [(Some("killed 2".into()), 1)]);
+        assert_eq!(p.retired_jobs, Vec::from_iter(retired), "{}", ts.name);
+        assert_eq!(c.store().study(&study).await.unwrap().retired, p.retired_jobs, "{}", ts.name);
         // The retired key is never handed out again.
         let next = lease(&c, &w, 1).await.remove(0);
         assert_ne!(next.key, first.key);

@@ -291,6 +291,7 @@ fn submitting_action(command: &str, context: &Context, returncode: Option<i32>) 
         returncode,
         timed_out: false,
         exception: None,
+        omitted: None,
     }
 }
 
@@ -360,6 +361,7 @@ fn parse_v1_1(messages: &[Value], context: &Context, parsed: &mut Parsed) -> Res
                                 // A command that raised (timed out) did not finish: mini-swe-agent
                                 // writes -1 for it.
                                 returncode: if exception.is_some() { None } else { returncode },
+                                omitted: None,
                                 timed_out,
                                 exception: exception.map(str::to_string),
                             });
@@ -388,6 +390,7 @@ fn parse_v1_1(messages: &[Value], context: &Context, parsed: &mut Parsed) -> Res
                                     returncode: None,
                                     timed_out: false,
                                     exception: Some("output not recorded: the run was submitted in this step".into()),
+                                    omitted: None,
                                 });
                             }
                         }
@@ -507,6 +510,7 @@ fn parse_v1(messages: &[Value], context: &Context, parsed: &mut Parsed) -> Resul
                 returncode: c[1].parse().ok(),
                 timed_out: false,
                 exception: None,
+                omitted: None,
             }
         } else if text.starts_with("The last command <command>") && text.contains("timed out") {
             Action {
@@ -516,6 +520,7 @@ fn parse_v1(messages: &[Value], context: &Context, parsed: &mut Parsed) -> Resul
                 returncode: None,
                 timed_out: true,
                 exception: Some("the command timed out and was killed".into()),
+                omitted: None,
             }
         } else {
             parsed
@@ -528,6 +533,7 @@ fn parse_v1(messages: &[Value], context: &Context, parsed: &mut Parsed) -> Resul
                 returncode: None,
                 timed_out: false,
                 exception: None,
+                omitted: None,
             }
         };
         parsed.steps.push(Step { actions: vec![action], messages_end: i + 2, fingerprint: None });

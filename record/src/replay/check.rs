@@ -12,13 +12,15 @@ use crate::trajectory::{Action, Fingerprint};
 
 impl Normalizer {
     /// Check one recorded action against what its re-execution observed: the normalized output at
-    /// the three levels, the return code and the timeout, exactly. Returns the level the output
+    /// the two levels ([`compare`]), the return code and the timeout, exactly. An output the
+    /// record cut to fit the store ([`Action::omitted`]) is compared cut alike: its head, its
+    /// tail and how many bytes lay between them, not those bytes. Returns the level the output
     /// matched at.
     ///
-    /// On a mismatch the [`Mismatch::level`] is `char_multiset` when the output matched at no
-    /// level, else the level the output did match at (the return code or the timeout differed);
-    /// its [`Mismatch::kind`] is the first of `observation`, `timeout`, `returncode` that differed,
-    /// and its [`Mismatch::command`] the recorded command.
+    /// On a mismatch the [`Mismatch::level`] is `sorted_lines`, the loosest level tried, when the
+    /// output matched at no level, else the level the output did match at (the return code or
+    /// the timeout differed); its [`Mismatch::kind`] is the first of `observation`, `timeout`,
+    /// `returncode` that differed, and its [`Mismatch::command`] the recorded command.
     pub fn compare_action(
         &self,
         recorded: &Action,
@@ -26,6 +28,16 @@ impl Normalizer {
         returncode: Option<i32>,
         timed_out: bool,
     ) -> Result<CompareLevel, Mismatch> {
+        // A record cut to fit the store keeps the output's head and tail: the replayed output is
+        // cut alike, so the head, the tail and the number of bytes between them are compared.
+        let cut;
+        let output = match &recorded.omitted {
+            Some(omitted) if output != recorded.output => {
+                cut = omitted.cut(output);
+                cut.as_str()
+            }
+            _ => output,
+        };
         let rec = self.normalize(&recorded.output);
         let rep = self.normalize(output);
         let level = compare(&rec, &rep);
@@ -58,7 +70,7 @@ impl Normalizer {
                     MismatchKind::Returncode
                 };
                 Err(Mismatch {
-                    level: level.unwrap_or(CompareLevel::CharMultiset),
+                    level: level.unwrap_or(CompareLevel::SortedLines),
                     kind,
                     command: Some(clip_command(&recorded.command)),
                     reason: format!("command {:?}: {}", short(&recorded.command, 120), reasons.join("; ")),

@@ -1,4 +1,4 @@
-//! What replay compares, as pure code (docs/method.md §5): the normalization of observations, the three
+//! What replay compares, as pure code (docs/method.md §5): the normalization of observations, the two
 //! comparison levels, the state fingerprint and the excerpts a non-replayable trajectory is
 //! reported with. The worker runs the commands; everything it decides about their results is
 //! decided here.
@@ -7,8 +7,8 @@
 //!   with a recognizable context — timestamps, durations, temporary paths, memory addresses,
 //!   labelled hashes, process ids under a label. The default set ships in
 //!   `record/rules/normalization.yaml`, one comment per rule.
-//! - [`compare`]: the first of `exact`, `sorted_lines`, `char_multiset` that matches two
-//!   normalized texts; [`Normalizer::compare_action`] checks one recorded action against what
+//! - [`compare`]: the first of `exact`, `sorted_lines` (whole lines in another order) that matches
+//!   two normalized texts (`char_multiset` is no longer accepted: it let a changed line pass); [`Normalizer::compare_action`] checks one recorded action against what
 //!   its re-execution observed (output, return code, timeout).
 //! - [`fingerprint_paths`]: the changed paths a fingerprint compares — a container diff outside
 //!   caches, logs and temporary files; [`Normalizer::compare_fingerprint`] names what differs.

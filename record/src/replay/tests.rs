@@ -259,13 +259,19 @@ fn comparison_levels() {
     assert_eq!(compare("a\nb\n", "a\nb\n"), Some(CompareLevel::Exact));
     assert_eq!(compare("", ""), Some(CompareLevel::Exact));
     assert_eq!(compare("a\nb\nc", "c\na\nb"), Some(CompareLevel::SortedLines));
-    assert_eq!(compare("b.py a.py", "a.py b.py"), Some(CompareLevel::CharMultiset));
-    assert_eq!(compare("ab\n", "ba\n"), Some(CompareLevel::CharMultiset));
+    // A line whose content changed never matches, even with the same characters (issue 24):
+    // `char_multiset` accepts nothing any more.
+    assert_eq!(compare("b.py a.py", "a.py b.py"), None);
+    assert_eq!(compare("ab\n", "ba\n"), None);
+    assert_eq!(compare("a + b", "b + a"), None);
+    assert_eq!(compare("x = a + b\ny = 1\n", "y = 1\nx = b + a\n"), None);
+    // Reordered whole lines still match, trailing newline and all.
+    assert_eq!(compare("x = a + b\ny = 1\n", "y = 1\nx = a + b\n"), Some(CompareLevel::SortedLines));
     assert_eq!(compare("a\nb", "a\nc"), None);
     assert_eq!(compare("a\nb\n", "a\nb"), None);
     assert_eq!(compare("a", "a\n"), None);
-    // Unicode counts characters, not bytes.
-    assert_eq!(compare("µa", "aµ"), Some(CompareLevel::CharMultiset));
+    assert_eq!(compare("µa", "aµ"), None);
+    assert_eq!(compare("µ\na", "a\nµ"), Some(CompareLevel::SortedLines));
     // Normalization first.
     let n = norm();
     assert_eq!(n.compare("done in 0.12s", "done in 0.98s"), Some(CompareLevel::Exact));
@@ -273,7 +279,15 @@ fn comparison_levels() {
 }
 
 fn action(output: &str, returncode: Option<i32>, timed_out: bool) -> Action {
-    Action { command: "run".into(), timeout_s: 10.0, output: output.into(), returncode, timed_out, exception: None }
+    Action {
+        command: "run".into(),
+        timeout_s: 10.0,
+        output: output.into(),
+        returncode,
+        timed_out,
+        exception: None,
+        omitted: None,
+    }
 }
 
 #[test]
@@ -285,7 +299,7 @@ fn actions_are_checked_for_output_code_and_timeout() {
         Ok(CompareLevel::Exact)
     );
     let m = n.compare_action(&action("token abc\n", Some(0), false), "token xyz\n", Some(0), false).unwrap_err();
-    assert_eq!(m.level, CompareLevel::CharMultiset);
+    assert_eq!(m.level, CompareLevel::SortedLines);
     assert_eq!((m.kind, m.command.as_deref()), (MismatchKind::Observation, Some("run")));
     assert!(m.reason.contains("output differs") && m.reason.contains("line 1"), "{}", m.reason);
     assert!(m.recorded_excerpt.contains("abc") && m.replayed_excerpt.contains("xyz"));
@@ -296,6 +310,10 @@ fn actions_are_checked_for_output_code_and_timeout() {
     let m = n.compare_action(&action("partial", None, true), "partial", Some(0), false).unwrap_err();
     assert_eq!(m.kind, MismatchKind::Timeout);
     assert!(m.reason.contains("recorded command timed out"), "{}", m.reason);
+    // A changed line with the same characters is a changed observation (issue 24).
+    let m = n.compare_action(&action("a + b\n", Some(0), false), "b + a\n", Some(0), false).unwrap_err();
+    assert_eq!((m.kind, m.level), (MismatchKind::Observation, CompareLevel::SortedLines));
+    assert!(m.reason.contains("output differs at every level (first at line 1)"), "{}", m.reason);
     // Output and return code both differ: the output is what differed first.
     let m = n.compare_action(&action("a\n", Some(0), false), "b\n", Some(2), false).unwrap_err();
     assert_eq!(m.kind, MismatchKind::Observation);

@@ -118,6 +118,7 @@ pub(crate) fn study(
         evaluation,
         base_runs: Vec::new(),
         selection: None,
+        retired: Vec::new(),
     }
 }
 
@@ -343,4 +344,96 @@ fn a_study_exported_one_trajectory_at_a_time_has_the_same_bytes() {
     assert_eq!(files_from(&head, study.trajectories.clone()).unwrap(), whole);
     let results = results(&study).unwrap();
     assert_eq!(results_from(&head, study.trajectories.clone()).unwrap(), results);
+}
+
+/// A trajectory in `state` with no outcome: never measured.
+fn unmeasured(id: &str, state: TrajectoryState) -> (TrajectorySpec, TrajectoryRecord) {
+    let (spec, mut record) = trajectory(id, Replay::NotRecorded, 0);
+    record.outcomes.clear();
+    record.state = state;
+    record.stage = Stage::Screen;
+    (spec, record)
+}
+
+#[test]
+fn a_trajectory_never_measured_exports_its_state_and_no_shape() {
+    // A study cancelled (or exported while running) before some of its trajectories ran a
+    // continuation: issue 24 found them exported as `flat` with `pnr = T`.
+    let mut s = study(
+        AGENT,
+        vec![
+            trajectory("measured", Replay::NotRecorded, 0),
+            unmeasured("waiting", TrajectoryState::Waiting),
+            unmeasured("replaying", TrajectoryState::Replaying),
+            unmeasured("running", TrajectoryState::Running),
+            unmeasured("done", TrajectoryState::Done),
+        ],
+        stats(),
+    );
+    s.state = StudyState::Cancelled;
+    let files = files(&s).unwrap();
+    let csv = String::from_utf8(files["trajectories.csv"].clone()).unwrap();
+    let mut lines = csv.lines();
+    assert!(lines.next().unwrap().ends_with(",continuations,state"), "{csv}");
+    assert!(lines.next().unwrap().ends_with(",8,done"), "{csv}");
+    for state in ["waiting", "replaying", "running", "done"] {
+        // Nothing but its id, length, 0 continuations and state.
+        assert_eq!(lines.next().unwrap(), format!("{state},{LENGTH},,,,,,,,,,0,{state}"), "{csv}");
+    }
+    // No curve rows for them.
+    let curves = String::from_utf8(files["curves.csv"].clone()).unwrap();
+    assert!(curves.lines().skip(1).all(|l| l.starts_with("measured,")), "{curves}");
+    // results.json: the state, every curve quantity null, no series.
+    let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
+    for (i, state) in ["waiting", "replaying", "running", "done"].into_iter().enumerate() {
+        let tr = &json["trajectories"][i + 1];
+        assert_eq!(tr["state"], state);
+        for field in ["shape", "pnr", "pnr_certified", "t_star", "v0_fit", "concentration", "restart_point"] {
+            assert_eq!(tr[field], Value::Null, "{state}: {field} in {tr}");
+        }
+        assert_eq!(tr["series"], json!({}), "{state}");
+    }
+    let r = results(&s).unwrap();
+    assert!(r.trajectories[0].measured() && r.trajectories[1..].iter().all(|t| !t.measured()));
+    // The analyses leave them out: only the measured curve is counted.
+    let analyses: Value = serde_json::from_slice(&files["analyses.json"]).unwrap();
+    assert!(!analyses.to_string().contains("\"waiting\""), "{analyses}");
+}
+
+#[test]
+fn retired_jobs_of_every_kind_are_exported_and_reported_with_their_reasons() {
+    use vcurve_record::jobs::{JobKind, RetiredJobs};
+    let mut s = study(AGENT, agent_trajectories(), stats());
+    let before = files(&s).unwrap();
+    let json: Value = serde_json::from_slice(&before["results.json"]).unwrap();
+    assert!(json.get("retired_jobs").is_none(), "none retired: absent");
+    s.retired = vec![
+        RetiredJobs::of(JobKind::Continuation, [(Some("the agent was killed: OOM".into()), 1)]).unwrap(),
+        RetiredJobs::of(
+            JobKind::BaseRun,
+            [(Some("PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file".into()), 3)],
+        )
+        .unwrap(),
+    ];
+    let files = files(&s).unwrap();
+    let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
+    assert_eq!(json["retired_jobs"][1]["kind"], "base_run");
+    assert_eq!(json["retired_jobs"][1]["count"], 3);
+    assert!(json["retired_jobs"][1]["reasons"][0]["reason"].as_str().unwrap().contains("over the limit"));
+    assert_eq!(serde_json::from_value::<Results>(json).unwrap(), results(&s).unwrap());
+    // Only results.json changes.
+    for name in before.keys().filter(|n| *n != "results.json") {
+        assert_eq!(before[name], files[name], "{name}");
+    }
+    // The report: a table and a line of the summary.
+    let r = results(&s).unwrap();
+    let report = crate::html::build(&r, &analyses(&r).unwrap(), None).unwrap();
+    let html = String::from_utf8(report.files["report.html"].clone()).unwrap();
+    assert!(html.contains("retired without an outcome: 1 continuation: 1× &quot;the agent was killed: OOM&quot;; 3 base runs: 3× &quot;PutFile"), "{html}");
+    let csv = String::from_utf8(report.files["retired.csv"].clone()).unwrap();
+    assert_eq!(csv.lines().next(), Some("kind,retired,reason,jobs"));
+    assert!(
+        csv.contains("\nbase_run,3,PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file,3\n"),
+        "{csv}"
+    );
 }

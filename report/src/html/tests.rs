@@ -296,3 +296,38 @@ fn an_agent_study_shows_its_evaluation_and_the_checks_it_feeds() {
     let a = analyses(&results).unwrap();
     assert_eq!(row(table(&super::tables(&results, &a), "checks"), "Evaluations via cache")[3], "fail");
 }
+
+#[test]
+fn a_trajectory_never_measured_reads_not_measured_in_the_report() {
+    // The study was cancelled while syn-3 waited: no continuation of it ran.
+    let mut results = synthetic();
+    let mut waiting = results.trajectories[0].clone();
+    waiting.trajectory = "syn-3".into();
+    waiting.state = TrajectoryState::Waiting;
+    waiting.series.clear();
+    for q in [
+        &mut waiting.t_star,
+        &mut waiting.decisive_a,
+        &mut waiting.decisive_b,
+        &mut waiting.pnr,
+        &mut waiting.onset,
+        &mut waiting.restart_point,
+    ] {
+        *q = None;
+    }
+    waiting.continuations = 0;
+    (waiting.shape, waiting.pnr_certified, waiting.concentration, waiting.v0_fit) = (None, None, None, None);
+    results.trajectories.push(waiting);
+    let a = analyses(&results).unwrap();
+    let tables = tables(&results, &a);
+    let t = table(&tables, "trajectories");
+    let shape = t.headers.iter().position(|h| h == "shape").unwrap();
+    let pnr = t.headers.iter().position(|h| h == "t_pnr").unwrap();
+    let r = row(t, "syn-3");
+    assert_eq!((r[2].as_str(), r[shape].as_str(), r[pnr].as_str()), ("waiting", "not measured", "–"), "{r:?}");
+    let report = build(&results, &a, None).unwrap();
+    let html = String::from_utf8(report.files["report.html"].clone()).unwrap();
+    assert!(html.contains("3 trajectories: 2 done, 0 doomed, 1 not measured;"), "{html}");
+    // Two curves were measured: the third draws no figure.
+    assert!(!report.files.keys().any(|f| f.contains("syn-3")), "{:?}", report.files.keys().collect::<Vec<_>>());
+}

@@ -6,13 +6,15 @@
 //! - [`metrics`]: the coordinator's and the worker's Prometheus endpoints after a study;
 //! - [`dashboard`]: the live dashboard, over HTTP and in a headless browser (needs chromium);
 //! - [`memory`]: exports read in parts (both backends; PostgreSQL when there is one);
-//! - [`hot_paths`]: study-sized work stays off the async runtime.
+//! - [`hot_paths`]: study-sized work stays off the async runtime;
+//! - [`nothing_lost`]: a cancelled study's export shows its unmeasured trajectories as such.
 
 mod dashboard;
 mod grpc;
 mod hot_paths;
 mod memory;
 mod metrics;
+mod nothing_lost;
 
 use std::time::Duration;
 

@@ -301,7 +301,14 @@ impl Inner {
                 let run = self.run_agent_in(prepared.container, start, options, cancel).await?;
                 drop(prepared.pin);
                 let transcript = if options.keep_transcripts {
-                    let bytes = serde_json::to_vec(&run.messages).map_err(|e| e.to_string())?;
+                    let mut messages = run.messages;
+                    let cuts = vcurve_record::oversize::fit_messages(&mut messages, vcurve_record::MAX_FILE_BYTES)
+                        .map_err(|e| format!("the transcript {e}"))?;
+                    if cuts.texts > 0 {
+                        tracing::warn!(key = %job.key, texts = cuts.texts, omitted_bytes = cuts.bytes,
+                            "the transcript was over the store's per-file limit: its longest texts were cut");
+                    }
+                    let bytes = serde_json::to_vec(&messages).map_err(|e| e.to_string())?;
                     Some(self.services()?.put_file(&bytes).await?)
                 } else {
                     None
@@ -336,8 +343,19 @@ impl Inner {
                 };
                 let run = self.run_agent_in(container, start, options, cancel).await?;
                 let (submission, steps, end_type) = (run.submission.clone(), run.steps_used, run.end_type);
-                let recorded = match run.into_trajectory(task.clone(), interpreter, Vec::new()) {
-                    Ok(trajectory) => Some(self.services()?.put_file(&trajectory.canonical_bytes()).await?),
+                // A run too large for the store is cut to fit, each cut recorded in its action
+                // (issue 24: it failed at every upload and the base run was retired).
+                let recorded = match run.into_trajectory(task.clone(), interpreter, Vec::new()).and_then(|mut t| {
+                    let cuts = t.fit_within(vcurve_record::MAX_FILE_BYTES)?;
+                    Ok((t, cuts))
+                }) {
+                    Ok((trajectory, cuts)) => {
+                        if cuts.texts > 0 {
+                            tracing::warn!(key = %job.key, texts = cuts.texts, omitted_bytes = cuts.bytes,
+                                "the base run's trajectory was over the store's per-file limit: its longest outputs were cut");
+                        }
+                        Some(self.services()?.put_file(&trajectory.canonical_bytes()).await?)
+                    }
                     Err(e) => {
                         tracing::warn!(key = %job.key, error = %e, "the base run cannot be recorded as a trajectory");
                         None
@@ -591,6 +609,88 @@ mod tests {
         assert_eq!(*services.lookups.lock().unwrap(), 1);
         // The run's container and the evaluation's: both created and removed.
         assert_eq!((runtime.count(Op::Create), runtime.running().len()), (2, 0));
+    }
+
+    #[tokio::test]
+    async fn a_base_run_whose_command_printed_more_than_the_store_keeps_is_recorded_cut_and_uploaded() {
+        // Issue 24: 64 MiB of output made the trajectory unstorable; every attempt failed at its
+        // upload and the base run was retired. The first command here prints 40 MiB, which the
+        // trajectory holds twice (the action's output and the agent's next message).
+        let printed = std::sync::atomic::AtomicBool::new(false);
+        let big = format!("FIRST LINE\n{}\nLAST LINE\n", "x".repeat(40 << 20));
+        let printed_bytes = big.len() as u64;
+        let plain = handler(false);
+        let runtime = Arc::new(FakeRuntime::with_handler(move |fs, request| {
+            if !printed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return ExecOutput { output: big.clone().into_bytes(), exit_code: Some(0), timed_out: false };
+            }
+            plain(fs, request)
+        }));
+        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+        let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        let services = Arc::new(Services::default());
+        runner.attach(services.clone());
+        let report = runner.run(base_run(), CancellationToken::new()).await;
+        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
+        let files = services.files.lock().unwrap();
+        let bytes = &files[o.recorded.as_ref().expect("the run is recorded")];
+        assert!(bytes.len() as u64 <= vcurve_record::MAX_FILE_BYTES, "{} bytes", bytes.len());
+        let recorded = Trajectory::from_json(bytes).unwrap();
+        let action = &recorded.steps[0].actions[0];
+        let omitted = action.omitted.expect("the cut is recorded in the action");
+        assert_eq!(omitted.head + omitted.bytes + omitted.tail, printed_bytes);
+        assert!(action.output.starts_with("FIRST LINE\n") && action.output.ends_with("\nLAST LINE\n"));
+        assert!(action.output.contains(&format!("[vcurve: {} bytes of output omitted]", omitted.bytes)));
+    }
+
+    /// A base run through a runtime whose first `n` commands print `bytes` bytes each (a first
+    /// and a last line around `x`s); the trajectory it uploaded, and its encoded size.
+    async fn base_run_printing(n: usize, bytes: usize) -> (Trajectory, usize) {
+        let printed = std::sync::atomic::AtomicUsize::new(0);
+        let big = format!("FIRST LINE\n{}\nLAST LINE\n", "x".repeat(bytes - 22));
+        let plain = handler(false);
+        let runtime = Arc::new(FakeRuntime::with_handler(move |fs, request| {
+            if printed.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < n {
+                return ExecOutput { output: big.clone().into_bytes(), exit_code: Some(0), timed_out: false };
+            }
+            plain(fs, request)
+        }));
+        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+        let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        let services = Arc::new(Services::default());
+        runner.attach(services.clone());
+        let report = runner.run(base_run(), CancellationToken::new()).await;
+        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
+        let files = services.files.lock().unwrap();
+        let bytes = &files[o.recorded.as_ref().expect("the run is recorded")];
+        (Trajectory::from_json(bytes).unwrap(), bytes.len())
+    }
+
+    #[tokio::test]
+    async fn a_command_printing_65_mib_is_handed_and_recorded_cut_and_its_base_run_uploaded() {
+        // Issue 24: 64 MiB of output made the base run's trajectory unstorable (or the agent's
+        // protocol line too long): every attempt failed and the base run was retired.
+        let (recorded, size) = base_run_printing(1, 65 << 20).await;
+        assert!(size as u64 <= vcurve_record::MAX_FILE_BYTES, "{size} bytes");
+        let action = &recorded.steps[0].actions[0];
+        let omitted = action.omitted.expect("the cut is recorded in the action");
+        assert_eq!(omitted.head + omitted.bytes + omitted.tail, 65 << 20);
+        assert_eq!(omitted.head + omitted.tail, crate::runners::agent::MAX_OBSERVATION_BYTES as u64);
+        assert!(action.output.starts_with("FIRST LINE\n") && action.output.ends_with("\nLAST LINE\n"));
+        assert!(action.output.contains(&format!("\n[vcurve: {} bytes of output omitted]\n", omitted.bytes)));
+        // The agent was handed the cut output: the next message shows it.
+        assert!(recorded.messages.iter().any(|m| m.to_string().contains(" bytes of output omitted]")));
+    }
+
+    #[tokio::test]
+    async fn a_run_of_many_long_outputs_is_cut_again_to_fit_the_store() {
+        // Nine outputs of 6 MiB, each kept whole for the agent but twice in the trajectory:
+        // 108 MiB, cut to one cap to fit.
+        let (recorded, size) = base_run_printing(9, 6 << 20).await;
+        assert!(size as u64 <= vcurve_record::MAX_FILE_BYTES, "{size} bytes");
+        let cut: Vec<_> = recorded.steps.iter().flat_map(|s| &s.actions).filter_map(|a| a.omitted).collect();
+        assert_eq!(cut.len(), 9);
+        assert!(cut.iter().all(|o| o.head + o.bytes + o.tail == 6 << 20), "{cut:?}");
     }
 
     #[tokio::test]

@@ -3,8 +3,8 @@
 //!
 //! Every recorded action runs through [`exec::run_command`] — the one exec path — with its
 //! recorded timeout, in the task's working directory. Its output is compared with the recorded one
-//! after normalization at the three levels (`exact`, `sorted_lines`, `char_multiset`; a step's
-//! level is the loosest its actions needed), its return code and its `timed_out` flag exactly
+//! after normalization at the two levels (`exact`, `sorted_lines`: whole lines in another order; a
+//! step's level is the loosest its actions needed), its return code and its `timed_out` flag exactly
 //! ([`Normalizer::compare_action`]). Where the trajectory carries a recorded [`Fingerprint`] the
 //! state after the step is measured and compared too ([`Normalizer::check_fingerprint`]). The
 //! first mismatch makes the trajectory [`NonReplayable`] and stops the replay: nothing after it

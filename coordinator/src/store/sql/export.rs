@@ -115,7 +115,7 @@ impl SqlStore {
     }
 
     /// A study's record without its trajectories: state, spec (only trajectory `only`'s when
-    /// given), evaluation, base runs and selection.
+    /// given), evaluation, base runs, selection and retired jobs.
     async fn study_head(
         &self,
         tx: &mut Transaction<'_, Any>,
@@ -165,6 +165,8 @@ impl SqlStore {
                 }
             }
         }
+        drop(stream);
+        let retired = super::retired::retired_jobs(tx, study).await?;
         Ok(StudyRecord {
             id: study.to_string(),
             state,
@@ -173,6 +175,7 @@ impl SqlStore {
             evaluation,
             base_runs,
             selection,
+            retired,
         })
     }
 

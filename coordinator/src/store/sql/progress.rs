@@ -82,6 +82,7 @@ pub(super) async fn progress(
     } else {
         None
     };
+    let retired_jobs = super::retired::retired_jobs(&mut tx, study).await?;
     let workers = workers::live_workers(&mut tx, now, policy).await?;
     tx.commit().await?;
     let throughput_per_min = window.per_minute(recent as u64);
@@ -104,6 +105,7 @@ pub(super) async fn progress(
         running,
         pending,
         retired,
+        retired_jobs,
         trajectories,
         trajectories_admitted: admitted,
         trajectories_done: by_state.get("done").copied().unwrap_or(0),

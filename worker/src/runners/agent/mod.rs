@@ -69,6 +69,11 @@ pub use messages::PROTOCOL;
 
 /// The longest line the agent may write (before its `\n`).
 pub const MAX_LINE_BYTES: usize = 64 << 20;
+/// The most of a command's output the agent is handed and the run records: 8 MiB, head and tail.
+/// A longer output is cut with a marker (`[vcurve: N bytes of output omitted]`) and its action
+/// records the cut ([`vcurve_record::Omitted`]): whole, it would not fit on one protocol line to
+/// the agent (JSON may escape a byte as six), nor its trajectory in the store (issue 24).
+pub const MAX_OBSERVATION_BYTES: usize = 8 << 20;
 /// How much of the agent's stderr is kept.
 pub const STDERR_TAIL_BYTES: usize = 64 << 10;
 /// How long an agent may take to exit after its `final`.
@@ -465,9 +470,14 @@ async fn converse(
         match message {
             AgentMessage::Exec { command, timeout_s } => {
                 let applied = timeout_s.min(MAX_TIMEOUT_S);
-                let observed = run_command(container, &start.task, &start.interpreter, &command, applied)
+                let mut observed = run_command(container, &start.task, &start.interpreter, &command, applied)
                     .await
                     .map_err(|e| Stop::Infrastructure(format!("the container failed running {command:?}: {e}")))?;
+                let half = MAX_OBSERVATION_BYTES / 2;
+                let omitted = vcurve_record::Omitted::cut_to(&observed.output, half, half).map(|(cut, omitted)| {
+                    observed.output = cut;
+                    omitted
+                });
                 if let Err(e) = io.send(&exec_result_message(&observed)).await {
                     let what = format!("the agent closed its input before the result of exec {command:?} ({e})");
                     return Err(ended_early(child, limits, &what).await);
@@ -479,6 +489,7 @@ async fn converse(
                     returncode: observed.returncode,
                     timed_out: observed.timed_out,
                     exception: None,
+                    omitted,
                 });
             }
             AgentMessage::Step { messages } => {
