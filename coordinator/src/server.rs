@@ -263,7 +263,10 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         &self,
         request: Request<tonic::Streaming<v1::UploadChunk>>,
     ) -> Result<Response<v1::UploadResponse>, Status> {
-        receive_upload(&self.coordinator, request.into_inner()).await.map(Response::new)
+        let (digest, content) = receive_upload(request.into_inner()).await?;
+        let size = content.len() as u64;
+        let stored = self.coordinator.upload(&digest, &content).await?;
+        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
     }
 
     async fn lookup_verdict(
@@ -285,11 +288,9 @@ impl<S: Store> WorkerService for WorkerApi<S> {
 }
 
 /// Receive one uploaded file (a client's spec file, a worker's patch or recorded run): the first
-/// chunk states its SHA-256 and size, both checked against what arrives.
-async fn receive_upload<S: Store>(
-    coordinator: &Coordinator<S>,
-    mut stream: tonic::Streaming<v1::UploadChunk>,
-) -> Result<v1::UploadResponse, Status> {
+/// chunk states its SHA-256 and size, both checked against what arrives (the digest by the
+/// caller, which keeps it). Its digest and content.
+async fn receive_upload(mut stream: tonic::Streaming<v1::UploadChunk>) -> Result<(String, Vec<u8>), Status> {
     let limit = crate::spec::MAX_FILE_BYTES;
     let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
     let (digest, size) = (first.sha256, first.size);
@@ -302,6 +303,8 @@ async fn receive_upload<S: Store>(
             limit >> 20
         )));
     }
+    // Not reserved from the announced size: a client announcing 64 MiB and sending nothing would
+    // hold that much of the coordinator's memory per upload.
     let mut content = first.data;
     while let Some(chunk) = stream.message().await? {
         if (content.len() + chunk.data.len()) as u64 > size {
@@ -315,8 +318,7 @@ async fn receive_upload<S: Store>(
             content.len()
         )));
     }
-    let stored = coordinator.upload(&digest, &content).await?;
-    Ok(v1::UploadResponse { sha256: digest, size, stored })
+    Ok((digest, content))
 }
 
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::Chunk, Status>> + Send>>;
@@ -341,7 +343,10 @@ impl<S: Store> StudyService for StudyApi<S> {
         &self,
         request: Request<tonic::Streaming<v1::UploadChunk>>,
     ) -> Result<Response<v1::UploadResponse>, Status> {
-        receive_upload(&self.coordinator, request.into_inner()).await.map(Response::new)
+        let (digest, content) = receive_upload(request.into_inner()).await?;
+        let size = content.len() as u64;
+        let stored = self.coordinator.stage_upload(&digest, content).await?;
+        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
     }
 
     async fn has_files(&self, request: Request<v1::HasFilesRequest>) -> Result<Response<v1::HasFilesResponse>, Status> {

@@ -5,8 +5,8 @@
 //! and every curve file it names; the client sends both to the coordinator, which calls
 //! [`parse`] with a lookup into what it was sent. [`load`] does both in one
 //! process (`vcurve demo`, tests). Nothing is stored until `parse` has accepted the whole spec; the
-//! coordinator stores the result as JSON with the curves inlined, so a stored study never depends
-//! on a file again.
+//! coordinator stores the result as JSON with the curves inlined (each task's problem statement
+//! apart, once, by digest), so a stored study never depends on a user's file again.
 //!
 //! ```yaml
 //! name: demo

@@ -1,6 +1,7 @@
 //! Refusals that must leave nothing behind, through the binary (issue 24, item 2): a spec naming
 //! a file outside its folder (`problem_statement_file: ../../../etc/passwd`, `recorded: ../x`, a
-//! curve that is a symbolic link out) is refused naming the path before anything is sent, and a
+//! curve that is a symbolic link out) is refused naming the path before anything is sent, a
+//! launch the coordinator refuses after its files were uploaded leaves none of them, and a
 //! coordinator that refuses to start has created no store.
 
 use std::io::BufRead as _;
@@ -138,8 +139,15 @@ async fn a_spec_naming_a_file_outside_its_folder_is_refused_and_nothing_is_store
             assert!(stderr.contains(part), "the refusal does not name {part:?}: {stderr}");
         }
     }
-    assert_eq!(coordinator.rows("studies").await, 0, "a refused launch stored a study");
-    assert_eq!(coordinator.rows("files").await, 0, "a refused launch stored a file");
+    // A spec the coordinator refuses (a runner kind this build does not offer) after its files
+    // were uploaded: the uploads are dropped with the refusal.
+    std::fs::write(study.join("curves/b.csv"), "t,v\n0,0.5\n1,0.5\n2,0.5\n").unwrap();
+    let spec = write(&study, "study.yaml", &curve_spec("curves/b.csv").replace("kind: synthetic", "kind: quantum"));
+    let (ok, stderr) = launch(&spec, &[], &coordinator.url);
+    assert!(!ok && stderr.contains("runner.kind") && stderr.contains("quantum"), "{stderr}");
+    for table in ["studies", "files", "uploads"] {
+        assert_eq!(coordinator.rows(table).await, 0, "a refused launch left rows in {table}");
+    }
 
     // The user allows the folder: the curve behind the link is read and the study launched.
     let spec = write(&study, "study.yaml", &curve_spec("curves/a.csv"));

@@ -13,7 +13,9 @@ mod sql;
 
 use std::future::Future;
 
-pub use sql::{Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, base_run_trajectory_id, dispatch_sql};
+pub use sql::{
+    Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, UPLOAD_TTL_MS, base_run_trajectory_id, dispatch_sql,
+};
 
 use vcurve_record::TrajectoryPayload;
 
@@ -23,6 +25,18 @@ use crate::model::{
 };
 use crate::spec::StudySpec;
 use vcurve_method::schedule::Stage;
+
+/// What a launch stores beside its spec and payloads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaunchInputs {
+    /// Each task's problem statement, by task id, taken out of the spec's tasks: stored once, as
+    /// a file of its own under its SHA-256 (the upload of a `problem_statement_file` is that file),
+    /// which the tasks' payloads name; the stored spec keeps its tasks without them. A restart
+    /// check's tasks without one here use the checked study's.
+    pub statements: std::collections::BTreeMap<String, String>,
+    /// The staged uploads the launch read (digests), dropped in its transaction.
+    pub uploads: Vec<String>,
+}
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -85,12 +99,15 @@ impl Default for LeasePolicy {
 
 /// The coordinator's state. Times are milliseconds since the Unix epoch, passed in by the caller.
 pub trait Store: Send + Sync + 'static {
-    /// Store a validated study and its trajectories' payloads (in the spec's order); its
-    /// trajectories wait for admission. Returns the study id.
+    /// Store a validated study and its trajectories' payloads (in the spec's order), with what
+    /// its launch brought beside them ([`LaunchInputs`]: its tasks' problem statements, stored
+    /// once each by digest, and the uploads it consumed, dropped); its trajectories wait for
+    /// admission. Returns the study id.
     fn create_study(
         &self,
         spec: &StudySpec,
         payloads: &[TrajectoryPayload],
+        inputs: &LaunchInputs,
         now: i64,
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
 
@@ -98,7 +115,23 @@ pub trait Store: Send + Sync + 'static {
     fn put_file(&self, digest: &str, content: &[u8], now: i64)
     -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// The digests among `digests` the store does not hold.
+    /// Stage a client's upload for a launch by its SHA-256 (checked by the caller) until a launch
+    /// consumes it; returns whether it was new. Uploads no launch consumed are dropped after an
+    /// hour.
+    fn stage_upload(
+        &self,
+        digest: &str,
+        content: Vec<u8>,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// What a launch reads for a digest its spec names: a staged upload or a kept file.
+    fn launch_file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+
+    /// Drop the staged uploads `digests`: those of a refused launch.
+    fn discard_uploads(&self, digests: &[String]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The digests among `digests` a launch could not read (neither kept nor staged).
     fn missing_files(&self, digests: &[String]) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// The verdict of a patch already judged in the study's patch cache (docs/method.md §6).

@@ -81,17 +81,20 @@ impl<'a> RunIndex<'a> {
 
 impl SqlStore {
     /// Queue a launched study's base runs, each naming its task's payload: `base_runs` of each
-    /// task, or a restart check's `runs` for each of its rows.
+    /// task, or a restart check's `runs` for each of its rows. A task's payload names its problem
+    /// statement by the digest in `statements` (task id → digest), stored apart.
     pub(super) async fn queue_base_runs(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         spec: &StudySpec,
+        statements: &BTreeMap<String, String>,
         now: i64,
     ) -> Result<(), StoreError> {
         let mut digests = BTreeMap::new();
         for runs in &spec.tasks {
-            let bytes = TrajectoryPayload::of_task(&runs.task).canonical_bytes();
+            let statement = statements.get(&runs.task.id).map(String::as_str);
+            let bytes = TrajectoryPayload::of_task_with_statement(&runs.task, statement).canonical_bytes();
             let digest = vcurve_record::trajectory::sha256_hex(&bytes);
             insert_file(tx, &digest, &bytes, now).await?;
             digests.insert(runs.task.id.clone(), digest);
@@ -279,6 +282,7 @@ impl SqlStore {
                 curve: None,
                 recorded: recorded.as_ref().ok().map(|(run, _)| run.clone()),
                 task_def: None,
+                problem_statement_sha256: None,
             };
             let plan = TrajectoryPlan { length, labels: Vec::new(), controls };
             self.insert_trajectory(tx, study, &trajectory, &id.task, state, &plan, &payload, digest.as_deref(), now)
@@ -460,6 +464,7 @@ impl SqlStore {
                 curve: None,
                 recorded: Some(recorded),
                 task_def: None,
+                problem_statement_sha256: None,
             };
             self.insert_trajectory(tx, study, &id, task, state, &plan, &payload, Some(&digest), now).await?;
             spec.trajectories.push(TrajectorySpec {

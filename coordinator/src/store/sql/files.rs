@@ -1,4 +1,7 @@
-//! Files kept by digest: payloads, recorded runs, patches.
+//! Files kept by digest: payloads, recorded runs, problem statements, patches; and a client's
+//! uploads for a launch, staged apart until a launch consumes them (migration 0008): a launch
+//! keeps what its study references and drops the rest in its own transaction, a refused launch
+//! drops them, and uploads no launch consumed are dropped after [`UPLOAD_TTL_MS`].
 
 use sqlx::{Any, Row, Transaction};
 
@@ -15,6 +18,28 @@ const HAS_FILE: &str = "SELECT 1 AS one FROM files WHERE digest = $1";
 /// The content of the file `$1`.
 const FILE_CONTENT: &str = "SELECT content FROM files WHERE digest = $1";
 
+/// How long an upload no launch consumed is kept: long enough for a client to upload a spec's
+/// files one after another and launch, short enough that uploads of clients that never launched
+/// do not pile up. A launch whose uploads expired is refused as not uploaded, and the client
+/// uploads them again.
+pub const UPLOAD_TTL_MS: i64 = 3_600_000;
+
+/// Stage an upload (`$1` digest, `$2` size, `$3` content, `$4` now), or refresh one staged.
+const INSERT_UPLOAD: &str = "INSERT INTO uploads (digest, size, content, created_ms) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (digest) DO UPDATE SET created_ms = excluded.created_ms";
+
+/// Drop the uploads staged before `$1`.
+const DROP_EXPIRED_UPLOADS: &str = "DELETE FROM uploads WHERE created_ms < $1";
+
+/// A row when an upload `$1` is staged.
+const HAS_UPLOAD: &str = "SELECT 1 AS one FROM uploads WHERE digest = $1";
+
+/// The content of the upload `$1`.
+const UPLOAD_CONTENT: &str = "SELECT content FROM uploads WHERE digest = $1";
+
+/// Drop the upload `$1`.
+const DROP_UPLOAD: &str = "DELETE FROM uploads WHERE digest = $1";
+
 /// Keep a file by digest inside a transaction; returns whether it was new.
 pub(super) async fn insert_file(
     tx: &mut Transaction<'_, Any>,
@@ -25,7 +50,7 @@ pub(super) async fn insert_file(
     let done = sqlx::query(INSERT_FILE)
         .bind(digest)
         .bind(content.len() as i64)
-        .bind(content.to_vec())
+        .bind(content)
         .bind(now)
         .execute(&mut **tx)
         .await?;
@@ -39,15 +64,76 @@ pub(super) async fn put_file(store: &SqlStore, digest: &str, content: &[u8], now
     Ok(new)
 }
 
+/// The digests a launch could not read: neither kept nor staged.
 pub(super) async fn missing_files(store: &SqlStore, digests: &[String]) -> Result<Vec<String>, StoreError> {
     let mut missing = Vec::new();
     for digest in digests {
-        let found = sqlx::query(HAS_FILE).bind(digest).fetch_optional(&store.pool).await?.is_some();
+        let found = sqlx::query(HAS_FILE).bind(digest).fetch_optional(&store.pool).await?.is_some()
+            || sqlx::query(HAS_UPLOAD).bind(digest).fetch_optional(&store.pool).await?.is_some();
         if !found {
             missing.push(digest.clone());
         }
     }
     Ok(missing)
+}
+
+/// Stage a client's upload for a launch (checked by the caller), dropping expired uploads; returns
+/// whether it was new (an upload of a kept file is not staged: the launch reads the kept one).
+pub(super) async fn stage_upload(
+    store: &SqlStore,
+    digest: &str,
+    content: Vec<u8>,
+    now: i64,
+) -> Result<bool, StoreError> {
+    let mut tx = store.pool.begin().await?;
+    sqlx::query(DROP_EXPIRED_UPLOADS).bind(now - UPLOAD_TTL_MS).execute(&mut *tx).await?;
+    let new = if sqlx::query(HAS_FILE).bind(digest).fetch_optional(&mut *tx).await?.is_some() {
+        false
+    } else {
+        let staged = sqlx::query(HAS_UPLOAD).bind(digest).fetch_optional(&mut *tx).await?.is_some();
+        let size = content.len() as i64;
+        sqlx::query(INSERT_UPLOAD).bind(digest).bind(size).bind(content).bind(now).execute(&mut *tx).await?;
+        !staged
+    };
+    tx.commit().await?;
+    Ok(new)
+}
+
+/// What a launch reads for a digest its spec names: a staged upload, or a kept file.
+pub(super) async fn launch_file(store: &SqlStore, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    if let Some(row) = sqlx::query(UPLOAD_CONTENT).bind(digest).fetch_optional(&store.pool).await? {
+        return Ok(Some(row.try_get::<Vec<u8>, _>("content")?));
+    }
+    file(store, digest).await
+}
+
+/// Drop the staged uploads `digests` (those a launch read), inside a transaction.
+pub(super) async fn drop_uploads(tx: &mut Transaction<'_, Any>, digests: &[String]) -> Result<(), StoreError> {
+    for digest in digests {
+        sqlx::query(DROP_UPLOAD).bind(digest).execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Drop the staged uploads `digests` (those a refused launch read).
+pub(super) async fn discard_uploads(store: &SqlStore, digests: &[String]) -> Result<(), StoreError> {
+    let mut tx = store.pool.begin().await?;
+    drop_uploads(&mut tx, digests).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(any(test, feature = "test-support"))]
+impl SqlStore {
+    /// How many rows a table of the store has, for tests that check what a refusal left behind.
+    pub async fn rows(&self, table: &str) -> Result<i64, StoreError> {
+        const TABLES: &[&str] = &["studies", "trajectories", "jobs", "continuations", "files", "uploads"];
+        if !TABLES.contains(&table) {
+            return Err(StoreError::Invalid(format!("{table:?} is not one of the tables {TABLES:?}")));
+        }
+        let sql = format!("SELECT COUNT(*) AS n FROM {table}");
+        Ok(sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_one(&self.pool).await?.try_get("n")?)
+    }
 }
 
 pub(super) async fn file(store: &SqlStore, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -46,6 +46,10 @@ pub(super) struct StudyConfig {
     /// Base-run subjects with their own task and budget (a restart check's rows).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(super) base_run_subjects: std::collections::BTreeMap<String, BaseRunSubject>,
+    /// The SHA-256 of each task's problem statement, by task id: stored once as a file of its
+    /// own, named by the task's payload, and left out of the stored spec.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(super) problem_statements: std::collections::BTreeMap<String, String>,
 }
 
 impl StudyConfig {
