@@ -307,17 +307,19 @@ impl<S: Store> Coordinator<S> {
 
     /// Validate and store a study; nothing is stored when the spec is invalid.
     pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
-        self.launch_consuming(yaml, files.clone(), Vec::new()).await
+        self.launch_consuming(yaml, files.clone(), Vec::new(), BTreeMap::new()).await
     }
 
     /// [`Coordinator::launch`] with the files' contents, which the staged uploads `uploads` held:
     /// the study's transaction drops them. Its tasks' problem statements are taken out of the spec
-    /// and stored once each, by digest ([`LaunchInputs`]).
+    /// and stored once each, by digest ([`LaunchInputs`]); a statement that is one of `unread`
+    /// (a marker → the digest of the file it stands for) stays that file.
     async fn launch_consuming(
         &self,
         yaml: &str,
         files: BTreeMap<String, String>,
         uploads: Vec<String>,
+        unread: BTreeMap<String, String>,
     ) -> Result<String, CoordinatorError> {
         let yaml = yaml.to_string();
         let kinds = self.runner_kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
@@ -343,15 +345,18 @@ impl<S: Store> Coordinator<S> {
             }));
         }
         let mut launch = launch;
-        let mut statements = BTreeMap::new();
+        let (mut statements, mut uploaded_statements) = (BTreeMap::new(), BTreeMap::new());
         for t in &mut launch.spec.tasks {
             if let Some(text) = t.task.problem_statement.take() {
-                statements.insert(t.task.id.clone(), text);
+                match unread.get(&text) {
+                    Some(digest) => uploaded_statements.insert(t.task.id.clone(), digest.clone()),
+                    None => statements.insert(t.task.id.clone(), text),
+                };
             }
         }
         let payloads = launch.payloads();
         let spec = launch.spec;
-        let inputs = LaunchInputs { statements, uploads };
+        let inputs = LaunchInputs { statements, uploaded_statements, uploads };
         let id = self.store.create_study(&spec, &payloads, &inputs, self.now_ms()).await?;
         tracing::info!(study = %id, name = %spec.name, trajectories = spec.trajectories.len(), "study launched");
         self.work.notify_waiters();
@@ -411,8 +416,21 @@ impl<S: Store> Coordinator<S> {
     ) -> Result<String, CoordinatorError> {
         let uploads: Vec<String> = files.values().cloned().collect::<BTreeSet<_>>().into_iter().collect();
         let launched = async {
-            let mut contents = BTreeMap::new();
+            // A file named only as a problem statement is not read: the spec is parsed with a
+            // marker in its place, and the statement stays the file uploaded, kept by digest
+            // inside the database — a 50 MB statement never passes through the coordinator here.
+            let statement_files = crate::spec::problem_statement_files(yaml);
+            let (mut contents, mut unread) = (BTreeMap::new(), BTreeMap::new());
             for (path, digest) in files {
+                if statement_files.contains(path) {
+                    if !self.store.missing_files(std::slice::from_ref(digest)).await?.is_empty() {
+                        return Err(CoordinatorError::NotUploaded { path: path.clone(), digest: digest.clone() });
+                    }
+                    let marker = format!("\u{0}the problem statement uploaded as {digest}\u{0}");
+                    unread.insert(marker.clone(), digest.clone());
+                    contents.insert(path.clone(), marker);
+                    continue;
+                }
                 let bytes = self
                     .store
                     .launch_file(digest)
@@ -422,7 +440,7 @@ impl<S: Store> Coordinator<S> {
                     .map_err(|e| CoordinatorError::InvalidArgument(format!("{path}: not UTF-8 text: {e}")))?;
                 contents.insert(path.clone(), text);
             }
-            self.launch_consuming(yaml, contents, uploads.clone()).await
+            self.launch_consuming(yaml, contents, uploads.clone(), unread).await
         }
         .await;
         if launched.is_err()
@@ -446,6 +464,14 @@ impl<S: Store> Coordinator<S> {
     /// returns whether it was new.
     pub async fn stage_upload(&self, digest: &str, content: Vec<u8>) -> Result<bool, CoordinatorError> {
         check_upload(digest, &content)?;
+        // Every file a spec names is text; a problem statement is kept unread, so checked here.
+        if let Err(e) = std::str::from_utf8(&content) {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "a file uploaded for a launch must be UTF-8 text, as every file a spec names is (byte {} starts an \
+                 invalid sequence)",
+                e.valid_up_to()
+            )));
+        }
         Ok(self.store.stage_upload(digest, content, self.now_ms()).await?)
     }
 

@@ -43,6 +43,7 @@ impl From<CoordinatorError> for tonic::Status {
                 tonic::Status::not_found(message)
             }
             CoordinatorError::Store(StoreError::Invalid(_)) => tonic::Status::invalid_argument(message),
+            CoordinatorError::Store(StoreError::NotUploaded(_)) => tonic::Status::failed_precondition(message),
             CoordinatorError::Store(StoreError::Database(_)) => tonic::Status::unavailable(message),
             CoordinatorError::Store(_) | CoordinatorError::Render(_) | CoordinatorError::Internal(_) => {
                 tonic::Status::internal(message)

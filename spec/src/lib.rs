@@ -226,6 +226,30 @@ fn read_limited(dir: &SpecFolder, written: &str) -> Result<String, String> {
     bounds::read_text(&resolved, MAX_FILE_BYTES).map_err(cannot)
 }
 
+/// The paths a spec names only as a `problem_statement_file` (not also as a curve, a recorded
+/// run, a task file or the dataset): files whose text [`parse`] puts into a task's problem
+/// statement untouched, so that a coordinator holding them by digest need not read them to parse
+/// the spec.
+pub fn problem_statement_files(yaml: &str) -> std::collections::BTreeSet<String> {
+    let Ok(mut doc) = serde_norway::from_str::<Value>(yaml) else { return Default::default() };
+    if doc.apply_merge().is_err() {
+        return Default::default();
+    }
+    let mut statements = std::collections::BTreeSet::new();
+    let mut others: std::collections::BTreeSet<String> =
+        file_references(yaml).into_iter().map(|(_, _, path)| path).collect();
+    others.extend(swebench::dataset_reference(&doc));
+    for (_, field, path) in tasks::task_references(&doc) {
+        if field == "problem_statement_file" {
+            statements.insert(path);
+        } else {
+            others.insert(path);
+        }
+    }
+    statements.retain(|p| !others.contains(p));
+    statements
+}
+
 /// The files a spec names (`curve` and `recorded` of each trajectory), with the trajectory and
 /// field naming each, for [`read_with_files`]. A spec too malformed to walk names none; `parse`
 /// reports why.

@@ -1197,6 +1197,17 @@ fn a_task_may_be_written_inline_with_its_problem_statement_in_a_file() {
 }
 
 #[test]
+fn the_paths_named_only_as_problem_statements_are_known_without_reading_them() {
+    let names = |yaml: &str| super::problem_statement_files(yaml).into_iter().collect::<Vec<_>>();
+    assert_eq!(names(INLINE), ["tasks/calc-2.md"]);
+    // A path also named as something else is read as that too.
+    assert!(names(&INLINE.replace("tasks/calc-2.md", "tasks/calc.json")).is_empty());
+    assert!(names(&format!("{INLINE}trajectories:\n  - {{id: a, curve: tasks/calc-2.md}}\n")).is_empty());
+    assert!(names(TASKS).is_empty());
+    assert!(names("[").is_empty(), "a spec too malformed to walk names none");
+}
+
+#[test]
 fn reading_a_spec_reads_its_task_files_and_problem_statements() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("tasks")).unwrap();

@@ -30,10 +30,13 @@ use vcurve_method::schedule::Stage;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LaunchInputs {
     /// Each task's problem statement, by task id, taken out of the spec's tasks: stored once, as
-    /// a file of its own under its SHA-256 (the upload of a `problem_statement_file` is that file),
-    /// which the tasks' payloads name; the stored spec keeps its tasks without them. A restart
-    /// check's tasks without one here use the checked study's.
+    /// a file of its own under its SHA-256, which the tasks' payloads name; the stored spec keeps
+    /// its tasks without them. A restart check's tasks without one use the checked study's.
     pub statements: std::collections::BTreeMap<String, String>,
+    /// The tasks whose problem statement is a file the launch named but did not read (a
+    /// `problem_statement_file`): its digest, by task id. The staged upload becomes the kept
+    /// file, inside the database.
+    pub uploaded_statements: std::collections::BTreeMap<String, String>,
     /// The staged uploads the launch read (digests), dropped in its transaction.
     pub uploads: Vec<String>,
 }
@@ -59,6 +62,10 @@ pub enum StoreError {
     /// for the request.
     #[error("{0}")]
     Invalid(String),
+    /// A launch names a file by a digest the store neither has staged nor kept (another launch
+    /// consumed the upload, or it expired). Retryable after uploading it again.
+    #[error("no file with SHA-256 {0} was uploaded for this launch (or its upload expired); upload it again")]
+    NotUploaded(String),
     /// The URL names no supported backend. Fatal.
     #[error("unsupported store URL {0:?}: use postgres://… or sqlite://PATH (or sqlite::memory:)")]
     UnsupportedUrl(String),

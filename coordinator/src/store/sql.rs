@@ -57,7 +57,7 @@ use handle::StudyConfig;
 pub use handle::{Backend, SqlStore};
 
 pub use files::UPLOAD_TTL_MS;
-use files::{drop_uploads, insert_file};
+use files::{drop_uploads, insert_file, keep_upload};
 use jobs::{insert_job, set_job_payload};
 use rows::{bind_job, bind_key, corrupt, get_u32, job_key_of, json_column, keyed, outcome_of, series_of, stage_of};
 use studies::count_trajectories;

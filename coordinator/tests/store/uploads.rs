@@ -72,21 +72,33 @@ async fn a_refused_launch_stores_nothing_and_drops_what_was_uploaded_for_it() {
             (yaml.replace("judge: 5", "judge: 21"), files.clone(), "labels.judge"),
             (TASKS.replace("kind: agent", "kind: quantum"), task_files(&statement), "runner"),
             (TASKS.to_string(), task_files(&statement), "no file with SHA-256"),
+            (TASKS.to_string(), task_files(&statement), "no file with SHA-256"),
             ("restart_check: {of: nowhere}\n".to_string(), files.clone(), "restart_check.of"),
         ];
         for (i, (yaml, files, named)) in cases.into_iter().enumerate() {
             let mut files = files;
-            let never = (i == 2).then(|| files.remove("tasks/calc.json").unwrap());
+            // The launch names a file whose upload never came: a task file, read to parse the
+            // spec, or a problem statement, kept unread.
+            let never = match i {
+                2 => Some("tasks/calc.json"),
+                3 => Some("tasks/calc-2.md"),
+                _ => None,
+            };
+            let never = never.map(|path| (path, files.remove(path).unwrap()));
             let mut digests = stage(&c, &files).await;
-            if let Some(text) = never {
-                // The launch names a file whose upload never came.
-                digests.insert("tasks/calc.json".into(), sha256_hex(text.as_bytes()));
+            if let Some((path, text)) = never {
+                digests.insert(path.into(), sha256_hex(text.as_bytes()));
             }
             assert!(ts.store.rows("uploads").await.unwrap() > 0, "{}: staged", ts.name);
             let err = c.launch_uploaded(&yaml, &digests).await.unwrap_err();
             assert!(err.to_string().contains(named), "{}: {err}", ts.name);
             nothing_stored(&ts.store, ts.name, &format!("the refused launch {i} ({err})")).await;
         }
+        // Every file a spec names is text: an upload that is not is refused, and not staged.
+        let bytes = vec![b'a', 0xff, b'b'];
+        let err = c.stage_upload(&sha256_hex(&bytes), bytes).await.unwrap_err().to_string();
+        assert!(err.contains("UTF-8") && err.contains("byte 1"), "{}: {err}", ts.name);
+        nothing_stored(&ts.store, ts.name, "a refused upload").await;
         // Fixed, the same launch is stored, and consumes its uploads.
         let digests = stage(&c, &files).await;
         c.launch_uploaded(&yaml, &digests).await.unwrap();

@@ -37,6 +37,11 @@ const HAS_UPLOAD: &str = "SELECT 1 AS one FROM uploads WHERE digest = $1";
 /// The content of the upload `$1`.
 const UPLOAD_CONTENT: &str = "SELECT content FROM uploads WHERE digest = $1";
 
+/// Keep the upload `$1` as a file at `$2` unless it is kept (the content is copied inside the
+/// database). SQLite needs the `WHERE` to read `ON CONFLICT` as the upsert's.
+const KEEP_UPLOAD: &str = "INSERT INTO files (digest, size, content, created_ms) \
+     SELECT digest, size, content, $2 FROM uploads WHERE digest = $1 ON CONFLICT (digest) DO NOTHING";
+
 /// Drop the upload `$1`.
 const DROP_UPLOAD: &str = "DELETE FROM uploads WHERE digest = $1";
 
@@ -105,6 +110,16 @@ pub(super) async fn launch_file(store: &SqlStore, digest: &str) -> Result<Option
         return Ok(Some(row.try_get::<Vec<u8>, _>("content")?));
     }
     file(store, digest).await
+}
+
+/// Keep the staged upload `digest` as a file (unless a file of that digest is kept already),
+/// inside a transaction, without reading it; an error if there is neither.
+pub(super) async fn keep_upload(tx: &mut Transaction<'_, Any>, digest: &str, now: i64) -> Result<(), StoreError> {
+    sqlx::query(KEEP_UPLOAD).bind(digest).bind(now).execute(&mut **tx).await?;
+    if sqlx::query(HAS_FILE).bind(digest).fetch_optional(&mut **tx).await?.is_none() {
+        return Err(StoreError::NotUploaded(digest.to_string()));
+    }
+    Ok(())
 }
 
 /// Drop the staged uploads `digests` (those a launch read), inside a transaction.

@@ -1,12 +1,12 @@
 //! Studies: stored with their trajectories and base runs, listed, cancelled, ended.
 
+use std::collections::BTreeMap;
+
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
 use vcurve_record::TrajectoryPayload;
 
-use std::collections::BTreeMap;
-
-use super::{SqlStore, StudyConfig, base_runs, corrupt, drop_uploads, insert_file};
+use super::{SqlStore, StudyConfig, base_runs, corrupt, drop_uploads, insert_file, keep_upload};
 use crate::model::{StudyState, TrajectoryState};
 use crate::planner;
 use crate::spec::StudySpec;
@@ -104,13 +104,17 @@ pub(super) async fn create_study(
     };
     let id = uuid::Uuid::new_v4().to_string();
     let mut tx = store.pool.begin().await?;
-    // Each statement once, as a file under its digest (the upload of a `problem_statement_file`
-    // has that digest: it is kept, not copied).
+    // Each statement once, as a file under its digest: the digest its `problem_statement_file` was
+    // uploaded under, so a statement an earlier launch stored is neither uploaded nor stored again.
     let mut problem_statements = BTreeMap::new();
     for (task, text) in statements {
         let digest = vcurve_record::trajectory::sha256_hex(text.as_bytes());
         insert_file(&mut tx, &digest, text.as_bytes(), now).await?;
         problem_statements.insert(task.clone(), digest);
+    }
+    for (task, digest) in &inputs.uploaded_statements {
+        keep_upload(&mut tx, digest, now).await?;
+        problem_statements.insert(task.clone(), digest.clone());
     }
     // A restart check runs the checked study's tasks, whose statements are stored already.
     if let Some(check) = &spec.restart_check {
