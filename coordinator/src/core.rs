@@ -459,25 +459,25 @@ impl<S: Store> Coordinator<S> {
         Ok(self.store.put_file(digest, content, self.now_ms()).await?)
     }
 
-    /// Stage a client's file for a launch (a curve, a recorded run, a task file, a problem
-    /// statement, a dataset) after checking its size and digest, until a launch consumes it;
-    /// returns whether it was new.
-    pub async fn stage_upload(&self, digest: &str, content: Vec<u8>) -> Result<bool, CoordinatorError> {
-        check_upload(digest, &content)?;
-        // Every file a spec names is text; a problem statement is kept unread, so checked here.
-        if let Err(e) = std::str::from_utf8(&content) {
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "a file uploaded for a launch must be UTF-8 text, as every file a spec names is (byte {} starts an \
-                 invalid sequence)",
-                e.valid_up_to()
-            )));
-        }
-        Ok(self.store.stage_upload(digest, content, self.now_ms()).await?)
-    }
-
     /// The digests among `digests` neither uploaded for a launch nor kept.
     pub async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, CoordinatorError> {
         Ok(self.store.missing_files(digests).await?)
+    }
+
+    /// How a file is kept: 0 whole, `n` in `n` pieces ([`Coordinator::file_piece`]).
+    pub async fn file_pieces(&self, digest: &str) -> Result<u32, CoordinatorError> {
+        self.store
+            .file_pieces(digest)
+            .await?
+            .ok_or_else(|| CoordinatorError::NotFound(format!("no trajectory or file with digest {digest}")))
+    }
+
+    /// Piece `seq` of a file kept in pieces.
+    pub async fn file_piece(&self, digest: &str, seq: u32) -> Result<Vec<u8>, CoordinatorError> {
+        self.store
+            .file_piece(digest, seq)
+            .await?
+            .ok_or_else(|| CoordinatorError::NotFound(format!("no piece {seq} of the file with digest {digest}")))
     }
 
     /// A trajectory payload (or any stored file) by its digest.

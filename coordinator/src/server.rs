@@ -278,18 +278,35 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         Ok(Response::new(v1::VerdictResponse { known: verdict.is_some(), resolved: verdict.unwrap_or(false) }))
     }
 
+    /// A file kept in pieces (an upload a launch kept: a problem statement) is read and sent one
+    /// piece at a time as the worker takes them; another is read whole, then sent in pieces.
     async fn get_trajectory(
         &self,
         request: Request<v1::GetTrajectoryRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let bytes = self.coordinator.file(&request.into_inner().digest).await?;
-        Ok(Response::new(chunked(bytes)))
+        let digest = request.into_inner().digest;
+        let pieces = self.coordinator.file_pieces(&digest).await?;
+        if pieces == 0 {
+            return Ok(Response::new(chunked(self.coordinator.file(&digest).await?)));
+        }
+        let coordinator = self.coordinator.clone();
+        let stream = futures::stream::unfold(0, move |seq| {
+            let (coordinator, digest) = (coordinator.clone(), digest.clone());
+            async move {
+                if seq == pieces {
+                    return None;
+                }
+                let piece = coordinator.file_piece(&digest, seq).await.map(|data| v1::Chunk { data });
+                Some((piece.map_err(Status::from), seq + 1))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
-/// Receive one uploaded file (a client's spec file, a worker's patch or recorded run): the first
-/// chunk states its SHA-256 and size, both checked against what arrives (the digest by the
-/// caller, which keeps it). Its digest and content.
+/// Receive a worker's uploaded file (a patch, a recorded run, fingerprints): the first chunk
+/// states its SHA-256 and size, both checked against what arrives (the digest by the caller,
+/// which keeps it). Its digest and content.
 async fn receive_upload(mut stream: tonic::Streaming<v1::UploadChunk>) -> Result<(String, Vec<u8>), Status> {
     let limit = crate::spec::MAX_FILE_BYTES;
     let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
@@ -343,9 +360,24 @@ impl<S: Store> StudyService for StudyApi<S> {
         &self,
         request: Request<tonic::Streaming<v1::UploadChunk>>,
     ) -> Result<Response<v1::UploadResponse>, Status> {
-        let (digest, content) = receive_upload(request.into_inner()).await?;
-        let size = content.len() as u64;
-        let stored = self.coordinator.stage_upload(&digest, content).await?;
+        let mut stream = request.into_inner();
+        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
+        let (digest, size) = (first.sha256, first.size);
+        // Stored piece by piece as it arrives (`crate::upload`): never held whole.
+        let mut upload = self.coordinator.begin_upload(&digest, size).await?;
+        let received = async {
+            upload.piece(&first.data).await?;
+            while let Some(chunk) = stream.message().await? {
+                upload.piece(&chunk.data).await?;
+            }
+            Ok::<_, Status>(())
+        }
+        .await;
+        if let Err(e) = received {
+            upload.abandon().await;
+            return Err(e);
+        }
+        let stored = upload.finish().await?;
         Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
     }
 

@@ -122,15 +122,38 @@ pub trait Store: Send + Sync + 'static {
     fn put_file(&self, digest: &str, content: &[u8], now: i64)
     -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// Stage a client's upload for a launch by its SHA-256 (checked by the caller) until a launch
-    /// consumes it; returns whether it was new. Uploads no launch consumed are dropped after an
-    /// hour.
-    fn stage_upload(
+    /// Begin a client's upload for a launch of the file `digest` of `size` bytes (checked by the
+    /// caller as the pieces arrive); its id. Drops the uploads begun over an hour ago that no
+    /// launch consumed.
+    fn begin_upload(
         &self,
         digest: &str,
-        content: Vec<u8>,
+        size: u64,
+        now: i64,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Store piece `seq` (from 0, in order) of an upload.
+    fn upload_piece(
+        &self,
+        upload: &str,
+        seq: u32,
+        data: Vec<u8>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// End an upload: complete in `pieces` pieces (whether the file was new; an upload of a file
+    /// kept or uploaded already is dropped), or abandoned (`None`: dropped).
+    fn end_upload(
+        &self,
+        upload: &str,
+        pieces: Option<u32>,
         now: i64,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// How a file is kept: not at all (`None`), whole (0), or in `n` pieces ([`Store::file_piece`]).
+    fn file_pieces(&self, digest: &str) -> impl Future<Output = Result<Option<u32>, StoreError>> + Send;
+
+    /// Piece `seq` of a file kept in pieces.
+    fn file_piece(&self, digest: &str, seq: u32) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
     /// What a launch reads for a digest its spec names: a staged upload or a kept file.
     fn launch_file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;

@@ -57,7 +57,7 @@ use handle::StudyConfig;
 pub use handle::{Backend, SqlStore};
 
 pub use files::UPLOAD_TTL_MS;
-use files::{drop_uploads, insert_file, keep_upload};
+use files::{drop_uploads, insert_file, keep_upload, read_file};
 use jobs::{insert_job, set_job_payload};
 use rows::{bind_job, bind_key, corrupt, get_u32, job_key_of, json_column, keyed, outcome_of, series_of, stage_of};
 use studies::count_trajectories;
@@ -161,8 +161,24 @@ impl Store for SqlStore {
         files::missing_files(self, digests).await
     }
 
-    async fn stage_upload(&self, digest: &str, content: Vec<u8>, now: i64) -> Result<bool, StoreError> {
-        files::stage_upload(self, digest, content, now).await
+    async fn begin_upload(&self, digest: &str, size: u64, now: i64) -> Result<String, StoreError> {
+        files::begin_upload(self, digest, size, now).await
+    }
+
+    async fn upload_piece(&self, upload: &str, seq: u32, data: Vec<u8>) -> Result<(), StoreError> {
+        files::upload_piece(self, upload, seq, data).await
+    }
+
+    async fn end_upload(&self, upload: &str, pieces: Option<u32>, now: i64) -> Result<bool, StoreError> {
+        files::end_upload(self, upload, pieces, now).await
+    }
+
+    async fn file_pieces(&self, digest: &str) -> Result<Option<u32>, StoreError> {
+        files::file_pieces(self, digest).await
+    }
+
+    async fn file_piece(&self, digest: &str, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
+        files::file_piece(self, digest, seq).await
     }
 
     async fn launch_file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -13,7 +13,9 @@ use super::*;
 /// Every table a launch writes, and how many rows each has.
 async fn rows(store: &SqlStore) -> BTreeMap<&'static str, i64> {
     let mut out = BTreeMap::new();
-    for table in ["studies", "trajectories", "jobs", "continuations", "files", "uploads"] {
+    for table in
+        ["studies", "trajectories", "jobs", "continuations", "files", "file_pieces", "uploads", "upload_pieces"]
+    {
         out.insert(table, store.rows(table).await.unwrap());
     }
     out
@@ -29,7 +31,7 @@ async fn stage(c: &Coordinator<SqlStore>, files: &BTreeMap<String, String>) -> B
     let mut digests = BTreeMap::new();
     for (path, text) in files {
         let digest = sha256_hex(text.as_bytes());
-        c.stage_upload(&digest, text.clone().into_bytes()).await.unwrap();
+        c.stage_upload(&digest, text.as_bytes()).await.unwrap();
         digests.insert(path.clone(), digest);
     }
     digests
@@ -96,7 +98,7 @@ async fn a_refused_launch_stores_nothing_and_drops_what_was_uploaded_for_it() {
         }
         // Every file a spec names is text: an upload that is not is refused, and not staged.
         let bytes = vec![b'a', 0xff, b'b'];
-        let err = c.stage_upload(&sha256_hex(&bytes), bytes).await.unwrap_err().to_string();
+        let err = c.stage_upload(&sha256_hex(&bytes), &bytes).await.unwrap_err().to_string();
         assert!(err.contains("UTF-8") && err.contains("byte 1"), "{}: {err}", ts.name);
         nothing_stored(&ts.store, ts.name, "a refused upload").await;
         // Fixed, the same launch is stored, and consumes its uploads.
@@ -122,7 +124,12 @@ async fn a_problem_statement_is_stored_once_by_digest_and_workers_get_it_whole()
         // Kept: the statement (the upload, by its digest) and each task's payload; the uploads of
         // the task file and of the statement are gone.
         assert_eq!(ts.store.rows("uploads").await.unwrap(), 0, "{}", ts.name);
+        assert_eq!(ts.store.rows("upload_pieces").await.unwrap(), 0, "{}", ts.name);
         assert_eq!(ts.store.rows("files").await.unwrap(), 3, "{}: the statement and two payloads", ts.name);
+        // The statement stays in the pieces it was uploaded in, moved inside the database.
+        let pieces = statement.len().div_ceil(vcurve_proto::CHUNK_BYTES);
+        assert_eq!(ts.store.rows("file_pieces").await.unwrap(), pieces as i64, "{}", ts.name);
+        assert_eq!(c.file_pieces(&statement_digest).await.unwrap(), pieces as u32, "{}", ts.name);
         assert_eq!(c.file(&statement_digest).await.unwrap(), statement.as_bytes(), "{}", ts.name);
         // The stored spec holds no statement.
         let record = c.store().study(&study).await.unwrap();
@@ -184,6 +191,73 @@ async fn uploads_no_launch_consumed_expire_and_a_launch_relying_on_one_is_told_t
         // Uploaded again, it launches.
         let digests = stage(&c, &files).await;
         c.launch_uploaded(&yaml, &digests).await.unwrap();
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn an_upload_is_stored_in_pieces_as_it_arrives_and_one_that_is_not_what_it_announced_is_dropped() {
+    const PIECE: usize = vcurve_proto::CHUNK_BYTES;
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        // 2.5 pieces of two-byte characters after one byte: characters straddle the boundaries.
+        let text = format!("a{}", "é".repeat(PIECE * 5 / 4));
+        let digest = sha256_hex(text.as_bytes());
+        // Pieces as a client sends them, of any size: stored in pieces of CHUNK_BYTES.
+        let mut upload = c.begin_upload(&digest, text.len() as u64).await.unwrap();
+        for piece in text.as_bytes().chunks(700_001) {
+            upload.piece(piece).await.unwrap();
+        }
+        assert_eq!(ts.store.rows("upload_pieces").await.unwrap(), 2, "{}: stored as they fill", ts.name);
+        let wanted = std::slice::from_ref(&digest);
+        assert_eq!(c.missing_files(wanted).await.unwrap(), wanted, "{}: not usable unfinished", ts.name);
+        assert!(upload.finish().await.unwrap(), "{}", ts.name);
+        assert_eq!(ts.store.rows("upload_pieces").await.unwrap(), 3, "{}", ts.name);
+        assert!(c.missing_files(wanted).await.unwrap().is_empty(), "{}", ts.name);
+        // Uploaded again, it is not new, and held once.
+        assert!(!c.stage_upload(&digest, text.as_bytes()).await.unwrap(), "{}", ts.name);
+        assert_eq!((ts.store.rows("uploads").await.unwrap(), ts.store.rows("upload_pieces").await.unwrap()), (1, 3));
+        let spec = "name: p\nseed: 1\nrunner: {kind: synthetic}\ntrajectories:\n  - {id: a, length: 1, curve: c.csv}\n";
+        let err = c.launch_uploaded(spec, &BTreeMap::from([("c.csv".into(), digest.clone())])).await.unwrap_err();
+        assert!(err.to_string().contains("c.csv"), "{}: read whole to parse: {err}", ts.name);
+        nothing_stored(&ts.store, ts.name, "a refused launch of a file in pieces").await;
+
+        // Whatever is not the file its first piece announced is refused, and dropped at once.
+        let bytes = text.as_bytes();
+        let other = sha256_hex(b"another file");
+        // The right digest, with its first byte changed on the way.
+        let tampered = [b"b", &bytes[1..]].concat();
+        let cases: [(&str, u64, Vec<&[u8]>, &str); 5] = [
+            (&digest, bytes.len() as u64, vec![&tampered[..PIECE + 7], &tampered[PIECE + 7..]], "not the"),
+            (&other, bytes.len() as u64, vec![bytes], "not the"),
+            (&digest, bytes.len() as u64 - 1, vec![bytes], "longer than"),
+            (&digest, bytes.len() as u64 + 1, vec![bytes], "ended after"),
+            // The first piece ends inside a character that the next byte cannot continue.
+            (&digest, 2 * PIECE as u64, vec![&bytes[..PIECE], &[0xff; PIECE]], "byte 1048575"),
+        ];
+        for (i, (announced, size, pieces, named)) in cases.into_iter().enumerate() {
+            let mut upload = c.begin_upload(announced, size).await.unwrap();
+            let mut refused = None;
+            for piece in pieces {
+                if let Err(e) = upload.piece(piece).await {
+                    refused = Some(e);
+                    break;
+                }
+            }
+            let err = match refused {
+                Some(e) => {
+                    upload.abandon().await;
+                    e
+                }
+                None => upload.finish().await.unwrap_err(),
+            };
+            assert!(err.to_string().contains(named), "{}: case {i}: {err}", ts.name);
+            nothing_stored(&ts.store, ts.name, &format!("the refused upload {i}")).await;
+        }
+        let err = c.begin_upload("abc", 3).await.err().unwrap().to_string();
+        assert!(err.contains("not a SHA-256 digest"), "{err}");
+        let err = c.begin_upload(&digest, vcurve_coordinator::spec::MAX_FILE_BYTES + 1).await.err().unwrap();
+        assert!(err.to_string().contains("over the limit of 64 MiB"), "{err}");
         ts.finish().await;
     }
 }

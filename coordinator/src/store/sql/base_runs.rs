@@ -22,7 +22,7 @@ use vcurve_record::jobs::{JobKey, JobReport, NonReplayable, RunOutcome};
 use vcurve_record::{DecoySpec, EndType, Trajectory, TrajectoryPayload, TrajectorySpec, TrajectoryState};
 
 use super::handle::BaseRunSubject;
-use super::{SqlStore, StudyConfig, corrupt, insert_file, insert_job, set_job_payload};
+use super::{SqlStore, StudyConfig, corrupt, insert_file, insert_job, read_file, set_job_payload};
 use crate::planner;
 use crate::spec::StudySpec;
 use crate::store::StoreError;
@@ -489,8 +489,6 @@ impl SqlStore {
     }
 
     async fn file_in(&self, tx: &mut Transaction<'_, Any>, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let row =
-            sqlx::query("SELECT content FROM files WHERE digest = $1").bind(digest).fetch_optional(&mut **tx).await?;
-        row.map(|r| r.try_get::<Vec<u8>, _>("content").map_err(StoreError::from)).transpose()
+        read_file(tx, digest).await
     }
 }
