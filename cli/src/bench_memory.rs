@@ -352,7 +352,7 @@ pub async fn run(args: &BenchMemoryArgs) -> anyhow::Result<MemoryReport> {
         });
     }
     let spec = write_study(dir.path(), last)?;
-    let study = crate::commands::launch(&spec, &connection).await?;
+    let study = crate::commands::launch(&spec, &[], &connection).await?;
     eprintln!("memory bench: study {study} on {}, coordinator pid {pid}", crate::commands::redact_url(&url));
 
     let finished = Arc::new(AtomicU64::new(0));

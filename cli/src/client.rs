@@ -180,6 +180,11 @@ pub enum LaunchError {
     Refused(tonic::Status),
 }
 
+/// How many times [`upload_and_launch`] uploads what the coordinator lacks and launches, while the
+/// launch is refused for a file not uploaded (another client's launch consumed an upload this one
+/// relied on, or an upload expired).
+const LAUNCH_ROUNDS: u32 = 3;
+
 /// Upload every file a spec references that the coordinator does not have yet (by SHA-256, in
 /// chunks, so no message nears a gRPC limit whatever the file's size), then launch the spec
 /// naming each file by its digest. Returns the study id.
@@ -198,28 +203,35 @@ pub async fn upload_and_launch(
     }
     let wanted: Vec<String> =
         digests.values().cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    let missing: std::collections::BTreeSet<String> = client
-        .has_files(v1::HasFilesRequest { sha256: wanted })
-        .await
-        .map_err(LaunchError::Refused)?
-        .into_inner()
-        .missing
-        .into_iter()
-        .collect();
-    let mut sent = std::collections::BTreeSet::new();
-    for (path, digest) in &digests {
-        if !missing.contains(digest) || !sent.insert(digest.clone()) {
-            continue;
-        }
-        let bytes = files[path].as_bytes();
-        let chunks = vcurve_proto::upload_chunks(bytes, digest);
-        client
-            .upload(futures::stream::iter(chunks))
+    let mut round = 1;
+    loop {
+        let missing: std::collections::BTreeSet<String> = client
+            .has_files(v1::HasFilesRequest { sha256: wanted.clone() })
             .await
-            .map_err(|status| LaunchError::Upload { path: path.clone(), status })?;
+            .map_err(LaunchError::Refused)?
+            .into_inner()
+            .missing
+            .into_iter()
+            .collect();
+        let mut sent = std::collections::BTreeSet::new();
+        for (path, digest) in &digests {
+            if !missing.contains(digest) || !sent.insert(digest.clone()) {
+                continue;
+            }
+            let bytes = files[path].as_bytes();
+            let chunks = vcurve_proto::upload_chunks(bytes, digest);
+            client
+                .upload(futures::stream::iter(chunks))
+                .await
+                .map_err(|status| LaunchError::Upload { path: path.clone(), status })?;
+        }
+        let request = v1::LaunchRequest { spec_yaml: yaml.clone(), files: digests.clone().into_iter().collect() };
+        match client.launch(request).await {
+            Ok(launched) => return Ok(launched.into_inner().study),
+            Err(status) if status.code() == tonic::Code::FailedPrecondition && round < LAUNCH_ROUNDS => round += 1,
+            Err(status) => return Err(LaunchError::Refused(status)),
+        }
     }
-    let request = v1::LaunchRequest { spec_yaml: yaml, files: digests.into_iter().collect() };
-    Ok(client.launch(request).await.map_err(LaunchError::Refused)?.into_inner().study)
 }
 
 /// Read a token from a file (trimmed), or from an environment variable when no file is given.

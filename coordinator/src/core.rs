@@ -2,7 +2,7 @@
 //! either pure (`planner`, the method) or one store transaction. It keeps no state of its own
 //! beyond a clock and a wake-up signal for waiting workers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::error::CoordinatorError;
 use crate::model::{HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Locality, Progress, ReportVerdict, StudyState};
 use crate::render::Renderer;
-use crate::store::{LeasePolicy, Store};
+use crate::store::{LaunchInputs, LeasePolicy, Store};
 
 /// Milliseconds since the Unix epoch: the system's, or a manual one that tests move by hand.
 #[derive(Debug, Clone)]
@@ -307,7 +307,21 @@ impl<S: Store> Coordinator<S> {
 
     /// Validate and store a study; nothing is stored when the spec is invalid.
     pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
-        let (yaml, files) = (yaml.to_string(), files.clone());
+        self.launch_consuming(yaml, files.clone(), Vec::new(), BTreeMap::new()).await
+    }
+
+    /// [`Coordinator::launch`] with the files' contents, which the staged uploads `uploads` held:
+    /// the study's transaction drops them. Its tasks' problem statements are taken out of the spec
+    /// and stored once each, by digest ([`LaunchInputs`]); a statement that is one of `unread`
+    /// (a marker → the digest of the file it stands for) stays that file.
+    async fn launch_consuming(
+        &self,
+        yaml: &str,
+        files: BTreeMap<String, String>,
+        uploads: Vec<String>,
+        unread: BTreeMap<String, String>,
+    ) -> Result<String, CoordinatorError> {
+        let yaml = yaml.to_string();
         let kinds = self.runner_kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         // Recorded trajectories are megabytes of JSON: parse them off the async runtime.
         let request =
@@ -330,9 +344,20 @@ impl<S: Store> Coordinator<S> {
                 ),
             }));
         }
+        let mut launch = launch;
+        let (mut statements, mut uploaded_statements) = (BTreeMap::new(), BTreeMap::new());
+        for t in &mut launch.spec.tasks {
+            if let Some(text) = t.task.problem_statement.take() {
+                match unread.get(&text) {
+                    Some(digest) => uploaded_statements.insert(t.task.id.clone(), digest.clone()),
+                    None => statements.insert(t.task.id.clone(), text),
+                };
+            }
+        }
         let payloads = launch.payloads();
         let spec = launch.spec;
-        let id = self.store.create_study(&spec, &payloads, self.now_ms()).await?;
+        let inputs = LaunchInputs { statements, uploaded_statements, uploads };
+        let id = self.store.create_study(&spec, &payloads, &inputs, self.now_ms()).await?;
         tracing::info!(study = %id, name = %spec.name, trajectories = spec.trajectories.len(), "study launched");
         self.work.notify_waiters();
         Ok(id)
@@ -381,45 +406,78 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// Launch a study whose files were uploaded before: `files` maps each path in the spec to
-    /// the SHA-256 it was uploaded under.
+    /// the SHA-256 it was uploaded under. The launch consumes the staged uploads it names: stored
+    /// with its study (what the study references, each problem statement once) or, when it is
+    /// refused for any reason, dropped — a refused launch leaves nothing behind.
     pub async fn launch_uploaded(
         &self,
         yaml: &str,
         files: &BTreeMap<String, String>,
     ) -> Result<String, CoordinatorError> {
-        let mut contents = BTreeMap::new();
-        for (path, digest) in files {
-            let bytes = self.store.file(digest).await?.ok_or_else(|| {
-                CoordinatorError::InvalidArgument(format!("{path}: no file with SHA-256 {digest} was uploaded"))
-            })?;
-            let text = String::from_utf8(bytes)
-                .map_err(|e| CoordinatorError::InvalidArgument(format!("{path}: not UTF-8 text: {e}")))?;
-            contents.insert(path.clone(), text);
+        let uploads: Vec<String> = files.values().cloned().collect::<BTreeSet<_>>().into_iter().collect();
+        let launched = async {
+            // A file named only as a problem statement is not read: the spec is parsed with a
+            // marker in its place, and the statement stays the file uploaded, kept by digest
+            // inside the database — a 50 MB statement never passes through the coordinator here.
+            let statement_files = crate::spec::problem_statement_files(yaml);
+            let (mut contents, mut unread) = (BTreeMap::new(), BTreeMap::new());
+            for (path, digest) in files {
+                if statement_files.contains(path) {
+                    if !self.store.missing_files(std::slice::from_ref(digest)).await?.is_empty() {
+                        return Err(CoordinatorError::NotUploaded { path: path.clone(), digest: digest.clone() });
+                    }
+                    let marker = format!("\u{0}the problem statement uploaded as {digest}\u{0}");
+                    unread.insert(marker.clone(), digest.clone());
+                    contents.insert(path.clone(), marker);
+                    continue;
+                }
+                let bytes = self
+                    .store
+                    .launch_file(digest)
+                    .await?
+                    .ok_or_else(|| CoordinatorError::NotUploaded { path: path.clone(), digest: digest.clone() })?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|e| CoordinatorError::InvalidArgument(format!("{path}: not UTF-8 text: {e}")))?;
+                contents.insert(path.clone(), text);
+            }
+            self.launch_consuming(yaml, contents, uploads.clone(), unread).await
         }
-        self.launch(yaml, &contents).await
+        .await;
+        if launched.is_err()
+            && let Err(e) = self.store.discard_uploads(&uploads).await
+        {
+            // They expire anyway (`UPLOAD_TTL_MS`); the refusal is what the client needs to hear.
+            tracing::warn!(error = %e, "cannot drop the uploads of a refused launch");
+        }
+        launched
     }
 
-    /// Keep an uploaded file after checking its size and digest; returns whether it was new.
+    /// Keep a worker's file (a patch, a recorded run, fingerprints) after checking its size and
+    /// digest; returns whether it was new.
     pub async fn upload(&self, digest: &str, content: &[u8]) -> Result<bool, CoordinatorError> {
-        if content.len() as u64 > crate::spec::MAX_FILE_BYTES {
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "a file of {} bytes is over the limit of {} MiB per file",
-                content.len(),
-                crate::spec::MAX_FILE_BYTES >> 20
-            )));
-        }
-        let found = vcurve_record::trajectory::sha256_hex(content);
-        if found != digest {
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "the upload's content has SHA-256 {found}, not the {digest} it announced"
-            )));
-        }
+        check_upload(digest, content)?;
         Ok(self.store.put_file(digest, content, self.now_ms()).await?)
     }
 
-    /// The digests among `digests` not uploaded yet.
+    /// The digests among `digests` neither uploaded for a launch nor kept.
     pub async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, CoordinatorError> {
         Ok(self.store.missing_files(digests).await?)
+    }
+
+    /// How a file is kept: 0 whole, `n` in `n` pieces ([`Coordinator::file_piece`]).
+    pub async fn file_pieces(&self, digest: &str) -> Result<u32, CoordinatorError> {
+        self.store
+            .file_pieces(digest)
+            .await?
+            .ok_or_else(|| CoordinatorError::NotFound(format!("no trajectory or file with digest {digest}")))
+    }
+
+    /// Piece `seq` of a file kept in pieces.
+    pub async fn file_piece(&self, digest: &str, seq: u32) -> Result<Vec<u8>, CoordinatorError> {
+        self.store
+            .file_piece(digest, seq)
+            .await?
+            .ok_or_else(|| CoordinatorError::NotFound(format!("no piece {seq} of the file with digest {digest}")))
     }
 
     /// A trajectory payload (or any stored file) by its digest.
@@ -536,4 +594,22 @@ impl<S: Store> Coordinator<S> {
             }
         })
     }
+}
+
+/// Check an uploaded file against the per-file limit and the digest it was announced under.
+fn check_upload(digest: &str, content: &[u8]) -> Result<(), CoordinatorError> {
+    if content.len() as u64 > crate::spec::MAX_FILE_BYTES {
+        return Err(CoordinatorError::InvalidArgument(format!(
+            "a file of {} bytes is over the limit of {} MiB per file",
+            content.len(),
+            crate::spec::MAX_FILE_BYTES >> 20
+        )));
+    }
+    let found = vcurve_record::trajectory::sha256_hex(content);
+    if found != digest {
+        return Err(CoordinatorError::InvalidArgument(format!(
+            "the upload's content has SHA-256 {found}, not the {digest} it announced"
+        )));
+    }
+    Ok(())
 }

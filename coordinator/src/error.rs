@@ -17,6 +17,12 @@ pub enum CoordinatorError {
     /// The request names something the coordinator does not have; fatal for the request.
     #[error("{0}")]
     NotFound(String),
+    /// A launch names a file that was not uploaded, or whose upload expired or was consumed by
+    /// another launch meanwhile; retryable after uploading it again (`FAILED_PRECONDITION`).
+    #[error(
+        "{path}: no file with SHA-256 {digest} was uploaded for this launch (or its upload expired); upload it again"
+    )]
+    NotUploaded { path: String, digest: String },
     /// A worker speaks another protocol version; fatal for that worker.
     #[error("protocol version {worker} is not compatible with the coordinator's {coordinator}")]
     ProtocolMismatch { worker: String, coordinator: String },
@@ -37,6 +43,7 @@ impl From<CoordinatorError> for tonic::Status {
                 tonic::Status::not_found(message)
             }
             CoordinatorError::Store(StoreError::Invalid(_)) => tonic::Status::invalid_argument(message),
+            CoordinatorError::Store(StoreError::NotUploaded(_)) => tonic::Status::failed_precondition(message),
             CoordinatorError::Store(StoreError::Database(_)) => tonic::Status::unavailable(message),
             CoordinatorError::Store(_) | CoordinatorError::Render(_) | CoordinatorError::Internal(_) => {
                 tonic::Status::internal(message)
@@ -44,7 +51,9 @@ impl From<CoordinatorError> for tonic::Status {
             CoordinatorError::Spec(_) | CoordinatorError::InvalidArgument(_) => {
                 tonic::Status::invalid_argument(message)
             }
-            CoordinatorError::ProtocolMismatch { .. } => tonic::Status::failed_precondition(message),
+            CoordinatorError::ProtocolMismatch { .. } | CoordinatorError::NotUploaded { .. } => {
+                tonic::Status::failed_precondition(message)
+            }
         }
     }
 }

@@ -7,7 +7,8 @@
 //! crate links neither Docker nor any plotting code.
 //!
 //! How a continuation flows: a study spec ([`spec`]) is launched through the study service
-//! ([`server`], wire types converted in [`wire`] only) into the [`store`]; on every lease the
+//! ([`server`], wire types converted in [`wire`] only; the files it names uploaded piece by piece,
+//! [`upload`]) into the [`store`]; on every lease the
 //! store admits trajectories and hands out continuation keys, and on every report it rebuilds
 //! the trajectory's schedule from its outcomes ([`planner`]) and creates what the schedule asks
 //! for next — one transaction each, so a coordinator can be killed at any moment. [`core`] is the
@@ -30,6 +31,7 @@ pub use vcurve_spec as spec;
 pub mod store;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
+pub mod upload;
 pub mod wire;
 
 pub use render::Renderer;

@@ -263,7 +263,10 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         &self,
         request: Request<tonic::Streaming<v1::UploadChunk>>,
     ) -> Result<Response<v1::UploadResponse>, Status> {
-        receive_upload(&self.coordinator, request.into_inner()).await.map(Response::new)
+        let (digest, content) = receive_upload(request.into_inner()).await?;
+        let size = content.len() as u64;
+        let stored = self.coordinator.upload(&digest, &content).await?;
+        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
     }
 
     async fn lookup_verdict(
@@ -275,21 +278,36 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         Ok(Response::new(v1::VerdictResponse { known: verdict.is_some(), resolved: verdict.unwrap_or(false) }))
     }
 
+    /// A file kept in pieces (an upload a launch kept: a problem statement) is read and sent one
+    /// piece at a time as the worker takes them; another is read whole, then sent in pieces.
     async fn get_trajectory(
         &self,
         request: Request<v1::GetTrajectoryRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let bytes = self.coordinator.file(&request.into_inner().digest).await?;
-        Ok(Response::new(chunked(bytes)))
+        let digest = request.into_inner().digest;
+        let pieces = self.coordinator.file_pieces(&digest).await?;
+        if pieces == 0 {
+            return Ok(Response::new(chunked(self.coordinator.file(&digest).await?)));
+        }
+        let coordinator = self.coordinator.clone();
+        let stream = futures::stream::unfold(0, move |seq| {
+            let (coordinator, digest) = (coordinator.clone(), digest.clone());
+            async move {
+                if seq == pieces {
+                    return None;
+                }
+                let piece = coordinator.file_piece(&digest, seq).await.map(|data| v1::Chunk { data });
+                Some((piece.map_err(Status::from), seq + 1))
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 }
 
-/// Receive one uploaded file (a client's spec file, a worker's patch or recorded run): the first
-/// chunk states its SHA-256 and size, both checked against what arrives.
-async fn receive_upload<S: Store>(
-    coordinator: &Coordinator<S>,
-    mut stream: tonic::Streaming<v1::UploadChunk>,
-) -> Result<v1::UploadResponse, Status> {
+/// Receive a worker's uploaded file (a patch, a recorded run, fingerprints): the first chunk
+/// states its SHA-256 and size, both checked against what arrives (the digest by the caller,
+/// which keeps it). Its digest and content.
+async fn receive_upload(mut stream: tonic::Streaming<v1::UploadChunk>) -> Result<(String, Vec<u8>), Status> {
     let limit = crate::spec::MAX_FILE_BYTES;
     let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
     let (digest, size) = (first.sha256, first.size);
@@ -302,6 +320,8 @@ async fn receive_upload<S: Store>(
             limit >> 20
         )));
     }
+    // Not reserved from the announced size: a client announcing 64 MiB and sending nothing would
+    // hold that much of the coordinator's memory per upload.
     let mut content = first.data;
     while let Some(chunk) = stream.message().await? {
         if (content.len() + chunk.data.len()) as u64 > size {
@@ -315,8 +335,7 @@ async fn receive_upload<S: Store>(
             content.len()
         )));
     }
-    let stored = coordinator.upload(&digest, &content).await?;
-    Ok(v1::UploadResponse { sha256: digest, size, stored })
+    Ok((digest, content))
 }
 
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::Chunk, Status>> + Send>>;
@@ -341,7 +360,25 @@ impl<S: Store> StudyService for StudyApi<S> {
         &self,
         request: Request<tonic::Streaming<v1::UploadChunk>>,
     ) -> Result<Response<v1::UploadResponse>, Status> {
-        receive_upload(&self.coordinator, request.into_inner()).await.map(Response::new)
+        let mut stream = request.into_inner();
+        let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
+        let (digest, size) = (first.sha256, first.size);
+        // Stored piece by piece as it arrives (`crate::upload`): never held whole.
+        let mut upload = self.coordinator.begin_upload(&digest, size).await?;
+        let received = async {
+            upload.piece(&first.data).await?;
+            while let Some(chunk) = stream.message().await? {
+                upload.piece(&chunk.data).await?;
+            }
+            Ok::<_, Status>(())
+        }
+        .await;
+        if let Err(e) = received {
+            upload.abandon().await;
+            return Err(e);
+        }
+        let stored = upload.finish().await?;
+        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
     }
 
     async fn has_files(&self, request: Request<v1::HasFilesRequest>) -> Result<Response<v1::HasFilesResponse>, Status> {

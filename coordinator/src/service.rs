@@ -124,15 +124,28 @@ async fn bind(addr: &str) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-impl Service {
-    /// Bind every listener of `config`, check that each may be exposed where it is bound (tokens
-    /// off loopback, TLS files that go together), then serve `coordinator` on them. Nothing
-    /// serves unless all of it does; on an error the store is left open for the caller (who
-    /// opened it) — [`SqlStore::close`] it, or hand it to another service.
-    pub async fn start(
-        coordinator: Arc<Coordinator<SqlStore>>,
-        config: ServiceConfig,
-    ) -> Result<Service, ServiceError> {
+/// Every listener of a [`ServiceConfig`] bound and checked, nothing served yet: what a process
+/// makes before it opens its store, so that a coordinator that cannot serve (an address taken or
+/// malformed, a public listener without its tokens, TLS files that do not go together) refuses to
+/// start before it has created or migrated anything. [`Bound::serve`] serves a coordinator on them.
+pub struct Bound {
+    grpc: TcpListener,
+    grpc_addr: SocketAddr,
+    serve: ServeOptions,
+    dashboard: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+}
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bound").field("grpc_addr", &self.grpc_addr).finish_non_exhaustive()
+    }
+}
+
+impl Bound {
+    /// Bind every listener of `config` and check that each may be exposed where it is bound
+    /// (tokens off loopback, TLS files that go together).
+    pub async fn bind(config: ServiceConfig) -> Result<Bound, ServiceError> {
         let ServiceConfig { grpc, serve, dashboard, metrics } = config;
         let grpc_listener =
             bind(&grpc).await.map_err(|source| ServiceError::BindGrpc { addr: grpc.clone(), source })?;
@@ -141,13 +154,13 @@ impl Service {
         if let Some((cert, key)) = &serve.tls {
             server::check_tls(cert, key).map_err(ServeError::from)?;
         }
-        let client_token = serve.tokens.client.clone();
+        let has_client_token = serve.tokens.client.is_some();
         let dashboard_listener = match &dashboard {
             Some(addr) => {
                 let l =
                     bind(addr).await.map_err(|source| ServiceError::BindDashboard { addr: addr.clone(), source })?;
                 let local = l.local_addr()?;
-                if !local.ip().is_loopback() && client_token.is_none() {
+                if !local.ip().is_loopback() && !has_client_token {
                     return Err(ServiceError::DashboardTokenRequired(local));
                 }
                 Some(l)
@@ -158,13 +171,26 @@ impl Service {
             Some(addr) => {
                 let l = bind(addr).await.map_err(|source| ServiceError::BindMetrics { addr: addr.clone(), source })?;
                 let local = l.local_addr()?;
-                if !local.ip().is_loopback() && client_token.is_none() {
+                if !local.ip().is_loopback() && !has_client_token {
                     return Err(ServiceError::MetricsTokenRequired(local));
                 }
                 Some(l)
             }
             None => None,
         };
+        Ok(Bound { grpc: grpc_listener, grpc_addr, serve, dashboard: dashboard_listener, metrics: metrics_listener })
+    }
+
+    /// The address the gRPC listener is bound to.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// Serve `coordinator` on the listeners.
+    pub fn serve(self, coordinator: Arc<Coordinator<SqlStore>>) -> Result<Service, ServiceError> {
+        let Bound { grpc: grpc_listener, grpc_addr, serve, dashboard: dashboard_listener, metrics: metrics_listener } =
+            self;
+        let client_token = serve.tokens.client.clone();
         let dashboard_addr = dashboard_listener.as_ref().map(TcpListener::local_addr).transpose()?;
         let metrics_addr = metrics_listener.as_ref().map(TcpListener::local_addr).transpose()?;
 
@@ -203,6 +229,19 @@ impl Service {
             });
         }
         Ok(service)
+    }
+}
+
+impl Service {
+    /// Bind every listener of `config`, check that each may be exposed where it is bound (tokens
+    /// off loopback, TLS files that go together), then serve `coordinator` on them ([`Bound`]).
+    /// Nothing serves unless all of it does; on an error the store is left open for the caller
+    /// (who opened it) — [`SqlStore::close`] it, or hand it to another service.
+    pub async fn start(
+        coordinator: Arc<Coordinator<SqlStore>>,
+        config: ServiceConfig,
+    ) -> Result<Service, ServiceError> {
+        Bound::bind(config).await?.serve(coordinator)
     }
 
     /// Run listener `which`; as it ends, for whatever reason, it stops the others: a service is

@@ -28,6 +28,12 @@ pub struct TrajectoryPayload {
     /// working directory and evaluator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_def: Option<Task>,
+    /// The SHA-256 of `task_def`'s problem statement when it is stored apart, as a file of its own
+    /// (the coordinator stores each statement once, by digest, whatever its size): `task_def`
+    /// then has none, and a worker fetches the file and fills it in
+    /// ([`TrajectoryPayload::fill_problem_statement`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem_statement_sha256: Option<String>,
 }
 
 impl TrajectoryPayload {
@@ -39,7 +45,45 @@ impl TrajectoryPayload {
             curve: None,
             recorded: None,
             task_def: Some(task.clone()),
+            problem_statement_sha256: None,
         }
+    }
+
+    /// The payload of a task's base runs whose problem statement is stored apart under the
+    /// digest `statement` (`task`'s own statement, if any, is left out).
+    pub fn of_task_with_statement(task: &Task, statement: Option<&str>) -> TrajectoryPayload {
+        let Some(digest) = statement else { return TrajectoryPayload::of_task(task) };
+        let task_def = Task {
+            id: task.id.clone(),
+            image: task.image.clone(),
+            workdir: task.workdir.clone(),
+            evaluator: task.evaluator.clone(),
+            problem_statement: None,
+        };
+        TrajectoryPayload {
+            problem_statement_sha256: Some(digest.to_string()),
+            ..TrajectoryPayload::of_task(&task_def)
+        }
+    }
+
+    /// Fill in the problem statement stored apart ([`TrajectoryPayload::problem_statement_sha256`])
+    /// from `bytes`, the file fetched by that digest: checked against it, UTF-8. The payload is
+    /// then whole, as if its statement had always been in it.
+    pub fn fill_problem_statement(&mut self, bytes: Vec<u8>) -> Result<(), TrajectoryError> {
+        let Some(digest) = self.problem_statement_sha256.take() else { return Ok(()) };
+        let found = sha256_hex(&bytes);
+        if found != digest {
+            return Err(TrajectoryError::Json(format!(
+                "the problem statement fetched has digest {found}, not {digest}"
+            )));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| TrajectoryError::Json(format!("the problem statement {digest} is not UTF-8 text: {e}")))?;
+        let task = self.task_def.as_mut().ok_or_else(|| {
+            TrajectoryError::Json(format!("the payload names a problem statement ({digest}) but no task"))
+        })?;
+        task.problem_statement = Some(text);
+        Ok(())
     }
 
     /// The task definition: the recorded run's, or the one carried for base runs.
@@ -84,11 +128,35 @@ mod tests {
             curve: Some(vec![0.5, 0.0]),
             recorded: None,
             task_def: None,
+            problem_statement_sha256: None,
         };
         let bytes = p.canonical_bytes();
         assert_eq!(TrajectoryPayload::from_fetched(&bytes, &p.digest()).unwrap(), p);
         let mut tampered = bytes.clone();
         tampered[10] ^= 1;
         assert!(TrajectoryPayload::from_fetched(&tampered, &p.digest()).unwrap_err().to_string().contains("digest"));
+    }
+
+    #[test]
+    fn a_problem_statement_stored_apart_is_named_by_digest_and_filled_in_checked() {
+        use crate::trajectory::Evaluator;
+        let task = Task {
+            id: "t".into(),
+            image: "i".into(),
+            workdir: "/w".into(),
+            evaluator: Evaluator::Command { command: "true".into(), timeout_s: 5 },
+            problem_statement: Some("Fix add().".into()),
+        };
+        let digest = sha256_hex(b"Fix add().");
+        let apart = TrajectoryPayload::of_task_with_statement(&task, Some(&digest));
+        assert_eq!(apart.task_def.as_ref().unwrap().problem_statement, None);
+        let bytes = apart.canonical_bytes();
+        assert!(!String::from_utf8_lossy(&bytes).contains("Fix add()"), "the statement is not in the payload");
+        let mut fetched = TrajectoryPayload::from_fetched(&bytes, &apart.digest()).unwrap();
+        assert!(fetched.fill_problem_statement(b"Fix sub().".to_vec()).unwrap_err().to_string().contains("digest"));
+        let mut fetched = TrajectoryPayload::from_fetched(&bytes, &apart.digest()).unwrap();
+        fetched.fill_problem_statement(b"Fix add().".to_vec()).unwrap();
+        assert_eq!(fetched, TrajectoryPayload::of_task(&task), "filled in, it is the whole payload");
+        assert_eq!(TrajectoryPayload::of_task_with_statement(&task, None), TrajectoryPayload::of_task(&task));
     }
 }

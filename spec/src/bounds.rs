@@ -77,24 +77,31 @@ fn kind_of(file_type: std::fs::FileType) -> &'static str {
     if file_type.is_dir() { "a directory" } else { "something other than a file" }
 }
 
+/// Check, without opening it, that `path` is a regular file (symbolic links followed) of at most
+/// `limit` bytes; its size.
+pub fn inspect(path: &Path, limit: u64) -> Result<u64, ReadError> {
+    check_metadata(std::fs::metadata(path)?, limit)
+}
+
+fn check_metadata(meta: std::fs::Metadata, limit: u64) -> Result<u64, ReadError> {
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular { found: kind_of(meta.file_type()) });
+    }
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge { found: meta.len(), limit });
+    }
+    Ok(meta.len())
+}
+
 /// Read `path` whole: a regular file (symbolic links followed) of at most `limit` bytes.
 ///
 /// The path is inspected before it is opened (opening a FIFO for reading blocks until a writer
 /// comes), the open file again (the path may have changed in between), and at most `limit + 1`
 /// bytes are read (the file may grow while it is read).
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let check = |meta: std::fs::Metadata| {
-        if !meta.is_file() {
-            return Err(ReadError::NotRegular { found: kind_of(meta.file_type()) });
-        }
-        if meta.len() > limit {
-            return Err(ReadError::TooLarge { found: meta.len(), limit });
-        }
-        Ok(meta.len())
-    };
-    check(std::fs::metadata(path)?)?;
+    inspect(path, limit)?;
     let file = std::fs::File::open(path)?;
-    let size = check(file.metadata()?)?;
+    let size = check_metadata(file.metadata()?, limit)?;
     let mut bytes = Vec::with_capacity(size as usize);
     file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {

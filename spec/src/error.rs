@@ -29,6 +29,9 @@ pub enum SpecError {
     /// The spec file is not a regular file, too large, not UTF-8, or too deeply nested.
     #[error("cannot read the study spec {}: {source}", path.display())]
     Read { path: PathBuf, source: ReadError },
+    /// The spec's folder, or a folder the user allowed, cannot be resolved.
+    #[error(transparent)]
+    Folder(#[from] crate::folder::FolderError),
     /// The spec's text is too large or too deeply nested to be parsed.
     #[error("the study spec was not parsed: {0}")]
     Bounds(ReadError),

@@ -25,6 +25,7 @@ impl Launch {
                 curve: t.curve.clone(),
                 recorded: t.recorded.as_ref().and_then(|d| self.recorded.get(d)).cloned(),
                 task_def: None,
+                problem_statement_sha256: None,
             })
             .collect()
     }

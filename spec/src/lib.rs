@@ -8,7 +8,8 @@
 //! fields each level may have) as it reaches it, and validates it in one pass into the types of
 //! `vcurve-record`, with errors that name the trajectory, the field and, in a curve file, the line.
 //! Nothing is stored until `parse` has accepted the whole spec; the coordinator stores the result
-//! as JSON with the curves inlined, so a stored study never depends on a file again.
+//! as JSON with the curves inlined (each task's problem statement apart, once, by digest), so a
+//! stored study never depends on a user's file again.
 //!
 //! ```yaml
 //! name: demo
@@ -57,9 +58,12 @@
 //!   spec at most [`MAX_SPEC_BYTES`] and each file it names at most [`MAX_FILE_BYTES`]; the YAML
 //!   may nest at most [`MAX_YAML_DEPTH`] levels, which [`parse`] checks before parsing it: a text
 //!   outside the limits is refused in milliseconds whatever its size or depth.
+//! - Every file a spec names lies in the spec's folder after symbolic links are resolved, or in a
+//!   folder the user allowed ([`folder`], `vcurve launch --allow-path DIR`): a spec from someone
+//!   else cannot read the launching user's other files.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_norway::Value;
 pub use vcurve_record::study::{
@@ -69,6 +73,7 @@ pub use vcurve_record::study::{
 pub mod bounds;
 mod error;
 mod fields;
+pub mod folder;
 mod launch;
 mod raw;
 pub mod restart_check;
@@ -81,6 +86,7 @@ mod value;
 pub use bounds::ReadError;
 pub use error::{SpecError, TrajectoryRef};
 pub use fields::{MAX_BASE_RUNS, MAX_LENGTH};
+use folder::{ConfineError, SpecFolder};
 pub use launch::Launch;
 use study::parse_study;
 use value::{problem, show, top_error, valid_name};
@@ -155,19 +161,28 @@ pub fn parse_request(yaml: &str, file: &dyn Fn(&str) -> Option<String>) -> Resul
 
 /// Read a spec file and every file it references, for a client that sends them to the
 /// coordinator: the YAML, and a map from each path as written in the spec to its contents.
-/// Problems other than unreadable files (and YAML nested too deeply to look into) are left to
-/// [`parse`].
+/// Every referenced file must lie in the spec's folder ([`folder`]). Problems other than
+/// unreadable files (and YAML nested too deeply to look into) are left to [`parse`].
 pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>), SpecError> {
+    read_with_files_allowing(path, &[])
+}
+
+/// [`read_with_files`], allowing referenced files in the folders (or files) `allowed` too
+/// (`vcurve launch --allow-path DIR`).
+pub fn read_with_files_allowing(
+    path: &Path,
+    allowed: &[PathBuf],
+) -> Result<(String, BTreeMap<String, String>), SpecError> {
     let refused = |source| SpecError::Read { path: path.into(), source };
     let yaml = bounds::read_text(path, MAX_SPEC_BYTES).map_err(refused)?;
     bounds::check_yaml(&yaml, MAX_SPEC_BYTES, MAX_YAML_DEPTH).map_err(refused)?;
-    let dir = path.parent().unwrap_or(Path::new(""));
+    let dir = SpecFolder::of(path, allowed)?;
     let mut files = BTreeMap::new();
     for (trajectory, field, path) in file_references(&yaml) {
         if files.contains_key(&path) {
             continue;
         }
-        let text = read_limited(&dir.join(&path)).map_err(|message| match field {
+        let text = read_limited(&dir, &path).map_err(|message| match field {
             "curve" => SpecError::CurveFile { trajectory, path: path.clone(), message },
             _ => SpecError::Trajectory { trajectory, field: field.into(), message: format!("{path}: {message}") },
         })?;
@@ -178,14 +193,14 @@ pub fn read_with_files(path: &Path) -> Result<(String, BTreeMap<String, String>)
         if files.contains_key(&path) {
             continue;
         }
-        let text = read_limited(&dir.join(&path)).map_err(|message| SpecError::Field {
+        let text = read_limited(&dir, &path).map_err(|message| SpecError::Field {
             field: format!("tasks[{index}].{field}"),
             message: format!("{path}: {message}"),
         })?;
         files.insert(path, text);
     }
     if let Some(path) = doc.as_ref().and_then(swebench::dataset_reference).filter(|p| !files.contains_key(p)) {
-        let text = read_limited(&dir.join(&path)).map_err(|message| SpecError::Field {
+        let text = read_limited(&dir, &path).map_err(|message| SpecError::Field {
             field: "swebench.dataset".into(),
             message: format!("{path}: {message}"),
         })?;
@@ -205,9 +220,42 @@ pub fn load_launch(path: &Path) -> Result<Launch, SpecError> {
     parse_launch(&yaml, &|name| files.get(name).cloned())
 }
 
-/// Read a referenced file: a regular file of at most [`MAX_FILE_BYTES`], UTF-8.
-fn read_limited(path: &Path) -> Result<String, String> {
-    bounds::read_text(path, MAX_FILE_BYTES).map_err(|e| format!("cannot read {}: {e}", path.display()))
+/// Read the file a spec names as `written`: a regular file of at most [`MAX_FILE_BYTES`] in the
+/// spec's folder or an allowed one, UTF-8. What it is (a regular file, its size) is checked
+/// before where it leads, and it is read from where it leads.
+fn read_limited(dir: &SpecFolder, written: &str) -> Result<String, String> {
+    let path = dir.join(written);
+    let cannot = |e: ReadError| format!("cannot read {}: {e}", path.display());
+    bounds::inspect(&path, MAX_FILE_BYTES).map_err(cannot)?;
+    let resolved = dir.confine(&path).map_err(|e| match e {
+        ConfineError::Io(e) => cannot(ReadError::Io(e)),
+        ConfineError::Outside(outside) => outside.to_string(),
+    })?;
+    bounds::read_text(&resolved, MAX_FILE_BYTES).map_err(cannot)
+}
+
+/// The paths a spec names only as a `problem_statement_file` (not also as a curve, a recorded
+/// run, a task file or the dataset): files whose text [`parse`] puts into a task's problem
+/// statement untouched, so that a coordinator holding them by digest need not read them to parse
+/// the spec.
+pub fn problem_statement_files(yaml: &str) -> std::collections::BTreeSet<String> {
+    let Ok(mut doc) = serde_norway::from_str::<Value>(yaml) else { return Default::default() };
+    if doc.apply_merge().is_err() {
+        return Default::default();
+    }
+    let mut statements = std::collections::BTreeSet::new();
+    let mut others: std::collections::BTreeSet<String> =
+        file_references(yaml).into_iter().map(|(_, _, path)| path).collect();
+    others.extend(swebench::dataset_reference(&doc));
+    for (_, field, path) in tasks::task_references(&doc) {
+        if field == "problem_statement_file" {
+            statements.insert(path);
+        } else {
+            others.insert(path);
+        }
+    }
+    statements.retain(|p| !others.contains(p));
+    statements
 }
 
 /// The files a spec names (`curve` and `recorded` of each trajectory), with the trajectory and

@@ -1211,6 +1211,17 @@ fn a_task_may_be_written_inline_with_its_problem_statement_in_a_file() {
 }
 
 #[test]
+fn the_paths_named_only_as_problem_statements_are_known_without_reading_them() {
+    let names = |yaml: &str| super::problem_statement_files(yaml).into_iter().collect::<Vec<_>>();
+    assert_eq!(names(INLINE), ["tasks/calc-2.md"]);
+    // A path also named as something else is read as that too.
+    assert!(names(&INLINE.replace("tasks/calc-2.md", "tasks/calc.json")).is_empty());
+    assert!(names(&format!("{INLINE}trajectories:\n  - {{id: a, curve: tasks/calc-2.md}}\n")).is_empty());
+    assert!(names(TASKS).is_empty());
+    assert!(names("[").is_empty(), "a spec too malformed to walk names none");
+}
+
+#[test]
 fn reading_a_spec_reads_its_task_files_and_problem_statements() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("tasks")).unwrap();
@@ -1294,3 +1305,116 @@ fn recorded_trajectory(task: &str, steps: u32) -> String {
     };
     serde_json::to_string(&t).expect("serializes")
 }
+
+// ---------------------------------------------------------------------------------------------
+// Files stay in the spec's folder: every path a spec names resolves, after symbolic links, under
+// the spec's folder or a folder the user allowed; otherwise reading the spec is refused naming
+// the field, the trajectory or task, and the path as written.
+
+/// `study/` holding a spec and its files, beside `secret` (a file the spec must not reach) and
+/// `shared/` (a folder a user may allow).
+struct Layout {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    study: std::path::PathBuf,
+}
+
+impl Layout {
+    fn new() -> Layout {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let study = root.join("study");
+        for sub in ["study/curves", "study/runs", "study/tasks", "study/data", "shared"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::write(root.join("secret"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+        Layout { _dir: dir, root, study }
+    }
+
+    fn spec(&self, yaml: &str) -> std::path::PathBuf {
+        let path = self.study.join("study.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        path
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_file_a_spec_names_outside_its_folder_is_refused_naming_the_path() {
+    let l = Layout::new();
+    let up = "../".repeat(l.study.components().count() + 2);
+    let secret = l.root.join("secret");
+    std::fs::write(l.study.join("tasks/calc.json"), CALC).unwrap();
+    // A curve that is a symbolic link to a file outside the folder.
+    std::os::unix::fs::symlink(&secret, l.study.join("curves/alpha.csv")).unwrap();
+    std::fs::write(l.study.join("curves/beta.csv"), &valid_files()["curves/beta.csv"]).unwrap();
+    std::fs::write(l.root.join("shared/r.json"), recorded_trajectory("task-r", 3)).unwrap();
+    let statement = format!("{up}etc/passwd");
+    let cases: Vec<(String, Vec<String>)> = vec![
+        (
+            INLINE.replace("tasks/calc-2.md", &statement),
+            vec!["tasks[0].problem_statement_file".into(), statement.clone(), "resolves to /etc/passwd".into()],
+        ),
+        (
+            INLINE.replace("tasks/calc-2.md", "../secret"),
+            vec!["tasks[0].problem_statement_file ../secret".into(), secret.display().to_string()],
+        ),
+        (
+            INLINE.replace("tasks/calc-2.md", &secret.display().to_string()),
+            vec![format!("tasks[0].problem_statement_file {}", secret.display())],
+        ),
+        (
+            RECORDED.replace("runs/r.json", "../shared/r.json"),
+            vec!["trajectory \"r\": recorded ../shared/r.json".into()],
+        ),
+        (VALID.to_string(), vec!["trajectory \"alpha\": curve curves/alpha.csv".into(), secret.display().to_string()]),
+        (
+            format!("{SWEBENCH_SPEC}swebench:\n  dataset: ../secret\n  instances: all\n"),
+            vec!["swebench.dataset ../secret".into()],
+        ),
+        (TASKS.replace("tasks/calc.json", "../secret"), vec!["tasks[0].task ../secret".into()]),
+    ];
+    for (yaml, parts) in &cases {
+        let spec = l.spec(yaml);
+        let err = super::read_with_files(&spec).unwrap_err().to_string();
+        let folder = l.study.display().to_string();
+        let mut named: Vec<&str> = parts.iter().map(String::as_str).collect();
+        named.extend(["lies outside the spec's folder", &folder, "--allow-path"]);
+        assert_mentions(&err, &named);
+        // So does loading it in one process.
+        assert_mentions(&super::load_launch(&spec).unwrap_err().to_string(), &named);
+    }
+
+    // Allowed, the same files are read (`/etc/passwd` stays refused: only its folder was not).
+    let allowed = [l.root.clone()];
+    for (yaml, _) in &cases[1..5] {
+        let (_, files) = super::read_with_files_allowing(&l.spec(yaml), &allowed).unwrap();
+        assert!(!files.is_empty(), "{yaml}");
+    }
+    let err = super::read_with_files_allowing(&l.spec(&cases[0].0), &allowed).unwrap_err().to_string();
+    assert_mentions(&err, &["resolves to /etc/passwd", "and the allowed", &l.root.display().to_string()]);
+    let (_, files) = super::read_with_files_allowing(&l.spec(&cases[0].0), &[PathBuf::from("/etc")]).unwrap();
+    assert!(files[&statement].contains("root:"), "the user allowed /etc");
+    // An allowed folder that does not exist is named.
+    let err = super::read_with_files_allowing(&l.spec(VALID), &[l.root.join("nowhere")]).unwrap_err().to_string();
+    assert_mentions(&err, &["--allow-path", "nowhere", "cannot be resolved"]);
+}
+
+#[cfg(unix)]
+#[test]
+fn links_and_dotted_paths_that_stay_in_the_folder_are_read() {
+    let l = Layout::new();
+    std::fs::write(l.study.join("curves/a.csv"), &valid_files()["curves/alpha.csv"]).unwrap();
+    std::os::unix::fs::symlink("a.csv", l.study.join("curves/alpha.csv")).unwrap();
+    std::fs::write(l.study.join("curves/beta.csv"), &valid_files()["curves/beta.csv"]).unwrap();
+    let yaml = edit("curve: curves/beta.csv", "curve: runs/../curves/beta.csv");
+    let (_, files) = super::read_with_files(&l.spec(&yaml)).unwrap();
+    assert_eq!(files["curves/alpha.csv"], valid_files()["curves/alpha.csv"]);
+    // An absolute path into the folder is inside it.
+    let absolute = l.study.join("curves/beta.csv").display().to_string();
+    let yaml = edit("curve: curves/beta.csv", &format!("curve: {absolute}"));
+    let spec = super::load(&l.spec(&yaml)).unwrap();
+    assert_eq!(spec.trajectories.len(), 2);
+}
+
+const SWEBENCH_SPEC: &str = "name: swe\nseed: 7\nrunner: {kind: agent, command: [python3, -m, agent]}\n";

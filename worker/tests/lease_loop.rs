@@ -302,6 +302,7 @@ fn curve_payload() -> TrajectoryPayload {
         curve: Some(vec![0.9, 0.7, 0.5, 0.1]),
         recorded: None,
         task_def: None,
+        problem_statement_sha256: None,
     }
 }
 

@@ -114,6 +114,16 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
             args.lease_timeout.as_millis()
         );
     }
+    let has_client_token = args.tokens.client.is_some();
+    let config = vcurve_coordinator::service::ServiceConfig {
+        grpc: args.listen.clone(),
+        serve: ServeOptions { tokens: args.tokens, tls },
+        dashboard: args.dashboard.clone(),
+        metrics: args.metrics.clone(),
+    };
+    // Every listener bound and checked before the store is opened: a coordinator that refuses to
+    // start has created and migrated nothing.
+    let bound = vcurve_coordinator::service::Bound::bind(config).await?;
     let store = SqlStore::connect(&args.store)
         .await
         .with_context(|| format!("cannot open the store {}", redact_url(&args.store)))?;
@@ -123,14 +133,7 @@ pub async fn run_coordinator(args: CoordinatorSettings) -> anyhow::Result<()> {
         ..Timing::default()
     };
     let coordinator = Coordinator::new(store.clone(), timing, crate::render::ReportRenderer::shared());
-    let has_client_token = args.tokens.client.is_some();
-    let config = vcurve_coordinator::service::ServiceConfig {
-        grpc: args.listen.clone(),
-        serve: ServeOptions { tokens: args.tokens, tls },
-        dashboard: args.dashboard.clone(),
-        metrics: args.metrics.clone(),
-    };
-    let service = match vcurve_coordinator::service::Service::start(coordinator, config).await {
+    let service = match bound.serve(coordinator) {
         Ok(service) => service,
         Err(e) => {
             store.close().await;

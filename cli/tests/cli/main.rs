@@ -12,6 +12,7 @@ mod demo_cli;
 mod heldout;
 mod import_cli;
 mod labels_cli;
+mod launch_refusals;
 mod memory;
 mod metrics;
 mod report_cli;

@@ -13,7 +13,9 @@ mod sql;
 
 use std::future::Future;
 
-pub use sql::{Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, base_run_trajectory_id, dispatch_sql};
+pub use sql::{
+    Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, UPLOAD_TTL_MS, base_run_trajectory_id, dispatch_sql,
+};
 
 use vcurve_record::TrajectoryPayload;
 
@@ -23,6 +25,21 @@ use crate::model::{
 };
 use crate::spec::StudySpec;
 use vcurve_method::schedule::Stage;
+
+/// What a launch stores beside its spec and payloads.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaunchInputs {
+    /// Each task's problem statement, by task id, taken out of the spec's tasks: stored once, as
+    /// a file of its own under its SHA-256, which the tasks' payloads name; the stored spec keeps
+    /// its tasks without them. A restart check's tasks without one use the checked study's.
+    pub statements: std::collections::BTreeMap<String, String>,
+    /// The tasks whose problem statement is a file the launch named but did not read (a
+    /// `problem_statement_file`): its digest, by task id. The staged upload becomes the kept
+    /// file, inside the database.
+    pub uploaded_statements: std::collections::BTreeMap<String, String>,
+    /// The staged uploads the launch read (digests), dropped in its transaction.
+    pub uploads: Vec<String>,
+}
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +62,10 @@ pub enum StoreError {
     /// for the request.
     #[error("{0}")]
     Invalid(String),
+    /// A launch names a file by a digest the store neither has staged nor kept (another launch
+    /// consumed the upload, or it expired). Retryable after uploading it again.
+    #[error("no file with SHA-256 {0} was uploaded for this launch (or its upload expired); upload it again")]
+    NotUploaded(String),
     /// The URL names no supported backend. Fatal.
     #[error("unsupported store URL {0:?}: use postgres://… or sqlite://PATH (or sqlite::memory:)")]
     UnsupportedUrl(String),
@@ -85,12 +106,15 @@ impl Default for LeasePolicy {
 
 /// The coordinator's state. Times are milliseconds since the Unix epoch, passed in by the caller.
 pub trait Store: Send + Sync + 'static {
-    /// Store a validated study and its trajectories' payloads (in the spec's order); its
-    /// trajectories wait for admission. Returns the study id.
+    /// Store a validated study and its trajectories' payloads (in the spec's order), with what
+    /// its launch brought beside them ([`LaunchInputs`]: its tasks' problem statements, stored
+    /// once each by digest, and the uploads it consumed, dropped); its trajectories wait for
+    /// admission. Returns the study id.
     fn create_study(
         &self,
         spec: &StudySpec,
         payloads: &[TrajectoryPayload],
+        inputs: &LaunchInputs,
         now: i64,
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
 
@@ -98,7 +122,46 @@ pub trait Store: Send + Sync + 'static {
     fn put_file(&self, digest: &str, content: &[u8], now: i64)
     -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// The digests among `digests` the store does not hold.
+    /// Begin a client's upload for a launch of the file `digest` of `size` bytes (checked by the
+    /// caller as the pieces arrive); its id. Drops the uploads begun over an hour ago that no
+    /// launch consumed.
+    fn begin_upload(
+        &self,
+        digest: &str,
+        size: u64,
+        now: i64,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Store piece `seq` (from 0, in order) of an upload.
+    fn upload_piece(
+        &self,
+        upload: &str,
+        seq: u32,
+        data: Vec<u8>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// End an upload: complete in `pieces` pieces (whether the file was new; an upload of a file
+    /// kept or uploaded already is dropped), or abandoned (`None`: dropped).
+    fn end_upload(
+        &self,
+        upload: &str,
+        pieces: Option<u32>,
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// How a file is kept: not at all (`None`), whole (0), or in `n` pieces ([`Store::file_piece`]).
+    fn file_pieces(&self, digest: &str) -> impl Future<Output = Result<Option<u32>, StoreError>> + Send;
+
+    /// Piece `seq` of a file kept in pieces.
+    fn file_piece(&self, digest: &str, seq: u32) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+
+    /// What a launch reads for a digest its spec names: a staged upload or a kept file.
+    fn launch_file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+
+    /// Drop the staged uploads `digests`: those of a refused launch.
+    fn discard_uploads(&self, digests: &[String]) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The digests among `digests` a launch could not read (neither kept nor staged).
     fn missing_files(&self, digests: &[String]) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
     /// The verdict of a patch already judged in the study's patch cache (docs/method.md §6).

@@ -9,7 +9,7 @@
 use vcurve_method::schedule::Stage;
 use vcurve_record::TrajectoryPayload;
 
-use super::{LeasePolicy, Reported, Store, StoreError};
+use super::{LaunchInputs, LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, StudyRecord,
     StudyState, TaskJob, WorkerInfo,
@@ -57,7 +57,8 @@ pub use dispatch::{DispatchSql, dispatch_sql};
 use handle::StudyConfig;
 pub use handle::{Backend, SqlStore};
 
-use files::insert_file;
+pub use files::UPLOAD_TTL_MS;
+use files::{drop_uploads, insert_file, keep_upload, read_file};
 use jobs::{insert_job, set_job_payload};
 use rows::{bind_job, bind_key, corrupt, get_u32, job_key_of, json_column, keyed, outcome_of, series_of, stage_of};
 use studies::count_trajectories;
@@ -76,9 +77,10 @@ impl Store for SqlStore {
         &self,
         spec: &StudySpec,
         payloads: &[TrajectoryPayload],
+        inputs: &LaunchInputs,
         now: i64,
     ) -> Result<String, StoreError> {
-        studies::create_study(self, spec, payloads, now).await
+        studies::create_study(self, spec, payloads, inputs, now).await
     }
 
     async fn register_worker(
@@ -158,6 +160,34 @@ impl Store for SqlStore {
 
     async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, StoreError> {
         files::missing_files(self, digests).await
+    }
+
+    async fn begin_upload(&self, digest: &str, size: u64, now: i64) -> Result<String, StoreError> {
+        files::begin_upload(self, digest, size, now).await
+    }
+
+    async fn upload_piece(&self, upload: &str, seq: u32, data: Vec<u8>) -> Result<(), StoreError> {
+        files::upload_piece(self, upload, seq, data).await
+    }
+
+    async fn end_upload(&self, upload: &str, pieces: Option<u32>, now: i64) -> Result<bool, StoreError> {
+        files::end_upload(self, upload, pieces, now).await
+    }
+
+    async fn file_pieces(&self, digest: &str) -> Result<Option<u32>, StoreError> {
+        files::file_pieces(self, digest).await
+    }
+
+    async fn file_piece(&self, digest: &str, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
+        files::file_piece(self, digest, seq).await
+    }
+
+    async fn launch_file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        files::launch_file(self, digest).await
+    }
+
+    async fn discard_uploads(&self, digests: &[String]) -> Result<(), StoreError> {
+        files::discard_uploads(self, digests).await
     }
 
     async fn file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {

@@ -3,7 +3,8 @@
 //! clock, so lease expiry is exact.
 //!
 //! The coordinator's one integration test binary: a module per capability of the store, and the
-//! studies launched from task lists and from SWE-bench (`studies_from_tasks`, `swebench_spec`).
+//! studies launched from task lists and from SWE-bench (`studies_from_tasks`, `swebench_spec`), and a
+//! client's uploads for a launch (`uploads`).
 
 mod admission;
 mod base_runs;
@@ -14,6 +15,7 @@ mod replays;
 mod studies;
 mod studies_from_tasks;
 mod swebench_spec;
+mod uploads;
 mod verdicts;
 
 use std::collections::HashSet;

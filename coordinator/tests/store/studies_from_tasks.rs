@@ -272,3 +272,39 @@ async fn a_restart_check_runs_fresh_base_runs_with_the_budget_left_at_each_resta
         ts.finish().await;
     }
 }
+
+/// A restart check runs the checked study's tasks with their problem statements, which the checked
+/// study stored once, apart from its spec: its base runs' payloads name the same statement.
+#[tokio::test]
+async fn a_restart_check_runs_its_tasks_with_the_checked_studys_problem_statements() {
+    for ts in TestStore::both().await {
+        let c = coordinator(&ts.store);
+        let (yaml, mut files) = spec("");
+        let mut calc: serde_json::Value = serde_json::from_str(&files["tasks/calc.json"]).unwrap();
+        calc["problem_statement"] = "add() is off by one.".into();
+        files.insert("tasks/calc.json".into(), calc.to_string());
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let w = c.register("w", 32, &["agent".into()], "2.0").await.unwrap();
+        for job in lease(&c, &w, 32).await {
+            finish_base_run(&c, &w, &job).await;
+        }
+        drop_every_replay(&c, &w, &mut Vec::new()).await;
+        assert_eq!(c.store().study(&study).await.unwrap().state, StudyState::Done, "{}", ts.name);
+
+        let check = c.launch(&format!("restart_check: {{of: {study}, runs: 1}}\n"), &BTreeMap::new()).await.unwrap();
+        let record = c.store().study(&check).await.unwrap();
+        assert!(record.spec.tasks.iter().all(|t| t.task.problem_statement.is_none()), "{}", ts.name);
+        let jobs = lease(&c, &w, 64).await;
+        assert!(!jobs.is_empty(), "{}", ts.name);
+        for job in &jobs {
+            let digest = job.trajectory_digest.as_deref().unwrap();
+            let mut payload =
+                vcurve_record::TrajectoryPayload::from_fetched(&c.file(digest).await.unwrap(), digest).unwrap();
+            let statement = payload.problem_statement_sha256.clone().expect("the statement, by digest");
+            payload.fill_problem_statement(c.file(&statement).await.unwrap()).unwrap();
+            let task = payload.task_def().unwrap();
+            assert_eq!((task.id.as_str(), task.problem_statement.as_deref()), ("calc", Some("add() is off by one.")));
+        }
+        ts.finish().await;
+    }
+}

@@ -67,9 +67,15 @@ fn read_spec(dir: &Path, yaml: &str) -> (String, BTreeMap<String, String>) {
     spec::read_with_files(&dir.join("study.yaml")).unwrap()
 }
 
+/// A job's payload as a worker has it: fetched by its digest, with its task's problem statement
+/// (stored apart, once) fetched by its own and filled in.
 async fn payload(c: &Coordinator<SqlStore>, job: &LeasedJob) -> TrajectoryPayload {
     let digest = job.trajectory_digest.as_deref().expect("the job names its payload");
-    TrajectoryPayload::from_fetched(&c.file(digest).await.unwrap(), digest).unwrap()
+    let mut payload = TrajectoryPayload::from_fetched(&c.file(digest).await.unwrap(), digest).unwrap();
+    if let Some(statement) = payload.problem_statement_sha256.clone() {
+        payload.fill_problem_statement(c.file(&statement).await.unwrap()).unwrap();
+    }
+    payload
 }
 
 fn held(job: &LeasedJob) -> HeldJob {

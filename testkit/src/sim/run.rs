@@ -158,7 +158,7 @@ pub async fn run(store: &SqlStore, settings: &ClusterSettings) -> anyhow::Result
         .map_err(|e| anyhow::anyhow!("the simulated study's spec: {e}"))?;
     let payloads = launch.payloads();
     let spec = &launch.spec;
-    let study_id = store.create_study(spec, &payloads, start).await?;
+    let study_id = store.create_study(spec, &payloads, &Default::default(), start).await?;
 
     // Every trajectory's chain with unlimited workers.
     let mut trajectories = Vec::with_capacity(payloads.len());

@@ -533,3 +533,61 @@ async fn an_export_that_breaks_off_leaves_only_whole_files_and_names_where_it_br
     assert_eq!(std::fs::read(dir.path().join("a.csv")).unwrap(), b"t,v\n0,1\n");
     server.abort();
 }
+
+/// A problem statement of several pieces goes over real gRPC as a client uploads it for a launch
+/// (stored piece by piece), is kept once by its digest, and comes back to a worker whole, sent one
+/// stored piece at a time; the task's payload names it instead of holding it.
+#[tokio::test]
+async fn a_problem_statement_is_uploaded_kept_and_fetched_in_pieces() {
+    let server = start(ServeOptions::default()).await;
+    let connection = Connection { url: server.url.clone(), ..Default::default() };
+    let mut c = client::study_client(&connection).await.unwrap();
+    // 2.5 pieces of statement, with a three-byte character across the first boundary.
+    let mut statement = "x".repeat(vcurve_proto::CHUNK_BYTES - 1);
+    statement.push('€');
+    statement.push_str(&"The sum is off by one. ".repeat(vcurve_proto::CHUNK_BYTES * 3 / 2 / 23));
+    let digest = vcurve_record::trajectory::sha256_hex(statement.as_bytes());
+    let yaml = "name: pieces\nseed: 1\nrunner: {kind: agent, command: [agent]}\ntasks:\n  - id: t1\n    \
+                image: vcurve-task-calc:test\n    workdir: /testbed\n    \
+                evaluator: {kind: command, command: python3 -m unittest, timeout_s: 60}\n    \
+                problem_statement_file: statement.md\n";
+    let files = BTreeMap::from([("statement.md".to_string(), statement.clone())]);
+    client::upload_and_launch(&mut c, yaml.into(), &files).await.unwrap();
+
+    let channel = client::channel(&connection).await.unwrap();
+    let mut w = WorkerServiceClient::with_interceptor(channel, client::bearer(None).unwrap());
+    let fetch = async |w: &mut WorkerServiceClient<_>, digest: &str| {
+        let mut stream =
+            w.get_trajectory(v1::GetTrajectoryRequest { digest: digest.into() }).await.unwrap().into_inner();
+        let mut pieces = Vec::new();
+        while let Some(chunk) = stream.message().await.unwrap() {
+            pieces.push(chunk.data);
+        }
+        pieces
+    };
+    let pieces = fetch(&mut w, &digest).await;
+    assert_eq!(pieces.len(), 3, "sent as stored: in pieces of {} bytes", vcurve_proto::CHUNK_BYTES);
+    assert!(pieces.iter().all(|p| p.len() <= vcurve_proto::CHUNK_BYTES));
+    assert_eq!(pieces.concat(), statement.as_bytes());
+
+    // The base run's payload names the statement by digest and is small.
+    let registered = w
+        .register(v1::RegisterRequest {
+            name: "w".into(),
+            slots: 1,
+            capabilities: vec!["agent".into()],
+            protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let lease = v1::LeaseRequest { worker_id: registered.worker_id, max_jobs: 1, ..Default::default() };
+    let job = w.lease(lease).await.unwrap().into_inner().jobs.remove(0);
+    let payload = fetch(&mut w, &job.trajectory_digest).await.concat();
+    assert!(payload.len() < 4096, "the payload is {} bytes", payload.len());
+    let mut payload = vcurve_record::TrajectoryPayload::from_fetched(&payload, &job.trajectory_digest).unwrap();
+    assert_eq!(payload.problem_statement_sha256.as_deref(), Some(digest.as_str()));
+    payload.fill_problem_statement(pieces.concat()).unwrap();
+    assert_eq!(payload.task_def().unwrap().problem_statement.as_deref(), Some(statement.as_str()));
+    server.stop().await;
+}

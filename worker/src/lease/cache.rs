@@ -1,6 +1,8 @@
 //! Trajectory payloads by digest: fetched from the coordinator once, checked against the digest
 //! that named them, and kept while they fit the cache's byte budget (least recently used out
-//! first). Jobs that need the same digest at the same time share one fetch.
+//! first). Jobs that need the same digest at the same time share one fetch. A payload whose task's
+//! problem statement is stored apart (the coordinator stores each once, by digest) has it fetched
+//! and filled in with it, so runners always see the whole task.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -46,10 +48,11 @@ impl TrajectoryCache {
         self.lock().fetches
     }
 
-    /// The payload `digest` names, fetched with `fetch` unless it is cached.
+    /// The payload `digest` names, fetched with `fetch` (a file by its digest: the payload's, then
+    /// its problem statement's if it is stored apart) unless it is cached.
     pub async fn get<F, Fut>(&self, digest: &str, fetch: F) -> Result<Arc<TrajectoryPayload>, String>
     where
-        F: FnOnce() -> Fut,
+        F: Fn(String) -> Fut,
         Fut: Future<Output = Result<Vec<u8>, String>>,
     {
         let cell = {
@@ -67,10 +70,18 @@ impl TrajectoryCache {
         let mut fetched = None;
         let payload = cell
             .get_or_try_init(|| async {
-                let bytes = fetch().await?;
-                let payload = TrajectoryPayload::from_fetched(&bytes, digest)
+                let bytes = fetch(digest.to_owned()).await?;
+                let mut payload = TrajectoryPayload::from_fetched(&bytes, digest)
                     .map_err(|e| format!("trajectory {digest} as fetched: {e}"))?;
-                fetched = Some(bytes.len());
+                let mut size = bytes.len();
+                if let Some(statement) = payload.problem_statement_sha256.clone() {
+                    let text = fetch(statement.clone())
+                        .await
+                        .map_err(|e| format!("the problem statement {statement} of trajectory {digest}: {e}"))?;
+                    size += text.len();
+                    payload.fill_problem_statement(text).map_err(|e| format!("trajectory {digest}: {e}"))?;
+                }
+                fetched = Some(size);
                 Ok::<_, String>(Arc::new(payload))
             })
             .await?
@@ -132,6 +143,7 @@ mod tests {
             curve: Some(vec![0.5; n]),
             recorded: None,
             task_def: None,
+            problem_statement_sha256: None,
         };
         (p.digest(), p.canonical_bytes())
     }
@@ -143,7 +155,7 @@ mod tests {
         let calls = AtomicU32::new(0);
         for _ in 0..3 {
             let got = cache
-                .get(&digest, || async {
+                .get(&digest, |_| async {
                     calls.fetch_add(1, Ordering::SeqCst);
                     Ok(bytes.clone())
                 })
@@ -154,7 +166,7 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         // Bytes that are not what the digest names are refused, and not cached.
         let (other, _) = payload("b", 10);
-        let err = cache.get(&other, || async { Ok(bytes.clone()) }).await.unwrap_err();
+        let err = cache.get(&other, |_| async { Ok(bytes.clone()) }).await.unwrap_err();
         assert!(err.contains("digest"), "{err}");
         assert_eq!(cache.cached(), vec![digest]);
     }
@@ -165,13 +177,48 @@ mod tests {
         let (b, b_bytes) = payload("b", 1000);
         let (c, c_bytes) = payload("c", 1000);
         let cache = TrajectoryCache::new(a_bytes.len() * 2 + 10);
-        cache.get(&a, || async { Ok(a_bytes.clone()) }).await.unwrap();
-        cache.get(&b, || async { Ok(b_bytes.clone()) }).await.unwrap();
-        cache.get(&a, || async { Err("cached: not fetched".to_string()) }).await.unwrap();
-        cache.get(&c, || async { Ok(c_bytes.clone()) }).await.unwrap();
+        cache.get(&a, |_| async { Ok(a_bytes.clone()) }).await.unwrap();
+        cache.get(&b, |_| async { Ok(b_bytes.clone()) }).await.unwrap();
+        cache.get(&a, |_| async { Err("cached: not fetched".to_string()) }).await.unwrap();
+        cache.get(&c, |_| async { Ok(c_bytes.clone()) }).await.unwrap();
         let mut expected = vec![a, c];
         expected.sort();
         assert_eq!(cache.cached(), expected);
         assert_eq!(cache.fetches(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_problem_statement_stored_apart_is_fetched_and_filled_in() {
+        use vcurve_record::{Evaluator, Task};
+        let task = Task {
+            id: "t".into(),
+            image: "i".into(),
+            workdir: "/w".into(),
+            evaluator: Evaluator::Command { command: "true".into(), timeout_s: 5 },
+            problem_statement: Some("Fix add().".into()),
+        };
+        let statement = vcurve_record::trajectory::sha256_hex(b"Fix add().");
+        let apart = TrajectoryPayload::of_task_with_statement(&task, Some(&statement));
+        let (digest, bytes) = (apart.digest(), apart.canonical_bytes());
+        let files = HashMap::from([(digest.clone(), bytes), (statement.clone(), b"Fix add().".to_vec())]);
+        let fetched = std::sync::Mutex::new(Vec::new());
+        let fetch = |d: String| {
+            fetched.lock().unwrap().push(d.clone());
+            let file = files.get(&d).cloned().ok_or_else(|| format!("no file {d}"));
+            async move { file }
+        };
+        let cache = TrajectoryCache::new(1 << 20);
+        let got = cache.get(&digest, fetch).await.unwrap();
+        assert_eq!(*got, TrajectoryPayload::of_task(&task), "the runners see the whole task");
+        assert_eq!(*fetched.lock().unwrap(), vec![digest.clone(), statement.clone()]);
+        cache.get(&digest, fetch).await.unwrap();
+        assert_eq!(fetched.lock().unwrap().len(), 2, "cached with its statement");
+        // A statement that is not what its digest names is refused, and nothing is cached.
+        let wrong =
+            HashMap::from([(digest.clone(), apart.canonical_bytes()), (statement.clone(), b"Fix sub().".to_vec())]);
+        let cache = TrajectoryCache::new(1 << 20);
+        let err = cache.get(&digest, |d| std::future::ready(Ok(wrong[&d].clone()))).await.unwrap_err();
+        assert!(err.contains("problem statement") && err.contains("digest"), "{err}");
+        assert!(cache.cached().is_empty());
     }
 }

@@ -455,9 +455,9 @@ impl Shared {
             return Some(JobReport::NoOutcome { reason });
         };
         if let Some(digest) = spec.trajectory_digest.clone() {
-            let fetch = self
-                .cache
-                .get(&digest, || async { self.coordinator.get_trajectory(&digest).await.map_err(|e| e.to_string()) });
+            let fetch = self.cache.get(&digest, |file| async move {
+                self.coordinator.get_trajectory(&file).await.map_err(|e| e.to_string())
+            });
             let fetched = tokio::select! {
                 fetched = fetch => fetched,
                 () = cancel.cancelled() => return None,

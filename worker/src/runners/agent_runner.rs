@@ -582,6 +582,7 @@ mod tests {
             curve: None,
             recorded: Some(recorded.clone()),
             task_def: None,
+            problem_statement_sha256: None,
         }
     }
 

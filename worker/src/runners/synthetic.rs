@@ -201,6 +201,7 @@ mod tests {
                 curve: Some(curve),
                 recorded: None,
                 task_def: None,
+                problem_statement_sha256: None,
             })),
             anchors: vec![],
             registry_snapshot: None,
@@ -362,6 +363,7 @@ mod tests {
             curve: None,
             recorded: None,
             task_def: None,
+            problem_statement_sha256: None,
         }));
         assert!(reason(synthetic_result(&j)).contains("no curve"));
         j.trajectory = None;

@@ -22,7 +22,7 @@ use vcurve_record::jobs::{JobKey, JobReport, NonReplayable, RunOutcome};
 use vcurve_record::{DecoySpec, EndType, Trajectory, TrajectoryPayload, TrajectorySpec, TrajectoryState};
 
 use super::handle::BaseRunSubject;
-use super::{SqlStore, StudyConfig, corrupt, insert_file, insert_job, set_job_payload};
+use super::{SqlStore, StudyConfig, corrupt, insert_file, insert_job, read_file, set_job_payload};
 use crate::planner;
 use crate::spec::StudySpec;
 use crate::store::StoreError;
@@ -81,17 +81,20 @@ impl<'a> RunIndex<'a> {
 
 impl SqlStore {
     /// Queue a launched study's base runs, each naming its task's payload: `base_runs` of each
-    /// task, or a restart check's `runs` for each of its rows.
+    /// task, or a restart check's `runs` for each of its rows. A task's payload names its problem
+    /// statement by the digest in `statements` (task id → digest), stored apart.
     pub(super) async fn queue_base_runs(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         spec: &StudySpec,
+        statements: &BTreeMap<String, String>,
         now: i64,
     ) -> Result<(), StoreError> {
         let mut digests = BTreeMap::new();
         for runs in &spec.tasks {
-            let bytes = TrajectoryPayload::of_task(&runs.task).canonical_bytes();
+            let statement = statements.get(&runs.task.id).map(String::as_str);
+            let bytes = TrajectoryPayload::of_task_with_statement(&runs.task, statement).canonical_bytes();
             let digest = vcurve_record::trajectory::sha256_hex(&bytes);
             insert_file(tx, &digest, &bytes, now).await?;
             digests.insert(runs.task.id.clone(), digest);
@@ -279,6 +282,7 @@ impl SqlStore {
                 curve: None,
                 recorded: recorded.as_ref().ok().map(|(run, _)| run.clone()),
                 task_def: None,
+                problem_statement_sha256: None,
             };
             let plan = TrajectoryPlan { length, labels: Vec::new(), controls };
             self.insert_trajectory(tx, study, &trajectory, &id.task, state, &plan, &payload, digest.as_deref(), now)
@@ -460,6 +464,7 @@ impl SqlStore {
                 curve: None,
                 recorded: Some(recorded),
                 task_def: None,
+                problem_statement_sha256: None,
             };
             self.insert_trajectory(tx, study, &id, task, state, &plan, &payload, Some(&digest), now).await?;
             spec.trajectories.push(TrajectorySpec {
@@ -484,8 +489,6 @@ impl SqlStore {
     }
 
     async fn file_in(&self, tx: &mut Transaction<'_, Any>, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let row =
-            sqlx::query("SELECT content FROM files WHERE digest = $1").bind(digest).fetch_optional(&mut **tx).await?;
-        row.map(|r| r.try_get::<Vec<u8>, _>("content").map_err(StoreError::from)).transpose()
+        read_file(tx, digest).await
     }
 }

@@ -47,6 +47,10 @@ pub(super) struct StudyConfig {
     /// Base-run subjects with their own task and budget (a restart check's rows).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(super) base_run_subjects: std::collections::BTreeMap<String, BaseRunSubject>,
+    /// The SHA-256 of each task's problem statement, by task id: stored once as a file of its
+    /// own, named by the task's payload, and left out of the stored spec.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub(super) problem_statements: std::collections::BTreeMap<String, String>,
 }
 
 /// [`StudyConfig::runner`] as it is stored: the fields `runner_kind` and `runner_options` (a JSON

@@ -1,14 +1,16 @@
 //! Studies: stored with their trajectories and base runs, listed, cancelled, ended.
 
+use std::collections::BTreeMap;
+
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
 use vcurve_record::TrajectoryPayload;
 
-use super::{SqlStore, StudyConfig, base_runs, corrupt, insert_file};
+use super::{SqlStore, StudyConfig, base_runs, corrupt, drop_uploads, insert_file, keep_upload};
 use crate::model::{StudyState, TrajectoryState};
 use crate::planner;
 use crate::spec::StudySpec;
-use crate::store::StoreError;
+use crate::store::{LaunchInputs, StoreError};
 
 /// How many trajectories of study `$1` are open (waiting, replaying, running) and jobs still to run.
 const OPEN_IN_STUDY: &str = "SELECT (SELECT COUNT(*) FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')) \
@@ -75,6 +77,7 @@ pub(super) async fn create_study(
     store: &SqlStore,
     spec: &StudySpec,
     payloads: &[TrajectoryPayload],
+    inputs: &LaunchInputs,
     now: i64,
 ) -> Result<String, StoreError> {
     if payloads.len() != spec.trajectories.len() {
@@ -84,7 +87,44 @@ pub(super) async fn create_study(
             spec.trajectories.len()
         )));
     }
+    // Problem statements still in the spec's tasks are taken out here (on a copy of the spec; the
+    // coordinator hands them over apart), so that the stored spec never holds one.
+    let stripped;
+    let (spec, statements) = if spec.tasks.iter().any(|t| t.task.problem_statement.is_some()) {
+        let (mut copy, mut statements) = (spec.clone(), inputs.statements.clone());
+        for t in &mut copy.tasks {
+            if let Some(text) = t.task.problem_statement.take() {
+                statements.insert(t.task.id.clone(), text);
+            }
+        }
+        stripped = (copy, statements);
+        (&stripped.0, &stripped.1)
+    } else {
+        (spec, &inputs.statements)
+    };
     let id = uuid::Uuid::new_v4().to_string();
+    let mut tx = store.pool.begin().await?;
+    // Each statement once, as a file under its digest: the digest its `problem_statement_file` was
+    // uploaded under, so a statement an earlier launch stored is neither uploaded nor stored again.
+    let mut problem_statements = BTreeMap::new();
+    for (task, text) in statements {
+        let digest = vcurve_record::trajectory::sha256_hex(text.as_bytes());
+        insert_file(&mut tx, &digest, text.as_bytes(), now).await?;
+        problem_statements.insert(task.clone(), digest);
+    }
+    for (task, digest) in &inputs.uploaded_statements {
+        keep_upload(&mut tx, digest, now).await?;
+        problem_statements.insert(task.clone(), digest.clone());
+    }
+    // A restart check runs the checked study's tasks, whose statements are stored already.
+    if let Some(check) = &spec.restart_check {
+        let checked = store.config(&mut tx, &check.of).await?;
+        for t in &spec.tasks {
+            if let Some(digest) = checked.problem_statements.get(&t.task.id) {
+                problem_statements.entry(t.task.id.clone()).or_insert_with(|| digest.clone());
+            }
+        }
+    }
     let config = StudyConfig {
         params: spec.thresholds.clone(),
         schedule: spec.schedule.clone(),
@@ -94,8 +134,8 @@ pub(super) async fn create_study(
         controls: spec.controls,
         admission: spec.admission,
         base_run_subjects: base_runs::base_run_subjects(spec),
+        problem_statements,
     };
-    let mut tx = store.pool.begin().await?;
     sqlx::query(INSERT_STUDY)
         .bind(&id)
         .bind(&spec.name)
@@ -142,7 +182,8 @@ pub(super) async fn create_study(
             .execute(&mut *tx)
             .await?;
     }
-    store.queue_base_runs(&mut tx, &id, spec, now).await?;
+    store.queue_base_runs(&mut tx, &id, spec, &config.problem_statements, now).await?;
+    drop_uploads(&mut tx, &inputs.uploads).await?;
     if doomed.iter().all(|&d| d) && spec.tasks.is_empty() {
         sqlx::query(END_STUDY).bind(now).bind(&id).execute(&mut *tx).await?;
     }
