@@ -14,5 +14,6 @@ mod import_cli;
 mod labels_cli;
 mod memory;
 mod metrics;
+mod notes_cli;
 mod report_cli;
 mod schedule_reference;
