@@ -26,6 +26,8 @@ pub enum Command {
     Inspect(commands::inspect::InspectArgs),
     /// Place first-mistake labels on curves measured earlier (the paper's Table 2), from files.
     Labels(commands::labels::LabelsArgs),
+    /// Write the paper's diagnostic note of every curve (Appendix W) from files, as CSV.
+    Notes(commands::notes::NotesArgs),
     /// Benchmarks: measure a part of vcurve on this machine.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -112,6 +114,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Dispatch(a)) => crate::bench_dispatch::run_command(&a).await?,
         Command::Analyze(_)
         | Command::Labels(_)
+        | Command::Notes(_)
         | Command::Import(_)
         | Command::Inspect(_)
         | Command::Bench(BenchCommand::Schedule(_)) => {
@@ -150,6 +153,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Analyze(args) => commands::analyze::run(&args),
         Command::Labels(args) => commands::labels::run(&args).map_err(anyhow::Error::from).and_then(output::print),
+        Command::Notes(args) => commands::notes::run(&args).map_err(anyhow::Error::from).and_then(output::print),
         Command::Bench(BenchCommand::Schedule(args)) => crate::bench_schedule::run_command(&args),
         Command::Import(commands::import::ImportCommand::MiniSweAgent(args)) => commands::import::run(&args),
         Command::Inspect(args) => commands::inspect::run(&args),

@@ -3,7 +3,7 @@
 //! - serving: [`coordinator`] and [`worker`] (with [`serving`], what they share);
 //! - clients of a coordinator: [`launch`], [`restart_check`], [`status`], [`studies`], [`cancel`],
 //!   [`export`], and [`report`] and [`analyses`] (from a coordinator's export or an export folder);
-//! - on files: [`analyze`], [`labels`], [`import`], [`inspect`].
+//! - on files: [`analyze`], [`labels`], [`notes`], [`import`], [`inspect`].
 //!
 //! `vcurve demo` and `vcurve bench` are [`crate::demo`] and the `bench_*` modules. What those use
 //! of the commands is re-exported here.
@@ -17,6 +17,7 @@ pub mod import;
 pub mod inspect;
 pub mod labels;
 pub mod launch;
+pub mod notes;
 pub mod report;
 pub mod restart_check;
 pub mod serving;

@@ -264,16 +264,23 @@ pub struct TrajectoryRow {
     pub record: vcurve_method::analyses::CurveRecord,
     /// The row named its task (a non-empty `task` cell).
     pub task_given: bool,
+    /// The concentration `C`, when the row gives it.
+    pub concentration: Option<f64>,
+    /// The fitted `V(h_0)` (`v0_fit`, a column of the paper's Table 9), when the row gives it.
+    pub v0_fit: Option<f64>,
+    /// `Some` for a trajectory without a curve: `doomed`, or `non_replayable` (dropped by replay).
+    pub no_curve: Option<vcurve_report::notes::NoCurve>,
 }
 
 /// Read a trajectories file: `vcurve export`'s `trajectories.csv` (header
 /// `trajectory,length,shape,concentration,t_star,decisive_a,decisive_b,onset,pnr,pnr_certified,restart_point,continuations,state`),
 /// of which `trajectory,length,shape,t_star,decisive_a,decisive_b,pnr` are required. Optional
 /// columns `task`, `stratum`, `first_edit` and `first_symptom` (empty or `none`: never; the column
-/// absent: not measured) feed the analyses; `concentration`, `onset`, `pnr_certified`,
-/// `restart_point` and `continuations` are checked when present; a row without a shape whose
-/// `state` (the export's last column) is not `doomed` was never measured and is refused. Ids must be unique and every
-/// curve quantity consistent with `T`.
+/// absent: not measured) feed the analyses, `concentration` and `v0_fit` (the paper's Table 9) the
+/// notes; `onset`, `pnr_certified`, `restart_point` and `continuations` are checked when present.
+/// A `doomed` or `non_replayable` row has no curve; a row without a shape whose `state` (the
+/// export's last column) is neither was never measured and is refused. Ids must be unique and
+/// every curve quantity consistent with `T`.
 pub fn read_trajectories(path: &Path) -> Result<Vec<TrajectoryRow>, InputError> {
     trajectories_from(path, read_bounded(path, MAX_CSV_BYTES)?)
 }
@@ -283,6 +290,7 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
     use vcurve_method::Shape;
     use vcurve_method::analyses::{CurveRecord, Observation};
     use vcurve_method::curve::Interval;
+    use vcurve_report::notes::NoCurve;
 
     const REQUIRED: [&str; 7] = ["trajectory", "length", "shape", "t_star", "decisive_a", "decisive_b", "pnr"];
     const OPTIONAL: [&str; 10] = [
@@ -291,6 +299,7 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
         "first_edit",
         "first_symptom",
         "concentration",
+        "v0_fit",
         "onset",
         "pnr_certified",
         "restart_point",
@@ -322,23 +331,28 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
             if length == 0 {
                 return Err("`length` is 0; a trajectory has at least one step".into());
             }
-            let shape = match field("shape").to_ascii_lowercase().as_str() {
-                "cliff" => Some(Shape::Cliff),
-                "erosion" => Some(Shape::Erosion),
-                "flat" => Some(Shape::Flat),
-                "doomed" | "" => None,
-                other => return Err(format!("`shape` must be cliff, erosion, flat or doomed, not {other:?}")),
+            let (shape, no_curve) = match field("shape").to_ascii_lowercase().as_str() {
+                "cliff" => (Some(Shape::Cliff), None),
+                "erosion" => (Some(Shape::Erosion), None),
+                "flat" => (Some(Shape::Flat), None),
+                "doomed" | "" => (None, Some(NoCurve::Doomed)),
+                "non_replayable" => (None, Some(NoCurve::NonReplayable)),
+                other => {
+                    return Err(format!(
+                        "`shape` must be cliff, erosion, flat, doomed or non_replayable, not {other:?}"
+                    ));
+                }
             };
-            // An export names the state of a trajectory without a curve: only a doomed one is
-            // read as a flat record; one never measured has no curve to read at all.
+            // An export names the state of a trajectory without a curve: a doomed or non-replayable
+            // one is read as having no curve; one never measured has no curve to read at all.
             let state = field("state");
-            if shape.is_none() && !state.is_empty() && state != "doomed" {
+            if shape.is_none() && !state.is_empty() && state != "doomed" && state != "non_replayable" {
                 return Err(format!(
                     "trajectory `{trajectory}` has no curve: it was never measured (state `{state}`); \
                      leave it out, or export the study once its curve is measured"
                 ));
             }
-            let shape_name = shape.map_or("doomed", |s| s.as_str());
+            let shape_name = shape.map_or_else(|| no_curve.map_or("doomed", |n| n.as_str()), |s| s.as_str());
             let a = optional_count("decisive_a", field("decisive_a"))?;
             let b = optional_count("decisive_b", field("decisive_b"))?;
             let decisive_interval = match (a, b) {
@@ -391,9 +405,10 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
                 (step("restart_point")?, step("first_edit")?, step("first_symptom")?);
             step("onset")?;
             optional_count("continuations", field("continuations"))?;
-            if !field("concentration").is_empty() {
-                unit_real("concentration", field("concentration"))?;
-            }
+            let real = |name: &str| -> Result<Option<f64>, String> {
+                if field(name).is_empty() { Ok(None) } else { unit_real(name, field(name)).map(Some) }
+            };
+            let (concentration, v0_fit) = (real("concentration")?, real("v0_fit")?);
             let certified = field("pnr_certified");
             if !certified.is_empty() && boolean("pnr_certified", certified)? != (pnr < length) {
                 return Err(format!(
@@ -405,6 +420,9 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
             Ok(TrajectoryRow {
                 line,
                 task_given: !task.is_empty(),
+                concentration,
+                v0_fit,
+                no_curve,
                 record: CurveRecord {
                     task: if task.is_empty() { trajectory.clone() } else { task.to_string() },
                     trajectory,

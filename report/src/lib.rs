@@ -11,6 +11,8 @@
 //!   and the pure analyses of `vcurve_method::analyses`.
 //! - [`figures`]: a trajectory's V-curve as SVG and PNG.
 //! - [`html`]: the study's report — one self-contained HTML file, its tables as CSV.
+//! - [`notes`]: one diagnostic note per curve, as the paper prints them under its figures, and
+//!   `notes.csv` (`trajectory,note` and each clause's value).
 //! - [`replay_table`]: replay as Appendix L reports it (Tables 14–15), and the kinds of commands.
 //! - [`selection_export`]: the base-run pool (Table 8) and the selection of the study set.
 //! - [`table`]: a table as HTML, CSV and text, aligned text for any rows ([`table::aligned`], which
@@ -20,6 +22,7 @@ pub mod analyses;
 pub mod export;
 pub mod figures;
 pub mod html;
+pub mod notes;
 pub mod replay_table;
 pub mod restart_check;
 pub mod results;

@@ -19,6 +19,7 @@ use vcurve_method::Thresholds;
 use vcurve_method::analyses::labels::{PlacementOptions, PlacementReport, PlacementSummary, Share, place_labels};
 use vcurve_method::analyses::{AnalysisError, CurveRecord, FitValue, Label, NOT_MEASURED, sources_in_order};
 use vcurve_method::schedule::Series;
+use vcurve_report::notes::NoCurve;
 use vcurve_report::table::{Align, aligned};
 
 use crate::input::{self, InputError};
@@ -39,9 +40,32 @@ pub enum LabelsError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LabelStudy {
     pub trajectories: Vec<CurveRecord>,
+    /// What each trajectory's row says beyond its record, in the same order.
+    pub details: Vec<RowDetails>,
     pub labels: Vec<Label>,
     /// The raw points were given (`--curves`): the probed-drop fields are reported.
     pub with_curves: bool,
+}
+
+/// What a trajectories row says beyond its [`CurveRecord`] (the notes print it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowDetails {
+    pub concentration: Option<f64>,
+    pub v0_fit: Option<f64>,
+    pub no_curve: Option<NoCurve>,
+}
+
+/// The files a study is read from, by `vcurve labels` and `vcurve notes`.
+#[derive(Debug, Clone, Copy)]
+pub struct StudyFiles<'a> {
+    /// `trajectories.csv` (or the paper's Table 9).
+    pub trajectories: &'a Path,
+    /// `trajectory,source,step`; `None`: no labels.
+    pub labels: Option<&'a Path>,
+    /// `curves.csv`: the raw points and the fit of each trajectory's main series.
+    pub curves: Option<&'a Path>,
+    /// The labels' steps are 0-based, `-1` for "no mistake".
+    pub zero_based: bool,
 }
 
 /// Place the labels and return what `vcurve labels` prints.
@@ -68,60 +92,77 @@ pub fn run(args: &LabelsArgs) -> Result<String, LabelsError> {
 
 /// Read the files of `args` and check them against each other.
 pub fn load(args: &LabelsArgs, params: &Thresholds) -> Result<LabelStudy, LabelsError> {
-    let rows = input::read_trajectories(&args.trajectories)?;
-    let steps = if args.zero_based { input::LabelSteps::ZeroBased } else { input::LabelSteps::OneBased };
-    let label_rows = input::read_labels(&args.labels, steps)?;
+    let files = StudyFiles {
+        trajectories: &args.trajectories,
+        labels: Some(&args.labels),
+        curves: args.curves.as_deref(),
+        zero_based: args.zero_based,
+    };
+    Ok(load_files(&files, params)?)
+}
+
+/// Read `files` and check them against each other: every label and point on a known trajectory,
+/// every step within it, one task per trajectory.
+pub fn load_files(files: &StudyFiles<'_>, params: &Thresholds) -> Result<LabelStudy, InputError> {
+    let rows = input::read_trajectories(files.trajectories)?;
+    let steps = if files.zero_based { input::LabelSteps::ZeroBased } else { input::LabelSteps::OneBased };
+    let label_rows = match files.labels {
+        Some(path) => input::read_labels(path, steps)?,
+        None => Vec::new(),
+    };
     let index: HashMap<String, usize> =
         rows.iter().enumerate().map(|(i, row)| (row.record.trajectory.clone(), i)).collect();
     let task_given: Vec<bool> = rows.iter().map(|row| row.task_given).collect();
+    let details: Vec<RowDetails> = rows
+        .iter()
+        .map(|row| RowDetails { concentration: row.concentration, v0_fit: row.v0_fit, no_curve: row.no_curve })
+        .collect();
     let mut trajectories: Vec<CurveRecord> = rows.into_iter().map(|row| row.record).collect();
+    let labels_path = files.labels.unwrap_or(files.trajectories);
 
     let line_error = |path: &Path, line: u64, message: String| InputError::Line { path: path.into(), line, message };
     let unknown = |path: &Path, line: u64, trajectory: &str| {
-        line_error(path, line, format!("trajectory `{trajectory}` is not in {}", args.trajectories.display()))
+        line_error(path, line, format!("trajectory `{trajectory}` is not in {}", files.trajectories.display()))
     };
 
     // The task a labels row named for each trajectory, with the first line that named it.
     let mut label_tasks: HashMap<usize, (&str, u64)> = HashMap::new();
     for row in &label_rows {
         let label = &row.label;
-        let &i = index.get(&label.trajectory).ok_or_else(|| unknown(&args.labels, row.line, &label.trajectory))?;
+        let &i = index.get(&label.trajectory).ok_or_else(|| unknown(labels_path, row.line, &label.trajectory))?;
         let record = &trajectories[i];
         if let Some(step) = label.step
             && step > record.length
         {
             return Err(line_error(
-                &args.labels,
+                labels_path,
                 row.line,
                 format!(
                     "step {step} is beyond the end of `{}`, whose length is T = {} (steps are 1..={})",
                     label.trajectory, record.length, record.length
                 ),
-            )
-            .into());
+            ));
         }
         let Some(task) = row.task.as_deref() else { continue };
         if task_given[i] && task != record.task {
             return Err(line_error(
-                &args.labels,
+                labels_path,
                 row.line,
                 format!(
                     "task `{task}` of `{}` differs from its task `{}` in {}",
                     label.trajectory,
                     record.task,
-                    args.trajectories.display()
+                    files.trajectories.display()
                 ),
-            )
-            .into());
+            ));
         }
         match label_tasks.get(&i) {
             Some(&(first, line)) if first != task => {
                 return Err(line_error(
-                    &args.labels,
+                    labels_path,
                     row.line,
                     format!("task `{task}` of `{}` differs from `{first}` on line {line}", label.trajectory),
-                )
-                .into());
+                ));
             }
             Some(_) => {}
             None => {
@@ -133,7 +174,7 @@ pub fn load(args: &LabelsArgs, params: &Thresholds) -> Result<LabelStudy, Labels
         trajectories[i].task = task.to_owned();
     }
 
-    if let Some(path) = &args.curves {
+    if let Some(path) = files.curves {
         let mut by_trajectory: BTreeMap<usize, Vec<(vcurve_method::Point, f64)>> = BTreeMap::new();
         for row in input::read_curves(path)? {
             let &i = index.get(&row.trajectory).ok_or_else(|| unknown(path, row.line, &row.trajectory))?;
@@ -146,8 +187,7 @@ pub fn load(args: &LabelsArgs, params: &Thresholds) -> Result<LabelStudy, Labels
                         "t = {} is not before the end of `{}` (T = {length}); the terminal point is known, never sampled",
                         row.point.t, row.trajectory
                     ),
-                )
-                .into());
+                ));
             }
             if row.series == Series::Main {
                 by_trajectory.entry(i).or_default().push((row.point, row.v_fit));
@@ -168,8 +208,9 @@ pub fn load(args: &LabelsArgs, params: &Thresholds) -> Result<LabelStudy, Labels
 
     Ok(LabelStudy {
         trajectories,
+        details,
         labels: label_rows.into_iter().map(|row| row.label).collect(),
-        with_curves: args.curves.is_some(),
+        with_curves: files.curves.is_some(),
     })
 }
 

@@ -454,7 +454,7 @@ fn refuses_bad_trajectories() {
     bad("b,40,erosion,0.3,7,5,6,,8,true,,150", &["line 3: `t_star` = 7, but t* = decisive_a + 1 = 6"]);
     bad(
         "b,40,steep,0.3,6,5,6,,8,true,,150",
-        &["line 3: `shape` must be cliff, erosion, flat or doomed, not \"steep\""],
+        &["line 3: `shape` must be cliff, erosion, flat, doomed or non_replayable, not \"steep\""],
     );
     bad("b,40,erosion,high,6,5,6,,8,true,,150", &["line 3: `concentration` is not a number: \"high\""]);
     bad(

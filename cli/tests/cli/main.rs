@@ -15,5 +15,6 @@ mod labels_cli;
 mod launch_refusals;
 mod memory;
 mod metrics;
+mod notes_cli;
 mod report_cli;
 mod schedule_reference;
