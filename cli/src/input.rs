@@ -293,7 +293,7 @@ fn trajectories_from(path: &Path, text: Vec<u8>) -> Result<Vec<TrajectoryRow>, I
     use vcurve_report::notes::NoCurve;
 
     const REQUIRED: [&str; 7] = ["trajectory", "length", "shape", "t_star", "decisive_a", "decisive_b", "pnr"];
-    const OPTIONAL: [&str; 10] = [
+    const OPTIONAL: [&str; 11] = [
         "task",
         "stratum",
         "first_edit",
