@@ -14,8 +14,8 @@ pub mod v1 {
 }
 
 /// The protocol version a worker states when it registers. The coordinator refuses a different
-/// major version.
-pub const PROTOCOL_VERSION: &str = "2.0";
+/// major version. 3.0: a base run's payload names its problem statement by digest (the worker fetches it).
+pub const PROTOCOL_VERSION: &str = "3.0";
 
 /// The largest piece of a file or payload one message carries.
 pub const CHUNK_BYTES: usize = 1 << 20;
