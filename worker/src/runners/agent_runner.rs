@@ -617,26 +617,9 @@ mod tests {
         // Issue 24: 64 MiB of output made the trajectory unstorable; every attempt failed at its
         // upload and the base run was retired. The first command here prints 40 MiB, which the
         // trajectory holds twice (the action's output and the agent's next message).
-        let printed = std::sync::atomic::AtomicBool::new(false);
-        let big = format!("FIRST LINE\n{}\nLAST LINE\n", "x".repeat(40 << 20));
-        let printed_bytes = big.len() as u64;
-        let plain = handler(false);
-        let runtime = Arc::new(FakeRuntime::with_handler(move |fs, request| {
-            if !printed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                return ExecOutput { output: big.clone().into_bytes(), exit_code: Some(0), timed_out: false };
-            }
-            plain(fs, request)
-        }));
-        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
-        let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
-        let services = Arc::new(Services::default());
-        runner.attach(services.clone());
-        let report = runner.run(base_run(), CancellationToken::new()).await;
-        let JobReport::Outcome(o) = report else { panic!("{report:?}") };
-        let files = services.files.lock().unwrap();
-        let bytes = &files[o.recorded.as_ref().expect("the run is recorded")];
-        assert!(bytes.len() as u64 <= vcurve_record::MAX_FILE_BYTES, "{} bytes", bytes.len());
-        let recorded = Trajectory::from_json(bytes).unwrap();
+        let printed_bytes = (40u64 << 20) + 22;
+        let (recorded, size) = base_run_printing(1, printed_bytes as usize).await;
+        assert!(size as u64 <= vcurve_record::MAX_FILE_BYTES, "{size} bytes");
         let action = &recorded.steps[0].actions[0];
         let omitted = action.omitted.expect("the cut is recorded in the action");
         assert_eq!(omitted.head + omitted.bytes + omitted.tail, printed_bytes);
