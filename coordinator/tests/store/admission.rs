@@ -111,7 +111,11 @@ pub(crate) async fn concurrent_leases_admit_with_unique_ranks_and_exactly_the_co
                 let study = c.launch(&yaml, &files).await.unwrap();
                 let mut workers = Vec::new();
                 for i in 0..WORKERS {
-                    workers.push(c.register(&format!("w{i}"), SLOTS, &["synthetic".into()], "2.0").await.unwrap());
+                    workers.push(
+                        c.register(&format!("w{i}"), SLOTS, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION)
+                            .await
+                            .unwrap(),
+                    );
                 }
                 // Each worker leases at the same moment as the others (a barrier per wave), then
                 // reports what it got while the others are still leasing.
@@ -204,7 +208,7 @@ pub(crate) async fn a_study_stored_before_controls_were_decided_at_launch_gets_t
                 .await
                 .unwrap();
         }
-        let w = c.register("w", 4, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w", 4, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         assert_eq!(lease(&c, &w, 4).await.len(), 4, "{}", rs.name);
         let ranks: Vec<Option<i64>> = rs.ranks(&study).await.into_iter().map(|r| r.1).collect();
         assert_eq!(ranks, [Some(0), None, Some(1), Some(2), Some(3), Some(4), Some(5), Some(6)], "{}", rs.name);

@@ -9,7 +9,7 @@ pub(crate) async fn admission_and_first_leases() {
         let study = launch_one(&c, 40).await;
         let p = c.progress(&study).await.unwrap();
         assert_eq!((p.trajectories, p.trajectories_admitted, p.pending), (1, 0, 0), "{}", ts.name);
-        let w = c.register("w1", 4, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w1", 4, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 4).await;
         assert_eq!(jobs.len(), 4, "{}", ts.name);
         assert!(jobs.iter().all(|j| j.attempt == 1 && j.budget == 100 - ck(j).t && j.runner.kind() == "synthetic"));
@@ -32,7 +32,7 @@ pub(crate) async fn a_key_accepts_exactly_one_outcome() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_one(&c, 40).await;
-        let w = c.register("w1", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w1", 2, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let job = lease(&c, &w, 1).await.remove(0);
         assert_eq!(c.report(&w, &held(&job), &outcome(true)).await.unwrap(), ReportVerdict::Accepted);
         // A duplicate, a different outcome, a stale attempt: all ignored.
@@ -62,7 +62,7 @@ pub(crate) async fn three_no_outcomes_retire_a_key_and_a_release_does_not_count(
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_one(&c, 40).await;
-        let w = c.register("w1", 1, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w1", 1, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let first = lease(&c, &w, 1).await.remove(0);
         // A release re-issues the same key under a new attempt, without counting.
         assert_eq!(c.release(&w, &[held(&first)]).await.unwrap(), 1);
@@ -94,7 +94,7 @@ pub(crate) async fn leases_expire_only_without_heartbeats() {
     for ts in TestStore::both().await {
         let (c, clock) = coordinator(&ts.store);
         launch_one(&c, 40).await;
-        let a = c.register("a", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let a = c.register("a", 2, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &a, 2).await;
         let held_a: Vec<HeldJob> = jobs.iter().map(held).collect();
         // Ten heartbeats 10 s apart: 100 s, far past the 30 s timeout, and nothing expires.
@@ -106,7 +106,7 @@ pub(crate) async fn leases_expire_only_without_heartbeats() {
         }
         // A stops heartbeating: after the timeout its keys go to B under a new attempt.
         clock.advance(Duration::from_secs(31));
-        let b = c.register("b", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let b = c.register("b", 2, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let taken = lease(&c, &b, 2).await;
         let keys_a: HashSet<_> = jobs.iter().map(|j| j.key.clone()).collect();
         assert!(taken.iter().all(|j| keys_a.contains(&j.key) && j.attempt == 2), "{}", ts.name);
@@ -137,7 +137,9 @@ pub(crate) async fn concurrent_leases_never_share_a_key() {
         c.launch(&yaml, &files).await.unwrap();
         let mut workers = Vec::new();
         for i in 0..8 {
-            workers.push(c.register(&format!("w{i}"), 16, &["synthetic".into()], "2.0").await.unwrap());
+            workers.push(
+                c.register(&format!("w{i}"), 16, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap(),
+            );
         }
         let tasks: Vec<_> = workers
             .iter()
@@ -167,7 +169,7 @@ pub(crate) async fn cancel_stops_new_leases() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_one(&c, 40).await;
-        let w = c.register("w", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w", 2, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         assert_eq!(lease(&c, &w, 2).await.len(), 2);
         assert_eq!(c.cancel(&study).await.unwrap(), StudyState::Cancelled);
         assert!(lease(&c, &w, 2).await.is_empty(), "{}", ts.name);

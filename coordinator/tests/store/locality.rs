@@ -13,7 +13,7 @@ pub(crate) async fn a_worker_holding_a_trajectorys_snapshots_gets_its_continuati
         let (yaml, files) =
             spec("near", "admission: {mode: batch, batch_size: 2, pipeline_threshold: 1}\n", &trajectories);
         c.launch(&yaml, &files).await.unwrap();
-        let w = c.register("w", 64, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w", 64, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         // Screening of both: find b's payload by a lease, then give everything back.
         let all = lease(&c, &w, 64).await;
         let b = all.iter().find(|j| ck(j).trajectory == "b").unwrap().trajectory_digest.clone().unwrap();
@@ -44,7 +44,7 @@ pub(crate) async fn a_claim_prefers_held_snapshots_then_the_workers_registry_the
         let (yaml, files) =
             spec("registry", "admission: {mode: batch, batch_size: 3, pipeline_threshold: 1}\n", &trajectories);
         c.launch(&yaml, &files).await.unwrap();
-        let w = c.register("w", 256, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w", 256, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let all = lease(&c, &w, 256).await;
         let digest = |id: &str| all.iter().find(|j| ck(j).trajectory == id).unwrap().trajectory_digest.clone().unwrap();
         let (a, b) = (digest("a"), digest("b"));

@@ -29,9 +29,10 @@ pub(crate) async fn progress_says_when_no_live_worker_offers_the_studys_runner()
     for ts in TestStore::both().await {
         let (c, clock) = coordinator(&ts.store);
         let study = launch_recorded(&c, &[("r", 10)]).await;
-        let other = c.register("synthetic-only", 2, &["synthetic".into()], "2.0").await.unwrap();
+        let other =
+            c.register("synthetic-only", 2, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner.as_deref(), Some(DOUBLE), "{}", ts.name);
-        let w = c.register("double", 2, &[DOUBLE.into()], "2.0").await.unwrap();
+        let w = c.register("double", 2, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner, None, "{}", ts.name);
         // A worker that stopped heartbeating is not live.
         clock.advance(Duration::from_secs(31));
@@ -47,7 +48,7 @@ pub(crate) async fn throughput_is_over_the_time_the_study_ran_and_lease_latency_
         let (c, clock) = coordinator(&ts.store);
         let study = launch_one(&c, 40).await;
         assert_eq!(c.progress(&study).await.unwrap().lease_latency, None, "{}: not measured yet", ts.name);
-        let w = c.register("w", 10, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w", 10, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         clock.advance(Duration::from_secs(3));
         for job in lease(&c, &w, 10).await {
             c.report(&w, &held(&job), &outcome(true)).await.unwrap();

@@ -40,7 +40,7 @@ pub(crate) async fn a_recorded_trajectory_is_replayed_before_any_continuation() 
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_recorded(&c, &[("r1", 30)]).await;
-        let w = c.register("w", 8, &[DOUBLE.into()], "2.0").await.unwrap();
+        let w = c.register("w", 8, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 8).await;
         assert_eq!(jobs.len(), 1, "{}: only the replay is runnable", ts.name);
         let replay = &jobs[0];
@@ -78,7 +78,7 @@ pub(crate) async fn a_non_replayable_replay_drops_the_trajectory_and_its_export_
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_recorded(&c, &[("bad", 12), ("good", 12)]).await;
-        let w = c.register("w", 1, &[DOUBLE.into()], "2.0").await.unwrap();
+        let w = c.register("w", 1, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let first = lease(&c, &w, 1).await.remove(0);
         assert_eq!(first.key, JobKey::Replay { study: study.clone(), trajectory: "bad".into() });
         assert_eq!(c.report(&w, &held(&first), &non_replayable(3)).await.unwrap(), ReportVerdict::Accepted);
@@ -116,7 +116,7 @@ pub(crate) async fn a_continuation_that_meets_another_state_drops_the_rest_of_it
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_recorded(&c, &[("r", 20)]).await;
-        let w = c.register("w", 4, &[DOUBLE.into()], "2.0").await.unwrap();
+        let w = c.register("w", 4, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let replay = lease(&c, &w, 1).await.remove(0);
         c.report(&w, &held(&replay), &replayed(20)).await.unwrap();
         let jobs = lease(&c, &w, 4).await;
@@ -141,7 +141,7 @@ pub(crate) async fn a_replay_without_an_outcome_three_times_drops_the_trajectory
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_recorded(&c, &[("r", 10)]).await;
-        let w = c.register("w", 1, &[DOUBLE.into()], "2.0").await.unwrap();
+        let w = c.register("w", 1, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         for i in 0..3 {
             let job = lease(&c, &w, 1).await.remove(0);
             assert_eq!(job.attempt, i + 1);
@@ -174,7 +174,7 @@ pub(crate) async fn evaluations_and_base_runs_are_queued_leased_and_recorded() {
             seed: 0,
         });
         assert!(c.enqueue(&[continuation]).await.is_err(), "{}: continuations come from the schedule", ts.name);
-        let w = c.register("w", 8, &[DOUBLE.into()], "2.0").await.unwrap();
+        let w = c.register("w", 8, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 8).await;
         let kinds: HashSet<_> = jobs.iter().map(|j| j.key.clone()).collect();
         assert!(kinds.contains(&eval) && kinds.contains(&base), "{}: {kinds:?}", ts.name);

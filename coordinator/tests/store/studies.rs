@@ -20,7 +20,7 @@ pub(crate) async fn assert_progress_counts(c: &Coordinator<SqlStore>, study: &st
 /// Drive a study to the end with deterministic outcomes; return its stored record, study id
 /// blanked (exports are a pure function of it).
 pub(crate) async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32)]) -> StudyRecord {
-    let w = c.register("w", 8, &["synthetic".into()], "2.0").await.unwrap();
+    let w = c.register("w", 8, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     for _ in 0..10_000 {
         let jobs = lease(c, &w, 8).await;
         if jobs.is_empty() {
@@ -56,8 +56,8 @@ pub(crate) async fn two_stores_reporting_on_the_same_trajectories_keep_their_rep
     let cliffs = [("cliff", 23), ("late", 38)];
     let (yaml, files) = spec("shared", "", &trs);
     let study = ca.launch(&yaml, &files).await.unwrap();
-    let wa = ca.register("wa", 3, &["synthetic".into()], "2.0").await.unwrap();
-    let wb = cb.register("wb", 3, &["synthetic".into()], "2.0").await.unwrap();
+    let wa = ca.register("wa", 3, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+    let wb = cb.register("wb", 3, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     for turn in 0..10_000u32 {
         // Leases alternate; each job is reported through one store or the other in a fixed pattern.
         let (c, w) = if turn.is_multiple_of(2) { (&ca, &wa) } else { (&cb, &wb) };
@@ -166,7 +166,7 @@ pub(crate) async fn a_study_read_in_parts_is_its_record_head_first_then_each_tra
         let (yaml, files) = spec("parts", "controls: {sanity: 1, retest: 1}\n", &trs);
         let study = c.launch(&yaml, &files).await.unwrap();
         // Partway: some outcomes in, the study still running.
-        let w = c.register("w", 8, &["synthetic".into()], "2.0").await.unwrap();
+        let w = c.register("w", 8, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         for _ in 0..5 {
             for job in lease(&c, &w, 8).await {
                 let success = step_outcome(20, ck(&job).t, ck(&job).seed);

@@ -113,7 +113,7 @@ async fn a_study_of_swebench_instances_queues_base_runs_per_instance_with_their_
             ts.name
         );
 
-        let w = c.register("w", 32, &["agent".into()], "2.0").await.unwrap();
+        let w = c.register("w", 32, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = c.lease(&w, 32, Duration::ZERO).await.unwrap();
         let mut per_task: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for job in &jobs {
@@ -202,7 +202,7 @@ async fn an_imported_mini_swe_agent_run_is_replayed_with_its_instance_row() {
         let kept = vcurve_record::Trajectory::from_json(&kept).expect("the run is kept under its digest");
         assert_eq!(kept.digest(), digest, "{}: what a restart check reads the run's task from", ts.name);
 
-        let w = c.register("w", 4, &["agent".into()], "2.0").await.unwrap();
+        let w = c.register("w", 4, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = c.lease(&w, 4, Duration::ZERO).await.unwrap();
         assert_eq!(jobs.iter().map(|j| j.key.kind()).collect::<Vec<_>>(), [JobKind::Replay], "{}", ts.name);
         let payload = payload(&c, &jobs[0]).await;

@@ -20,7 +20,7 @@ pub(crate) async fn launch_agent(c: &Coordinator<SqlStore>, options: &str) -> (S
     let (yaml, files) = vcurve_coordinator::testing::recorded_spec("cache", "agent", &[("r", 10)]);
     let yaml = yaml.replace("{kind: agent}", &format!("{{kind: agent, command: [agent], {options}}}"));
     let study = c.launch(&yaml, &files).await.unwrap();
-    let w = c.register("w", 8, &["agent".into()], "2.0").await.unwrap();
+    let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     let replay = lease(c, &w, 1).await.remove(0);
     assert_eq!(c.report(&w, &held(&replay), &replayed(10)).await.unwrap(), ReportVerdict::Accepted);
     (study, w)

@@ -23,7 +23,7 @@ fn timing() -> Timing {
 
 /// Run `study` to its end with deterministic outcomes; returns how many were reported.
 async fn run_to_end(c: &Coordinator<SqlStore>, study: &str) -> u64 {
-    let w = c.register("w", 32, &["synthetic".into()], "2.0").await.unwrap();
+    let w = c.register("w", 32, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     let mut reported = 0;
     loop {
         let jobs = c.lease(&w, 32, Duration::ZERO).await.unwrap();

@@ -22,7 +22,7 @@ async fn a_study_cancelled_before_any_continuation_exports_its_trajectories_unme
     let study = client::upload_and_launch(&mut c, yaml, &files).await.unwrap();
     // A worker leases alpha's first continuations (admitting it) and is never heard of again.
     let coordinator = server.coordinator();
-    let w = coordinator.register("w", 4, &["synthetic".into()], "2.0").await.unwrap();
+    let w = coordinator.register("w", 4, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     let leased = coordinator.lease(&w, 4, std::time::Duration::ZERO).await.unwrap();
     assert!(!leased.is_empty());
     let state = c.cancel(v1::CancelRequest { study: study.clone() }).await.unwrap().into_inner().state;
