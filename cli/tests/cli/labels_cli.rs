@@ -44,7 +44,8 @@ d,L,5
 // c J 4:   unplaced (flat)
 // d L 5:   unplaced (doomed)
 
-const CURVES: &str = "\
+/// Raw points of trajectories `a` and `b` (the notes tests read them too).
+pub(super) const CURVES: &str = "\
 trajectory,series,t,n,successes,v_hat,v_fit,wilson_lo,wilson_hi
 a,main,0,8,7,0.875,0.6,0.5,0.98
 a,main,2,16,4,0.25,0.5,0.1,0.5
@@ -59,11 +60,12 @@ b,main,6,16,5,0.3125,0.3125,0.14,0.56
 b,main,39,16,3,0.1875,0.1875,0.07,0.43
 ";
 
-struct Study {
+/// A trajectories, a labels and a curves file in a folder of their own.
+pub(super) struct Study {
     _dir: tempfile::TempDir,
-    trajectories: PathBuf,
-    labels: PathBuf,
-    curves: PathBuf,
+    pub(super) trajectories: PathBuf,
+    pub(super) labels: PathBuf,
+    pub(super) curves: PathBuf,
 }
 
 impl Study {
@@ -71,7 +73,7 @@ impl Study {
         Study::with(TRAJECTORIES, LABELS, CURVES)
     }
 
-    fn with(trajectories: &str, labels: &str, curves: &str) -> Study {
+    pub(super) fn with(trajectories: &str, labels: &str, curves: &str) -> Study {
         let dir = tempfile::tempdir().unwrap();
         Study {
             trajectories: write(dir.path(), "trajectories.csv", trajectories),

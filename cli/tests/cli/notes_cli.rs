@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use crate::common::{vcurve, write};
+use super::labels_cli::{CURVES, Study};
+use crate::common::vcurve;
 
 fn paper_fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../method/tests/fixtures/paper").join(name)
@@ -94,57 +95,24 @@ c,J,4
 d,L,5
 ";
 
-const CURVES: &str = "\
-trajectory,series,t,n,successes,v_hat,v_fit,wilson_lo,wilson_hi
-a,main,0,8,7,0.875,0.6,0.5,0.98
-a,main,2,16,4,0.25,0.5,0.1,0.5
-a,main,3,16,6,0.375,0.5,0.18,0.61
-a,main,10,32,16,0.5,0.5,0.34,0.66
-a,main,11,32,2,0.0625,0.0625,0.02,0.2
-a,retest,11,32,32,1,1,0.89,1
-a,main,18,16,4,0.25,0.0625,0.1,0.5
-a,main,19,8,0,0,0.0,0,0.32
-b,main,5,16,8,0.5,0.5,0.28,0.72
-b,main,6,16,5,0.3125,0.3125,0.14,0.56
-b,main,39,16,3,0.1875,0.1875,0.07,0.43
-";
-
-struct Export {
-    _dir: tempfile::TempDir,
-    trajectories: PathBuf,
-    labels: PathBuf,
-    curves: PathBuf,
-}
-
-impl Export {
-    fn with(trajectories: &str, labels: &str, curves: &str) -> Export {
-        let dir = tempfile::tempdir().unwrap();
-        Export {
-            trajectories: write(dir.path(), "trajectories.csv", trajectories),
-            labels: write(dir.path(), "labels.csv", labels),
-            curves: write(dir.path(), "curves.csv", curves),
-            _dir: dir,
-        }
-    }
-
-    fn run(&self, extra: &[&str]) -> Output {
-        let mut args = vec![
-            "notes",
-            "--trajectories",
-            self.trajectories.to_str().unwrap(),
-            "--labels",
-            self.labels.to_str().unwrap(),
-            "--curves",
-            self.curves.to_str().unwrap(),
-        ];
-        args.extend(extra);
-        vcurve(&args)
-    }
+/// `vcurve notes` on a study's three files, plus `extra`.
+fn notes(study: &Study, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "notes",
+        "--trajectories",
+        study.trajectories.to_str().unwrap(),
+        "--labels",
+        study.labels.to_str().unwrap(),
+        "--curves",
+        study.curves.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    vcurve(&args)
 }
 
 #[test]
 fn writes_an_exports_notes_with_the_rise_and_the_fit() {
-    let notes = rows(&Export::with(TRAJECTORIES, LABELS, CURVES).run(&[]));
+    let notes = rows(&notes(&Study::with(TRAJECTORIES, LABELS, CURVES), &[]));
     let text: Vec<&str> = notes.iter().map(|row| row["note"].as_str()).collect();
     assert_eq!(
         text,
@@ -192,37 +160,37 @@ fn assert_rejected(out: Output, expect: &[&str]) {
 fn refuses_bad_files_naming_the_file_the_line_and_the_column() {
     let header = TRAJECTORIES.lines().next().unwrap();
     let bad_row = |row: &str| {
-        Export::with(&format!("{header}\na,30,cliff,0.8,11,10,12,11,20,true,9,200\n{row}\n"), LABELS, CURVES)
+        Study::with(&format!("{header}\na,30,cliff,0.8,11,10,12,11,20,true,9,200\n{row}\n"), LABELS, CURVES)
     };
     assert_rejected(
-        bad_row("b,forty,erosion,0.3,6,5,6,,8,true,,150").run(&[]),
+        notes(&bad_row("b,forty,erosion,0.3,6,5,6,,8,true,,150"), &[]),
         &["trajectories.csv line 3: `length` is not a whole number: \"forty\""],
     );
     assert_rejected(
-        bad_row("b,40,erosion,0.3,6,5,6,,8,true").run(&[]),
+        notes(&bad_row("b,40,erosion,0.3,6,5,6,,8,true"), &[]),
         &["trajectories.csv line 3: malformed row: 10 fields where the header has 12"],
     );
     // Table 9's `v0_fit` is a value in [0, 1].
     let table = "trajectory,length,shape,t_star,decisive_a,decisive_b,pnr,v0_fit\na,30,cliff,11,10,12,20,0.5\nb,30,cliff,11,10,12,20,1.5\n";
     assert_rejected(
-        Export::with(table, LABELS, CURVES).run(&[]),
+        notes(&Study::with(table, LABELS, CURVES), &[]),
         &["trajectories.csv line 3: `v0_fit` = 1.5 is outside [0, 1]"],
     );
     assert_rejected(
-        Export::with(TRAJECTORIES, "trajectory,source,step\na,J,3\nzz,J,4\n", CURVES).run(&[]),
+        notes(&Study::with(TRAJECTORIES, "trajectory,source,step\na,J,3\nzz,J,4\n", CURVES), &[]),
         &["labels.csv line 3: trajectory `zz` is not in ", "trajectories.csv"],
     );
     assert_rejected(
-        Export::with(TRAJECTORIES, "trajectory,source,step\na,J,three\n", CURVES).run(&[]),
+        notes(&Study::with(TRAJECTORIES, "trajectory,source,step\na,J,three\n", CURVES), &[]),
         &["labels.csv line 2: `step`"],
     );
     assert_rejected(
-        Export::with(TRAJECTORIES, LABELS, "trajectory,series,t,n,successes,v_fit\na,main,2,4,5,0.5\n").run(&[]),
+        notes(&Study::with(TRAJECTORIES, LABELS, "trajectory,series,t,n,successes,v_fit\na,main,2,4,5,0.5\n"), &[]),
         &["curves.csv line 2: t = 2 has 5 successes of n = 4"],
     );
-    let export = Export::with(TRAJECTORIES, LABELS, CURVES);
+    let export = Study::with(TRAJECTORIES, LABELS, CURVES);
     assert_rejected(
-        export.run(&["--source", "nobody"]),
+        notes(&export, &["--source", "nobody"]),
         &["--source names `nobody`, which labels nothing in ", "labels.csv"],
     );
     assert_rejected(
