@@ -38,7 +38,7 @@ pub fn cluster_bootstrap_share(clusters: &[Cluster], resamples: u32, seed: u64, 
 }
 
 /// Linear-interpolation quantile of sorted values (the usual "type 7").
-fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)

@@ -34,6 +34,7 @@ pub mod schedule;
 pub mod selection;
 pub mod stats;
 pub mod synthetic;
+pub mod task_state;
 
 pub use curve::{BaseRun, BaseRuns, CurveAnalysis, CurveError, FittedPoint, Point, Shape, analyze};
 pub use params::{Thresholds, ThresholdsError};

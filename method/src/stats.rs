@@ -84,6 +84,32 @@ impl TwoByTwo {
     }
 }
 
+/// The exact two-sided binomial test of `successes` in `n` trials against success probability `p`:
+/// the probability of every outcome at most as likely as the observed one (relative slack `1e-7`,
+/// as R's `binom.test`). With `p = 1/2` and `n ≤ 120` the sum is exact: whole binomial
+/// coefficients over `2^n` (the CTXGAP study's Table 33: 5 against 2 gives 29/64, 11 against 0
+/// gives 2/2048). `None` when `successes > n` or `p` is outside `[0, 1]`.
+pub fn binomial_two_sided(successes: u32, n: u32, p: f64) -> Option<f64> {
+    if successes > n || !(0.0..=1.0).contains(&p) {
+        return None;
+    }
+    if p == 0.5 && n <= 120 {
+        let choose = |k: u32| -> u128 { (0..k).fold(1u128, |c, i| c * u128::from(n - i) / u128::from(i + 1)) };
+        let observed = choose(successes);
+        let tail: u128 = (0..=n).map(choose).filter(|&c| c <= observed).sum();
+        return Some((tail as f64 / 2f64.powi(n as i32)).min(1.0));
+    }
+    if p == 0.0 || p == 1.0 {
+        let certain = if p == 0.0 { 0 } else { n };
+        return Some(if successes == certain { 1.0 } else { 0.0 });
+    }
+    let ln_pmf =
+        |k: u32| ln_binomial(u64::from(n), u64::from(k)) + f64::from(k) * p.ln() + f64::from(n - k) * (1.0 - p).ln();
+    let observed = ln_pmf(successes);
+    let total: f64 = (0..=n).map(ln_pmf).filter(|&lp| lp <= observed + 1e-7_f64.ln_1p()).map(f64::exp).sum();
+    Some(total.min(1.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +158,39 @@ mod tests {
         assert!(close(TwoByTwo::new(2, 10, 7, 10).fisher_two_sided(), 0.069_779, 1e-5));
         // No successes anywhere: nothing to test.
         assert!(close(TwoByTwo::new(0, 8, 0, 8).fisher_greater(), 1.0, 1e-12));
+    }
+
+    #[test]
+    fn binomial_two_sided_reproduces_table_33_exactly() {
+        // Exact tests of machine-stricter against machine-looser discordances (CTXGAP Table 33):
+        // annotator 1, 5 stricter / 2 looser: p = 2·(1 + 7 + 21)/128 = 29/64 = 0.453125;
+        // annotator 2, 11 / 0: p = 2/2048, printed 0.000977.
+        let p1 = binomial_two_sided(5, 7, 0.5).unwrap();
+        assert_eq!(p1, 29.0 / 64.0);
+        assert_eq!(format!("{p1:.6}"), "0.453125");
+        let p2 = binomial_two_sided(11, 11, 0.5).unwrap();
+        assert_eq!(p2, 2.0 / 2048.0);
+        assert_eq!(format!("{p2:.6}"), "0.000977");
+        // Symmetric in which side is counted.
+        assert_eq!(binomial_two_sided(2, 7, 0.5), Some(29.0 / 64.0));
+        assert_eq!(binomial_two_sided(0, 11, 0.5), Some(2.0 / 2048.0));
+        // The middle outcome of an even n: p = 1.
+        assert_eq!(binomial_two_sided(5, 10, 0.5), Some(1.0));
+        assert_eq!(binomial_two_sided(0, 0, 0.5), Some(1.0));
+    }
+
+    #[test]
+    fn binomial_two_sided_general_p_and_bad_inputs() {
+        // R: binom.test(3, 10, 0.1)$p.value = 0.07019083.
+        assert!(close(binomial_two_sided(3, 10, 0.1).unwrap(), 0.070_190_83, 1e-8));
+        // n = 200 takes the log path: R gives 0.005685156.
+        let exact = binomial_two_sided(40, 100, 0.5).unwrap();
+        let ln = binomial_two_sided(80, 200, 0.5).unwrap();
+        assert!(close(exact, 0.056_887_93, 1e-7), "{exact}");
+        assert!(close(ln, 0.005_685_156, 1e-8), "{ln}");
+        assert_eq!(binomial_two_sided(3, 2, 0.5), None);
+        assert_eq!(binomial_two_sided(1, 2, 1.5), None);
+        assert_eq!(binomial_two_sided(0, 4, 0.0), Some(1.0));
+        assert_eq!(binomial_two_sided(1, 4, 1.0), Some(0.0));
     }
 }

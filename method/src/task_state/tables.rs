@@ -1,0 +1,736 @@
+//! The tables of a task-state study, from its records: the inventory (Table 4), the views with
+//! their accuracies and gaps (Tables 1, 5 and 14), task-equal means (Table 52's estimator), the
+//! telescoping decomposition (Table 13), the checkpoints (Tables 15 and 50) and the outcome
+//! subsets (Table 1's last row, Table 10).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::TaskStateError;
+use super::estimate::{Ci, Estimate, Exclusion, MeanInterval, Population, Quantity, cluster_percentile, eligibility};
+use super::records::{StudyInput, View};
+use super::settings::EstimatorSettings;
+
+/// What the study holds (Table 4, and Table 2's first row).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub tasks: u32,
+    pub checkpoints: u32,
+    pub probes_generated: u64,
+    pub probes_eligible: u64,
+    /// Probes left out, by the first reason that applies.
+    pub exclusions: BTreeMap<Exclusion, u64>,
+    /// Scored answer samples per view, over every probe.
+    pub scored_samples: BTreeMap<View, u64>,
+    /// `Gap_view(U)` on the eligible probes minus on every probe scored in the full context (the
+    /// study: "+0.56 pp"); `None` when either is undefined.
+    pub eligibility_effect: Option<f64>,
+}
+
+/// A view's row: Tables 1, 5 and 14.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViewRow {
+    pub view: View,
+    pub symbol: String,
+    /// Mean characters of the view's text over the checkpoints that recorded it.
+    pub mean_chars: Option<f64>,
+    pub accuracy: Estimate,
+    /// `Acc(T) − Acc(view)`.
+    pub gap_view: Estimate,
+    /// `Acc(A) − Acc(view)`.
+    pub gap_actor: Estimate,
+}
+
+/// Task-equal means of a view with Student-t intervals (the cross-harness estimator, Table 52).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskEqualRow {
+    pub view: View,
+    pub accuracy: Option<MeanInterval>,
+    pub gap_view: Option<MeanInterval>,
+    pub gap_actor: Option<MeanInterval>,
+}
+
+/// One step of the telescoping decomposition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecompositionRow {
+    pub view: View,
+    pub accuracy: f64,
+    /// The increase from the preceding view (`None` on the first).
+    pub step: Option<f64>,
+    /// The step over the whole gap (`None` on the first, or when the gap is 0).
+    pub share: Option<f64>,
+    /// Paired task-cluster percentile interval of the share.
+    pub share_ci: Option<Ci>,
+}
+
+/// The telescoping decomposition of the report-to-full-context gap (Table 13): the steps add up
+/// to the gap exactly, so the shares add up to one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decomposition {
+    /// Probes scored in every view of the chain.
+    pub probes: u64,
+    pub tasks: u32,
+    pub rows: Vec<DecompositionRow>,
+    /// Last view's accuracy minus the first's.
+    pub gap: f64,
+}
+
+impl Decomposition {
+    /// Steps and shares from the chain's accuracies, without intervals.
+    pub fn from_accuracies(chain: &[(View, f64)]) -> Option<Decomposition> {
+        let (first, last) = (chain.first()?.1, chain.last()?.1);
+        let gap = last - first;
+        let rows = chain
+            .iter()
+            .enumerate()
+            .map(|(i, &(view, accuracy))| {
+                let step = (i > 0).then(|| accuracy - chain[i - 1].1);
+                DecompositionRow {
+                    view,
+                    accuracy,
+                    step,
+                    share: step.filter(|_| gap != 0.0).map(|s| s / gap),
+                    share_ci: None,
+                }
+            })
+            .collect();
+        Some(Decomposition { probes: 0, tasks: 0, rows, gap })
+    }
+}
+
+/// The decomposition on the probes scored in every view of the settings' chain, with share
+/// intervals from `decomposition_draws` paired task-cluster resamples.
+pub fn decomposition(pop: &Population) -> Option<Decomposition> {
+    let chain = &pop.settings.decomposition_chain;
+    let complete = pop.filter(|p| chain.iter().all(|v| p.scores[v.index()].is_some()));
+    if complete.is_empty() {
+        return None;
+    }
+    let accuracies: Vec<(View, f64)> =
+        chain.iter().map(|&v| Some((v, complete.point(Quantity::accuracy(v))?))).collect::<Option<_>>()?;
+    let mut d = Decomposition::from_accuracies(&accuracies)?;
+    // Per task: [Σw, Σw·s(chain[0]), …, Σw·s(chain[m])].
+    let (tasks, sums) = complete.cluster_sums_width(chain.len() + 1, |p, out| {
+        out[0] += p.weight;
+        for (i, v) in chain.iter().enumerate() {
+            out[i + 1] += p.weight * p.scores[v.index()].expect("complete probes are scored in the chain");
+        }
+    });
+    let last = chain.len();
+    let stats: Vec<Box<dyn Fn(&[f64]) -> Option<f64>>> = (1..chain.len())
+        .map(|i| {
+            Box::new(move |s: &[f64]| {
+                let total = s[last] - s[1];
+                (total != 0.0).then(|| (s[i + 1] - s[i]) / total)
+            }) as Box<_>
+        })
+        .collect();
+    let cis =
+        cluster_percentile(&sums, &stats, pop.settings.decomposition_draws, pop.settings.seed, pop.settings.confidence);
+    for (row, ci) in d.rows.iter_mut().skip(1).zip(cis) {
+        row.share_ci = if row.share.is_some() { ci } else { None };
+    }
+    d.probes = complete.len() as u64;
+    d.tasks = tasks.len() as u32;
+    Some(d)
+}
+
+/// A checkpoint number's row: Tables 15 and 50.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointRow {
+    pub checkpoint: u32,
+    /// Sessions with this checkpoint.
+    pub sessions: u32,
+    pub probes: u64,
+    /// Mean weighted count per checkpoint of unaligned atoms that arose in this turn.
+    pub fresh: f64,
+    /// … that arose in an earlier turn.
+    pub earlier: f64,
+    /// `fresh + earlier`.
+    pub unaligned: f64,
+    pub accuracy_reports: Option<f64>,
+    pub accuracy_full: Option<f64>,
+    pub accuracy_actor: Option<f64>,
+    pub gap_view: Estimate,
+    pub gap_actor: Estimate,
+}
+
+/// Which probes an outcome row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Subset {
+    /// The final checkpoint of each task whose final checkpoint is judged fixed (Table 1's last row).
+    FixedAtFinal,
+    /// Every checkpoint of the tasks fixed at their final checkpoint (Table 10, "Fixed; all k").
+    FixedAllCheckpoints,
+    /// The final checkpoint of every task (Table 10, "All runs; k = 4").
+    AllAtFinal,
+}
+
+/// Table 10's rows (and Table 1's last).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutcomeRow {
+    pub subset: Subset,
+    pub accuracy_reports: Option<f64>,
+    pub accuracy_full: Option<f64>,
+    pub gap_view: Estimate,
+    pub gap_actor: Estimate,
+}
+
+/// Every table of a study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStateReport {
+    pub settings: EstimatorSettings,
+    pub inventory: Inventory,
+    /// Every view with at least one scored probe, in [`View::ALL`] order.
+    pub views: Vec<ViewRow>,
+    pub task_equal: Vec<TaskEqualRow>,
+    pub decomposition: Option<Decomposition>,
+    pub checkpoints: Vec<CheckpointRow>,
+    pub outcomes: Vec<OutcomeRow>,
+}
+
+impl TaskStateReport {
+    /// The pooled accuracy of every measured view, by its key (the `accuracy` object of an
+    /// export's `task_state.json`).
+    pub fn accuracy(&self) -> BTreeMap<String, f64> {
+        self.views.iter().filter_map(|r| Some((r.view.key().to_string(), r.accuracy.value?))).collect()
+    }
+}
+
+/// Every table of a study from its records.
+pub fn analyze(input: &StudyInput, settings: &EstimatorSettings) -> Result<TaskStateReport, TaskStateError> {
+    settings.validate()?;
+    input.validate(settings.samples_per_view)?;
+    let pop = Population::eligible(input, settings, |_| true)?;
+
+    let views: Vec<View> =
+        View::ALL.into_iter().filter(|v| pop.probes.iter().any(|p| p.scores[v.index()].is_some())).collect();
+    let quantities: Vec<Quantity> =
+        views.iter().flat_map(|&v| [Quantity::accuracy(v), Quantity::gap_view(v), Quantity::gap_actor(v)]).collect();
+    let estimates = pop.estimates(&quantities);
+    let view_rows = views
+        .iter()
+        .zip(estimates.chunks(3))
+        .map(|(&view, e)| ViewRow {
+            view,
+            symbol: view.symbol().into(),
+            mean_chars: mean_chars(input, view),
+            accuracy: e[0],
+            gap_view: e[1],
+            gap_actor: e[2],
+        })
+        .collect();
+    let task_equal = views
+        .iter()
+        .map(|&view| TaskEqualRow {
+            view,
+            accuracy: pop.task_equal(Quantity::accuracy(view)),
+            gap_view: pop.task_equal(Quantity::gap_view(view)),
+            gap_actor: pop.task_equal(Quantity::gap_actor(view)),
+        })
+        .collect();
+
+    Ok(TaskStateReport {
+        settings: settings.clone(),
+        inventory: inventory(input, settings, &pop)?,
+        views: view_rows,
+        task_equal,
+        decomposition: decomposition(&pop),
+        checkpoints: checkpoint_rows(input, &pop),
+        outcomes: outcome_rows(input, &pop),
+    })
+}
+
+fn mean_chars(input: &StudyInput, view: View) -> Option<f64> {
+    let chars: Vec<u64> = input.checkpoints.iter().filter_map(|c| c.view_chars.get(&view).copied()).collect();
+    (!chars.is_empty()).then(|| chars.iter().sum::<u64>() as f64 / chars.len() as f64)
+}
+
+/// Table 4 for one study, with the eligibility filter's effect on `Gap_view(U)`.
+pub fn inventory(
+    input: &StudyInput,
+    settings: &EstimatorSettings,
+    eligible: &Population,
+) -> Result<Inventory, TaskStateError> {
+    let mut exclusions = BTreeMap::new();
+    let mut scored_samples = BTreeMap::new();
+    for p in &input.probes {
+        if let Err(why) = eligibility(p, settings) {
+            *exclusions.entry(why).or_insert(0) += 1;
+        }
+        for (view, credits) in &p.credits {
+            *scored_samples.entry(*view).or_insert(0) += credits.len() as u64;
+        }
+    }
+    let gap = Quantity::gap_view(View::Reports);
+    let all = Population::scored(input, settings)?;
+    let eligibility_effect = eligible.point(gap).zip(all.point(gap)).map(|(e, a)| e - a);
+    Ok(Inventory {
+        tasks: input.checkpoints.iter().map(|c| c.task.as_str()).collect::<BTreeSet<_>>().len() as u32,
+        checkpoints: input.checkpoints.len() as u32,
+        probes_generated: input.probes.len() as u64,
+        probes_eligible: eligible.len() as u64,
+        exclusions,
+        scored_samples,
+        eligibility_effect,
+    })
+}
+
+/// Tables 15 and 50: per checkpoint number. A probe is unaligned when its score in the settings'
+/// `unaligned_reference` view exceeds its score in `U`; its weight counts as that many atoms.
+pub fn checkpoint_rows(input: &StudyInput, pop: &Population) -> Vec<CheckpointRow> {
+    let reference = pop.settings.unaligned_reference;
+    let ks: BTreeSet<u32> = input.checkpoints.iter().map(|c| c.checkpoint).collect();
+    ks.into_iter()
+        .map(|k| {
+            let sessions = input.checkpoints.iter().filter(|c| c.checkpoint == k).count() as u32;
+            let at_k = pop.filter(|p| p.record.checkpoint == k);
+            let (mut fresh, mut earlier) = (0.0, 0.0);
+            for p in &at_k.probes {
+                let unaligned = matches!(
+                    (p.scores[reference.index()], p.scores[View::Reports.index()]),
+                    (Some(r), Some(u)) if r > u
+                );
+                if unaligned {
+                    if p.record.origin_turn == k { fresh += p.weight } else { earlier += p.weight }
+                }
+            }
+            let per = |x: f64| if sessions == 0 { 0.0 } else { x / f64::from(sessions) };
+            let e = at_k.estimates(&[Quantity::gap_view(View::Reports), Quantity::gap_actor(View::Reports)]);
+            CheckpointRow {
+                checkpoint: k,
+                sessions,
+                probes: at_k.len() as u64,
+                fresh: per(fresh),
+                earlier: per(earlier),
+                unaligned: per(fresh + earlier),
+                accuracy_reports: at_k.point(Quantity::accuracy(View::Reports)),
+                accuracy_full: at_k.point(Quantity::accuracy(View::Full)),
+                accuracy_actor: at_k.point(Quantity::accuracy(View::Actor)),
+                gap_view: e[0],
+                gap_actor: e[1],
+            }
+        })
+        .collect()
+}
+
+/// Table 10's rows. A task's final checkpoint is the last one it has; "fixed" is the evaluator's
+/// verdict there (a task not judged there is in no fixed row).
+pub fn outcome_rows(input: &StudyInput, pop: &Population) -> Vec<OutcomeRow> {
+    let mut last: BTreeMap<&str, (u32, Option<bool>)> = BTreeMap::new();
+    for c in &input.checkpoints {
+        let e = last.entry(c.task.as_str()).or_insert((c.checkpoint, c.fixed));
+        if c.checkpoint >= e.0 {
+            *e = (c.checkpoint, c.fixed);
+        }
+    }
+    [Subset::FixedAtFinal, Subset::FixedAllCheckpoints, Subset::AllAtFinal]
+        .into_iter()
+        .map(|subset| {
+            let sub = pop.filter(|p| {
+                let (final_k, fixed) = last[p.record.task.as_str()];
+                match subset {
+                    Subset::FixedAtFinal => p.record.checkpoint == final_k && fixed == Some(true),
+                    Subset::FixedAllCheckpoints => fixed == Some(true),
+                    Subset::AllAtFinal => p.record.checkpoint == final_k,
+                }
+            });
+            let e = sub.estimates(&[Quantity::gap_view(View::Reports), Quantity::gap_actor(View::Reports)]);
+            OutcomeRow {
+                subset,
+                accuracy_reports: sub.point(Quantity::accuracy(View::Reports)),
+                accuracy_full: sub.point(Quantity::accuracy(View::Full)),
+                gap_view: e[0],
+                gap_actor: e[1],
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task_state::records::{Category, CheckpointRecord, Credit, EligibilityFlags, ProbeRecord};
+    use crate::task_state::settings::WeightScheme;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    /// How deep a view reads (the credits of the synthetic study grow with it).
+    fn level(view: View) -> u32 {
+        match view {
+            View::TaskOnly => 0,
+            View::LatestReport => 1,
+            View::Reports | View::ReportsNarration => 2,
+            View::ReportsHeaders | View::ReportsLast3 | View::ReportsLast10 => 3,
+            View::Scrollback => 4,
+            View::FullMinusReasoning => 5,
+            View::Full | View::Actor => 6,
+        }
+    }
+
+    /// `tasks` four-turn sessions, 4 eligible probes per checkpoint (3 of 6 fact atoms, 1 of 3
+    /// failure atoms), and two ineligible probes per task.
+    fn study(tasks: u32) -> StudyInput {
+        let mut input = StudyInput::default();
+        for t in 0..tasks {
+            let task = format!("issue-{t:02}");
+            for k in 1..=4u32 {
+                input.checkpoints.push(CheckpointRecord {
+                    task: task.clone(),
+                    checkpoint: k,
+                    fixed: Some(k == 4 && t % 5 != 0),
+                    view_chars: View::ALL.iter().map(|&v| (v, 1000 * u64::from(level(v)) + u64::from(t))).collect(),
+                    atoms: BTreeMap::from([(Category::Facts, 6), (Category::Failures, 3)]),
+                });
+                for i in 0..4u32 {
+                    let h = (t * 31 + k * 7 + i * 3) % 7;
+                    let credits = View::ALL
+                        .iter()
+                        .map(|&v| {
+                            let samples = (0..3)
+                                .map(|s| {
+                                    let x = (h + s) % 7;
+                                    if x < level(v) {
+                                        Credit::Full
+                                    } else if x == level(v) {
+                                        Credit::Partial
+                                    } else {
+                                        Credit::None
+                                    }
+                                })
+                                .collect();
+                            (v, samples)
+                        })
+                        .collect();
+                    input.probes.push(ProbeRecord {
+                        probe: format!("{task}-k{k}-{i}"),
+                        task: task.clone(),
+                        checkpoint: k,
+                        category: if i < 3 { Category::Facts } else { Category::Failures },
+                        importance: 2 + i % 2,
+                        origin_turn: 1 + i % k,
+                        flags: EligibilityFlags { well_formed: true, excluded: None },
+                        credits,
+                    });
+                }
+            }
+            let mut low = input.probes.last().unwrap().clone();
+            low.probe = format!("{task}-low");
+            low.importance = 1;
+            let mut malformed = low.clone();
+            malformed.probe = format!("{task}-malformed");
+            malformed.flags.well_formed = false;
+            input.probes.extend([low, malformed]);
+        }
+        input
+    }
+
+    fn value(e: &Estimate) -> f64 {
+        e.value.unwrap()
+    }
+
+    fn row(report: &TaskStateReport, view: View) -> &ViewRow {
+        report.views.iter().find(|r| r.view == view).unwrap()
+    }
+
+    #[test]
+    fn table_13_telescopes_exactly_from_the_printed_steps() {
+        // .5205 + .215436 + .154222 + .036924 = .927082; each step over .406582 gives the shares
+        // 53.0%, 37.9% and 9.1%; the displayed accuracies are .7359, .8902, .9271.
+        let u = 0.5205;
+        let v = u + 0.215436;
+        let tmr = v + 0.154222;
+        let t = tmr + 0.036924;
+        assert!(close(t, 0.927082, 1e-12));
+        let d = Decomposition::from_accuracies(&[
+            (View::Reports, u),
+            (View::Scrollback, v),
+            (View::FullMinusReasoning, tmr),
+            (View::Full, t),
+        ])
+        .unwrap();
+        assert!(close(d.gap, 0.406582, 1e-12));
+        assert_eq!(format!("{:.4}", d.gap), "0.4066");
+        let steps: Vec<f64> = d.rows.iter().filter_map(|r| r.step).collect();
+        for (s, printed) in steps.iter().zip([0.215436, 0.154222, 0.036924]) {
+            assert!(close(*s, printed, 1e-12), "{s}");
+        }
+        let shares: Vec<String> = d.rows.iter().filter_map(|r| r.share).map(|s| format!("{:.1}", 100.0 * s)).collect();
+        assert_eq!(shares, ["53.0", "37.9", "9.1"]);
+        let accuracies: Vec<String> = d.rows.iter().map(|r| format!("{:.4}", r.accuracy)).collect();
+        assert_eq!(accuracies, ["0.5205", "0.7359", "0.8902", "0.9271"]);
+        assert!(close(d.rows.iter().filter_map(|r| r.share).sum::<f64>(), 1.0, 1e-12));
+        assert_eq!((d.rows[0].step, d.rows[0].share), (None, None));
+        // No gap: no shares.
+        let flat = Decomposition::from_accuracies(&[(View::Reports, 0.5), (View::Full, 0.5)]).unwrap();
+        assert_eq!(flat.rows[1].share, None);
+    }
+
+    #[test]
+    fn table_13_the_decomposition_of_a_study_telescopes_to_its_gap() {
+        let s = EstimatorSettings::ctxgap_1();
+        let report = analyze(&study(12), &s).unwrap();
+        let d = report.decomposition.as_ref().unwrap();
+        assert_eq!((d.probes, d.tasks), (192, 12));
+        let steps: f64 = d.rows.iter().filter_map(|r| r.step).sum();
+        assert!(close(steps, d.gap, 1e-12));
+        assert!(close(d.rows.iter().filter_map(|r| r.share).sum::<f64>(), 1.0, 1e-12));
+        // Complete data: the decomposed gap is the headline Gap_view(U), and each row's accuracy
+        // is its view's.
+        assert!(close(d.gap, value(&row(&report, View::Reports).gap_view), 1e-12));
+        for r in &d.rows {
+            assert!(close(r.accuracy, value(&row(&report, r.view).accuracy), 1e-12));
+            if let (Some(share), Some(ci)) = (r.share, r.share_ci) {
+                assert!(ci.lo <= share + 1e-12 && share <= ci.hi + 1e-12, "{r:?}");
+            }
+        }
+        assert!(d.rows[1..].iter().all(|r| r.share_ci.is_some()));
+    }
+
+    #[test]
+    fn tables_1_5_14_gaps_are_differences_of_accuracies() {
+        // Table 1: .927 − .520 = .407, .927 − .736 = .191, .919 − .571 = .348.
+        // Table 5: A − U = .936 − .520 = .416 (Gap_actor), T − U = .407 (Gap_view).
+        // Table 14: Gap_actor = .936 − accuracy, to the printed rounding.
+        for (a, b, gap) in [(0.927, 0.520, 0.407), (0.927, 0.736, 0.191), (0.919, 0.571, 0.348), (0.936, 0.520, 0.416)]
+        {
+            assert!(close(a - b, gap, 1e-9 + 1e-3 / 2.0), "{a} − {b} ≠ {gap}");
+        }
+        for (acc, gap_actor) in
+            [(0.239, 0.697), (0.520, 0.416), (0.545, 0.391), (0.639, 0.297), (0.657, 0.279), (0.690, 0.247)]
+        {
+            assert!(close(0.936 - acc, gap_actor, 1e-3 + 1e-9), "{acc} {gap_actor}");
+        }
+        // Table 9: .9271 − .5205 = .4066, .9372 − .4748 = .4624, .9328 − .4950 = .4378; 4,799 + 5,387 = 10,186.
+        for (t, u, gap) in [(0.9271, 0.5205, 0.4066), (0.9372, 0.4748, 0.4624), (0.9328, 0.4950, 0.4378)] {
+            assert!(close(t - u, gap, 1e-9));
+        }
+        assert_eq!(4_799 + 5_387, 10_186);
+        // Table 35 (Gap_actor, original and re-scored): .935 − .514 = .421, .972 − .540 = .432, change .011.
+        assert!(close(0.935 - 0.514, 0.421, 1e-9) && close(0.972 - 0.540, 0.432, 1e-9));
+        assert!(close(0.432 - 0.421, 0.011, 1e-9));
+        // Table 45: Gap_view = Acc(T) − Acc(U) per generator/observer pair; Table 46's contrasts are
+        // differences of those gaps.
+        let g = [0.8995 - 0.5206, 0.8462 - 0.5012, 0.8874 - 0.4879, 0.8547 - 0.4564];
+        for (x, printed) in g.iter().zip([0.3789, 0.3450, 0.3995, 0.3983]) {
+            assert!(close(*x, printed, 1e-9));
+        }
+        for (x, printed) in
+            [(g[2] - g[0], 0.0206), (g[3] - g[1], 0.0533), (g[1] - g[0], -0.0339), (g[3] - g[2], -0.0012)]
+        {
+            assert!(close(x, printed, 1e-9), "{x} {printed}");
+        }
+        // Tables 52 and 54: Gap_view = Acc(T) − Acc(U) per harness and executor; Table 49's pooled
+        // DS − HY4 contrast (Table 51): .3985 − .4066 = −.0081.
+        for (t, u, gap) in [
+            (0.932, 0.525, 0.407),
+            (0.940, 0.550, 0.390),
+            (0.919, 0.429, 0.490),
+            (0.9487, 0.4264, 0.5223),
+            (0.9482, 0.4212, 0.5270),
+        ] {
+            assert!(close(t - u, gap, 1e-9));
+        }
+        assert!(close(0.5270 - 0.5223, 0.0047, 1e-9) && close(0.3985 - 0.4066, -0.0081, 1e-9));
+
+        // On a study's records, exactly.
+        let report = analyze(&study(12), &EstimatorSettings::ctxgap_1()).unwrap();
+        let (t, a) = (value(&row(&report, View::Full).accuracy), value(&row(&report, View::Actor).accuracy));
+        for r in &report.views {
+            assert!(close(value(&r.gap_view), t - value(&r.accuracy), 1e-12), "{r:?}");
+            assert!(close(value(&r.gap_actor), a - value(&r.accuracy), 1e-12), "{r:?}");
+            assert_eq!(r.accuracy.probes, 192);
+            let ci = r.accuracy.ci.unwrap();
+            assert!(ci.lo <= value(&r.accuracy) && value(&r.accuracy) <= ci.hi);
+        }
+        assert_eq!(report.views.len(), 11);
+        assert_eq!(report.accuracy().len(), 11);
+        assert_eq!(report.accuracy()["reports"], value(&row(&report, View::Reports).accuracy));
+    }
+
+    #[test]
+    fn table_14_mean_characters_are_means_over_checkpoints() {
+        let report = analyze(&study(3), &EstimatorSettings::ctxgap_1()).unwrap();
+        // chars = 1000·level + task index: mean over 12 checkpoints of tasks 0, 1, 2 adds 1.
+        assert_eq!(row(&report, View::Reports).mean_chars, Some(2001.0));
+        assert_eq!(row(&report, View::Full).mean_chars, Some(6001.0));
+        assert_eq!(row(&report, View::Reports).symbol, "U");
+        let mut input = study(1);
+        input.checkpoints.iter_mut().for_each(|c| c.view_chars.clear());
+        assert_eq!(row(&analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap(), View::Full).mean_chars, None);
+    }
+
+    #[test]
+    fn tables_15_and_50_by_checkpoint() {
+        // Table 50: the per-k valid probes add up to the sample (HY4: 789 + 1,223 + 1,337 + 1,450),
+        // and each k's gap is Acc(T) − Acc(U) (to the printed rounding).
+        assert_eq!(789 + 1_223 + 1_337 + 1_450, 4_799);
+        for (u, t, gap) in [(0.496, 0.917, 0.421), (0.468, 0.922, 0.453), (0.501, 0.940, 0.439), (0.579, 0.924, 0.345)]
+        {
+            assert!(close(t - u, gap, 1e-3 + 1e-9));
+        }
+        // Table 15: unaligned = fresh + earlier (to the printed rounding).
+        for (fresh, earlier, unaligned) in
+            [(9.423, 0.014, 9.436), (11.546, 7.480, 19.027), (3.057, 17.984, 21.041), (3.411, 18.869, 22.280)]
+        {
+            assert!(close(fresh + earlier, unaligned, 1e-3 + 1e-9));
+        }
+
+        let input = study(12);
+        let report = analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap();
+        let ks: Vec<u32> = report.checkpoints.iter().map(|r| r.checkpoint).collect();
+        assert_eq!(ks, [1, 2, 3, 4]);
+        assert_eq!(report.checkpoints.iter().map(|r| r.probes).sum::<u64>(), report.inventory.probes_eligible);
+        for r in &report.checkpoints {
+            assert_eq!(r.sessions, 12);
+            assert!(close(r.fresh + r.earlier, r.unaligned, 1e-12));
+            assert!(close(value(&r.gap_view), r.accuracy_full.unwrap() - r.accuracy_reports.unwrap(), 1e-12));
+            assert!(close(value(&r.gap_actor), r.accuracy_actor.unwrap() - r.accuracy_reports.unwrap(), 1e-12));
+        }
+        // At k = 1 every atom arose in turn 1: nothing is earlier.
+        assert_eq!(report.checkpoints[0].earlier, 0.0);
+        // By hand at k = 2: unaligned probes (T above U) weigh 2 (facts) or 3 (failures) atoms.
+        let s = EstimatorSettings::ctxgap_1();
+        let (mut fresh, mut earlier) = (0.0, 0.0);
+        for p in input.probes.iter().filter(|p| p.checkpoint == 2 && eligibility(p, &s).is_ok()) {
+            let score = |v| crate::task_state::view_score(p, v, &s).unwrap();
+            if score(View::Full) > score(View::Reports) {
+                let w = if p.category == Category::Facts { 2.0 } else { 3.0 };
+                if p.origin_turn == 2 { fresh += w } else { earlier += w }
+            }
+        }
+        assert!(close(report.checkpoints[1].fresh, fresh / 12.0, 1e-12));
+        assert!(close(report.checkpoints[1].earlier, earlier / 12.0, 1e-12));
+    }
+
+    #[test]
+    fn tables_1_and_10_outcome_subsets() {
+        // Table 10: fixed at k = 4: .5705 + .3479 = .9184 ≈ Acc(T) .9185; its 1,172 probes are among
+        // the 1,450 at k = 4 (Table 50), and the 3,914 of fixed tasks among the 4,799.
+        assert!(close(0.5705 + 0.3479, 0.9185, 1e-4 + 1e-9));
+        assert!(1_172 <= 1_450 && 1_450 <= 4_799 && 3_914 <= 4_799);
+
+        let input = study(10);
+        let report = analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap();
+        let [fixed_final, fixed_all, all_final] = [0, 1, 2].map(|i| &report.outcomes[i]);
+        assert_eq!(fixed_final.subset, Subset::FixedAtFinal);
+        // Tasks 0 and 5 are not fixed: 8 fixed tasks × 4 probes at k = 4, × 16 over all k; 10 × 4 at k = 4.
+        assert_eq!((fixed_final.gap_view.probes, fixed_final.gap_view.tasks), (32, 8));
+        assert_eq!((fixed_all.gap_view.probes, fixed_all.gap_view.tasks), (128, 8));
+        assert_eq!((all_final.gap_view.probes, all_final.gap_view.tasks), (40, 10));
+        for r in &report.outcomes {
+            assert!(close(value(&r.gap_view), r.accuracy_full.unwrap() - r.accuracy_reports.unwrap(), 1e-12));
+        }
+        // The k = 4 row of the checkpoint table is the all-at-final row.
+        assert_eq!(report.checkpoints[3].gap_view, all_final.gap_view);
+        // Unjudged checkpoints are in no fixed row.
+        let mut unjudged = input;
+        unjudged.checkpoints.iter_mut().for_each(|c| c.fixed = None);
+        let report = analyze(&unjudged, &EstimatorSettings::ctxgap_1()).unwrap();
+        assert_eq!((report.outcomes[0].gap_view.probes, report.outcomes[0].gap_view.value), (0, None));
+        assert_eq!(report.outcomes[2].gap_view.probes, 40);
+    }
+
+    #[test]
+    fn table_4_inventory_and_table_2_eligibility() {
+        // Table 4: 37 × 4 = 148 checkpoints, 46 × 4 = 184, 30 × 4 = 120, 12 × 3 = 36 trajectories;
+        // Table 2: 4,799 of 4,855 retained.
+        assert_eq!((37 * 4, 46 * 4, 30 * 4, 12 * 3), (148, 184, 120, 36));
+        assert_eq!(4_855 - 4_799, 56);
+
+        let report = analyze(&study(12), &EstimatorSettings::ctxgap_1()).unwrap();
+        let inv = &report.inventory;
+        assert_eq!((inv.tasks, inv.checkpoints, inv.probes_generated, inv.probes_eligible), (12, 48, 216, 192));
+        assert_eq!(
+            inv.exclusions,
+            BTreeMap::from([(Exclusion::NotWellFormed, 12), (Exclusion::BelowMinImportance, 12)])
+        );
+        assert_eq!(inv.probes_generated, inv.probes_eligible + inv.exclusions.values().sum::<u64>());
+        assert_eq!(inv.scored_samples[&View::Reports], 216 * 3);
+    }
+
+    #[test]
+    fn table_2_the_eligibility_filters_effect_on_the_gap() {
+        // Two probes of one stratum (4 atoms): the eligible one (U 0, T 1) and a low-importance one
+        // (U 1, T 1). Eligible: gap 1. All scored (weights 2 each): gap 0.5. Effect: +0.5.
+        let s = EstimatorSettings::ctxgap_1();
+        let mut input = study(1);
+        input.probes.clear();
+        input.checkpoints.truncate(1);
+        input.checkpoints[0].atoms = BTreeMap::from([(Category::Facts, 4)]);
+        let mk = |id: &str, importance, u: Credit| ProbeRecord {
+            probe: id.into(),
+            task: "issue-00".into(),
+            checkpoint: 1,
+            category: Category::Facts,
+            importance,
+            origin_turn: 1,
+            flags: EligibilityFlags { well_formed: true, excluded: None },
+            credits: BTreeMap::from([(View::Reports, vec![u; 3]), (View::Full, vec![Credit::Full; 3])]),
+        };
+        input.probes = vec![mk("kept", 3, Credit::None), mk("dropped", 1, Credit::Full)];
+        let report = analyze(&input, &s).unwrap();
+        assert_eq!(report.inventory.eligibility_effect, Some(0.5));
+        assert_eq!(value(&row(&report, View::Reports).accuracy), 0.0);
+        // One task: the task-equal mean has no interval.
+        assert_eq!(report.task_equal[0].accuracy.unwrap().ci, None);
+    }
+
+    #[test]
+    fn a_known_study_by_hand_and_its_json() {
+        // Uniform weights, two tasks: U scores 1, 0 | 0.5; T scores 1, 1 | 1.
+        let s = EstimatorSettings { weights: WeightScheme::Uniform, ..EstimatorSettings::ctxgap_1() };
+        let mut input = study(2);
+        input.checkpoints.retain(|c| c.checkpoint == 1);
+        input.probes.clear();
+        let mk = |task: &str, id: &str, u: [f64; 3]| ProbeRecord {
+            probe: id.into(),
+            task: task.into(),
+            checkpoint: 1,
+            category: Category::Risks,
+            importance: 2,
+            origin_turn: 1,
+            flags: EligibilityFlags { well_formed: true, excluded: None },
+            credits: BTreeMap::from([
+                (View::Reports, u.iter().map(|&c| Credit::try_from(c).unwrap()).collect()),
+                (View::Full, vec![Credit::Full; 3]),
+            ]),
+        };
+        input.probes = vec![
+            mk("issue-00", "a", [1.0, 1.0, 1.0]),
+            mk("issue-00", "b", [0.0, 0.0, 0.0]),
+            mk("issue-01", "c", [1.0, 0.5, 0.0]),
+        ];
+        let report = analyze(&input, &s).unwrap();
+        assert_eq!(value(&row(&report, View::Reports).accuracy), 0.5);
+        assert_eq!(value(&row(&report, View::Full).accuracy), 1.0);
+        assert_eq!(value(&row(&report, View::Reports).gap_view), 0.5);
+        assert_eq!(row(&report, View::Reports).gap_actor.value, None);
+        assert_eq!(report.views.len(), 2);
+        let te = report.task_equal.iter().find(|r| r.view == View::Reports).unwrap().accuracy.unwrap();
+        assert_eq!((te.tasks, te.mean, te.df), (2, 0.5, 1));
+        let json = serde_json::to_string(&report).unwrap();
+        assert_eq!(serde_json::from_str::<TaskStateReport>(&json).unwrap(), report);
+    }
+
+    #[test]
+    fn analyze_refuses_bad_settings_and_inputs() {
+        let mut s = EstimatorSettings::ctxgap_1();
+        s.bootstrap_draws = 100;
+        let mut input = study(1);
+        input.probes[0].origin_turn = 9;
+        let err = analyze(&input, &s).unwrap_err().to_string();
+        assert!(
+            err.starts_with("task-state input: probe issue-00-k1-0 (task issue-00, checkpoint 1): origin turn 9"),
+            "{err}"
+        );
+        s.confidence = 0.0;
+        assert!(
+            analyze(&study(1), &s).unwrap_err().to_string().starts_with("task-state settings ctxgap-1: confidence")
+        );
+    }
+}
