@@ -19,6 +19,7 @@ pub mod estimate;
 pub mod records;
 pub mod settings;
 pub mod tables;
+pub mod usage;
 
 pub use estimate::{
     Ci, Estimate, Exclusion, MeanInterval, Population, Quantity, eligibility, t_interval, task_paired_difference,
@@ -27,6 +28,7 @@ pub use estimate::{
 pub use records::{Category, CheckpointRecord, Credit, EligibilityFlags, ProbeRecord, StudyInput, View};
 pub use settings::{EstimatorSettings, WeightScheme};
 pub use tables::{Decomposition, TaskStateReport, analyze};
+pub use usage::{CallRecord, GroupBy, Stage, UsageRow, UsageTotals};
 
 /// What the task-state estimators refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
