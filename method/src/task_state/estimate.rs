@@ -120,6 +120,9 @@ impl Quantity {
 
 pub(crate) type Scores = [Option<f64>; View::ALL.len()];
 
+/// A statistic of a resample's summed cluster vector.
+pub(crate) type Statistic = Box<dyn Fn(&[f64]) -> Option<f64>>;
+
 /// An eligible probe ready for the estimators.
 #[derive(Debug, Clone)]
 pub(crate) struct Weighted<'a> {
@@ -212,7 +215,7 @@ impl<'a> Population<'a> {
                 }
             }
         });
-        let stats: Vec<Box<dyn Fn(&[f64]) -> Option<f64>>> = (0..quantities.len())
+        let stats: Vec<Statistic> = (0..quantities.len())
             .map(|i| Box::new(move |s: &[f64]| (s[2 * i] > 0.0).then(|| s[2 * i + 1] / s[2 * i])) as Box<_>)
             .collect();
         let cis = cluster_percentile(&sums, &stats, draws, self.settings.seed, self.settings.confidence);
@@ -333,7 +336,7 @@ fn weights(
 /// statistic on the total. A draw on which a statistic is undefined is left out of its interval.
 pub(crate) fn cluster_percentile(
     clusters: &[Vec<f64>],
-    stats: &[Box<dyn Fn(&[f64]) -> Option<f64>>],
+    stats: &[Statistic],
     draws: u32,
     seed: u64,
     confidence: f64,

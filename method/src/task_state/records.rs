@@ -156,9 +156,9 @@ impl TryFrom<f64> for Credit {
 
     fn try_from(value: f64) -> Result<Credit, String> {
         match value {
-            v if v == 0.0 => Ok(Credit::None),
-            v if v == 0.5 => Ok(Credit::Partial),
-            v if v == 1.0 => Ok(Credit::Full),
+            0.0 => Ok(Credit::None),
+            0.5 => Ok(Credit::Partial),
+            1.0 => Ok(Credit::Full),
             v => Err(format!("a credit is 1, 0.5 or 0, not {v}")),
         }
     }
