@@ -20,6 +20,9 @@
 //! - [`analyses`]: the paper's analyses of a study (docs/method.md §9): labels against curves, restart
 //!   policies, localizers, checks and controls, stage costs.
 //! - [`synthetic`] and [`bench`](mod@bench): curves with known truth, and the schedule benchmark on them.
+//! - [`task_state`]: the task-state study's estimators (docs/method.md §10): eligibility, weighted
+//!   accuracies and gaps per view, clustered and Student-t intervals, the telescoping decomposition,
+//!   its tables and the call log's usage.
 //!
 //! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
 //! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (docs/method.md §3).
