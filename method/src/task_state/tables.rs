@@ -332,7 +332,9 @@ pub fn outcome_rows(input: &StudyInput, pop: &Population) -> Vec<OutcomeRow> {
         .into_iter()
         .map(|subset| {
             let sub = pop.filter(|p| {
-                let (final_k, fixed) = last[p.record.task.as_str()];
+                let Some(&(final_k, fixed)) = last.get(p.record.task.as_str()) else {
+                    return false;
+                };
                 match subset {
                     Subset::FixedAtFinal => p.record.checkpoint == final_k && fixed == Some(true),
                     Subset::FixedAllCheckpoints => fixed == Some(true),
@@ -356,6 +358,12 @@ mod tests {
     use super::*;
     use crate::task_state::records::{Category, CheckpointRecord, Credit, EligibilityFlags, ProbeRecord};
     use crate::task_state::settings::WeightScheme;
+
+    /// `ctxgap-1` with fewer draws: these tests check identities, not the study's interval widths
+    /// (the paper-sized study below runs the full 10,000).
+    fn fast() -> EstimatorSettings {
+        EstimatorSettings { bootstrap_draws: 1_000, decomposition_draws: 200, ..EstimatorSettings::ctxgap_1() }
+    }
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol
@@ -540,7 +548,7 @@ mod tests {
         assert!(close(0.5270 - 0.5223, 0.0047, 1e-9) && close(0.3985 - 0.4066, -0.0081, 1e-9));
 
         // On a study's records, exactly.
-        let report = analyze(&study(12), &EstimatorSettings::ctxgap_1()).unwrap();
+        let report = analyze(&study(12), &fast()).unwrap();
         let (t, a) = (value(&row(&report, View::Full).accuracy), value(&row(&report, View::Actor).accuracy));
         for r in &report.views {
             assert!(close(value(&r.gap_view), t - value(&r.accuracy), 1e-12), "{r:?}");
@@ -556,14 +564,14 @@ mod tests {
 
     #[test]
     fn table_14_mean_characters_are_means_over_checkpoints() {
-        let report = analyze(&study(3), &EstimatorSettings::ctxgap_1()).unwrap();
+        let report = analyze(&study(3), &fast()).unwrap();
         // chars = 1000·level + task index: mean over 12 checkpoints of tasks 0, 1, 2 adds 1.
         assert_eq!(row(&report, View::Reports).mean_chars, Some(2001.0));
         assert_eq!(row(&report, View::Full).mean_chars, Some(6001.0));
         assert_eq!(row(&report, View::Reports).symbol, "U");
         let mut input = study(1);
         input.checkpoints.iter_mut().for_each(|c| c.view_chars.clear());
-        assert_eq!(row(&analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap(), View::Full).mean_chars, None);
+        assert_eq!(row(&analyze(&input, &fast()).unwrap(), View::Full).mean_chars, None);
     }
 
     #[test]
@@ -583,7 +591,7 @@ mod tests {
         }
 
         let input = study(12);
-        let report = analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap();
+        let report = analyze(&input, &fast()).unwrap();
         let ks: Vec<u32> = report.checkpoints.iter().map(|r| r.checkpoint).collect();
         assert_eq!(ks, [1, 2, 3, 4]);
         assert_eq!(report.checkpoints.iter().map(|r| r.probes).sum::<u64>(), report.inventory.probes_eligible);
@@ -617,7 +625,7 @@ mod tests {
         assert!(close(0.5705 + 0.3479, 0.9185, 1e-4 + 1e-9));
 
         let input = study(10);
-        let report = analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap();
+        let report = analyze(&input, &fast()).unwrap();
         let [fixed_final, fixed_all, all_final] = [0, 1, 2].map(|i| &report.outcomes[i]);
         assert_eq!(fixed_final.subset, Subset::FixedAtFinal);
         // Tasks 0 and 5 are not fixed: 8 fixed tasks × 4 probes at k = 4, × 16 over all k; 10 × 4 at k = 4.
@@ -634,7 +642,7 @@ mod tests {
         // Unjudged checkpoints are in no fixed row.
         let mut unjudged = input;
         unjudged.checkpoints.iter_mut().for_each(|c| c.fixed = None);
-        let report = analyze(&unjudged, &EstimatorSettings::ctxgap_1()).unwrap();
+        let report = analyze(&unjudged, &fast()).unwrap();
         assert_eq!((report.outcomes[0].gap_view.probes, report.outcomes[0].gap_view.value), (0, None));
         assert_eq!(report.outcomes[2].gap_view.probes, 40);
     }
@@ -646,7 +654,7 @@ mod tests {
         assert_eq!((37 * 4, 46 * 4, 30 * 4, 12 * 3), (148, 184, 120, 36));
         assert_eq!(4_855 - 4_799, 56);
 
-        let report = analyze(&study(12), &EstimatorSettings::ctxgap_1()).unwrap();
+        let report = analyze(&study(12), &fast()).unwrap();
         let inv = &report.inventory;
         assert_eq!((inv.tasks, inv.checkpoints, inv.probes_generated, inv.probes_eligible), (12, 48, 216, 192));
         assert_eq!(
@@ -736,6 +744,71 @@ mod tests {
         assert!(
             analyze(&study(1), &s).unwrap_err().to_string().starts_with("task-state settings ctxgap-1: confidence")
         );
+    }
+
+    /// A study the size of the study's main sample: 37 tasks, 148 checkpoints, 32 or 33 probes per
+    /// checkpoint over the eight categories (4,799 in all, as Table 4).
+    fn paper_sized() -> StudyInput {
+        let mut input = StudyInput::default();
+        let mut n = 0u32;
+        for t in 0..37u32 {
+            let task = format!("issue-{t:02}");
+            for k in 1..=4u32 {
+                let probes = if n < 4_799 - 32 * (148 - (t * 4 + k - 1)) { 33 } else { 32 };
+                let mut atoms: BTreeMap<Category, u32> = BTreeMap::new();
+                for i in 0..probes {
+                    let category = Category::ALL[(i % 8) as usize];
+                    *atoms.entry(category).or_default() += 2;
+                    let h = (t * 131 + k * 17 + i * 7) % 11;
+                    let credits = [
+                        (View::Reports, 3),
+                        (View::Scrollback, 6),
+                        (View::FullMinusReasoning, 9),
+                        (View::Full, 10),
+                        (View::Actor, 10),
+                    ]
+                    .into_iter()
+                    .map(|(v, level)| {
+                        (v, (0..3).map(|s| if (h + s) % 11 < level { Credit::Full } else { Credit::None }).collect())
+                    })
+                    .collect();
+                    input.probes.push(ProbeRecord {
+                        probe: format!("{task}-k{k}-{i}"),
+                        task: task.clone(),
+                        checkpoint: k,
+                        category,
+                        importance: 2,
+                        origin_turn: 1 + i % k,
+                        flags: EligibilityFlags { well_formed: true, excluded: None },
+                        credits,
+                    });
+                    n += 1;
+                }
+                input.checkpoints.push(CheckpointRecord {
+                    task: task.clone(),
+                    checkpoint: k,
+                    fixed: Some(k == 4 && t >= 7),
+                    view_chars: BTreeMap::new(),
+                    atoms,
+                });
+            }
+        }
+        input
+    }
+
+    #[test]
+    fn a_study_the_size_of_table_4_with_the_fixed_parameters() {
+        let input = paper_sized();
+        let report = analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap();
+        let inv = &report.inventory;
+        assert_eq!((inv.tasks, inv.checkpoints, inv.probes_eligible), (37, 148, 4_799));
+        // Table 1's fixed row: the final checkpoints of 30 fixed tasks.
+        assert_eq!(report.outcomes[0].gap_view.tasks, 30);
+        assert_eq!(report.checkpoints.iter().map(|r| r.probes).sum::<u64>(), 4_799);
+        let u = row(&report, View::Reports);
+        assert_eq!((u.accuracy.probes, u.accuracy.tasks), (4_799, 37));
+        let d = report.decomposition.as_ref().unwrap();
+        assert!(close(d.rows.iter().filter_map(|r| r.step).sum::<f64>(), d.gap, 1e-12));
     }
 
     mod properties {
