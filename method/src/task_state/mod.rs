@@ -13,7 +13,8 @@
 //!   telescoping decomposition (Table 13), checkpoints (Tables 15, 50), outcomes (Tables 1, 10).
 //! - [`usage`]: the call log and usage by stage (Tables 12, 59–63).
 //!
-//! The exact two-sided binomial test of Table 33 is [`crate::stats::binomial_two_sided`].
+//! The exact two-sided binomial test of Table 33 is [`crate::stats::binomial_two_sided`], and
+//! [`discordance_p`] applies it to two raters' discordant pairs.
 
 pub mod estimate;
 pub mod records;
@@ -30,6 +31,13 @@ pub use settings::{EstimatorSettings, WeightScheme};
 pub use tables::{Decomposition, TaskStateReport, analyze};
 pub use usage::{CallRecord, GroupBy, Stage, UsageRow, UsageTotals};
 
+/// The exact two-sided test of discordant pairs (Table 33): of `stricter + looser` items on which
+/// two raters disagree, is one side more frequent than chance (p = 1/2)? 5 against 2 gives 29/64;
+/// 11 against 0 gives 2/2048. No discordance gives 1.
+pub fn discordance_p(stricter: u32, looser: u32) -> f64 {
+    crate::stats::binomial_two_sided(stricter, stricter + looser, 0.5).expect("stricter ≤ stricter + looser, p = 1/2")
+}
+
 /// What the task-state estimators refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TaskStateError {
@@ -39,4 +47,38 @@ pub enum TaskStateError {
     Settings(String),
     #[error("call log: {0}")]
     CallLog(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_33_discordance_tests() {
+        // Annotator 1: stricter / looser 5 / 2, exact p .453125; annotator 2: 11 / 0, p .000977.
+        assert_eq!(discordance_p(5, 2), 0.453125);
+        assert_eq!(format!("{:.6}", discordance_p(11, 0)), "0.000977");
+        assert_eq!(discordance_p(0, 0), 1.0);
+    }
+
+    #[test]
+    fn an_empty_study_has_tables_without_values() {
+        let input = StudyInput {
+            checkpoints: vec![CheckpointRecord {
+                task: "t".into(),
+                checkpoint: 1,
+                fixed: Some(true),
+                view_chars: Default::default(),
+                atoms: Default::default(),
+            }],
+            probes: vec![],
+        };
+        let report = analyze(&input, &EstimatorSettings::ctxgap_1()).unwrap();
+        assert!(report.views.is_empty() && report.decomposition.is_none());
+        assert_eq!(report.inventory.eligibility_effect, None);
+        assert_eq!(report.checkpoints[0].probes, 0);
+        assert_eq!(report.checkpoints[0].gap_view.value, None);
+        assert_eq!(report.outcomes[0].gap_view.ci, None);
+        assert!(report.accuracy().is_empty());
+    }
 }
