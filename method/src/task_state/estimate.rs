@@ -595,6 +595,33 @@ mod tests {
     }
 
     #[test]
+    fn the_bootstrap_resamples_issues_not_probes() {
+        // Copying every probe of every task 5 times leaves each resample's pooled ratio unchanged,
+        // so the issue-clustered interval is the same; a probe-level bootstrap would narrow it.
+        let s = EstimatorSettings {
+            weights: WeightScheme::Uniform,
+            bootstrap_draws: 2_000,
+            ..EstimatorSettings::ctxgap_1()
+        };
+        let once = clustered_input(10);
+        let mut five = once.clone();
+        five.probes = (0..5)
+            .flat_map(|copy| {
+                once.probes.iter().map(move |p| ProbeRecord { probe: format!("{}-{copy}", p.probe), ..p.clone() })
+            })
+            .collect();
+        let q = [Quantity::accuracy(View::Reports), Quantity::gap_view(View::Reports)];
+        let a = Population::eligible(&once, &s, |_| true).unwrap().estimates(&q);
+        let b = Population::eligible(&five, &s, |_| true).unwrap().estimates(&q);
+        for (a, b) in a.iter().zip(&b) {
+            assert_eq!((a.tasks, b.tasks, a.probes * 5), (10, 10, b.probes));
+            assert!(close(a.value.unwrap(), b.value.unwrap(), 1e-12));
+            let (ca, cb) = (a.ci.unwrap(), b.ci.unwrap());
+            assert!(close(ca.lo, cb.lo, 1e-12) && close(ca.hi, cb.hi, 1e-12), "{ca:?} {cb:?}");
+        }
+    }
+
+    #[test]
     fn student_t_intervals_use_tasks_minus_one_degrees_of_freedom_table_52() {
         // 12 tasks -> df = 11, t_{.975, 11} = 2.200985.
         let values: Vec<f64> = (0..12).map(|i| 0.3 + 0.02 * f64::from(i)).collect();
