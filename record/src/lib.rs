@@ -18,6 +18,7 @@ pub mod oversize;
 pub mod payload;
 pub mod replay;
 pub mod runner;
+pub mod session;
 pub mod study;
 pub mod trajectory;
 
