@@ -9,6 +9,8 @@
 //! - [`payload`]: what a worker fetches by digest to run a study's jobs on one trajectory.
 //! - [`runner`]: the runner a study names with its typed options ([`RunnerSpec`]), parsed once.
 //! - [`jobs`]: the kinds of work a coordinator hands out and the typed reports that come back.
+//! - [`session`]: a multi-turn session of an agent (turns, tool calls, reasoning, reports), the
+//!   JSON format sessions recorded elsewhere are read from, and the views of a checkpoint.
 //! - [`study`]: a study as data — the validated [`StudySpec`] it runs from and the
 //!   [`StudyRecord`] the store hands out (every trajectory's state and outcomes).
 

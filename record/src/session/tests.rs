@@ -266,9 +266,12 @@ fn message(doc: &mut Value, i: usize) -> &mut Value {
     &mut doc["messages"][i]
 }
 
+/// A change to the example document.
+type Change = Box<dyn FnOnce(&mut Value)>;
+
 #[test]
 fn bad_session_messages_are_refused_naming_the_place() {
-    let cases: Vec<(Box<dyn FnOnce(&mut Value)>, &str)> = vec![
+    let cases: Vec<(Change, &str)> = vec![
         (
             Box::new(|d| d["format"] = json!("vcurve.session.v1")),
             "format is \"vcurve.session.v1\"; this version reads \"vcurve.session-messages.v1\"",
