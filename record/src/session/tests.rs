@@ -417,3 +417,104 @@ fn bad_sessions_are_refused_naming_the_field() {
     let err = Session::from_json(&serde_json::to_vec(&doc).unwrap()).unwrap_err().to_string();
     assert!(err.contains("unknown field `exit`"), "{err}");
 }
+
+/// A small deterministic generator (a linear congruential sequence), so that the generated
+/// sessions need no dependency and are the same on every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// A session whose every text names its turn (`T3-…`), with 1–5 turns, 0–4 messages a turn,
+/// 0–3 calls a message, outputs of 0–29 lines, reasoning and a system prompt now and then.
+fn generated(seed: u64) -> Session {
+    let mut r = Lcg(seed);
+    let turns = (1..=1 + r.below(5))
+        .map(|j| Turn {
+            instruction: format!("T{j}-instruction"),
+            messages: (0..r.below(5))
+                .map(|m| AgentMessage {
+                    reasoning: (r.below(2) == 0).then(|| format!("T{j}-reasoning-{m}")),
+                    text: if r.below(3) == 0 { String::new() } else { format!("T{j}-narration-{m}") },
+                    tool_calls: (0..r.below(4))
+                        .map(|c| ToolCall {
+                            command: format!("echo T{j}-{m}-{c}"),
+                            output: (0..r.below(30)).map(|l| format!("T{j}-{m}-{c} line {l}\n")).collect(),
+                            returncode: (r.below(4) != 0).then(|| r.below(3) as i32),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            report: Report {
+                reasoning: (r.below(2) == 0).then(|| format!("T{j}-report-reasoning")),
+                text: format!("T{j}-report"),
+            },
+        })
+        .collect();
+    Session {
+        format: FORMAT.into(),
+        task: SessionTask { id: format!("gen-{seed}"), statement: "The task.".into() },
+        system: (r.below(2) == 0).then(|| "The system prompt.".into()),
+        turns,
+    }
+}
+
+#[test]
+fn generated_sessions_keep_nesting_scope_and_determinism() {
+    for seed in 0..80 {
+        let s = generated(seed);
+        s.validate().unwrap();
+        let again = Session::from_json(&s.canonical_bytes()).unwrap();
+        for k in 1..=s.checkpoints() {
+            let at = format!("seed {seed}, checkpoint {k}");
+            let upto = &s.turns[..k as usize];
+            let chains = [
+                &[
+                    View::TaskOnly,
+                    View::LatestReport,
+                    View::Reports,
+                    View::ReportsNarration,
+                    View::ReportsHeaders,
+                    View::Scrollback,
+                ][..],
+                &[View::ReportsHeaders, View::FullMinusReasoning, View::Full][..],
+                &[View::Reports, View::ReportsLast3, View::ReportsLast10, View::FullMinusReasoning][..],
+            ];
+            for chain in chains {
+                for pair in chain.windows(2) {
+                    assert!(nested(&b(&s, pair[0], k), &b(&s, pair[1], k)), "{at}: {} in {}", pair[0], pair[1]);
+                }
+            }
+            let long = upto
+                .iter()
+                .flat_map(|t| &t.messages)
+                .flat_map(|m| &m.tool_calls)
+                .any(|c| c.output.lines().count() > views::SCROLLBACK_HEAD_LINES + views::SCROLLBACK_TAIL_LINES);
+            let v_in_t = nested(&b(&s, View::Scrollback, k), &b(&s, View::FullMinusReasoning, k));
+            assert_eq!(v_in_t, !long, "{at}: the scrollback differs from T_minusR by its cuts only");
+            let t: Vec<String> =
+                b(&s, View::Full, k).into_iter().filter(|x| !x.starts_with("[assistant reasoning]")).collect();
+            assert_eq!(t, b(&s, View::FullMinusReasoning, k), "{at}");
+            let calls: usize = upto.iter().map(|t| t.messages.iter().map(|m| m.tool_calls.len()).sum::<usize>()).sum();
+            for (view, n) in [(View::ReportsLast3, 3), (View::ReportsLast10, 10)] {
+                let outputs = b(&s, view, k).iter().filter(|x| x.starts_with("[output]\n")).count();
+                assert_eq!(outputs, calls.min(n), "{at}: {view}");
+            }
+            let views = render_all(&s, k).unwrap();
+            assert_eq!(views, render_all(&again, k).unwrap(), "{at}");
+            for v in &views {
+                for later in k + 1..=s.checkpoints() {
+                    assert!(!v.text.contains(&format!("T{later}-")), "{at}: {} shows turn {later}", v.view);
+                }
+                assert_eq!(
+                    v.text.contains("-reasoning"),
+                    v.view == View::Full && v.text.contains("[assistant reasoning]")
+                );
+            }
+        }
+    }
+}
