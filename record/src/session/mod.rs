@@ -9,12 +9,15 @@
 //! - [`Session`] is vcurve's own form ([`FORMAT`]), serde, validated by [`Session::validate`].
 //! - [`messages`]: the documented JSON format for sessions recorded elsewhere: a flat list of
 //!   messages with roles, tool calls and outputs, and turn ends ([`messages::FORMAT`]).
+//! - [`trajectory::from_trajectory`]: a session from a recorded vcurve trajectory and the steps
+//!   where its turns end.
 //! - [`views`]: the views of a checkpoint, rendered deterministically ([`views::render`]), each
 //!   with its digest, characters and tokens, under [`views::VIEWS_VERSION`].
 
 use serde::{Deserialize, Serialize};
 
 pub mod messages;
+pub mod trajectory;
 pub mod views;
 
 #[cfg(test)]

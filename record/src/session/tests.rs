@@ -518,3 +518,96 @@ fn generated_sessions_keep_nesting_scope_and_determinism() {
         }
     }
 }
+
+fn two_turn_trajectory() -> crate::Trajectory {
+    use crate::trajectory::{Action, EndType, Evaluator, Interpreter, Step, Task};
+    let msg = |role: &str, content: &str| json!({"role": role, "content": content});
+    let action = |command: &str, output: &str, returncode| Action {
+        command: command.into(),
+        timeout_s: 60.0,
+        output: output.into(),
+        returncode,
+        timed_out: false,
+        exception: None,
+        omitted: None,
+    };
+    let step = |actions, messages_end| Step { actions, messages_end, fingerprint: None };
+    crate::Trajectory {
+        format: crate::trajectory::FORMAT.into(),
+        task: Task {
+            id: "demo__pkg-1".into(),
+            image: "vcurve/task:abc".into(),
+            workdir: "/testbed".into(),
+            evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
+            problem_statement: Some("fix it".into()),
+        },
+        interpreter: Interpreter::default(),
+        messages: vec![
+            msg("system", "you are an agent"),
+            msg("user", "fix it. Investigate; do not modify code"),
+            json!({"role": "assistant", "content": "listing\n```bash\nls\n```", "reasoning_content": "R1"}),
+            msg("user", "<returncode>0</returncode>a b"),
+            json!({"role": "assistant", "content": [{"type": "text", "text": "Found a and b."}]}),
+            msg("user", "Implement a fix"),
+            msg("assistant", "```bash\ntouch c\n```"),
+            msg("user", "<returncode>0</returncode>"),
+            json!({"role": "assistant", "content": "Created c.", "reasoning": "R2"}),
+        ],
+        initial_messages: 2,
+        steps: vec![
+            step(vec![action("ls", "a b\n", Some(0))], 4),
+            step(vec![], 5),
+            step(vec![action("touch c", "", None)], 8),
+            step(vec![], 9),
+        ],
+        end_type: EndType::Submitted,
+        submission: None,
+    }
+}
+
+#[test]
+fn a_trajectory_with_its_turn_ends_is_a_session() {
+    let t = two_turn_trajectory();
+    let s = trajectory::from_trajectory(&t, &[2, 4]).unwrap();
+    assert_eq!(s.task, SessionTask { id: "demo__pkg-1".into(), statement: "fix it".into() });
+    assert_eq!(s.system.as_deref(), Some("you are an agent"));
+    assert_eq!(s.turns.len(), 2);
+    assert_eq!(s.turns[0].instruction, "fix it. Investigate; do not modify code");
+    assert_eq!(s.turns[0].messages[0].reasoning.as_deref(), Some("R1"));
+    assert_eq!(
+        s.turns[0].messages[0].tool_calls,
+        [ToolCall { command: "ls".into(), output: "a b\n".into(), returncode: Some(0) }]
+    );
+    assert_eq!(s.turns[0].report, Report { reasoning: None, text: "Found a and b.".into() });
+    assert_eq!(s.turns[1].instruction, "Implement a fix");
+    assert_eq!(s.turns[1].messages[0].tool_calls[0].returncode, None);
+    assert_eq!(s.turns[1].report, Report { reasoning: Some("R2".into()), text: "Created c.".into() });
+    assert!(render(&s, View::Full, 2).unwrap().text.contains("[assistant reasoning]\nR2\n\n[report]\nCreated c."));
+
+    let refuse = |ends: &[u32]| trajectory::from_trajectory(&t, ends).unwrap_err().to_string();
+    assert_eq!(refuse(&[]), "turn ends: are empty: a session has at least one turn");
+    assert_eq!(
+        refuse(&[2, 2]),
+        "turn ends[1] (turn 2): = 2 must be a step after 2 and at most the trajectory's 4 steps"
+    );
+    assert_eq!(refuse(&[2]), "turn ends: the last turn ends at step 2 but the trajectory has 4 steps");
+    assert_eq!(
+        refuse(&[1, 4]),
+        "steps[0] (step 1, turn 1): ends turn 1 but ran 1 command(s): a turn's report runs none"
+    );
+    assert_eq!(
+        refuse(&[4]),
+        "steps[2] (step 3, turn 1).messages[5]: a user message inside a turn: turn ends must fall where instructions were given"
+    );
+    let mut bad = t.clone();
+    bad.messages[6] = json!({"role": "user", "content": "?"});
+    assert_eq!(
+        trajectory::from_trajectory(&bad, &[2, 4]).unwrap_err().to_string(),
+        "steps[2] (step 3, turn 2): messages[5..8] hold no assistant message"
+    );
+    bad.messages[6] = json!({"role": "assistant", "content": 5});
+    assert_eq!(
+        trajectory::from_trajectory(&bad, &[2, 4]).unwrap_err().to_string(),
+        "messages[6].content: is neither a string nor a list of text parts"
+    );
+}
