@@ -61,7 +61,7 @@ pub use lease::{WorkerConfig, WorkerError, WorkerSummary, run, run_with_metrics}
 pub use runners::evaluate::SwebenchHarness;
 pub use runners::{
     AgentProcessRunner, AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobServices, JobSpec,
-    MiniSweAgent, Runners, SyntheticRunner,
+    MiniSweAgent, NoOutcome, Runners, SyntheticRunner,
 };
 pub use sandbox::container::ContainerRuntime;
 pub use sandbox::container::docker::DockerRuntime;

@@ -42,6 +42,7 @@ use crate::lease::config::WorkerConfig;
 use crate::lease::error::WorkerError;
 use crate::lease::wire;
 use crate::metrics::WorkerMetrics;
+use crate::runners::no_outcome::NoOutcome;
 use crate::runners::seam::{HeldJob, JobReport, JobSpec, Runners};
 
 /// How long a cancelled runner may take to return before its future is dropped.
@@ -403,7 +404,7 @@ impl Shared {
     fn start(self: &Arc<Self>, job: v1::Job, permit: OwnedSemaphorePermit) {
         let (held, job) = match wire::job_from_wire(job) {
             Ok(spec) => (spec.held(), Ok(spec)),
-            Err(wire::BadJob { held: Some(held), reason }) => (held, Err(reason)),
+            Err(wire::BadJob { held: Some(held), reason }) => (held, Err(NoOutcome::BadJob(reason))),
             Err(wire::BadJob { held: None, reason }) => {
                 tracing::error!(%reason, "malformed job from the coordinator; its lease will expire");
                 return;
@@ -430,13 +431,13 @@ impl Shared {
         );
     }
 
-    async fn job_task(&self, held: HeldJob, job: Result<JobSpec, String>, cancel: CancellationToken) {
+    async fn job_task(&self, held: HeldJob, job: Result<JobSpec, NoOutcome>, cancel: CancellationToken) {
         let started = Instant::now();
         tracing::debug!("started");
         let _running = self.metrics.as_ref().map(WorkerMetrics::job_started);
         let result = match job {
             Ok(spec) => self.run_job(spec, &cancel).await,
-            Err(reason) => Some(JobReport::NoOutcome { reason }),
+            Err(no) => Some(no.report()),
         };
         if let Some(m) = &self.metrics {
             m.job_ended(held.key.kind(), result.as_ref(), started.elapsed());
@@ -450,9 +451,9 @@ impl Shared {
     /// Run a job through its runner; `None` when it was cancelled (its result is then moot).
     async fn run_job(&self, mut spec: JobSpec, cancel: &CancellationToken) -> Option<JobReport> {
         let Some(runner) = self.runners.get(spec.runner.kind()).cloned() else {
-            let reason = format!("unsupported runner {}", spec.runner.kind());
-            tracing::warn!(%reason, "cannot run job");
-            return Some(JobReport::NoOutcome { reason });
+            let no = NoOutcome::UnsupportedRunner(spec.runner.kind().to_owned());
+            tracing::warn!(reason = %no, "cannot run job");
+            return Some(no.report());
         };
         if let Some(digest) = spec.trajectory_digest.clone() {
             let fetch = self.cache.get(&digest, |file| async move {
@@ -466,13 +467,13 @@ impl Shared {
                 Ok(payload) => spec.trajectory = Some(payload),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot fetch the job's trajectory");
-                    return Some(JobReport::no_outcome(format!("cannot fetch trajectory {digest}: {e}")));
+                    return Some(NoOutcome::Fetch { digest, error: e }.report());
                 }
             }
         }
         let kind = runner.kind();
         // A panicking runner must not take its job's lease with it: it becomes a no-outcome.
-        let panicked = |_| JobReport::no_outcome(format!("runner {kind} panicked"));
+        let panicked = |_| NoOutcome::Panicked(kind.to_owned()).report();
         let run = match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
             Ok(run) => run,
             Err(panic) => return Some(panicked(panic)),

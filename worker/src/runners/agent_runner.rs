@@ -35,6 +35,7 @@ use vcurve_record::{EndType, Interpreter, RunnerSpec, Task, Trajectory, Trajecto
 
 use crate::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
 use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
+use crate::runners::no_outcome::NoOutcome;
 use crate::runners::seam::{AgentRunner, JobKey, JobReport, JobSpec};
 use crate::runners::services::JobServices;
 use crate::sandbox::container::{Container, ContainerRuntime, ContainerSpec, labels, reap};
@@ -172,9 +173,9 @@ impl AgentRunner for AgentProcessRunner {
         Box::pin(async move {
             match inner.run(&job, &cancel).await {
                 Ok(report) => report,
-                Err(reason) => {
-                    tracing::warn!(key = %job.key, attempt = job.attempt, %reason, "no outcome");
-                    JobReport::no_outcome(reason)
+                Err(no) => {
+                    tracing::warn!(key = %job.key, attempt = job.attempt, reason = %no, "no outcome");
+                    no.report()
                 }
             }
         })
@@ -202,6 +203,11 @@ impl AgentRunner for AgentProcessRunner {
     fn attach(&self, services: Arc<dyn JobServices>) {
         let _ = self.inner.services.set(services);
     }
+}
+
+/// The no-outcome of a job missing what its kind needs.
+fn bad_job(what: &str) -> NoOutcome {
+    NoOutcome::BadJob(what.to_owned())
 }
 
 /// A run's seed: the same key always gets the same one, another key (another seed index) another.
@@ -232,8 +238,10 @@ impl Inner {
         self.swebench.get().cloned().unwrap_or_else(SwebenchHarness::from_env)
     }
 
-    fn services(&self) -> Result<&Arc<dyn JobServices>, String> {
-        self.services.get().ok_or_else(|| "the agent runner has no connection to the coordinator's services".to_owned())
+    fn services(&self) -> Result<&Arc<dyn JobServices>, NoOutcome> {
+        self.services.get().ok_or_else(|| {
+            NoOutcome::Services("the agent runner has no connection to the coordinator's services".to_owned())
+        })
     }
 
     fn limits(&self, job: &JobSpec, options: &AgentOptions) -> ContainerLimits {
@@ -262,28 +270,34 @@ impl Inner {
         }
     }
 
-    async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, String> {
+    async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, NoOutcome> {
         let options = match (&job.runner, self.kind) {
             (RunnerSpec::Agent(options), AGENT) | (RunnerSpec::MiniSweAgent(options), MINI_SWE_AGENT) => options,
-            (other, kind) => return Err(format!("the {kind} runner was handed a job of the {} runner", other.kind())),
+            (other, kind) => {
+                return Err(NoOutcome::BadJob(format!(
+                    "the {kind} runner was handed a job of the {} runner",
+                    other.kind()
+                )));
+            }
         };
         let limits = self.limits(job, options);
         let own = match &options.normalization {
-            Some(_) => Some(options.normalizer()?),
+            Some(_) => Some(options.normalizer().map_err(NoOutcome::BadJob)?),
             None => None,
         };
         let normalizer = own.as_ref().unwrap_or(&self.normalizer);
-        let payload = job.trajectory.as_deref().ok_or("the job names no trajectory payload")?;
-        let digest = job.trajectory_digest.as_deref().ok_or("the job names no trajectory digest")?;
+        let payload = job.trajectory.as_deref().ok_or_else(|| bad_job("the job names no trajectory payload"))?;
+        let digest = job.trajectory_digest.as_deref().ok_or_else(|| bad_job("the job names no trajectory digest"))?;
         match &job.key {
             JobKey::Replay { .. } => self.replay(job, options, normalizer, payload, digest, &limits).await,
             JobKey::Continuation(k) => {
-                let recorded = payload.recorded.as_ref().ok_or("a continuation needs a recorded trajectory")?;
+                let recorded =
+                    payload.recorded.as_ref().ok_or_else(|| bad_job("a continuation needs a recorded trajectory"))?;
                 let prepared = match self
                     .snapshots
                     .prepare_from(recorded, digest, k.t, normalizer, &limits, job.registry_snapshot.as_ref())
                     .await
-                    .map_err(|e| format!("preparing h_{}: {e}", k.t))?
+                    .map_err(|error| NoOutcome::Replay { during: format!("preparing h_{}", k.t), error })?
                 {
                     Verdict::Reproduced(prepared) => prepared,
                     Verdict::NonReplayable(why) => return Ok(JobReport::NonReplayable(why)),
@@ -303,13 +317,13 @@ impl Inner {
                 let transcript = if options.keep_transcripts {
                     let mut messages = run.messages;
                     let cuts = vcurve_record::oversize::fit_messages(&mut messages, vcurve_record::MAX_FILE_BYTES)
-                        .map_err(|e| format!("the transcript {e}"))?;
+                        .map_err(|e| NoOutcome::Record(format!("the transcript {e}")))?;
                     if cuts.texts > 0 {
                         tracing::warn!(key = %job.key, texts = cuts.texts, omitted_bytes = cuts.bytes,
                             "the transcript was over the store's per-file limit: its longest texts were cut");
                     }
-                    let bytes = serde_json::to_vec(&messages).map_err(|e| e.to_string())?;
-                    Some(self.services()?.put_file(&bytes).await?)
+                    let bytes = serde_json::to_vec(&messages).map_err(|e| NoOutcome::Record(e.to_string()))?;
+                    Some(self.services()?.put_file(&bytes).await.map_err(NoOutcome::Services)?)
                 } else {
                     None
                 };
@@ -326,10 +340,10 @@ impl Inner {
                 .await
             }
             JobKey::BaseRun { .. } => {
-                let task = payload.task_def().ok_or("a base run's payload carries no task")?.clone();
+                let task = payload.task_def().ok_or_else(|| bad_job("a base run's payload carries no task"))?.clone();
                 let container = Container::start(self.runtime.clone(), &limits.spec(&task.image))
                     .await
-                    .map_err(|e| format!("starting the task container: {e}"))?;
+                    .map_err(NoOutcome::engine("starting the task container"))?;
                 let interpreter = self.base_interpreter.clone();
                 let start = AgentStart {
                     command: self.command(options),
@@ -354,7 +368,12 @@ impl Inner {
                             tracing::warn!(key = %job.key, texts = cuts.texts, omitted_bytes = cuts.bytes,
                                 "the base run's trajectory was over the store's per-file limit: its longest outputs were cut");
                         }
-                        Some(self.services()?.put_file(&trajectory.canonical_bytes()).await?)
+                        Some(
+                            self.services()?
+                                .put_file(&trajectory.canonical_bytes())
+                                .await
+                                .map_err(NoOutcome::Services)?,
+                        )
                     }
                     Err(e) => {
                         tracing::warn!(key = %job.key, error = %e, "the base run cannot be recorded as a trajectory");
@@ -364,14 +383,14 @@ impl Inner {
                 self.outcome(job, &task, &submission, steps, end_type, recorded, &limits, cancel).await
             }
             JobKey::Evaluation { patch_sha256, .. } => {
-                let task = payload.task_def().ok_or("the evaluation's payload carries no task")?;
-                let bytes = self.services()?.fetch_file(patch_sha256).await?;
-                let patch = String::from_utf8(bytes).map_err(|_| format!("patch {patch_sha256} is not UTF-8 text"))?;
+                let task = payload.task_def().ok_or_else(|| bad_job("the evaluation's payload carries no task"))?;
+                let bytes = self.services()?.fetch_file(patch_sha256).await.map_err(NoOutcome::Services)?;
+                let patch = String::from_utf8(bytes)
+                    .map_err(|_| NoOutcome::BadJob(format!("patch {patch_sha256} is not UTF-8 text")))?;
                 let spec = limits.spec(&task.image);
                 let verdict =
                     evaluate_command(self.runtime.clone(), task, &patch, &spec, &self.swebench(), cancel.clone())
-                        .await
-                        .map_err(|e| e.to_string())?;
+                        .await?;
                 Ok(JobReport::Evaluated { resolved: verdict.resolved })
             }
         }
@@ -385,8 +404,8 @@ impl Inner {
         payload: &TrajectoryPayload,
         digest: &str,
         limits: &ContainerLimits,
-    ) -> Result<JobReport, String> {
-        let recorded = payload.recorded.as_ref().ok_or("a replay needs a recorded trajectory")?;
+    ) -> Result<JobReport, NoOutcome> {
+        let recorded = payload.recorded.as_ref().ok_or_else(|| bad_job("a replay needs a recorded trajectory"))?;
         let verdict = replay_trajectory(
             &self.snapshots,
             recorded,
@@ -400,12 +419,13 @@ impl Inner {
             limits,
         )
         .await
-        .map_err(|e| format!("replay: {e}"))?;
+        .map_err(|error| NoOutcome::Replay { during: "replay".to_owned(), error })?;
         Ok(match verdict {
             Verdict::Reproduced(mut done) => {
                 if !done.fingerprints.is_empty() {
-                    let bytes = serde_json::to_vec(&done.fingerprints).map_err(|e| e.to_string())?;
-                    done.replayed.fingerprints = Some(self.services()?.put_file(&bytes).await?);
+                    let bytes = serde_json::to_vec(&done.fingerprints).map_err(|e| NoOutcome::Record(e.to_string()))?;
+                    done.replayed.fingerprints =
+                        Some(self.services()?.put_file(&bytes).await.map_err(NoOutcome::Services)?);
                 }
                 JobReport::Replayed(done.replayed)
             }
@@ -420,12 +440,12 @@ impl Inner {
         start: AgentStart,
         options: &AgentOptions,
         cancel: &CancellationToken,
-    ) -> Result<crate::runners::agent::AgentRun, String> {
+    ) -> Result<crate::runners::agent::AgentRun, NoOutcome> {
         let run = run_agent(&container, start, AgentLimits::from_options(options), cancel.clone()).await;
         if let Err(e) = container.remove().await {
             tracing::warn!(error = %e, "cannot remove a finished run's container");
         }
-        run.map_err(|e| e.reason())
+        run.map_err(NoOutcome::from)
     }
 
     /// Judge a run's submission through the patch cache and make its outcome.
@@ -440,23 +460,26 @@ impl Inner {
         recorded: Option<String>,
         limits: &ContainerLimits,
         cancel: &CancellationToken,
-    ) -> Result<JobReport, String> {
+    ) -> Result<JobReport, NoOutcome> {
         let patch_sha256 = vcurve_record::trajectory::sha256_hex(submission.as_bytes());
         let (success, judged) = if is_empty_patch(submission) {
             (false, Judged::EmptyPatch)
         } else {
             let services = self.services()?;
-            match services.lookup_verdict(job.key.study(), &task.id, &patch_sha256).await? {
+            match services
+                .lookup_verdict(job.key.study(), &task.id, &patch_sha256)
+                .await
+                .map_err(NoOutcome::Services)?
+            {
                 Some(resolved) => (resolved, Judged::Cached),
                 None => {
                     let spec: ContainerSpec = limits.spec(&task.image);
                     let harness = self.swebench();
                     let verdict =
                         evaluate_command(self.runtime.clone(), task, submission, &spec, &harness, cancel.clone())
-                            .await
-                            .map_err(|e| e.to_string())?;
+                            .await?;
                     // The patch is kept by the coordinator, for its flake re-check.
-                    services.put_file(submission.as_bytes()).await?;
+                    services.put_file(submission.as_bytes()).await.map_err(NoOutcome::Services)?;
                     (verdict.resolved, Judged::Evaluated)
                 }
             }

@@ -9,6 +9,8 @@
 //! - [`agent`]: one agent process in a container, speaking the line protocol.
 //! - [`mini_swe_agent`]: the `mini-swe-agent` runner kind on top of the agent process runner.
 //! - [`evaluate`]: the evaluators (a command, SWE-bench's harness).
+//! - [`no_outcome`]: [`NoOutcome`], why a job ends without an outcome (its text is the reason
+//!   reported).
 //!
 //! The children do not import this module's re-exports: each names the sibling it uses, so the
 //! seam never depends on a runner.
@@ -17,6 +19,7 @@ pub mod agent;
 pub mod agent_runner;
 pub mod evaluate;
 pub mod mini_swe_agent;
+pub mod no_outcome;
 mod python_env;
 pub mod seam;
 pub mod services;
@@ -24,6 +27,7 @@ pub mod synthetic;
 
 pub use agent_runner::AgentProcessRunner;
 pub use mini_swe_agent::MiniSweAgent;
+pub use no_outcome::NoOutcome;
 pub use seam::{AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobSpec, Runners};
 pub use services::JobServices;
 pub use synthetic::SyntheticRunner;

@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::{EndType, TrajectoryPayload};
 
+use crate::runners::no_outcome::NoOutcome;
 use crate::runners::seam::{AgentRunner, ContinuationKey, JobReport, JobSpec};
 
 /// The `synthetic` agent runner (see the module docs for the formulas).
@@ -84,20 +85,21 @@ pub fn no_outcome_draw(study_seed: u64, key: &ContinuationKey, attempt: u32) -> 
 pub fn synthetic_result(job: &JobSpec) -> JobReport {
     let options = match options_of(job) {
         Ok(options) => options,
-        Err(reason) => return JobReport::NoOutcome { reason },
+        Err(no) => return no.report(),
     };
     let Some(key) = job.key.continuation() else {
-        return JobReport::no_outcome(format!(
+        return NoOutcome::BadJob(format!(
             "the synthetic runner runs continuations only, not a {}",
             job.key.kind().as_str()
-        ));
+        ))
+        .report();
     };
     let v = match true_value(job.trajectory.as_deref(), key.t) {
         Ok(v) => v,
-        Err(reason) => return JobReport::NoOutcome { reason },
+        Err(no) => return no.report(),
     };
     if no_outcome_draw(job.study_seed, key, job.attempt) < options.no_outcome_rate {
-        return JobReport::no_outcome("injected");
+        return NoOutcome::Injected.report();
     }
     let u = outcome_draw(job.study_seed, key);
     let success = u < v;
@@ -115,24 +117,27 @@ pub fn synthetic_result(job: &JobSpec) -> JobReport {
 }
 
 /// The job's synthetic options (parsed and validated as the job arrived).
-fn options_of(job: &JobSpec) -> Result<SyntheticOptions, String> {
+fn options_of(job: &JobSpec) -> Result<SyntheticOptions, NoOutcome> {
     match &job.runner {
         RunnerSpec::Synthetic(options) => Ok(*options),
-        other => Err(format!("the synthetic runner was handed a job of the {} runner", other.kind())),
+        other => {
+            Err(NoOutcome::BadJob(format!("the synthetic runner was handed a job of the {} runner", other.kind())))
+        }
     }
 }
 
 /// `V(t)` from the payload's `curve`.
-fn true_value(trajectory: Option<&TrajectoryPayload>, t: u32) -> Result<f64, String> {
-    let curve =
-        trajectory.and_then(|p| p.curve.as_ref()).ok_or_else(|| "synthetic trajectory has no curve".to_owned())?;
+fn true_value(trajectory: Option<&TrajectoryPayload>, t: u32) -> Result<f64, NoOutcome> {
+    let curve = trajectory
+        .and_then(|p| p.curve.as_ref())
+        .ok_or_else(|| NoOutcome::BadJob("synthetic trajectory has no curve".to_owned()))?;
     let value = *curve
         .get(t as usize)
-        .ok_or_else(|| format!("synthetic curve has {} values, none for t = {t}", curve.len()))?;
+        .ok_or_else(|| NoOutcome::BadJob(format!("synthetic curve has {} values, none for t = {t}", curve.len())))?;
     if (0.0..=1.0).contains(&value) {
         Ok(value)
     } else {
-        Err(format!("synthetic curve value at t = {t} is {value}, not a number in [0, 1]"))
+        Err(NoOutcome::BadJob(format!("synthetic curve value at t = {t} is {value}, not a number in [0, 1]")))
     }
 }
 
@@ -154,12 +159,12 @@ impl AgentRunner for SyntheticRunner {
             // Bad options are reported before any simulated work: nothing would come of it.
             let duration = match options_of(&job) {
                 Ok(options) => Duration::from_millis(options.duration_ms),
-                Err(reason) => return JobReport::NoOutcome { reason },
+                Err(no) => return no.report(),
             };
             if !duration.is_zero() {
                 tokio::select! {
                     () = tokio::time::sleep(duration) => {}
-                    () = cancel.cancelled() => return JobReport::no_outcome("cancelled"),
+                    () = cancel.cancelled() => return NoOutcome::Cancelled.report(),
                 }
             }
             synthetic_result(&job)

@@ -77,7 +77,7 @@ impl<T> Verdict<T> {
 
 /// Why a replay could not be carried out. Every variant is an infrastructure failure or a bad
 /// request, never a statement about the trajectory: the job has no outcome.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayError {
     /// The container runtime failed (retryable: run the job again).
     #[error(transparent)]
