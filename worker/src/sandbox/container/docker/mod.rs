@@ -35,6 +35,18 @@
 //! fully) is out of reach, as it is for any shell. The exec then reports `timed_out`, no exit
 //! code, and the output collected so far.
 //!
+//! A command bounds its children: when it *returns*, the same kill runs for what is left of it,
+//! so `sleep 1000 & echo started` returns `started` and leaves no `sleep` for the next command to
+//! meet (docs/decisions.md, "Processes a command leaves behind"). While the output is still open,
+//! the exec asks the engine whether the command's own process has ended (after 50 ms, then at
+//! doubling intervals up to 1 s); once it has, the kill runs at once, which closes the output,
+//! instead of waiting the ~2 s the engine gives a stream held open by a child. The kill costs one
+//! more exec per command.
+//!
+//! An exec the engine could not start at all (`OCI runtime exec failed`: the pids limit reached by
+//! a fork bomb) is [`RuntimeError::Engine`], never the command's output; so is a kill that cannot
+//! run. Either makes the job a no-outcome.
+//!
 //! Output is capped at [`OUTPUT_CAP`] bytes (64 MiB): what a command prints beyond it is read and
 //! dropped, so the command is never blocked on a full pipe.
 //!
@@ -149,6 +161,15 @@ const HEADER_MAX: usize = 256;
 const HEADER_GRACE: Duration = Duration::from_secs(5);
 /// How long the output of a killed command is still read after the kill.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// How soon, and then how often at most, an exec asks the engine whether the command's own
+/// process has returned while its output is still open (the interval doubles in between).
+const EXIT_POLL_FIRST: Duration = Duration::from_millis(50);
+const EXIT_POLL_MAX: Duration = Duration::from_secs(1);
+/// The engine's message when it could not start an exec's process at all.
+const START_FAILED: &str = "OCI runtime exec failed";
+/// The part of [`START_FAILED`]'s message that means a missing working directory, which fails
+/// as under `docker exec` (exit 126, the message as output) rather than as an engine error.
+const START_FAILED_CHDIR: &str = "chdir to cwd";
 /// How long a command killed by SIGKILL waits to see whether its container is dying as a whole.
 const DEATH_GRACE: Duration = Duration::from_millis(500);
 /// Per-request timeout of the client (headers of a response; streams are not cut by it).
@@ -356,23 +377,57 @@ impl DockerRuntime {
         };
         let mut collector = Collector::default();
         let mut timed_out = false;
+        // Whether the command's own process ended while its output was still open (a background
+        // child holds it): what is left of it is killed at once instead of waiting for the engine
+        // to give up on the stream.
+        let mut returned = false;
+        let mut poll = EXIT_POLL_FIRST;
+        let mut next_poll = tokio::time::Instant::now() + poll;
         loop {
-            match tokio::time::timeout_at(deadline, stream.next()).await {
-                Ok(Some(item)) => collector.push(&item.map_err(engine)?.into_bytes()),
-                Ok(None) => break,
-                Err(_) => {
-                    timed_out = true;
-                    break;
+            let polling = collector.header.is_some();
+            tokio::select! {
+                item = tokio::time::timeout_at(deadline, stream.next()) => match item {
+                    Ok(Some(item)) => collector.push(&item.map_err(engine)?.into_bytes()),
+                    Ok(None) => break,
+                    Err(_) => {
+                        timed_out = true;
+                        break;
+                    }
+                },
+                () = tokio::time::sleep_until(next_poll), if polling => {
+                    let inspect = self.docker.inspect_exec(&exec.id).await.map_err(|e| container_error(container, e))?;
+                    if inspect.running == Some(false) {
+                        returned = true;
+                        break;
+                    }
+                    poll = (poll * 2).min(EXIT_POLL_MAX);
+                    next_poll = tokio::time::Instant::now() + poll;
                 }
             }
         }
         if !timed_out {
+            if let Some(header) = collector.header.clone() {
+                // The command returned: nothing of it outlives it (its process group, and whatever
+                // left the group but still holds its output).
+                self.kill_group(container, &header).await?;
+                if returned {
+                    let drain_deadline = tokio::time::Instant::now() + DRAIN_GRACE;
+                    while let Ok(Some(item)) = tokio::time::timeout_at(drain_deadline, stream.next()).await {
+                        collector.push(&item.map_err(engine)?.into_bytes());
+                    }
+                }
+            }
             collector.finish();
             let exit_code = self.exit_code(container, &exec.id).await?;
             // A container killed as a whole (its init OOM-killed, or removed) takes the exec with it
             // (SIGKILL: 137); the engine may see the exec end before the container.
             if exit_code.is_none_or(|c| c == 137) && self.dies_soon(container).await? {
                 return Err(RuntimeError::Gone(container.to_owned()));
+            }
+            if collector.header.is_none() {
+                if let Some(error) = start_failure(container, &collector.output) {
+                    return Err(error);
+                }
             }
             return Ok(ExecOutput { output: collector.output, exit_code, timed_out: false });
         }
@@ -415,8 +470,8 @@ impl DockerRuntime {
         Ok(ExecOutput { output: collector.output, exit_code: None, timed_out: true })
     }
 
-    /// Kill the process group (and the holders of the output pipe) of a timed-out command and wait
-    /// until they are gone.
+    /// Kill the process group (and the holders of the output pipe) of a command that timed out or
+    /// returned, and wait until they are gone.
     async fn kill_group(&self, container: &str, header: &Header) -> Result<(), RuntimeError> {
         let argv = vec![
             "sh".to_owned(),
@@ -433,7 +488,7 @@ impl DockerRuntime {
                     return Err(RuntimeError::Gone(container.to_owned()));
                 }
                 Err(RuntimeError::Engine(format!(
-                    "cannot kill the timed-out command's process group {} in container {container} (exit {code:?}): {}",
+                    "cannot kill what is left of a command's process group {} in container {container} (exit {code:?}): {}",
                     header.pgid,
                     String::from_utf8_lossy(&output).trim()
                 )))
@@ -663,6 +718,16 @@ impl ContainerRuntime for DockerRuntime {
     fn pull_image<'a>(&'a self, remote: &'a str, reference: &'a str) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(self.pull_impl(remote, reference))
     }
+}
+
+/// The engine error of an exec whose wrapper never ran because the engine could not start its
+/// process (the pids limit reached by a fork bomb, say): that is no output of the command. A
+/// missing working directory is the exception, kept as `docker exec` shows it.
+fn start_failure(container: &str, output: &[u8]) -> Option<RuntimeError> {
+    let text = String::from_utf8_lossy(output);
+    (text.contains(START_FAILED) && !text.contains(START_FAILED_CHDIR)).then(|| {
+        RuntimeError::Engine(format!("the engine could not start a command in container {container}: {}", text.trim()))
+    })
 }
 
 /// `repo:tag` → (`repo`, Some(`tag`)); a colon before the last `/` belongs to a registry's port.

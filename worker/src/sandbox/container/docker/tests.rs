@@ -87,3 +87,16 @@ fn a_one_file_archive_holds_the_file_owned_by_root() {
     assert_eq!(content, b"echo hi\n");
     assert!(entries.next().is_none());
 }
+
+#[test]
+fn an_exec_the_engine_could_not_start_is_an_engine_error_but_a_missing_workdir_is_output() {
+    let forked_out = b"OCI runtime exec failed: exec failed: unable to start container process: read init-p: connection reset by peer: unknown\r\n";
+    let error = start_failure("c1", forked_out).expect("an engine error");
+    assert!(
+        matches!(&error, RuntimeError::Engine(m) if m.contains("could not start a command in container c1")),
+        "{error}"
+    );
+    let workdir = b"OCI runtime exec failed: exec failed: unable to start container process: chdir to cwd (\"/nope\") set in config.json failed: no such file or directory: unknown";
+    assert_eq!(start_failure("c1", workdir), None);
+    assert_eq!(start_failure("c1", b"hello"), None);
+}
