@@ -832,4 +832,18 @@ mod tests {
         let report = unattached.run(base_run(), CancellationToken::new()).await;
         assert!(matches!(&report, JobReport::NoOutcome { reason } if reason.contains("services")), "{report:?}");
     }
+
+    #[tokio::test]
+    async fn an_engine_error_during_an_exec_is_a_no_outcome_never_an_observation() {
+        // Issue 24: after a fork bomb the engine's `OCI runtime exec failed …` was recorded as the
+        // step's output. A runtime error during the agent's exec ends the run as a no-outcome.
+        let (runner, runtime, services) = runner(false).await;
+        let engine = "the engine could not start a command in container c: OCI runtime exec failed: fork";
+        runtime.fail_next(Op::Exec, crate::sandbox::container::RuntimeError::Engine(engine.into()));
+        let report = runner.run(base_run(), CancellationToken::new()).await;
+        let JobReport::NoOutcome { reason } = &report else { panic!("{report:?}") };
+        assert!(reason.contains("infrastructure failure") && reason.contains(engine), "{reason}");
+        assert!(services.files.lock().unwrap().is_empty(), "nothing recorded or uploaded");
+        assert!(runtime.running().is_empty(), "the run's container is removed");
+    }
 }
