@@ -44,6 +44,8 @@ mod lines;
 pub(crate) use lines::last_bytes;
 mod messages;
 #[cfg(test)]
+mod protocol_props;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
