@@ -16,13 +16,15 @@
 //! judged before takes its verdict (`cached`); any other is evaluated in a fresh container of the
 //! task image, uploaded, and reported `evaluated` — the coordinator stores its verdict.
 //!
-//! Every container carries the labels of [`crate::sandbox::container::labels`] (the worker's name, the
-//! job, the study) and is removed when its job ends, whatever the outcome; containers a killed
-//! worker left behind are reaped when a worker of the same name starts ([`AgentProcessRunner::start`]).
+//! Every container carries the labels of [`crate::sandbox::container::labels`] (the worker's name,
+//! its instance, the job, the study) and is removed when its job ends, whatever the outcome; every
+//! agent process carries its instance's mark. What a killed worker left behind — containers and
+//! agent processes — is reaped by the next worker that starts with the same state directory,
+//! whatever its name, and nothing of a live worker is touched ([`AgentProcessRunner::start_in`],
+//! [`crate::sandbox::instance`]).
 //! An infrastructure failure (the runtime, the coordinator's services, the agent process killed
 //! or breaking the protocol) is a no-outcome: the key is run again.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
@@ -33,12 +35,13 @@ use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy, MINI_SWE_AGENT};
 use vcurve_record::{EndType, Interpreter, RunnerSpec, Task, Trajectory, TrajectoryPayload};
 
-use crate::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
+use crate::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent_marked};
 use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
 use crate::runners::no_outcome::NoOutcome;
 use crate::runners::seam::{AgentRunner, JobKey, JobReport, JobSpec};
 use crate::runners::services::JobServices;
-use crate::sandbox::container::{Container, ContainerRuntime, ContainerSpec, labels, reap};
+use crate::sandbox::container::{Container, ContainerRuntime, ContainerSpec, labels};
+use crate::sandbox::instance::Instance;
 use crate::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
 use crate::sandbox::replay_job::replay_trajectory;
 use crate::sandbox::snapshots::SnapshotCache;
@@ -60,8 +63,9 @@ struct Inner {
     base_interpreter: Interpreter,
     runtime: Arc<dyn ContainerRuntime>,
     snapshots: SnapshotCache,
-    /// The worker's name: every container is labelled with it, and reaped by it.
-    worker_name: String,
+    /// This worker process: every container is labelled with its instance id (and the worker's
+    /// name), every agent process marked, and what a dead predecessor left reaped at the start.
+    instance: Instance,
     /// The shipped normalization rules, for studies that give none of their own.
     normalizer: Normalizer,
     services: OnceLock<Arc<dyn JobServices>>,
@@ -74,9 +78,9 @@ impl AgentProcessRunner {
     /// The runner kind, as named in study specs.
     pub const KIND: &'static str = AGENT;
 
-    /// A runner on `runtime` for the worker `worker_name`: removes the containers a worker of
-    /// that name left behind (a SIGKILL leaves them), and opens the snapshot cache with its disk
-    /// budget (rebuilt from the snapshot images that survived).
+    /// A runner on `runtime` for the worker `worker_name`, as a new instance in the default state
+    /// directory ([`crate::sandbox::instance::default_state_dir`]; see
+    /// [`AgentProcessRunner::start_in`]).
     pub async fn start(
         runtime: Arc<dyn ContainerRuntime>,
         worker_name: &str,
@@ -93,12 +97,30 @@ impl AgentProcessRunner {
         snapshot_budget_bytes: u64,
         snapshot_registry: Option<String>,
     ) -> Result<AgentProcessRunner, crate::sandbox::container::RuntimeError> {
-        let reaped = reap(runtime.as_ref(), worker_name).await?;
-        if reaped > 0 {
+        let instance = Instance::open_default(worker_name)
+            .map_err(|e| crate::sandbox::container::RuntimeError::Engine(e.to_string()))?;
+        AgentProcessRunner::start_in(runtime, instance, snapshot_budget_bytes, snapshot_registry).await
+    }
+
+    /// A runner on `runtime` for the worker process `instance`: removes what dead predecessors
+    /// in the instance's state directory left (their containers, whatever their worker's name,
+    /// and their agent processes: a SIGKILL leaves both; [`crate::sandbox::instance`]) and opens
+    /// the snapshot cache with its disk budget (rebuilt from the snapshot images that survived),
+    /// pushing to and pulling from `snapshot_registry` when given.
+    pub async fn start_in(
+        runtime: Arc<dyn ContainerRuntime>,
+        instance: Instance,
+        snapshot_budget_bytes: u64,
+        snapshot_registry: Option<String>,
+    ) -> Result<AgentProcessRunner, crate::sandbox::container::RuntimeError> {
+        let reaped = instance.reap_predecessors(runtime.as_ref()).await?;
+        if !reaped.instances.is_empty() {
             tracing::info!(
-                reaped,
-                worker = worker_name,
-                "removed containers a previous run of this worker left behind"
+                instances = ?reaped.instances,
+                containers = reaped.containers,
+                processes = reaped.processes,
+                worker = instance.worker_name(),
+                "removed what dead worker processes left behind"
             );
         }
         let snapshots =
@@ -110,7 +132,7 @@ impl AgentProcessRunner {
                 base_interpreter: Interpreter::default(),
                 runtime,
                 snapshots,
-                worker_name: worker_name.to_owned(),
+                instance,
                 normalizer: Normalizer::default(),
                 services: OnceLock::new(),
                 swebench: OnceLock::new(),
@@ -132,7 +154,7 @@ impl AgentProcessRunner {
                 base_interpreter: interpreter,
                 runtime: inner.runtime.clone(),
                 snapshots: inner.snapshots.clone(),
-                worker_name: inner.worker_name.clone(),
+                instance: inner.instance.clone(),
                 normalizer: inner.normalizer.clone(),
                 services: OnceLock::new(),
                 swebench: inner.swebench.clone(),
@@ -248,12 +270,12 @@ impl Inner {
         ContainerLimits {
             memory_bytes: options.memory_mb << 20,
             pids_limit: i64::from(options.pids_limit),
-            labels: BTreeMap::from([
-                (labels::MANAGED.to_owned(), "1".to_owned()),
-                (labels::WORKER.to_owned(), self.worker_name.clone()),
-                (labels::JOB.to_owned(), job.key.to_string()),
-                (labels::STUDY.to_owned(), job.key.study().to_owned()),
-            ]),
+            labels: {
+                let mut labels = self.instance.container_labels();
+                labels.insert(labels::JOB.to_owned(), job.key.to_string());
+                labels.insert(labels::STUDY.to_owned(), job.key.study().to_owned());
+                labels
+            },
         }
     }
 
@@ -441,7 +463,8 @@ impl Inner {
         options: &AgentOptions,
         cancel: &CancellationToken,
     ) -> Result<crate::runners::agent::AgentRun, NoOutcome> {
-        let run = run_agent(&container, start, AgentLimits::from_options(options), cancel.clone()).await;
+        let mark = Some(self.instance.agent_mark());
+        let run = run_agent_marked(&container, start, AgentLimits::from_options(options), mark, cancel.clone()).await;
         if let Err(e) = container.remove().await {
             tracing::warn!(error = %e, "cannot remove a finished run's container");
         }
@@ -490,6 +513,7 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
     use std::sync::Mutex;
 
     use vcurve_method::schedule::Series;

@@ -5,6 +5,8 @@
 //!   job ends. `container::double`, the fake runtime of the tests, is compiled only for this
 //!   crate's unit tests and behind the `test-support` feature (worker/tests, cli/tests).
 //! - [`exec`]: the one path every command runs through.
+//! - [`instance`]: this worker process's instance id and liveness lock, and reaping what dead
+//!   predecessors left (containers, agent processes).
 //! - [`replay`]: re-executing a trajectory's recorded actions step by step, with the checks of
 //!   replay (outputs at three levels, fingerprints).
 //! - [`snapshots`]: the snapshot images of trajectory states on this host and across hosts
@@ -15,6 +17,7 @@
 
 pub mod container;
 pub mod exec;
+pub mod instance;
 pub mod replay;
 pub mod replay_job;
 pub mod snapshots;

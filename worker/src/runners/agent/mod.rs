@@ -37,7 +37,10 @@
 //! # Processes
 //!
 //! The agent runs in its own process group; on every failure path the whole group is killed
-//! (SIGKILL) and the child is reaped. The child is also killed if the future is dropped.
+//! (SIGKILL) and the child is reaped. The child is also killed if the future is dropped. Started
+//! through [`run_agent_marked`], it carries a mark in its environment that its descendants
+//! inherit, and every process with the mark is killed when the run ends: children that left the
+//! group (`setsid`) die with the agent ([`crate::sandbox::instance`]).
 
 mod lines;
 
@@ -64,6 +67,7 @@ use vcurve_record::{Action, EndType, Fingerprint, Interpreter, Step, Task, Traje
 
 use crate::sandbox::container::Container;
 use crate::sandbox::exec::{MAX_TIMEOUT_S, run_command};
+use crate::sandbox::instance::AgentMark;
 use lines::{LineError, LineReader, Tail};
 use messages::{AgentMessage, exec_result_message, locate_steps, parse_message, start_message};
 
@@ -336,6 +340,22 @@ pub async fn run_agent(
     limits: AgentLimits,
     cancel: CancellationToken,
 ) -> Result<AgentRun, AgentFailure> {
+    run_agent_marked(container, start, limits, None, cancel).await
+}
+
+/// [`run_agent`] with the agent process started under `mark`
+/// ([`crate::sandbox::instance::AgentMark`]): when the run ends, however it ends, every process
+/// carrying the mark is killed — the agent's whole tree, also children that left its process
+/// group or session (`setsid`) — and a worker that finds this one dead kills them by the mark.
+pub async fn run_agent_marked(
+    container: &Container,
+    start: AgentStart,
+    limits: AgentLimits,
+    mark: Option<AgentMark>,
+    cancel: CancellationToken,
+) -> Result<AgentRun, AgentFailure> {
+    // Declared first, dropped last: after the child is reaped and its group killed.
+    let _mark_guard = MarkGuard(mark.clone());
     if cancel.is_cancelled() {
         return Err(AgentFailure::Cancelled);
     }
@@ -354,6 +374,9 @@ pub async fn run_agent(
         .process_group(0);
     if let Some(cwd) = &start.command.cwd {
         command.current_dir(cwd);
+    }
+    if let Some(mark) = &mark {
+        mark.apply(&mut command);
     }
     let mut child = command.spawn().map_err(|e| AgentFailure::Infrastructure {
         reason: format!("cannot start the agent {:?}: {e}", start.command.argv),
@@ -593,6 +616,20 @@ pub(crate) struct GroupGuard(pub(crate) Option<u32>);
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         kill_group(self.0);
+    }
+}
+
+/// Kills every process carrying an agent's mark when dropped (what left the agent's group too).
+struct MarkGuard(Option<AgentMark>);
+
+impl Drop for MarkGuard {
+    fn drop(&mut self) {
+        if let Some(mark) = &self.0 {
+            let killed = mark.kill();
+            if killed > 0 {
+                tracing::info!(killed, mark = mark.value(), "killed what the agent process left running");
+            }
+        }
     }
 }
 

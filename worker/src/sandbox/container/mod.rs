@@ -25,8 +25,15 @@ use futures::future::BoxFuture;
 pub mod labels {
     /// Marks every container and image vcurve made (value `"1"`).
     pub const MANAGED: &str = "vcurve.managed";
-    /// The worker's name (stable across restarts of the worker on one host): what reaping matches.
+    /// The worker's name (stable across restarts of the worker on one host), for people: reaping
+    /// goes by [`INSTANCE`].
     pub const WORKER: &str = "vcurve.worker";
+    /// The worker process that made the container (its random instance id,
+    /// [`crate::sandbox::instance::Instance`]): what reaping matches, once that process is dead.
+    pub const INSTANCE: &str = "vcurve.instance";
+    /// On snapshot images: the lineage (the state directory) of the worker that committed it; a
+    /// snapshot cache adopts and evicts only its own lineage's.
+    pub const LINEAGE: &str = "vcurve.lineage";
     /// The job the container serves (its key as text).
     pub const JOB: &str = "vcurve.job";
     /// The study the container serves.
