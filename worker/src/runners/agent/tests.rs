@@ -453,3 +453,25 @@ async fn dropping_the_run_kills_the_agent_and_its_process_group() {
     assert!(tokio::time::timeout(Duration::from_millis(1500), run).await.is_err(), "the agent hangs");
     assert_dead(&pid_file);
 }
+
+#[tokio::test]
+async fn a_setsid_child_of_the_agent_dies_with_its_run() {
+    // Issue 24: a child that left the agent's process group and session outlived the group kill.
+    // The run's mark reaches it.
+    let f = fixture().await;
+    let instance = crate::sandbox::instance::Instance::open(&f.dir.path().join("state"), "w").unwrap();
+    let pid_file = f.dir.path().join("setsid.pid");
+    let mut s = start(&f.script, "unused", &[]);
+    s.command.argv = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "setsid sh -c 'echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 1000' </dev/null >/dev/null 2>&1 & sleep 0.5; exit 3",
+            pid_file.display()
+        ),
+    ];
+    let result =
+        run_agent_marked(&f.container, s, limits(), Some(instance.agent_mark()), CancellationToken::new()).await;
+    assert!(protocol_reason(result).contains("exited with status 3"));
+    assert_dead(&pid_file);
+}
