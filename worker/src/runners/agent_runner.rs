@@ -123,8 +123,13 @@ impl AgentProcessRunner {
                 "removed what dead worker processes left behind"
             );
         }
-        let snapshots =
-            SnapshotCache::open_with_registry(runtime.clone(), snapshot_budget_bytes, snapshot_registry).await?;
+        let snapshots = SnapshotCache::open_in_lineage(
+            runtime.clone(),
+            snapshot_budget_bytes,
+            snapshot_registry,
+            Some(instance.lineage().to_owned()),
+        )
+        .await?;
         Ok(AgentProcessRunner {
             inner: Arc::new(Inner {
                 kind: AGENT,

@@ -20,8 +20,13 @@
 //! a time (a per-key async lock), so two continuations that need the same `h_t` at once commit it
 //! once: the second finds it held.
 //!
-//! Several caches must not share one engine's images with different budgets: each would evict the
-//! others' snapshots by its own count.
+//! A cache of a worker lineage ([`SnapshotCache::open_in_lineage`]; a worker's lineage is its
+//! state directory, [`crate::sandbox::instance::Instance::lineage`]) names its images with the
+//! lineage and adopts and evicts only those: workers of different state directories on one engine
+//! keep separate caches, each under its own budget, and a worker restarted with its state
+//! directory adopts what its predecessors committed. Caches without a lineage (tests, tools) treat
+//! every vcurve snapshot on the engine as theirs: several of them must not share one engine with
+//! different budgets, or each would evict the others' snapshots by its own count.
 //!
 //! # Across hosts
 //!
@@ -56,6 +61,13 @@ use crate::sandbox::replay::{
 
 /// The repository part of every snapshot image's reference.
 pub const SNAPSHOT_REPOSITORY: &str = "vcurve-snapshot";
+/// How many hex digits of a lineage a snapshot's tag carries.
+const LINEAGE_CHARS: usize = 12;
+
+/// The start of every local snapshot reference of `lineage`: `vcurve-snapshot:<lineage[..12]>-`.
+fn lineage_prefix(lineage: &str) -> String {
+    format!("{SNAPSHOT_REPOSITORY}:{}-", &lineage[..LINEAGE_CHARS.min(lineage.len())])
+}
 
 /// Pushes to the registry at once (the rest wait their turn).
 pub const PUSH_CONCURRENCY: usize = 1;
@@ -142,6 +154,9 @@ struct Inner {
     /// Pushes done and not yet told to the coordinator.
     pushed: Mutex<Vec<RegistrySnapshot>>,
     stats: Mutex<SnapshotStats>,
+    /// The worker lineage whose snapshots this cache holds ([`SnapshotCache::open_in_lineage`]);
+    /// `None`: every vcurve snapshot on the engine.
+    lineage: Option<String>,
 }
 
 impl Inner {
@@ -213,13 +228,43 @@ impl SnapshotCache {
         budget_bytes: u64,
         registry: Option<String>,
     ) -> Result<SnapshotCache, RuntimeError> {
+        SnapshotCache::open_in_lineage(runtime, budget_bytes, registry, None).await
+    }
+
+    /// [`SnapshotCache::open_with_registry`] holding only the snapshots of the worker lineage
+    /// `lineage` ([`crate::sandbox::instance::Instance::lineage`]): its images are named with the
+    /// lineage (`vcurve-snapshot:<lineage[..12]>-<digest[..16]>-<t>`) and labelled with it
+    /// ([`labels::LINEAGE`]), and it adopts and evicts no other image. With `None`, every vcurve
+    /// snapshot on the engine is its own, as one cache per engine.
+    pub async fn open_in_lineage(
+        runtime: Arc<dyn ContainerRuntime>,
+        budget_bytes: u64,
+        registry: Option<String>,
+        lineage: Option<String>,
+    ) -> Result<SnapshotCache, RuntimeError> {
         if let Some(registry) = &registry {
             SnapshotCache::check_registry(registry).map_err(RuntimeError::Engine)?;
+        }
+        if let Some(lineage) = &lineage
+            && (lineage.len() < LINEAGE_CHARS || !lineage.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(RuntimeError::Engine(format!(
+                "snapshot lineage {lineage:?} is not hex of {LINEAGE_CHARS}+ digits"
+            )));
         }
         let filter = BTreeMap::from([(labels::MANAGED.to_owned(), "1".to_owned())]);
         let images = runtime.images(&filter).await?;
         let mut index = Index::default();
+        let own_prefix = lineage.as_deref().map(lineage_prefix);
         for image in images {
+            // Another lineage's snapshot is not ours to use or evict (a pulled one carries the
+            // pushing lineage's label but our name).
+            if let (Some(lineage), Some(prefix)) = (&lineage, &own_prefix)
+                && image.labels.get(labels::LINEAGE) != Some(lineage)
+                && !image.reference.starts_with(prefix.as_str())
+            {
+                continue;
+            }
             let (Some(digest), Some(t)) =
                 (image.labels.get(labels::SNAPSHOT_TRAJECTORY), image.labels.get(labels::SNAPSHOT_T))
             else {
@@ -263,6 +308,7 @@ impl SnapshotCache {
                 pushes: TaskTracker::new(),
                 pushed: Mutex::new(Vec::new()),
                 stats: Mutex::new(SnapshotStats::default()),
+                lineage,
             }),
         };
         cache.evict().await;
@@ -277,6 +323,24 @@ impl SnapshotCache {
             }
             _ => Err(ReplayError::Snapshot(format!("trajectory digest {digest:?} is not lowercase hex of 16+ digits"))),
         }
+    }
+
+    /// The local image reference of `h_t` in this cache: [`SnapshotCache::reference`], with the
+    /// cache's lineage in the tag when it has one.
+    pub fn local_reference(&self, digest: &str, t: u32) -> Result<String, ReplayError> {
+        let reference = SnapshotCache::reference(digest, t)?;
+        Ok(match &self.inner.lineage {
+            Some(lineage) => {
+                let tag = &reference[SNAPSHOT_REPOSITORY.len() + 1..];
+                format!("{}{tag}", lineage_prefix(lineage))
+            }
+            None => reference,
+        })
+    }
+
+    /// The lineage whose snapshots this cache holds, if it is limited to one.
+    pub fn lineage(&self) -> Option<&str> {
+        self.inner.lineage.as_deref()
     }
 
     pub fn runtime(&self) -> &Arc<dyn ContainerRuntime> {
@@ -384,7 +448,7 @@ impl SnapshotCache {
         t: u32,
         changes: &ChangeSet,
     ) -> Result<bool, ReplayError> {
-        let reference = SnapshotCache::reference(digest, t)?;
+        let reference = self.local_reference(digest, t)?;
         {
             let mut index = self.inner.index();
             let now = index.tick();
@@ -393,12 +457,15 @@ impl SnapshotCache {
                 return Ok(false);
             }
         }
-        let image_labels = BTreeMap::from([
+        let mut image_labels = BTreeMap::from([
             (labels::MANAGED.to_owned(), "1".to_owned()),
             (labels::SNAPSHOT_TRAJECTORY.to_owned(), digest.to_owned()),
             (labels::SNAPSHOT_T.to_owned(), t.to_string()),
             (CHANGES_LABEL.to_owned(), changes.to_label()),
         ]);
+        if let Some(lineage) = &self.inner.lineage {
+            image_labels.insert(labels::LINEAGE.to_owned(), lineage.clone());
+        }
         container.commit(&reference, &image_labels).await?;
         let filter = BTreeMap::from([
             (labels::SNAPSHOT_TRAJECTORY.to_owned(), digest.to_owned()),

@@ -19,7 +19,7 @@ impl SnapshotCache {
         let Some(registry) = self.inner.registry.clone() else { return };
         let Some(pin) = self.pin(digest, t) else { return };
         let (Ok(reference), Ok(remote)) =
-            (SnapshotCache::reference(digest, t), SnapshotCache::remote(&registry, digest, t))
+            (self.local_reference(digest, t), SnapshotCache::remote(&registry, digest, t))
         else {
             return;
         };
@@ -57,8 +57,7 @@ impl SnapshotCache {
         if self.holds(digest, t) {
             return true;
         }
-        let (Ok(reference), Ok(remote)) =
-            (SnapshotCache::reference(digest, t), SnapshotCache::remote(registry, digest, t))
+        let (Ok(reference), Ok(remote)) = (self.local_reference(digest, t), SnapshotCache::remote(registry, digest, t))
         else {
             return false;
         };

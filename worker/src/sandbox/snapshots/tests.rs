@@ -242,3 +242,33 @@ async fn a_mismatch_while_preparing_is_non_replayable_and_leaves_nothing() {
     assert!(matches!(cache.prepare(&t, &t.digest(), 7, &n, &limits()).await, Err(ReplayError::Range { .. })));
     assert!(matches!(cache.prepare(&t, "not-hex", 1, &n, &limits()).await, Err(ReplayError::Snapshot(_))));
 }
+
+#[tokio::test]
+async fn a_lineage_adopts_and_evicts_only_its_own_snapshots() {
+    // Issue 24: every worker adopted, and might evict, every vcurve snapshot on its engine.
+    let rt = runtime();
+    let t = record(&rt, STEPS, true).await;
+    let (a, b) = ("a".repeat(32), "b".repeat(32));
+    let open = |lineage: &str, budget: u64| {
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        SnapshotCache::open_in_lineage(runtime, budget, None, Some(lineage.to_owned()))
+    };
+    let first = open(&a, 1 << 30).await.unwrap();
+    replay_anchors(&first, &t, &[0, 2, 4]).await;
+    let held = first.held();
+    assert_eq!(held.len(), 2);
+    let reference = first.local_reference(&t.digest(), 2).unwrap();
+    assert!(reference.starts_with("vcurve-snapshot:aaaaaaaaaaaa-"), "{reference}");
+    assert_eq!(rt.image(&reference).unwrap().labels[labels::LINEAGE], a);
+    drop(first);
+    // Another lineage on the engine, with no room at all: it holds and removes none of them.
+    let other = open(&b, 0).await.unwrap();
+    assert!(other.held().is_empty());
+    assert!(removed_images(&rt).is_empty(), "{:?}", removed_images(&rt));
+    // Its own snapshot of the same state is its own image.
+    replay_anchors(&other, &t, &[0, 2]).await;
+    assert!(rt.image(&reference).is_some(), "lineage a's h_2 is untouched");
+    // The lineage a restarted adopts what it committed.
+    assert_eq!(open(&a, 1 << 30).await.unwrap().held(), held);
+    assert!(open("short", 1).await.is_err());
+}
