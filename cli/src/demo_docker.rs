@@ -252,7 +252,10 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     let study = client::upload_and_launch(&mut client, yaml, &files).await?;
 
     let name = "demo-docker-worker";
-    let runner = vcurve_worker::AgentProcessRunner::start(runtime.clone(), name, 4 << 30).await?;
+    // The demo's worker keeps its state (instance locks, snapshot lineage) in the output
+    // folder: its snapshots are its own, and removed at the end.
+    let instance = vcurve_worker::sandbox::instance::Instance::open(&args.out.join("worker-state"), name)?;
+    let runner = vcurve_worker::AgentProcessRunner::start_in(runtime.clone(), instance, 4 << 30, None).await?;
     let runners = vcurve_worker::Runners::new().with(runner.clone());
     let worker = local.spawn_worker(name.to_string(), args.slots, runners, stop_worker.clone());
 
@@ -314,9 +317,10 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     }
     let _ = writeln!(
         out,
-        "snapshots held: {} ({:.0} MB)",
+        "snapshots held: {} ({:.0} MB), removed at the end: {}",
         runner.held_snapshots().len(),
-        runner.snapshot_bytes() as f64 / 1e6
+        runner.snapshot_bytes() as f64 / 1e6,
+        runner.remove_snapshots().await
     );
     let _ = writeln!(
         out,

@@ -179,6 +179,11 @@ impl AgentProcessRunner {
         self.inner.snapshots.held()
     }
 
+    /// Remove every snapshot image of this worker's lineage that no job uses; how many.
+    pub async fn remove_snapshots(&self) -> usize {
+        self.inner.snapshots.remove_all().await
+    }
+
     /// The snapshot cache's size on disk, in bytes.
     pub fn snapshot_bytes(&self) -> u64 {
         self.inner.snapshots.total_bytes()

@@ -535,6 +535,28 @@ impl SnapshotCache {
         }
     }
 
+    /// Remove every snapshot of this cache that no job uses (a run that should leave no images
+    /// behind, such as `vcurve demo --docker`); how many were removed. Images the engine refuses
+    /// to remove are logged and kept in the index.
+    pub async fn remove_all(&self) -> usize {
+        let removed: Vec<(Key, Entry)> = {
+            let mut index = self.inner.index();
+            let keys: Vec<Key> = index.entries.iter().filter(|(_, e)| e.pins == 0).map(|(k, _)| k.clone()).collect();
+            keys.into_iter().filter_map(|k| index.entries.remove(&k).map(|e| (k, e))).collect()
+        };
+        let mut count = 0;
+        for (key, entry) in removed {
+            match self.inner.runtime.remove_image(&entry.reference).await {
+                Ok(()) => count += 1,
+                Err(e) => {
+                    tracing::warn!(image = %entry.reference, error = %e, "cannot remove a snapshot");
+                    self.inner.index().entries.insert(key, entry);
+                }
+            }
+        }
+        count
+    }
+
     /// Remove every unpinned snapshot of the trajectory with `digest` (it turned out
     /// non-replayable: nothing will run from them).
     pub async fn forget(&self, digest: &str) {

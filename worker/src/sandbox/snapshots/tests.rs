@@ -269,6 +269,11 @@ async fn a_lineage_adopts_and_evicts_only_its_own_snapshots() {
     replay_anchors(&other, &t, &[0, 2]).await;
     assert!(rt.image(&reference).is_some(), "lineage a's h_2 is untouched");
     // The lineage a restarted adopts what it committed.
-    assert_eq!(open(&a, 1 << 30).await.unwrap().held(), held);
+    let restarted = open(&a, 1 << 30).await.unwrap();
+    assert_eq!(restarted.held(), held);
     assert!(open("short", 1).await.is_err());
+    // Removing all of a lineage's snapshots leaves the other's.
+    assert_eq!(restarted.remove_all().await, 2);
+    assert!(rt.image(&reference).is_none());
+    assert!(open(&a, 1 << 30).await.unwrap().held().is_empty());
 }
