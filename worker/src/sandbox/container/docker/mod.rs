@@ -424,10 +424,10 @@ impl DockerRuntime {
             if exit_code.is_none_or(|c| c == 137) && self.dies_soon(container).await? {
                 return Err(RuntimeError::Gone(container.to_owned()));
             }
-            if collector.header.is_none() {
-                if let Some(error) = start_failure(container, &collector.output) {
-                    return Err(error);
-                }
+            if collector.header.is_none()
+                && let Some(error) = start_failure(container, &collector.output)
+            {
+                return Err(error);
             }
             return Ok(ExecOutput { output: collector.output, exit_code, timed_out: false });
         }
