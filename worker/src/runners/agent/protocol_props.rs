@@ -8,10 +8,13 @@ use proptest::prelude::*;
 use super::lines::{LineError, LineReader};
 use super::messages::parse_message;
 
+/// A line read and what parsing it gave (`Err` with the protocol error).
+type Parsed = (Vec<u8>, Result<(), String>);
+
 /// What the worker makes of `input`, read `chunk` bytes at a time under the line limit `max`:
 /// each line's parse (`Ok` with its bytes, `Err` with the protocol error), ending with the
 /// reader's error if there is one.
-fn read_all(input: &[u8], chunk: usize, max: usize) -> (Vec<(Vec<u8>, Result<(), String>)>, Option<String>) {
+fn read_all(input: &[u8], chunk: usize, max: usize) -> (Vec<Parsed>, Option<String>) {
     let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
     runtime.block_on(async {
         let mut reader = LineReader::new(tokio::io::BufReader::with_capacity(chunk, input), max);
