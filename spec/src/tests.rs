@@ -1302,6 +1302,7 @@ fn recorded_trajectory(task: &str, steps: u32) -> String {
         steps: out,
         end_type: EndType::Submitted,
         submission: Some(String::new()),
+        policy: None,
     };
     serde_json::to_string(&t).expect("serializes")
 }

@@ -242,6 +242,7 @@ impl AgentRun {
             steps,
             end_type: self.end_type,
             submission: (!self.submission.is_empty()).then_some(self.submission),
+            policy: None,
         };
         trajectory.validate()?;
         Ok(trajectory)
