@@ -45,7 +45,21 @@ fn imports_the_fixtures_and_inspects_one() {
     }
     let csv = std::fs::read_to_string(out.join("import.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().collect();
-    assert_eq!(rows[0], "file,instance_id,format,steps,exit_status,end_type,outcome,first_edit,first_symptom,digest");
+    assert_eq!(
+        rows[0],
+        "file,instance_id,format,steps,exit_status,end_type,outcome,first_edit,first_symptom,digest,\
+         outage,model_name,temperature,agent_version,environment"
+    );
+    // The recorded settings: the 1.1 runs' vLLM model at temperature 0 under Singularity, the
+    // 1.x run's gemini at 0.0 under Docker.
+    let row = rows.iter().find(|r| r.contains(",astropy__astropy-14309,")).unwrap();
+    assert!(
+        row.ends_with(",,hosted_vllm/Qwen/Qwen3.6-35B-A3B,0,2.4.6,minisweagent.environments.singularity.SingularityEnvironment"),
+        "{row}"
+    );
+    let row = rows.iter().find(|r| r.contains(",django__django-10999,")).unwrap();
+    assert!(row.ends_with(",,google/gemini-3-pro-preview,0.0,1.15.0,minisweagent.environments.docker.DockerEnvironment"), "{row}");
+    assert!(text(&run.stderr).contains("SingularityEnvironment (Singularity): replayed and resumed in Docker"));
     let row = rows.iter().find(|r| r.contains(",astropy__astropy-13236,")).unwrap();
     assert!(row.contains(",mini-swe-agent-1.1,84,Submitted,submitted,unresolved,41,70,"), "{row}");
     let row = rows.iter().find(|r| r.contains(",astropy__astropy-14096,")).unwrap();
@@ -165,4 +179,40 @@ fn a_task_file_replaces_the_derived_swebench_task_of_its_instance() {
     let run = vcurve(&["import", "mini-swe-agent", &files[0], "--task", &b, "--out", &o]);
     assert!(!run.status.success());
     assert!(text(&run.stderr).contains("--task") && text(&run.stderr).contains("bad.json"), "{}", text(&run.stderr));
+}
+
+#[test]
+fn a_run_ended_by_a_model_server_outage_is_an_infrastructure_run() {
+    // The context-window fixture as if the server had gone away: litellm's ServiceUnavailableError.
+    let dir = tempfile::tempdir().unwrap();
+    let mut file: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("astropy__astropy-14096.traj.json")).unwrap()).unwrap();
+    file["info"]["exit_status"] = "ServiceUnavailableError".into();
+    file["info"]["traceback"] = "Traceback (most recent call last):\nlitellm.exceptions.ServiceUnavailableError: 503\n".into();
+    let outage = dir.path().join("outage.traj.json");
+    std::fs::write(&outage, serde_json::to_vec(&file).unwrap()).unwrap();
+    let out = dir.path().join("imported");
+    let report = fixtures().join("eval-report.run_qwen_20_216375.json");
+    let run = vcurve(&[
+        "import",
+        "mini-swe-agent",
+        &outage.display().to_string(),
+        &fixtures().join(FIXTURES[2]).display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--report",
+        &report.display().to_string(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let stdout = text(&run.stdout);
+    assert!(stdout.contains("ServiceUnavailableError: a model-server outage, an infrastructure run"), "{stdout}");
+    // Listed, with no outcome (the report has one for the instance), and set aside from the
+    // folder's trajectories.
+    let csv = std::fs::read_to_string(out.join("import.csv")).unwrap();
+    let row = csv.lines().find(|r| r.contains(",astropy__astropy-14096,")).unwrap();
+    assert!(row.contains(",58,ServiceUnavailableError,infrastructure,,"), "{row}");
+    assert!(row.contains(",ServiceUnavailableError,hosted_vllm/"), "{row}");
+    assert!(!out.join("astropy__astropy-14096.json").exists());
+    assert!(out.join("infrastructure/astropy__astropy-14096.json").exists());
+    assert!(out.join("astropy__astropy-14309.json").exists());
 }
