@@ -224,10 +224,7 @@ fn outage(exit_status: &str, info: &Value) -> Option<String> {
     }
     let traceback = info.get("traceback").and_then(Value::as_str)?;
     let last = traceback.trim_end().lines().next_back()?;
-    ["litellm.", "openai.", "httpx.", "httpcore."]
-        .iter()
-        .any(|m| last.starts_with(m))
-        .then(|| exit_status.to_string())
+    ["litellm.", "openai.", "httpx.", "httpcore."].iter().any(|m| last.starts_with(m)).then(|| exit_status.to_string())
 }
 
 /// The exit statuses of runs the agent itself ended.
@@ -235,13 +232,18 @@ const KNOWN_ENDS: &[&str] = &["Submitted", "LimitsExceeded", "RepeatedFormatErro
 
 /// The policy the run was recorded under, from `info.config` and `info.mini_version`.
 fn policy(format: &str, info: &Value, warnings: &mut Vec<String>) -> RecordedPolicy {
-    let text = |pointer: &str| info.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+    let text =
+        |pointer: &str| info.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
     let policy = RecordedPolicy {
         agent: "mini-swe-agent".into(),
         format: format.to_string(),
         version: text("/mini_version"),
         model_name: text("/config/model/model_name"),
-        model_kwargs: info.pointer("/config/model/model_kwargs").and_then(Value::as_object).cloned().unwrap_or_default(),
+        model_kwargs: info
+            .pointer("/config/model/model_kwargs")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
         environment: text("/config/environment_type"),
     };
     if policy.model_name.is_none() {

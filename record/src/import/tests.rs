@@ -239,13 +239,20 @@ fn the_recorded_policy_is_kept() {
     // temperature 0, recorded in SingularityEnvironment (info.config).
     let i = import("astropy__astropy-14309.traj.json");
     let p = i.trajectory.policy.as_ref().unwrap();
-    assert_eq!((p.agent.as_str(), p.format.as_str(), p.version.as_deref()), ("mini-swe-agent", FORMAT_V1_1, Some("2.4.6")));
+    assert_eq!(
+        (p.agent.as_str(), p.format.as_str(), p.version.as_deref()),
+        ("mini-swe-agent", FORMAT_V1_1, Some("2.4.6"))
+    );
     assert_eq!(p.model_name.as_deref(), Some("hosted_vllm/Qwen/Qwen3.6-35B-A3B"));
     assert_eq!(p.model_kwargs["temperature"], 0);
     assert_eq!(p.model_kwargs["api_base"], "http://localhost:8000/v1");
     assert_eq!(p.environment.as_deref(), Some("minisweagent.environments.singularity.SingularityEnvironment"));
     assert!(p.singularity() && !p.text_format());
-    assert!(i.warnings.iter().any(|w| w.contains("SingularityEnvironment") && w.contains("Docker")), "{:?}", i.warnings);
+    assert!(
+        i.warnings.iter().any(|w| w.contains("SingularityEnvironment") && w.contains("Docker")),
+        "{:?}",
+        i.warnings
+    );
     // The policy travels in the trajectory file, and the file reads back with it.
     let back = crate::Trajectory::from_json(&serde_json::to_vec(&i.trajectory).unwrap()).unwrap();
     assert_eq!(back.policy.as_ref(), Some(p));

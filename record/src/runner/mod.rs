@@ -270,6 +270,8 @@ fn check_mini_swe_agent_model(model: &serde_json::Value) -> Result<(), String> {
     }
     let number = |key: &str, range: std::ops::RangeInclusive<f64>| -> Result<(), String> {
         match m.get(key) {
+            // `temperature: null`, `top_p: null`: the adapter sends none (the server's default).
+            None | Some(Value::Null) if key == "temperature" || key == "top_p" => Ok(()),
             None => Ok(()),
             Some(v) => match v.as_f64() {
                 Some(x) if range.contains(&x) => Ok(()),

@@ -262,6 +262,16 @@ impl Inner {
         }
     }
 
+    /// The `model` object a continuation of `recorded` starts with: for mini-swe-agent, the
+    /// recorded policy's settings where the study's `model` names none
+    /// ([`vcurve_record::RecordedPolicy::resume_model`]); for another agent the study's as written.
+    fn resumed_model(&self, options: &AgentOptions, recorded: &vcurve_record::Trajectory) -> serde_json::Value {
+        match (&recorded.policy, self.kind) {
+            (Some(policy), MINI_SWE_AGENT) => policy.resume_model(&options.model),
+            _ => options.model.clone(),
+        }
+    }
+
     async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, String> {
         let options = match (&job.runner, self.kind) {
             (RunnerSpec::Agent(options), AGENT) | (RunnerSpec::MiniSweAgent(options), MINI_SWE_AGENT) => options,
@@ -296,7 +306,7 @@ impl Inner {
                     t: k.t,
                     budget: job.budget,
                     seed: run_seed(job.study_seed, &job.key),
-                    model: options.model.clone(),
+                    model: self.resumed_model(options, recorded),
                 };
                 let run = self.run_agent_in(prepared.container, start, options, cancel).await?;
                 drop(prepared.pin);
