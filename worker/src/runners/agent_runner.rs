@@ -33,7 +33,7 @@ use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy, MINI_SWE_AGENT};
 use vcurve_record::{EndType, Interpreter, RunnerSpec, Task, Trajectory, TrajectoryPayload};
 
-use crate::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
+use crate::runners::agent::{AgentCommand, AgentFailure, AgentLimits, AgentStart, run_agent};
 use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
 use crate::runners::seam::{AgentRunner, JobKey, JobReport, JobSpec};
 use crate::runners::services::JobServices;
@@ -308,7 +308,10 @@ impl Inner {
                     seed: run_seed(job.study_seed, &job.key),
                     model: self.resumed_model(options, recorded),
                 };
-                let run = self.run_agent_in(prepared.container, start, options, cancel).await?;
+                let run = match self.run_agent_in(prepared.container, start, options, cancel).await? {
+                    Ok(run) => run,
+                    Err(capped) => return Ok(capped),
+                };
                 drop(prepared.pin);
                 let transcript = if options.keep_transcripts {
                     let mut messages = run.messages;
@@ -351,7 +354,10 @@ impl Inner {
                     seed: run_seed(job.study_seed, &job.key),
                     model: options.model.clone(),
                 };
-                let run = self.run_agent_in(container, start, options, cancel).await?;
+                let run = match self.run_agent_in(container, start, options, cancel).await? {
+                    Ok(run) => run,
+                    Err(capped) => return Ok(capped),
+                };
                 let (submission, steps, end_type) = (run.submission.clone(), run.steps_used, run.end_type);
                 // A run too large for the store is cut to fit, each cut recorded in its action
                 // (issue 24: it failed at every upload and the base run was retired).
@@ -430,12 +436,17 @@ impl Inner {
         start: AgentStart,
         options: &AgentOptions,
         cancel: &CancellationToken,
-    ) -> Result<crate::runners::agent::AgentRun, String> {
+    ) -> Result<Result<crate::runners::agent::AgentRun, JobReport>, String> {
         let run = run_agent(&container, start, AgentLimits::from_options(options), cancel.clone()).await;
         if let Err(e) = container.remove().await {
             tracing::warn!(error = %e, "cannot remove a finished run's container");
         }
-        run.map_err(|e| e.reason())
+        match run {
+            Ok(run) => Ok(Ok(run)),
+            // The study's cap stopped it: no outcome, not run again, counted.
+            Err(AgentFailure::Timeout { reason }) => Ok(Err(JobReport::capped(reason))),
+            Err(e) => Err(e.reason()),
+        }
     }
 
     /// Judge a run's submission through the patch cache and make its outcome.
