@@ -618,6 +618,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_run_past_the_studys_wall_clock_cap_is_reported_capped() {
+        // An agent that never answers, under a cap of 1 s: capped (not run again, counted), not
+        // a no-outcome that would be retried and retired.
+        let (runner, runtime, _) = runner(false).await;
+        let mut spec = base_run();
+        let options = serde_json::json!({"command": ["sleep", "30"], "run_timeout_s": 1});
+        spec.runner = RunnerSpec::parse(AGENT, options).unwrap();
+        let report = runner.run(spec, CancellationToken::new()).await;
+        let JobReport::Capped { reason } = &report else { panic!("{report:?}") };
+        assert!(reason.starts_with(vcurve_record::jobs::CAPPED), "{reason}");
+        assert!(reason.contains("longer than its 1 s"), "{reason}");
+        assert_eq!(runtime.running().len(), 0, "its container is removed");
+    }
+
+    #[tokio::test]
     async fn a_base_run_is_recorded_uploaded_and_its_patch_evaluated() {
         let (runner, runtime, services) = runner(false).await;
         let report = runner.run(base_run(), CancellationToken::new()).await;
