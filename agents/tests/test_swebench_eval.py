@@ -108,6 +108,25 @@ class TheFixtures(unittest.TestCase):
                          "sweb.eval.django__django-1.vcurve-ab-cd")
 
 
+class TheReportEntry(unittest.TestCase):
+    """A report entry's verdict, as the harness's run report counts it (no harness needed)."""
+
+    def test_an_infra_failure_flag_keeps_the_harness_verdict_and_is_counted(self):
+        entry = {"resolved": False, "patch_successfully_applied": True, "infra_failure": True,
+                 "infra_failure_reason": "Killed (out of memory)", "tests_status": {}}
+        result = swebench_eval.graded(entry, "i", "report.json")
+        self.assertEqual((result["outcome"], result["infra_failure"]), ("unresolved", "Killed (out of memory)"))
+        self.assertIn("infrastructure failure: Killed", result["detail"])
+        # Without the flag, no `infra_failure` key; a missing entry is the harness's failure.
+        plain = swebench_eval.graded({"resolved": True}, "i", "report.json")
+        self.assertEqual(plain["outcome"], "resolved")
+        self.assertNotIn("infra_failure", plain)
+        self.assertEqual(swebench_eval.graded({**entry, "infra_failure_reason": None}, "i", "r")["infra_failure"],
+                         "no reason given")
+        with self.assertRaises(swebench_eval.Infrastructure):
+            swebench_eval.graded(None, "i", "report.json")
+
+
 @needs_harness
 class TheRequest(unittest.TestCase):
     """What is refused before any container: a row without the v5 fields, a bad request."""

@@ -55,8 +55,8 @@ The `model` object (unknown keys are ignored):
                      (`api_base` is accepted too)
     api_key          the key, or api_key_env: the name of an environment          "EMPTY"
                      variable holding it
-    temperature      sampling temperature                                         0.70
-    top_p            nucleus sampling                                             0.80
+    temperature      sampling temperature (null: send none, the server's default)  0.70
+    top_p            nucleus sampling (null: send none)                           0.80
     model_kwargs     more litellm arguments, laid over the defaults               {}
                      (drop_params: true, parallel_tool_calls: true, as swebench.yaml)
     timeout_s        every command's timeout, seconds                             60
@@ -156,8 +156,11 @@ class Settings:
             if api_key is None:
                 raise ParameterError(f"model.api_key_env names {model['api_key_env']!r}, which is not set")
         kwargs["api_key"] = api_key if api_key is not None else "EMPTY"
-        kwargs["temperature"] = _number(model.get("temperature", DEFAULT_TEMPERATURE), "temperature")
-        kwargs["top_p"] = _number(model.get("top_p", DEFAULT_TOP_P), "top_p")
+        for key, default in (("temperature", DEFAULT_TEMPERATURE), ("top_p", DEFAULT_TOP_P)):
+            # null: send none (the server's default), as a recorded run that named none did.
+            value = model.get(key, default)
+            if value is not None:
+                kwargs[key] = _number(value, key)
         extra = model.get("model_kwargs") or {}
         if not isinstance(extra, dict):
             raise ParameterError(f"model.model_kwargs must be an object, got {extra!r}")

@@ -10,7 +10,7 @@ and prints exactly one JSON line on stdout (everything the harness prints goes t
 
     {"outcome": "resolved" | "unresolved", "patch_applied": bool, "apply_command": str | null,
      "timed_out": bool, "test_exit_code": int | null, "container": name, "run_id": ..., "detail": str,
-     "output_tail": str}
+     "output_tail": str, "infra_failure": str (only when the harness flags one)}
     {"outcome": "infrastructure", "reason": str, ...}   the evaluation could not complete: run again
     {"outcome": "invalid_instance", "reason": str}      the row cannot be evaluated: retrying won't help
 
@@ -30,9 +30,10 @@ How the harness is driven (swebench/harness/run_evaluation.py of 5.0.2):
   error, including a patch that does not apply (">>>>> Patch Apply Failed" in run_instance.log)
   and a test run past `timeout` ("Test timed out after"), it logs, prints and returns None. Those
   two are verdicts (unresolved), as the harness's run report counts them; anything else that
-  leaves no report (image missing, Docker errors, a crash) is an infrastructure failure, and so is
-  a report the harness flags `infra_failure` (its environment-tier signatures: out of memory, the
-  Docker daemon, the network).
+  leaves no report (image missing, Docker errors, a crash) is an infrastructure failure. A report
+  the harness flags `infra_failure` (its advisory environment-tier signatures: out of memory, the
+  Docker daemon, the network) keeps the harness's own verdict, as its run report counts it
+  (unresolved), with `"infra_failure": reason` in the answer so the worker counts it.
 - The harness removes its container with the docker CLI; this program removes it again with the
   Docker SDK, by name, whatever happened.
 """
@@ -161,6 +162,25 @@ def apply_command(log):
     return GIT_APPLY_CMDS[failed] if failed < len(GIT_APPLY_CMDS) else None
 
 
+def graded(entry, iid, report_path):
+    """The verdict of the harness's report entry for `iid`: its `resolved`, as the harness's run
+    report counts it. An entry the harness flags `infra_failure` (advisory: its environment-tier
+    signatures) keeps the harness's verdict (unresolved in 5.0.2) and carries the flag's reason,
+    so the worker counts it instead of running it again."""
+    if not isinstance(entry, dict) or "resolved" not in entry:
+        raise Infrastructure(f"the harness's report {report_path} has no entry for {iid}")
+    resolved = bool(entry["resolved"])
+    detail = "resolved" if resolved else (
+        "the tests ran; not every FAIL_TO_PASS and PASS_TO_PASS test passes" if entry.get("patch_successfully_applied")
+        else "the tests' output could not be graded (no parseable results)")
+    out = {"outcome": "resolved" if resolved else "unresolved", "detail": detail,
+           "tests_status": entry.get("tests_status")}
+    if entry.get("infra_failure"):
+        out["infra_failure"] = str(entry.get("infra_failure_reason") or "no reason given")
+        out["detail"] = f"{detail}; the harness flags an infrastructure failure: {out['infra_failure']}"
+    return out
+
+
 def evaluate(request):
     row, timeout = check_request(request)
     test_spec = test_spec_of(row)
@@ -214,19 +234,8 @@ def evaluate(request):
     verdict = {**base, "apply_command": apply_command(log), "timed_out": False,
                "test_exit_code": parse_test_exit_code(test_output), "output_tail": test_output[-OUTPUT_TAIL_CHARS:]}
     if report is not None:
-        entry = report.get(iid)
-        if not isinstance(entry, dict) or "resolved" not in entry:
-            raise Infrastructure(f"the harness's report {report_path} has no entry for {iid}")
-        if entry.get("infra_failure"):
-            raise Infrastructure(f"the harness flags an infrastructure failure for {iid}: "
-                                 f"{entry.get('infra_failure_reason', 'no reason given')} (see {report_path})")
-        resolved = bool(entry["resolved"])
-        detail = "resolved" if resolved else (
-            "the tests ran; not every FAIL_TO_PASS and PASS_TO_PASS test passes" if entry.get("patch_successfully_applied")
-            else "the tests' output could not be graded (no parseable results)")
-        return {**verdict, "outcome": "resolved" if resolved else "unresolved",
-                "patch_applied": verdict["apply_command"] is not None, "detail": detail,
-                "tests_status": entry.get("tests_status")}
+        return {**verdict, **graded(report.get(iid), iid, report_path),
+                "patch_applied": verdict["apply_command"] is not None}
     if APPLY_PATCH_FAIL in log:
         return {**verdict, "outcome": "unresolved", "patch_applied": False, "apply_command": None,
                 "detail": "the harness reports that the patch does not apply (Patch Apply Failed)"}

@@ -115,6 +115,7 @@ pub fn recorded_trajectory_with_output(task: &str, steps: u32, padding: &str) ->
         steps: out,
         end_type: EndType::Submitted,
         submission: Some(String::new()),
+        policy: None,
     };
     serde_json::to_string(&t).expect("serializes")
 }

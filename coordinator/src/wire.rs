@@ -120,6 +120,7 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
             },
         })),
         Some(R::NoOutcome(n)) => Ok(JobReport::NoOutcome { reason: n.reason }),
+        Some(R::Capped(c)) => Ok(JobReport::capped(c.reason)),
         Some(R::NonReplayable(n)) => Ok(JobReport::NonReplayable(NonReplayable {
             step: n.step,
             level: level_from_wire(n.level)?,

@@ -327,6 +327,16 @@ pub struct RetiredReason {
     pub count: u64,
 }
 
+/// How the reason of a run retired at the study's wall-clock cap begins ([`JobReport::capped`]).
+pub const CAPPED: &str = "capped at the study's run_timeout_s: ";
+
+impl RetiredReason {
+    /// Whether these jobs were runs capped by the study's wall-clock limit (not retried).
+    pub fn capped(&self) -> bool {
+        self.reason.starts_with(CAPPED)
+    }
+}
+
 /// The most reasons [`RetiredJobs`] lists per kind.
 pub const RETIRED_REASONS: usize = 5;
 
@@ -352,9 +362,18 @@ impl RetiredJobs {
         }
         let mut reasons: Vec<RetiredReason> =
             merged.into_iter().map(|(reason, count)| RetiredReason { reason, count }).collect();
-        reasons.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+        // Capped runs first, so that their count is never among the reasons left out.
+        reasons.sort_by(|a, b| {
+            b.capped().cmp(&a.capped()).then(b.count.cmp(&a.count)).then_with(|| a.reason.cmp(&b.reason))
+        });
         reasons.truncate(RETIRED_REASONS);
         Some(RetiredJobs { kind, count, reasons })
+    }
+
+    /// How many of them were runs capped by the study's wall-clock limit, among the reasons
+    /// listed (a capped reason is never cut from the list: [`RetiredJobs::of`] lists them first).
+    pub fn capped(&self) -> u64 {
+        self.reasons.iter().filter(|r| r.capped()).map(|r| r.count).sum()
     }
 
     /// One line: `3 base runs: 2× "reason", 1× "other reason"`.
@@ -398,6 +417,10 @@ pub enum JobReport {
     /// The job had no outcome (killed, evaluation failed): the key is run again, and retired
     /// after the retry limit.
     NoOutcome { reason: String },
+    /// A continuation or base run hit the study's wall-clock cap (`runner.run_timeout_s`): no
+    /// outcome, and the key is not run again (the cap would censor it again); it is retired at
+    /// once with the reason [`JobReport::capped`] gives it, and counted (never dropped unseen).
+    Capped { reason: String },
     /// A continuation or replay met a state that differs from the record.
     NonReplayable(NonReplayable),
     /// A replay reproduced every step.
@@ -412,12 +435,20 @@ impl JobReport {
         JobReport::NoOutcome { reason: reason.into() }
     }
 
+    /// A [`JobReport::Capped`]: the reason starts with [`CAPPED`], so that the retired jobs a
+    /// study lists count the capped runs apart ([`RetiredReason::capped`]).
+    pub fn capped(reason: impl AsRef<str>) -> Self {
+        let reason = reason.as_ref();
+        let reason = if reason.starts_with(CAPPED) { reason.to_string() } else { format!("{CAPPED}{reason}") };
+        JobReport::Capped { reason }
+    }
+
     /// Whether a job of `kind` may report this; anything else is refused as a protocol error.
     pub fn fits(&self, kind: JobKind) -> bool {
         matches!(
             (self, kind),
             (JobReport::NoOutcome { .. }, _)
-                | (JobReport::Outcome(_), JobKind::Continuation | JobKind::BaseRun)
+                | (JobReport::Outcome(_) | JobReport::Capped { .. }, JobKind::Continuation | JobKind::BaseRun)
                 | (JobReport::NonReplayable(_), JobKind::Continuation | JobKind::Replay)
                 | (JobReport::Replayed(_), JobKind::Replay)
                 | (JobReport::Evaluated { .. }, JobKind::Evaluation)
@@ -453,6 +484,15 @@ mod tests {
             "{}",
             many.text()
         );
+        // Runs capped by the study's wall-clock limit are listed first and counted apart.
+        let JobReport::Capped { reason } = JobReport::capped("the run took longer than its 60 s") else { panic!() };
+        assert_eq!(reason, format!("{CAPPED}the run took longer than its 60 s"));
+        let mut reasons: Vec<(Option<String>, u64)> = (0..8).map(|i| (Some(format!("r{i}")), 3)).collect();
+        reasons.push((Some(reason), 1));
+        let with_cap = RetiredJobs::of(JobKind::Continuation, reasons).unwrap();
+        assert_eq!((with_cap.count, with_cap.capped()), (25, 1));
+        assert!(with_cap.reasons[0].capped());
+        assert_eq!(r.capped(), 0);
         let one = RetiredJobs::of(JobKind::Evaluation, [(Some("timed out".into()), 1)]).unwrap();
         assert_eq!(one.text(), "1 evaluation: 1× \"timed out\"");
     }

@@ -6,6 +6,7 @@
 //!   [`Action`]s, fingerprints, message prefixes, end type, submission) and its content digest.
 //! - [`oversize`]: a run too large for the store's per-file limit, its longest outputs cut to
 //!   their head and tail with a marker, each cut recorded ([`Omitted`]).
+//! - [`policy`]: the policy a run was recorded under ([`RecordedPolicy`]), which a study resumes.
 //! - [`payload`]: what a worker fetches by digest to run a study's jobs on one trajectory.
 //! - [`runner`]: the runner a study names with its typed options ([`RunnerSpec`]), parsed once.
 //! - [`jobs`]: the kinds of work a coordinator hands out and the typed reports that come back.
@@ -18,6 +19,7 @@ pub mod import;
 pub mod jobs;
 pub mod oversize;
 pub mod payload;
+pub mod policy;
 pub mod replay;
 pub mod runner;
 pub mod session;
@@ -26,6 +28,7 @@ pub mod trajectory;
 
 pub use oversize::{MAX_FILE_BYTES, Omitted};
 pub use payload::TrajectoryPayload;
+pub use policy::RecordedPolicy;
 pub use study::{
     Admission, BaseRunRecord, ControlCounts, DecoySpec, EvaluationStats, Label, RestartCheckRow, RestartCheckSpec,
     RunnerSpec, SelectionSpec, StudyRecord, StudySpec, StudyState, TaskRuns, TrajectoryRecord, TrajectorySpec,

@@ -178,6 +178,11 @@ pub struct Trajectory {
     /// The submitted patch; `None` or empty when nothing was submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submission: Option<String>,
+    /// The policy the run was recorded under, where the import could read it (model, sampling
+    /// settings, agent version, environment class): a study resumes it unless its spec overrides
+    /// a setting. `None` for a run vcurve recorded itself (the study's own runner settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::policy::RecordedPolicy>,
 }
 
 /// Why a trajectory is not valid. Fatal: the file must be fixed.
@@ -347,6 +352,7 @@ pub(crate) mod tests {
             ],
             end_type: EndType::StepCap,
             submission: None,
+            policy: None,
         }
     }
 

@@ -238,6 +238,8 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         let figures = CacheFigures { evaluations: e.stats.evaluations, saved_share: e.saved_share };
         checks = checks.with_cache_figures(&figures);
     }
+    // Runs the study's wall-clock cap stopped: retired at once, counted beside the cap hits.
+    checks = checks.with_capped_runs(results.retired_jobs.iter().map(|r| r.capped()).sum());
     let stages = measured_stage_table(
         &results
             .trajectories

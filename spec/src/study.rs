@@ -77,6 +77,23 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
     let mut recorded = BTreeMap::new();
     for (index, entry) in entries.iter().enumerate() {
         let (trajectory, run) = parse_trajectory(index, entry, synthetic, file)?;
+        if let (RunnerSpec::MiniSweAgent(_), Some(policy)) = (&runner, run.as_ref().and_then(|r| r.policy.as_ref()))
+            && policy.text_format()
+        {
+            return Err(SpecError::Trajectory {
+                trajectory: TrajectoryRef::Id(trajectory.id),
+                field: "recorded".into(),
+                message: format!(
+                    "was recorded by mini-swe-agent {}'s text scaffold ({}: one fenced bash block per reply); the \
+                     mini-swe-agent runner resumes the tool-call scaffold of mini-swe-agent {} only, whose \
+                     continuations of this prefix would not be the recorded agent's: leave the run out, or \
+                     resume it with kind: agent and an adapter of its own scaffold",
+                    policy.version.as_deref().unwrap_or("1.x"),
+                    policy.format,
+                    vcurve_record::policy::MINI_SWE_AGENT_VERSION,
+                ),
+            });
+        }
         if let Some(run) = run {
             recorded.insert(run.digest(), run);
         }

@@ -1302,6 +1302,7 @@ fn recorded_trajectory(task: &str, steps: u32) -> String {
         steps: out,
         end_type: EndType::Submitted,
         submission: Some(String::new()),
+        policy: None,
     };
     serde_json::to_string(&t).expect("serializes")
 }
@@ -1418,3 +1419,52 @@ fn links_and_dotted_paths_that_stay_in_the_folder_are_read() {
 }
 
 const SWEBENCH_SPEC: &str = "name: swe\nseed: 7\nrunner: {kind: agent, command: [python3, -m, agent]}\n";
+
+/// A recorded run with the policy `policy` (`format`, `model_kwargs`, …) as the import keeps it.
+fn recorded_with_policy(policy: serde_json::Value) -> BTreeMap<String, String> {
+    let mut t: serde_json::Value = serde_json::from_str(&recorded_trajectory("task-r", 3)).unwrap();
+    t["policy"] = policy;
+    BTreeMap::from([("runs/r.json".to_string(), t.to_string())])
+}
+
+const MSA_RECORDED: &str = "name: rec\nseed: 1\nrunner: {kind: mini-swe-agent, model: {model_name: openai/m, \
+    temperature: 0.7}}\ntrajectories:\n  - id: r\n    recorded: runs/r.json\n";
+
+#[test]
+fn launch_notes_where_the_resumed_policy_differs_from_the_recorded_one() {
+    let files = recorded_with_policy(serde_json::json!({"agent": "mini-swe-agent", "format": "mini-swe-agent-1.1",
+        "version": "2.4.6", "model_name": "hosted_vllm/m", "model_kwargs": {"temperature": 0, "api_base": "http://x"},
+        "environment": "minisweagent.environments.singularity.SingularityEnvironment"}));
+    let launch = super::parse_launch(MSA_RECORDED, &|p| files.get(p).cloned()).unwrap();
+    let notes = launch.policy_notes();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert!(notes.iter().all(|n| n.starts_with("r: the resumed policy differs from the recorded one: ")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.ends_with("temperature: the spec's 0.7, recorded 0")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("model_name: the spec's \"openai/m\", recorded \"hosted_vllm/m\"")));
+    assert!(notes.iter().any(|n| n.contains("SingularityEnvironment, replayed and resumed in Docker")));
+    // Without the spec's temperature the recorded 0 is resumed: a deterministic policy, said so.
+    let yaml = MSA_RECORDED.replace(", \\\n    temperature: 0.7", "").replace(", temperature: 0.7", "");
+    let launch = super::parse_launch(&yaml, &|p| files.get(p).cloned()).unwrap();
+    let notes = launch.policy_notes();
+    assert!(notes.last().unwrap().starts_with("r: the policy samples at temperature 0"), "{notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("temperature: the spec's")), "{notes:?}");
+    // Another runner's model object is its own agent's: nothing to compare.
+    let files = recorded_files(3);
+    assert!(super::parse_launch(RECORDED, &|p| files.get(p).cloned()).unwrap().policy_notes().is_empty());
+}
+
+#[test]
+fn a_text_format_run_is_refused_by_the_tool_call_runner() {
+    let files = recorded_with_policy(serde_json::json!({"agent": "mini-swe-agent", "format": "mini-swe-agent-1",
+        "version": "1.15.0", "model_kwargs": {}}));
+    let err = parse_with(MSA_RECORDED, &files).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "trajectory \"r\": recorded was recorded by mini-swe-agent 1.15.0's text scaffold (mini-swe-agent-1"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("tool-call scaffold of mini-swe-agent 2.4.6 only"), "{err}");
+    // The agent runner takes it: its adapter is the study's own.
+    assert!(parse_with(RECORDED, &files).is_ok());
+}

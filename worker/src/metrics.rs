@@ -190,6 +190,7 @@ impl WorkerMetrics {
         let result = match result {
             Some(JobReport::Outcome(_)) => "outcome",
             Some(JobReport::NoOutcome { .. }) => "no_outcome",
+            Some(JobReport::Capped { .. }) => "capped",
             Some(JobReport::NonReplayable(_)) => "non_replayable",
             Some(JobReport::Replayed(_)) => "replayed",
             Some(JobReport::Evaluated { .. }) => "evaluated",

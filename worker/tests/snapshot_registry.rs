@@ -197,6 +197,7 @@ async fn record(runtime: &Arc<dyn ContainerRuntime>, task: &Task, key: &str) -> 
         steps: Vec::new(),
         end_type: EndType::StepCap,
         submission: None,
+        policy: None,
     };
     for command in commands {
         let o = run_command(&container, task, &trajectory.interpreter, &command, 30.0).await.unwrap();

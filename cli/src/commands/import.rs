@@ -39,6 +39,12 @@ pub struct ImportArgs {
     pub tasks: Vec<PathBuf>,
 }
 
+/// The end type `import.csv` gives a run a model-server outage ended (no outcome).
+const INFRASTRUCTURE: &str = "infrastructure";
+
+/// The folder, inside `--out`, the trajectories of infrastructure runs are written to.
+const INFRASTRUCTURE_DIR: &str = "infrastructure";
+
 /// The `--task` files by task id.
 fn read_tasks(paths: &[PathBuf]) -> anyhow::Result<std::collections::BTreeMap<String, vcurve_record::Task>> {
     let mut tasks = std::collections::BTreeMap::new();
@@ -97,6 +103,11 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         "first_edit",
         "first_symptom",
         "digest",
+        "outage",
+        "model_name",
+        "temperature",
+        "agent_version",
+        "environment",
     ])?;
     let mut failed = 0;
     for path in &args.files {
@@ -116,20 +127,35 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
             used.insert(task.id.clone());
         }
         let name = file_name(&imported.instance_id, &mut taken);
-        let target = args.out.join(&name);
+        // A run a model-server outage ended is no run of the policy: it goes aside, where no
+        // study's `trajectories` glob of the folder takes it, and is listed as `infrastructure`.
+        let target = match &imported.outage {
+            Some(_) => {
+                let aside = args.out.join(INFRASTRUCTURE_DIR);
+                std::fs::create_dir_all(&aside).with_context(|| format!("cannot create {}", aside.display()))?;
+                aside.join(&name)
+            }
+            None => args.out.join(&name),
+        };
         write_trajectory(&imported, &target)?;
         let t = &imported.trajectory;
+        let policy = t.policy.as_ref();
         table.write_record([
             path.display().to_string(),
             imported.instance_id.clone(),
             imported.format.clone(),
             t.length().to_string(),
             imported.exit_status.clone(),
-            t.end_type.to_string(),
+            if imported.outage.is_some() { INFRASTRUCTURE.to_string() } else { t.end_type.to_string() },
             or_empty(imported.outcome.map(|o| o.as_str())),
             or_empty(imported.first_edit.as_ref().map(|e| e.step)),
             or_empty(imported.first_symptom.as_ref().map(|s| s.step)),
             t.digest(),
+            or_empty(imported.outage.as_deref()),
+            or_empty(policy.and_then(|p| p.model_name.as_deref())),
+            or_empty(policy.and_then(|p| p.model_kwargs.get("temperature"))),
+            or_empty(policy.and_then(|p| p.version.as_deref())),
+            or_empty(policy.and_then(|p| p.environment.as_deref())),
         ])?;
         output::println(line(path, &target, &imported))?;
         for warning in &imported.warnings {
@@ -157,6 +183,17 @@ fn line(path: &Path, target: &Path, imported: &Imported) -> String {
     let t = &imported.trajectory;
     let edit = imported.first_edit.as_ref().map_or("none".into(), |e| format!("{} (heuristic)", e.step));
     let symptom = imported.first_symptom.as_ref().map_or("none".into(), |s| format!("{} ({})", s.step, s.signal));
+    if let Some(outage) = &imported.outage {
+        return format!(
+            "{} -> {}: {} {}, {} steps, {outage}: a model-server outage, an infrastructure run (no outcome; no \
+             study takes it)",
+            path.display(),
+            target.display(),
+            imported.instance_id,
+            imported.format,
+            t.length(),
+        );
+    }
     format!(
         "{} -> {}: {} {}, {} steps, {} ({}), outcome {}, first edit {edit}, first symptom {symptom}",
         path.display(),

@@ -32,7 +32,13 @@ pub async fn launch(spec_path: &Path, allow_paths: &[PathBuf], connection: &Conn
     // Validate locally first: a bad spec is reported with its file's path, before any network. A
     // restart check is completed on the coordinator, from the study it checks.
     let (yaml, files) = spec::read_with_files_allowing(spec_path, allow_paths)?;
-    spec::parse_request(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
+    let request =
+        spec::parse_request(&yaml, &|p| files.get(p).cloned()).with_context(|| format!("{}", spec_path.display()))?;
+    if let spec::Request::Study(launch) = &request {
+        for note in launch.policy_notes() {
+            eprintln!("vcurve: warning: {note}");
+        }
+    }
     let mut client = client::study_client(connection).await?;
     client::upload_and_launch(&mut client, yaml, &files).await.with_context(at(connection))
 }

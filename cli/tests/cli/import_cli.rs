@@ -45,7 +45,26 @@ fn imports_the_fixtures_and_inspects_one() {
     }
     let csv = std::fs::read_to_string(out.join("import.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().collect();
-    assert_eq!(rows[0], "file,instance_id,format,steps,exit_status,end_type,outcome,first_edit,first_symptom,digest");
+    assert_eq!(
+        rows[0],
+        "file,instance_id,format,steps,exit_status,end_type,outcome,first_edit,first_symptom,digest,\
+         outage,model_name,temperature,agent_version,environment"
+    );
+    // The recorded settings: the 1.1 runs' vLLM model at temperature 0 under Singularity, the
+    // 1.x run's gemini at 0.0 under Docker.
+    let row = rows.iter().find(|r| r.contains(",astropy__astropy-14309,")).unwrap();
+    assert!(
+        row.ends_with(
+            ",,hosted_vllm/Qwen/Qwen3.6-35B-A3B,0,2.4.6,minisweagent.environments.singularity.SingularityEnvironment"
+        ),
+        "{row}"
+    );
+    let row = rows.iter().find(|r| r.contains(",django__django-10999,")).unwrap();
+    assert!(
+        row.ends_with(",,google/gemini-3-pro-preview,0.0,1.15.0,minisweagent.environments.docker.DockerEnvironment"),
+        "{row}"
+    );
+    assert!(text(&run.stderr).contains("SingularityEnvironment (Singularity): replayed and resumed in Docker"));
     let row = rows.iter().find(|r| r.contains(",astropy__astropy-13236,")).unwrap();
     assert!(row.contains(",mini-swe-agent-1.1,84,Submitted,submitted,unresolved,41,70,"), "{row}");
     let row = rows.iter().find(|r| r.contains(",astropy__astropy-14096,")).unwrap();
@@ -165,4 +184,104 @@ fn a_task_file_replaces_the_derived_swebench_task_of_its_instance() {
     let run = vcurve(&["import", "mini-swe-agent", &files[0], "--task", &b, "--out", &o]);
     assert!(!run.status.success());
     assert!(text(&run.stderr).contains("--task") && text(&run.stderr).contains("bad.json"), "{}", text(&run.stderr));
+}
+
+#[test]
+fn a_run_ended_by_a_model_server_outage_is_an_infrastructure_run() {
+    // The context-window fixture as if the server had gone away: litellm's ServiceUnavailableError.
+    let dir = tempfile::tempdir().unwrap();
+    let mut file: Value =
+        serde_json::from_slice(&std::fs::read(fixtures().join("astropy__astropy-14096.traj.json")).unwrap()).unwrap();
+    file["info"]["exit_status"] = "ServiceUnavailableError".into();
+    file["info"]["traceback"] =
+        "Traceback (most recent call last):\nlitellm.exceptions.ServiceUnavailableError: 503\n".into();
+    let outage = dir.path().join("outage.traj.json");
+    std::fs::write(&outage, serde_json::to_vec(&file).unwrap()).unwrap();
+    let out = dir.path().join("imported");
+    let report = fixtures().join("eval-report.run_qwen_20_216375.json");
+    let run = vcurve(&[
+        "import",
+        "mini-swe-agent",
+        &outage.display().to_string(),
+        &fixtures().join(FIXTURES[2]).display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--report",
+        &report.display().to_string(),
+    ]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let stdout = text(&run.stdout);
+    assert!(stdout.contains("ServiceUnavailableError: a model-server outage, an infrastructure run"), "{stdout}");
+    // Listed, with no outcome (the report has one for the instance), and set aside from the
+    // folder's trajectories.
+    let csv = std::fs::read_to_string(out.join("import.csv")).unwrap();
+    let row = csv.lines().find(|r| r.contains(",astropy__astropy-14096,")).unwrap();
+    assert!(row.contains(",58,ServiceUnavailableError,infrastructure,,"), "{row}");
+    assert!(row.contains(",ServiceUnavailableError,hosted_vllm/"), "{row}");
+    assert!(!out.join("astropy__astropy-14096.json").exists());
+    assert!(out.join("infrastructure/astropy__astropy-14096.json").exists());
+    assert!(out.join("astropy__astropy-14309.json").exists());
+}
+
+#[test]
+fn launch_says_where_the_spec_changes_the_recorded_policy_and_refuses_a_text_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("runs");
+    let mut args: Vec<String> = vec!["import".into(), "mini-swe-agent".into()];
+    args.extend([FIXTURES[2], FIXTURES[3]].iter().map(|f| fixtures().join(f).display().to_string()));
+    for id in ["astropy__astropy-14309", "django__django-10999"] {
+        let task = dir.path().join(format!("{id}.task.json"));
+        std::fs::write(
+            &task,
+            serde_json::json!({"id": id, "image": "i", "workdir": "/testbed",
+            "evaluator": {"kind": "command", "command": "true", "timeout_s": 60}})
+            .to_string(),
+        )
+        .unwrap();
+        args.extend(["--task".into(), task.display().to_string()]);
+    }
+    args.extend(["--out".into(), out.display().to_string()]);
+    let run = vcurve(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let spec = |model: &str, run: &str| {
+        let path = dir.path().join("study.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "name: s\nseed: 1\nrunner: {{kind: mini-swe-agent, model: {model}}}\n\
+            trajectories:\n  - id: r\n    recorded: runs/{run}.json\n"
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    // The recorded run: hosted_vllm/Qwen/Qwen3.6-35B-A3B at temperature 0, under Singularity.
+    let launched = vcurve(&[
+        "launch",
+        &spec("{model_name: openai/qwen, temperature: 0.7}", "astropy__astropy-14309"),
+        "--coordinator",
+        "http://127.0.0.1:1",
+    ]);
+    let stderr = text(&launched.stderr);
+    assert!(stderr.contains("vcurve: warning: r: the resumed policy differs from the recorded one: temperature: the spec's 0.7, recorded 0"), "{stderr}");
+    assert!(
+        stderr.contains("model_name: the spec's \"openai/qwen\", recorded \"hosted_vllm/Qwen/Qwen3.6-35B-A3B\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("SingularityEnvironment, replayed and resumed in Docker"), "{stderr}");
+    // Resuming the recorded temperature 0: the user is told the curves will be near-degenerate.
+    let launched = vcurve(&[
+        "launch",
+        &spec("{model_name: openai/qwen}", "astropy__astropy-14309"),
+        "--coordinator",
+        "http://127.0.0.1:1",
+    ]);
+    let stderr = text(&launched.stderr);
+    assert!(stderr.contains("vcurve: warning: r: the policy samples at temperature 0"), "{stderr}");
+    // A 1.x (text) run is refused by the tool-call runner, before anything is sent.
+    let launched =
+        vcurve(&["launch", &spec("{model_name: m}", "django__django-10999"), "--coordinator", "http://127.0.0.1:1"]);
+    assert!(!launched.status.success());
+    let stderr = text(&launched.stderr);
+    assert!(stderr.contains("was recorded by mini-swe-agent 1.15.0's text scaffold"), "{stderr}");
 }

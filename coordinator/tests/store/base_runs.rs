@@ -119,3 +119,28 @@ pub(crate) async fn a_retired_base_run_shows_in_the_progress_and_the_record_with
         ts.finish().await;
     }
 }
+
+#[tokio::test]
+pub(crate) async fn a_run_the_wall_clock_cap_stopped_is_retired_at_once_and_counted_as_capped() {
+    // Issue 25: a run killed at the study's run_timeout_s is not run again (the cap would censor
+    // it again) and is counted, never retired unseen.
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let (yaml, files) = base_run_spec(2);
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let jobs = lease(&c, &w, 8).await;
+        c.report(&w, &held(&jobs[0]), &judged(true, "fix", Judged::Evaluated)).await.unwrap();
+        let capped = JobReport::capped("the run took longer than its 60 s and was killed");
+        assert_eq!(c.report(&w, &held(&jobs[1]), &capped).await.unwrap(), ReportVerdict::Accepted);
+        assert!(lease(&c, &w, 8).await.is_empty(), "{}: a capped run is not run again", ts.name);
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!(p.retired_jobs.len(), 1, "{}", ts.name);
+        let r = &p.retired_jobs[0];
+        assert_eq!((r.kind, r.count, r.capped()), (vcurve_record::jobs::JobKind::BaseRun, 1, 1), "{}", ts.name);
+        assert!(r.reasons[0].reason.ends_with("the run took longer than its 60 s and was killed"), "{r:?}");
+        let record = c.store().study(&study).await.unwrap();
+        assert_eq!((record.state, &record.retired), (StudyState::Done, &p.retired_jobs), "{}", ts.name);
+        ts.finish().await;
+    }
+}

@@ -392,6 +392,30 @@ impl ChecksReport {
     }
 }
 
+impl ChecksReport {
+    /// The report with the runs the study's wall-clock cap stopped (`runner.run_timeout_s`: no
+    /// outcome, not run again, so left out of every `n`) after the cap-hits check's value, when
+    /// there are any: `12/100 (12%); 3 runs capped by the wall-clock limit (no outcome, not in n)`.
+    /// A cap censors slow runs, mostly failing ones, so the count is shown beside the step-cap
+    /// hits it would otherwise hide among; it changes no status.
+    pub fn with_capped_runs(mut self, capped: u64) -> ChecksReport {
+        if capped == 0 {
+            return self;
+        }
+        let runs = if capped == 1 { "run" } else { "runs" };
+        for c in self.checks.iter_mut().filter(|c| c.id == "cap_hits") {
+            let note = format!("{capped} {runs} capped by the wall-clock limit (no outcome, not in n)");
+            if c.status == Status::NotMeasured {
+                // A check not measured exports no value: the count goes into its name.
+                c.check = format!("{} ({note})", c.check);
+            } else {
+                c.value = format!("{}; {note}", c.value);
+            }
+        }
+        self
+    }
+}
+
 /// Trajectories with a confirmed drop (both ends at `K ≥ K_confirm`) or a certified point of no
 /// return, of all.
 pub fn resolved(trajectories: &[CurveRecord]) -> Ratio {
@@ -751,6 +775,26 @@ mod tests {
             let json = serde_json::to_value(&report).unwrap();
             assert_eq!(json["checks"][6]["value"], serde_json::Value::Null);
         }
+    }
+
+    #[test]
+    fn runs_capped_by_the_wall_clock_limit_are_shown_beside_the_cap_hits() {
+        let params = Thresholds::default();
+        let criteria = CheckCriteria::default();
+        let report = checks(&passing_inputs(), &criteria, &params);
+        let plain = report.checks.iter().find(|c| c.id == "cap_hits").unwrap().clone();
+        let with = report.clone().with_capped_runs(3);
+        let c = with.checks.iter().find(|c| c.id == "cap_hits").unwrap();
+        assert_eq!(c.value, format!("{}; 3 runs capped by the wall-clock limit (no outcome, not in n)", plain.value));
+        assert_eq!((c.status, with.verdict), (plain.status, report.verdict), "shown, not judged");
+        assert_eq!(report.clone().with_capped_runs(0), report);
+        // Not measured (no continuation with an outcome): the count goes into the check's name.
+        let mut inputs = passing_inputs();
+        inputs.cap_hits = None;
+        let with = checks(&inputs, &criteria, &params).with_capped_runs(1);
+        let c = with.checks.iter().find(|c| c.id == "cap_hits").unwrap();
+        assert_eq!((c.status, c.value.as_str()), (Status::NotMeasured, NOT_MEASURED));
+        assert!(c.check.ends_with("(1 run capped by the wall-clock limit (no outcome, not in n))"), "{}", c.check);
     }
 
     #[test]

@@ -29,6 +29,7 @@ use super::messages::text_of;
 use super::observations::{first_edit, first_symptom};
 use super::swebench_report::SwebenchReport;
 use super::{ImportError, Imported, invalid};
+use crate::policy::RecordedPolicy;
 use crate::trajectory::{Action, EndType, Evaluator, FORMAT, Interpreter, Step, Task, Trajectory};
 
 /// The text format of mini-swe-agent 1.x.
@@ -177,12 +178,85 @@ pub fn import_mini_swe_agent(
         steps,
         end_type,
         submission: (!submission.is_empty()).then_some(submission),
+        policy: Some(policy(&format, info, &mut warnings)),
     };
     trajectory.validate().map_err(|e| invalid(format!("the imported trajectory is not valid: {e}")))?;
     let first_edit = first_edit(&trajectory);
     let first_symptom = first_edit.as_ref().and_then(|e| first_symptom(&trajectory, e.step));
-    let outcome = options.report.as_ref().and_then(|r| r.outcome_of(&instance_id));
-    Ok(Imported { trajectory, format, instance_id, exit_status, first_edit, first_symptom, outcome, warnings })
+    let outage = outage(&exit_status, info);
+    let outcome = match &outage {
+        // An outage ended the run, not the agent: whatever the harness made of its patch is no
+        // outcome of the policy.
+        Some(_) => None,
+        None => options.report.as_ref().and_then(|r| r.outcome_of(&instance_id)),
+    };
+    Ok(Imported { trajectory, format, instance_id, exit_status, first_edit, first_symptom, outcome, outage, warnings })
+}
+
+/// The exception names litellm, the OpenAI client and httpx raise when the model server is down,
+/// overloaded or unreachable (mini-swe-agent records the exception's class name as the exit
+/// status).
+const OUTAGES: &[&str] = &[
+    "ServiceUnavailableError",
+    "APIConnectionError",
+    "Timeout",
+    "APITimeoutError",
+    "InternalServerError",
+    "BadGatewayError",
+    "RateLimitError",
+    "APIError",
+    "ConnectError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "RemoteProtocolError",
+];
+
+/// The model-server outage the run ended on, if it ended on one: an exit status of
+/// [`OUTAGES`], or an exception of litellm, the OpenAI client or httpx in the recorded traceback
+/// (the rule the adapter applies to its own runs), but an exceeded context window, which is the
+/// agent's.
+fn outage(exit_status: &str, info: &Value) -> Option<String> {
+    if exit_status.contains("ContextWindow") || KNOWN_ENDS.contains(&exit_status) {
+        return None;
+    }
+    if OUTAGES.contains(&exit_status) {
+        return Some(exit_status.to_string());
+    }
+    let traceback = info.get("traceback").and_then(Value::as_str)?;
+    let last = traceback.trim_end().lines().next_back()?;
+    ["litellm.", "openai.", "httpx.", "httpcore."].iter().any(|m| last.starts_with(m)).then(|| exit_status.to_string())
+}
+
+/// The exit statuses of runs the agent itself ended.
+const KNOWN_ENDS: &[&str] = &["Submitted", "LimitsExceeded", "RepeatedFormatError", "FormatError", "TimeExceeded"];
+
+/// The policy the run was recorded under, from `info.config` and `info.mini_version`.
+fn policy(format: &str, info: &Value, warnings: &mut Vec<String>) -> RecordedPolicy {
+    let text =
+        |pointer: &str| info.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+    let policy = RecordedPolicy {
+        agent: "mini-swe-agent".into(),
+        format: format.to_string(),
+        version: text("/mini_version"),
+        model_name: text("/config/model/model_name"),
+        model_kwargs: info
+            .pointer("/config/model/model_kwargs")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+        environment: text("/config/environment_type"),
+    };
+    if policy.model_name.is_none() {
+        warnings.push("no model recorded (info.config.model.model_name): the study's model is resumed".into());
+    }
+    if policy.singularity() {
+        warnings.push(format!(
+            "recorded in {} (Singularity): replayed and resumed in Docker, whose file system and \
+             environment may differ from the recording's",
+            policy.environment.as_deref().unwrap_or_default()
+        ));
+    }
+    policy
 }
 
 struct Context<'a> {
@@ -278,7 +352,9 @@ fn problem_statement(task: &str) -> Option<String> {
     let end = start + task[start..].find("</pr_description>")?;
     let body = task[start..end].trim_start_matches('\n');
     let body = body.strip_prefix("Consider the following PR description:\n").unwrap_or(body);
-    let body = body.trim_end_matches('\n');
+    // The template puts one newline between the statement and the closing tag; the statement's
+    // own trailing newlines are its own (SWE-bench's end with one), so exactly one goes.
+    let body = body.strip_suffix('\n').unwrap_or(body);
     (!body.trim().is_empty()).then(|| body.to_string())
 }
 
@@ -560,6 +636,9 @@ mod tests {
         let task =
             "<pr_description>\nConsider the following PR description:\nIt breaks.\n</pr_description>\n\n<instructions>";
         assert_eq!(problem_statement(task).as_deref(), Some("It breaks."));
+        // The statement's own trailing newline is kept: only the template's goes.
+        let task = "<pr_description>\nConsider the following PR description:\nIt breaks.\n\n</pr_description>";
+        assert_eq!(problem_statement(task).as_deref(), Some("It breaks.\n"));
         assert_eq!(problem_statement("just do it"), None);
     }
 

@@ -38,6 +38,10 @@ pub struct Imported {
     pub first_symptom: Option<FirstSymptom>,
     /// From a SWE-bench report, when one was given and names the instance.
     pub outcome: Option<ReportOutcome>,
+    /// The model-server outage the run ended on (`ServiceUnavailableError`, litellm's
+    /// `Timeout`, `APIConnectionError`, …), when it ended on one: an infrastructure run, which no
+    /// study takes as a trajectory or counts among a task's runs (no outcome, never selected).
+    pub outage: Option<String>,
     /// What the import could not take from the file as recorded (reconstructed outputs, elided
     /// outputs, dropped actions, defaults), one sentence each.
     pub warnings: Vec<String>,

@@ -232,3 +232,85 @@ fn format_errors_and_parallel_calls_make_steps() {
     assert_eq!(s.timeout_steps, [3]);
     assert_eq!(s.per_step[0].returncodes, [Some(0), Some(0)]);
 }
+
+#[test]
+fn the_recorded_policy_is_kept() {
+    // astropy__astropy-14309: mini-swe-agent 2.4.6, hosted_vllm/Qwen/Qwen3.6-35B-A3B at
+    // temperature 0, recorded in SingularityEnvironment (info.config).
+    let i = import("astropy__astropy-14309.traj.json");
+    let p = i.trajectory.policy.as_ref().unwrap();
+    assert_eq!(
+        (p.agent.as_str(), p.format.as_str(), p.version.as_deref()),
+        ("mini-swe-agent", FORMAT_V1_1, Some("2.4.6"))
+    );
+    assert_eq!(p.model_name.as_deref(), Some("hosted_vllm/Qwen/Qwen3.6-35B-A3B"));
+    assert_eq!(p.model_kwargs["temperature"], 0);
+    assert_eq!(p.model_kwargs["api_base"], "http://localhost:8000/v1");
+    assert_eq!(p.environment.as_deref(), Some("minisweagent.environments.singularity.SingularityEnvironment"));
+    assert!(p.singularity() && !p.text_format());
+    assert!(
+        i.warnings.iter().any(|w| w.contains("SingularityEnvironment") && w.contains("Docker")),
+        "{:?}",
+        i.warnings
+    );
+    // The policy travels in the trajectory file, and the file reads back with it.
+    let back = crate::Trajectory::from_json(&serde_json::to_vec(&i.trajectory).unwrap()).unwrap();
+    assert_eq!(back.policy.as_ref(), Some(p));
+    // A 1.x run: the text scaffold, Docker, gemini at temperature 0.0.
+    let v1 = import("django__django-10999.v1.traj.json");
+    let p = v1.trajectory.policy.as_ref().unwrap();
+    assert!(p.text_format() && !p.singularity());
+    assert_eq!((p.version.as_deref(), p.model_name.as_deref()), (Some("1.15.0"), Some("google/gemini-3-pro-preview")));
+    assert_eq!(p.environment.as_deref(), Some("minisweagent.environments.docker.DockerEnvironment"));
+}
+
+#[test]
+fn the_problem_statement_keeps_its_trailing_newline() {
+    // The recorded task message renders `{{task}}\n</pr_description>`: the statement is what lies
+    // between, less the template's one newline (14309's ends "-->\r\n\n\n</pr_description>").
+    let i = import("astropy__astropy-14309.traj.json");
+    let statement = i.trajectory.task.problem_statement.as_deref().unwrap();
+    assert!(statement.ends_with("-->\r\n\n"), "{:?}", &statement[statement.len() - 10..]);
+    let task = super::messages::text_of(&i.trajectory.messages[1]);
+    let rendered = format!("Consider the following PR description:\n{statement}\n</pr_description>");
+    assert!(task.contains(&rendered));
+}
+
+/// The context-window fixture with its end replaced by the exception `name` and its traceback.
+fn ended_on(name: &str, traceback_last_line: &str) -> Imported {
+    let mut file: serde_json::Value = serde_json::from_slice(&read("astropy__astropy-14096.traj.json")).unwrap();
+    file["info"]["exit_status"] = name.into();
+    file["info"]["traceback"] = format!("Traceback (most recent call last):\n  ...\n{traceback_last_line}\n").into();
+    let messages = file["messages"].as_array_mut().unwrap();
+    if let Some(last) = messages.last_mut().filter(|m| m["role"] == "exit") {
+        last["extra"]["exit_status"] = name.into();
+    }
+    let report = SwebenchReport::from_json(&read("eval-report.run_qwen_20_216375.json")).unwrap();
+    let options = ImportOptions { report: Some(report), ..ImportOptions::default() };
+    import_mini_swe_agent("x.traj.json", &serde_json::to_vec(&file).unwrap(), &options).unwrap()
+}
+
+#[test]
+fn model_server_outages_import_as_infrastructure_runs() {
+    for (name, last) in [
+        ("ServiceUnavailableError", "litellm.exceptions.ServiceUnavailableError: litellm.ServiceUnavailableError: 503"),
+        ("Timeout", "litellm.exceptions.Timeout: litellm.Timeout: Connection timed out after 600.0 seconds."),
+        ("APIConnectionError", "litellm.exceptions.APIConnectionError: Connection refused"),
+        // Not in the list, but a litellm exception in the recorded traceback: the adapter's rule.
+        ("NotFoundError", "litellm.exceptions.NotFoundError: model not found"),
+    ] {
+        let i = ended_on(name, last);
+        assert_eq!(i.outage.as_deref(), Some(name));
+        // No outcome, whatever the harness made of the patch (the report lists 14096).
+        assert_eq!((i.outcome, i.resolved()), (None, None), "{name}");
+    }
+    // The agent's own ends are not outages: the context window (a litellm exception too), a
+    // crash of the agent's own code.
+    assert_eq!(import("astropy__astropy-14096.traj.json").outage, None);
+    let window = ended_on(
+        "ContextWindowExceededError",
+        "litellm.exceptions.ContextWindowExceededError: litellm.ContextWindowExceededError: too long",
+    );
+    assert_eq!((window.outage.as_deref(), window.resolved()), (None, Some(false)));
+    assert_eq!(ended_on("KeyError", "KeyError: 'x'").outage, None);
+}

@@ -87,9 +87,12 @@ pub struct AgentOptions {
     /// The largest number of processes in a container.
     #[serde(default = "AgentOptions::default_pids_limit")]
     pub pids_limit: u32,
-    /// A run (the agent process from start to final) longer than this is killed: no outcome.
-    #[serde(default = "AgentOptions::default_run_timeout_s")]
-    pub run_timeout_s: u64,
+    /// A cap on a run's wall-clock time (the agent process from start to final), in seconds;
+    /// `None` (the default): no limit, the step budget bounds a run. A run killed at the cap is
+    /// `capped`: it has no outcome, is not run again, and is counted (never left out unseen: a
+    /// cap censors the slow runs, which are mostly the failing ones).
+    #[serde(default)]
+    pub run_timeout_s: Option<u64>,
     /// Keep every continuation's transcript (its full message list), stored by digest.
     #[serde(default)]
     pub keep_transcripts: bool,
@@ -148,10 +151,6 @@ impl AgentOptions {
         1024
     }
 
-    fn default_run_timeout_s() -> u64 {
-        3600
-    }
-
     fn default_flake_recheck_rate() -> f64 {
         0.10
     }
@@ -188,8 +187,10 @@ impl AgentOptions {
         if !(16..=1 << 20).contains(&parsed.pids_limit) {
             return bad("pids_limit", format!("= {} is outside [16, 1048576]", parsed.pids_limit));
         }
-        if !(1..=7 * 24 * 3600).contains(&parsed.run_timeout_s) {
-            return bad("run_timeout_s", format!("= {} is outside [1, 604800]", parsed.run_timeout_s));
+        if let Some(cap) = parsed.run_timeout_s
+            && !(1..=7 * 24 * 3600).contains(&cap)
+        {
+            return bad("run_timeout_s", format!("= {cap} is outside [1, 604800] (leave it out for no limit)"));
         }
         for (field, value) in
             [("flake_recheck_rate", parsed.flake_recheck_rate), ("flake_threshold", parsed.flake_threshold)]
@@ -270,6 +271,8 @@ fn check_mini_swe_agent_model(model: &serde_json::Value) -> Result<(), String> {
     }
     let number = |key: &str, range: std::ops::RangeInclusive<f64>| -> Result<(), String> {
         match m.get(key) {
+            // `temperature: null`, `top_p: null`: the adapter sends none (the server's default).
+            None | Some(Value::Null) if key == "temperature" || key == "top_p" => Ok(()),
             None => Ok(()),
             Some(v) => match v.as_f64() {
                 Some(x) if range.contains(&x) => Ok(()),
@@ -305,6 +308,12 @@ mod tests {
         assert_eq!(o.memory_mb, 2048);
         assert_eq!(o.flake_recheck_rate, 0.10);
         assert_eq!(o.model, json!({}));
+        // No wall-clock limit unless the study sets one (issue 25: a limit censors slow runs).
+        assert_eq!(o.run_timeout_s, None);
+        let capped = AgentOptions::from_json(&json!({"command": ["x"], "run_timeout_s": 7200})).unwrap();
+        assert_eq!(capped.run_timeout_s, Some(7200));
+        let e = AgentOptions::from_json(&json!({"command": ["x"], "run_timeout_s": 0})).unwrap_err();
+        assert!(e.contains("run_timeout_s = 0 is outside [1, 604800]"), "{e}");
         let rules = json!([{"name": "token", "pattern": "token [A-Za-z]+", "replacement": "token <T>"}]);
         let o = AgentOptions::from_json(&json!({"command": ["x"], "normalization": rules})).unwrap();
         assert_eq!(o.normalizer().unwrap().normalize("a token QzXy"), "a token <T>");

@@ -562,6 +562,7 @@ fn two_turn_trajectory() -> crate::Trajectory {
         ],
         end_type: EndType::Submitted,
         submission: None,
+        policy: None,
     }
 }
 

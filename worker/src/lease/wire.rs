@@ -83,6 +83,7 @@ pub(crate) fn report_to_wire(
             recorded_digest: o.recorded.clone().unwrap_or_default(),
         }),
         JobReport::NoOutcome { reason } => R::NoOutcome(v1::NoOutcome { reason: reason.clone() }),
+        JobReport::Capped { reason } => R::Capped(v1::Capped { reason: reason.clone() }),
         JobReport::NonReplayable(n) => R::NonReplayable(v1::NonReplayable {
             step: n.step,
             level: level_to_wire(n.level),

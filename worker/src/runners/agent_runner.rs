@@ -35,7 +35,7 @@ use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy, MINI_SWE_AGENT};
 use vcurve_record::{EndType, Interpreter, RunnerSpec, Task, Trajectory, TrajectoryPayload};
 
-use crate::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent_marked};
+use crate::runners::agent::{AgentCommand, AgentFailure, AgentLimits, AgentStart, run_agent_marked};
 use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
 use crate::runners::no_outcome::NoOutcome;
 use crate::runners::seam::{AgentRunner, JobKey, JobReport, JobSpec};
@@ -302,6 +302,16 @@ impl Inner {
         }
     }
 
+    /// The `model` object a continuation of `recorded` starts with: for mini-swe-agent, the
+    /// recorded policy's settings where the study's `model` names none
+    /// ([`vcurve_record::RecordedPolicy::resume_model`]); for another agent the study's as written.
+    fn resumed_model(&self, options: &AgentOptions, recorded: &vcurve_record::Trajectory) -> serde_json::Value {
+        match (&recorded.policy, self.kind) {
+            (Some(policy), MINI_SWE_AGENT) => policy.resume_model(&options.model),
+            _ => options.model.clone(),
+        }
+    }
+
     async fn run(&self, job: &JobSpec, cancel: &CancellationToken) -> Result<JobReport, NoOutcome> {
         let options = match (&job.runner, self.kind) {
             (RunnerSpec::Agent(options), AGENT) | (RunnerSpec::MiniSweAgent(options), MINI_SWE_AGENT) => options,
@@ -342,9 +352,12 @@ impl Inner {
                     t: k.t,
                     budget: job.budget,
                     seed: run_seed(job.study_seed, &job.key),
-                    model: options.model.clone(),
+                    model: self.resumed_model(options, recorded),
                 };
-                let run = self.run_agent_in(prepared.container, start, options, cancel).await?;
+                let run = match self.run_agent_in(prepared.container, start, options, cancel).await? {
+                    Ok(run) => run,
+                    Err(capped) => return Ok(capped),
+                };
                 drop(prepared.pin);
                 let transcript = if options.keep_transcripts {
                     let mut messages = run.messages;
@@ -387,7 +400,10 @@ impl Inner {
                     seed: run_seed(job.study_seed, &job.key),
                     model: options.model.clone(),
                 };
-                let run = self.run_agent_in(container, start, options, cancel).await?;
+                let run = match self.run_agent_in(container, start, options, cancel).await? {
+                    Ok(run) => run,
+                    Err(capped) => return Ok(capped),
+                };
                 let (submission, steps, end_type) = (run.submission.clone(), run.steps_used, run.end_type);
                 // A run too large for the store is cut to fit, each cut recorded in its action
                 // (issue 24: it failed at every upload and the base run was retired).
@@ -472,13 +488,18 @@ impl Inner {
         start: AgentStart,
         options: &AgentOptions,
         cancel: &CancellationToken,
-    ) -> Result<crate::runners::agent::AgentRun, NoOutcome> {
+    ) -> Result<Result<crate::runners::agent::AgentRun, JobReport>, NoOutcome> {
         let mark = Some(self.instance.agent_mark());
         let run = run_agent_marked(&container, start, AgentLimits::from_options(options), mark, cancel.clone()).await;
         if let Err(e) = container.remove().await {
             tracing::warn!(error = %e, "cannot remove a finished run's container");
         }
-        run.map_err(NoOutcome::from)
+        match run {
+            Ok(run) => Ok(Ok(run)),
+            // The study's cap stopped it: no outcome, not run again, counted.
+            Err(AgentFailure::Timeout { reason }) => Ok(Err(JobReport::capped(reason))),
+            Err(e) => Err(NoOutcome::from(e)),
+        }
     }
 
     /// Judge a run's submission through the patch cache and make its outcome.
@@ -651,6 +672,21 @@ mod tests {
         let digest = outcome.recorded.clone().expect("a recorded run");
         let bytes = services.files.lock().unwrap()[&digest].clone();
         (outcome, Trajectory::from_json(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_run_past_the_studys_wall_clock_cap_is_reported_capped() {
+        // An agent that never answers, under a cap of 1 s: capped (not run again, counted), not
+        // a no-outcome that would be retried and retired.
+        let (runner, runtime, _) = runner(false).await;
+        let mut spec = base_run();
+        let options = serde_json::json!({"command": ["sleep", "30"], "run_timeout_s": 1});
+        spec.runner = RunnerSpec::parse(AGENT, options).unwrap();
+        let report = runner.run(spec, CancellationToken::new()).await;
+        let JobReport::Capped { reason } = &report else { panic!("{report:?}") };
+        assert!(reason.starts_with(vcurve_record::jobs::CAPPED), "{reason}");
+        assert!(reason.contains("longer than its 1 s"), "{reason}");
+        assert_eq!(runtime.running().len(), 0, "its container is removed");
     }
 
     #[tokio::test]

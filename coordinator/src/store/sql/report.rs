@@ -90,18 +90,20 @@ impl SqlStore {
     }
 
     /// Record a no-outcome of a job of either table: the key is run again, or retired once it has
-    /// had as many no-outcomes as the study allows. Returns whether it was retired, and how many
-    /// no-outcomes it has had.
+    /// had as many no-outcomes as the study allows — at once for a run the study's wall-clock cap
+    /// stopped ([`JobReport::Capped`]: the cap would censor it again), its reason marking it
+    /// capped for the counts. Returns whether it was retired, and how many no-outcomes it has had.
     pub(super) async fn no_outcome(
         tx: &mut Transaction<'_, Any>,
         key: &JobKey,
         row: &AnyRow,
-        reason: &str,
+        report: (&str, bool),
         config: &StudyConfig,
         now: i64,
     ) -> Result<(bool, u32), StoreError> {
+        let (reason, capped) = report;
         let no_outcomes = get_u32(row, "no_outcomes")? + 1;
-        let retired = no_outcomes >= config.params.retries_before_retired;
+        let retired = capped || no_outcomes >= config.params.retries_before_retired;
         keyed(NO_OUTCOME, key)
             .bind(if retired { "retired" } else { "pending" })
             .bind(i64::from(no_outcomes))
@@ -156,14 +158,15 @@ impl SqlStore {
                 }
                 (config, Some((k, if o.success { Outcome::Success } else { Outcome::Failure })))
             }
-            JobReport::NoOutcome { reason } => {
+            JobReport::NoOutcome { reason } | JobReport::Capped { reason } => {
                 let job = JobKey::Continuation(key.clone());
                 let row = match self.current_row(tx, &job, attempt).await? {
                     Ok(row) => row,
                     Err(ignored) => return Ok(ignored),
                 };
                 let config = self.config(tx, &key.study).await?;
-                let (retired, _) = Self::no_outcome(tx, &job, &row, reason, &config, now).await?;
+                let capped = matches!(report, JobReport::Capped { .. });
+                let (retired, _) = Self::no_outcome(tx, &job, &row, (reason, capped), &config, now).await?;
                 (config, retired.then_some((k, Outcome::Retired)))
             }
             JobReport::NonReplayable(why) => {
@@ -223,8 +226,9 @@ impl SqlStore {
             Err(ignored) => return Ok(ignored),
         };
         let config = self.config(tx, study).await?;
-        if let JobReport::NoOutcome { reason } = report {
-            let (retired, no_outcomes) = Self::no_outcome(tx, key, &row, reason, &config, now).await?;
+        if let JobReport::NoOutcome { reason } | JobReport::Capped { reason } = report {
+            let capped = matches!(report, JobReport::Capped { .. });
+            let (retired, no_outcomes) = Self::no_outcome(tx, key, &row, (reason, capped), &config, now).await?;
             if retired && let JobKey::BaseRun { task, .. } = key {
                 self.take_base_runs(tx, &config, study, task, now).await?;
                 self.finish_if_done(tx, study, now).await?;

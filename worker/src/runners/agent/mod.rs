@@ -134,9 +134,9 @@ pub struct AgentStart {
 /// The bounds of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentLimits {
-    /// The whole run, from spawning the process to its `final` (the study's
-    /// `runner.run_timeout_s`).
-    pub run_timeout: Duration,
+    /// A cap on the whole run, from spawning the process to its `final` (the study's
+    /// `runner.run_timeout_s`); `None`: none, the step budget bounds the run.
+    pub run_timeout: Option<Duration>,
     /// How long the process may take to exit after `final` ([`EXIT_GRACE`]).
     pub exit_grace: Duration,
     /// The longest stdout line ([`MAX_LINE_BYTES`]).
@@ -146,15 +146,23 @@ pub struct AgentLimits {
 }
 
 impl AgentLimits {
-    /// The protocol's limits with the study's `runner.run_timeout_s`.
+    /// The protocol's limits with the study's `runner.run_timeout_s`, if it sets one.
     pub fn from_options(options: &AgentOptions) -> Self {
-        Self::new(Duration::from_secs(options.run_timeout_s))
+        match options.run_timeout_s {
+            Some(cap) => Self::new(Duration::from_secs(cap)),
+            None => Self::uncapped(),
+        }
     }
 
-    /// The protocol's limits with the given run timeout.
+    /// The protocol's limits with the given cap on the run.
     pub fn new(run_timeout: Duration) -> Self {
+        AgentLimits { run_timeout: Some(run_timeout), ..Self::uncapped() }
+    }
+
+    /// The protocol's limits with no cap on the run's time.
+    pub fn uncapped() -> Self {
         AgentLimits {
-            run_timeout,
+            run_timeout: None,
             exit_grace: EXIT_GRACE,
             max_line_bytes: MAX_LINE_BYTES,
             stderr_tail_bytes: STDERR_TAIL_BYTES,
@@ -248,6 +256,7 @@ impl AgentRun {
             steps,
             end_type: self.end_type,
             submission: (!self.submission.is_empty()).then_some(self.submission),
+            policy: None,
         };
         trajectory.validate()?;
         Ok(trajectory)
@@ -359,7 +368,13 @@ pub async fn run_agent_marked(
     if cancel.is_cancelled() {
         return Err(AgentFailure::Cancelled);
     }
-    let deadline = Instant::now() + limits.run_timeout;
+    let deadline = limits.run_timeout.map(|cap| Instant::now() + cap);
+    let capped = async {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
     let Some((program, args)) = start.command.argv.split_first() else {
         return Err(AgentFailure::Infrastructure { reason: "the agent command is empty".into() });
     };
@@ -399,7 +414,7 @@ pub async fn run_agent_marked(
     let conversation = tokio::select! {
         biased;
         () = cancel.cancelled() => Err(Stop::Cancelled),
-        () = tokio::time::sleep_until(deadline) => Err(Stop::Timeout),
+        () = capped => Err(Stop::Timeout),
         r = converse(container, &start, &limits, &mut io, &mut child) => r,
     };
     let collected = match conversation {
@@ -576,7 +591,7 @@ fn failure(stop: Stop, limits: &AgentLimits, stderr_tail: &str) -> AgentFailure 
         Stop::Timeout => AgentFailure::Timeout {
             reason: with_stderr(format!(
                 "the run took longer than its {} s and was killed",
-                limits.run_timeout.as_secs_f64()
+                limits.run_timeout.unwrap_or_default().as_secs_f64()
             )),
         },
         Stop::Violation(reason) => AgentFailure::Protocol { reason: with_stderr(reason) },

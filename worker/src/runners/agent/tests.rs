@@ -61,6 +61,7 @@ msgs = list(start["messages"])
 if not msgs:
     msgs = [{"role": "system", "content": "you fix bugs"}, {"role": "user", "content": start["task"]["problem_statement"]}]
 print("agent started in mode", mode, file=sys.stderr, flush=True)
+time.sleep(float(os.environ.get("PAUSE", "0")))
 
 if mode == "hang":
     time.sleep(1000)
@@ -347,7 +348,7 @@ async fn a_hanging_agent_times_out_and_its_process_group_is_killed() {
     let pid_file = f.dir.path().join("child.pid");
     let mut s = start(&f.script, "group", &[]);
     s.command.argv.push(pid_file.display().to_string());
-    let limits = AgentLimits { run_timeout: Duration::from_secs(2), ..limits() };
+    let limits = AgentLimits { run_timeout: Some(Duration::from_secs(2)), ..limits() };
     let began = Instant::now();
     match run(&f, s, limits).await {
         Err(AgentFailure::Timeout { reason }) => {
@@ -358,6 +359,25 @@ async fn a_hanging_agent_times_out_and_its_process_group_is_killed() {
     }
     assert!(began.elapsed() < Duration::from_secs(5), "{:?}", began.elapsed());
     assert_dead(&pid_file);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_default_limit_censors_a_run_longer_than_the_old_hour() {
+    // The clock is paused: whenever the runtime only waits (here on the agent, which thinks for
+    // a real second before its first step), it jumps to the next timer. Under the old default
+    // cap of 3,600 s that timer is the cap: the run is killed, an hour "later".
+    let f = fixture().await;
+    let old_default = run(&f, start(&f.script, "ok", &[("PAUSE", "1")]), AgentLimits::new(Duration::from_secs(3600)));
+    match old_default.await {
+        Err(AgentFailure::Timeout { reason }) => assert!(reason.contains("longer than its 3600 s"), "{reason}"),
+        other => panic!("expected the old cap to kill the run, got {other:?}"),
+    }
+    // A study's default options set no cap: the same run completes, however long it takes.
+    let options = vcurve_record::runner::AgentOptions::from_json(&json!({"command": ["python3", "-m", "x"]})).unwrap();
+    let limits = AgentLimits { exit_grace: Duration::from_millis(500), ..AgentLimits::from_options(&options) };
+    assert_eq!(limits.run_timeout, None);
+    let done = run(&f, start(&f.script, "ok", &[("PAUSE", "1")]), limits).await.unwrap();
+    assert_eq!(done.steps_used, 2);
 }
 
 #[tokio::test]

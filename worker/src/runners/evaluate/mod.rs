@@ -113,11 +113,15 @@ pub struct Verdict {
     /// The last [`OUTPUT_TAIL_BYTES`] of the evaluator command's output; when no method applied
     /// the patch, of the last attempt's output instead. Empty for an empty patch.
     pub output_tail: String,
+    /// The reason of the SWE-bench harness's advisory `infra_failure` flag, when it raised one:
+    /// the verdict is the harness's own (unresolved, as its run report counts it), and the flag
+    /// is counted ([`swebench::infra_failure_verdicts`]), never run again.
+    pub infra_failure: Option<String>,
 }
 
 impl Verdict {
     fn unresolved(output_tail: String) -> Verdict {
-        Verdict { resolved: false, applied: None, returncode: None, timed_out: false, output_tail }
+        Verdict { resolved: false, applied: None, returncode: None, timed_out: false, output_tail, infra_failure: None }
     }
 }
 
@@ -246,6 +250,7 @@ async fn judge(
         returncode: observed.returncode,
         timed_out: observed.timed_out,
         output_tail: tail(&observed.output, OUTPUT_TAIL_BYTES).to_owned(),
+        infra_failure: None,
     })
 }
 

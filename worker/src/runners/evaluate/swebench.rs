@@ -21,7 +21,9 @@
 //!    `run_instance` against the local Docker Engine, removes the harness's container by name,
 //!    and prints one JSON line: resolved, unresolved (tests failed, the patch did not apply, the
 //!    tests ran past the timeout), an infrastructure failure (image missing, Docker error, harness
-//!    crash, the harness's own `infra_failure` flag), or a row the harness cannot evaluate.
+//!    crash), or a row the harness cannot evaluate. A report the harness flags `infra_failure`
+//!    (advisory) keeps the harness's verdict, unresolved, as its run report counts it; the flag
+//!    is counted ([`infra_failure_verdicts`]) and logged, never run again.
 //! 5. The child runs in its own process group with [`SwebenchHarness::timeout`] (the tests'
 //!    timeout plus [`HARNESS_MARGIN_S`] for the container's start, the patch, the harness's 15 s
 //!    `docker stop` and the imports). On that timeout or on cancel the whole group is killed and
@@ -173,6 +175,19 @@ struct Answer {
     test_exit_code: Option<i32>,
     #[serde(default)]
     output_tail: Option<String>,
+    #[serde(default)]
+    infra_failure: Option<String>,
+}
+
+/// Verdicts the harness flagged `infra_failure` since the worker started (their verdict is the
+/// harness's, unresolved; [`infra_failure_verdicts`]).
+static INFRA_FAILURE_VERDICTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many verdicts of this process the SWE-bench harness flagged `infra_failure` (advisory:
+/// its environment-tier signatures, such as a test killed for memory). They stand as the
+/// harness's verdict and are counted here and in the worker's log, never run again.
+pub fn infra_failure_verdicts() -> u64 {
+    INFRA_FAILURE_VERDICTS.load(Ordering::Relaxed)
 }
 
 fn apply_method(command: Option<&str>) -> Option<ApplyMethod> {
@@ -305,12 +320,18 @@ pub async fn evaluate_swebench(
                 (_, Some(detail)) => detail.to_owned(),
                 _ => String::new(),
             };
+            if let Some(reason) = &answer.infra_failure {
+                let count = INFRA_FAILURE_VERDICTS.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::warn!(task = %task.id, instance = %instance_id, %reason, count,
+                    "the SWE-bench harness flags an infrastructure failure: its verdict (unresolved) stands, counted");
+            }
             Ok(Verdict {
                 resolved,
                 applied: apply_method(answer.apply_command.as_deref()),
                 returncode: answer.test_exit_code,
                 timed_out: answer.timed_out,
                 output_tail: tail(&output, OUTPUT_TAIL_BYTES).to_owned(),
+                infra_failure: answer.infra_failure,
             })
         }
         "infrastructure" => Err(EvalFailure::Infrastructure(format!(
@@ -495,7 +516,8 @@ mod tests {
                 applied: Some(ApplyMethod::GitApply),
                 returncode: Some(0),
                 timed_out: false,
-                output_tail: "Ran 7 tests\nOK".into()
+                output_tail: "Ran 7 tests\nOK".into(),
+                infra_failure: None,
             }
         );
         let read = |ext: &str| std::fs::read_to_string(format!("{}.{ext}", seen.display())).unwrap();
@@ -531,6 +553,15 @@ mod tests {
         );
         let verdict = evaluate(&harness, &runtime, &task(Some(row()))).await.unwrap();
         assert_eq!((verdict.resolved, verdict.applied, verdict.timed_out), (false, Some(ApplyMethod::Patch), true));
+
+        // The harness's advisory infra_failure flag: its verdict stands (unresolved), counted.
+        let before = infra_failure_verdicts();
+        let harness = answer(
+            r#"{"outcome": "unresolved", "apply_command": "git apply --verbose", "infra_failure": "Killed (out of memory)"}"#,
+        );
+        let verdict = evaluate(&harness, &runtime, &task(Some(row()))).await.unwrap();
+        assert_eq!((verdict.resolved, verdict.infra_failure.as_deref()), (false, Some("Killed (out of memory)")));
+        assert!(infra_failure_verdicts() > before);
 
         let harness = answer(r#"{"outcome": "infrastructure", "reason": "the image x is not on this Docker Engine"}"#);
         match evaluate(&harness, &runtime, &task(Some(row()))).await {

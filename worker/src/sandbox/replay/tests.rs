@@ -46,6 +46,7 @@ pub(crate) async fn record(rt: &Arc<FakeRuntime>, steps: &[&[(&str, f64)]], fing
         steps: Vec::new(),
         end_type: EndType::StepCap,
         submission: None,
+        policy: None,
     };
     let normalizer = Normalizer::default();
     for commands in steps {
