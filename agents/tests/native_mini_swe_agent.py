@@ -3,7 +3,7 @@
 (`config/benchmarks/swebench.yaml`, as `mini-extra swebench-single` builds them), on a local task
 image, saving the run as mini-swe-agent saves it (`.traj.json`, format mini-swe-agent-1.1).
 
-Test code, not product: the end-to-end round trip (tests/tests/mini_swe_agent.rs) imports the file
+Test code, not product: the end-to-end round trip (tests/tests/e2e/mini_swe_agent.rs) imports the file
 this writes with `vcurve import mini-swe-agent`, then replays and continues it under vcurve.
 
     PYTHONPATH=agents .venv/mini-swe-agent/bin/python agents/tests/native_mini_swe_agent.py \\

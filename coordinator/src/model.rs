@@ -4,6 +4,7 @@
 use serde::Serialize;
 use vcurve_method::schedule::Stage;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
+pub use vcurve_record::snapshot::RegistrySnapshot;
 pub use vcurve_record::study::{StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
 
 /// A job handed to a worker.
@@ -23,14 +24,6 @@ pub struct LeasedJob {
     pub anchors: Vec<u32>,
     /// A continuation's nearest snapshot at or before its step in the worker's registry.
     pub registry_snapshot: Option<RegistrySnapshot>,
-}
-
-/// `h_t` of a trajectory (by payload digest) in a snapshot registry, pushed as `image_id`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegistrySnapshot {
-    pub trajectory_digest: String,
-    pub t: u32,
-    pub image_id: String,
 }
 
 /// What a lease request says about the snapshots a worker can start from.

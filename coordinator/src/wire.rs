@@ -1,6 +1,6 @@
 //! Conversions between `vcurve.v1` wire types and the coordinator's own. The only module that
-//! knows both; the conversions it shares with the worker (job keys, held jobs, a report's enums)
-//! are [`vcurve_proto::convert`], checked and turned into statuses here.
+//! knows both; the conversions it shares with the worker (job keys, held jobs, registry snapshots,
+//! a report's enums) are [`vcurve_proto::convert`], checked and turned into statuses here.
 
 use tonic::Status;
 pub use vcurve_proto::convert::key_to_wire;
@@ -9,7 +9,7 @@ use vcurve_proto::v1;
 use vcurve_record::EndType;
 use vcurve_record::jobs::{CompareLevel, Judged, NonReplayable, Replayed, RunOutcome, clip_command};
 
-use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, RegistrySnapshot};
+use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress};
 
 fn required(field: &str) -> Status {
     Status::invalid_argument(format!("job key without {field}"))
@@ -56,11 +56,7 @@ pub fn job_to_wire(job: &LeasedJob) -> v1::Job {
         runner: Some(convert::runner_to_wire(&job.runner, job.study_seed)),
         trajectory_digest: job.trajectory_digest.clone().unwrap_or_default(),
         anchors: job.anchors.clone(),
-        registry_snapshot: job.registry_snapshot.as_ref().map(|s| v1::RegistrySnapshot {
-            trajectory_digest: s.trajectory_digest.clone(),
-            t: s.t,
-            image_id: s.image_id.clone(),
-        }),
+        registry_snapshot: job.registry_snapshot.as_ref().map(convert::registry_snapshot_to_wire),
     }
 }
 
@@ -69,10 +65,7 @@ pub fn locality_from_wire(near: Vec<String>, registry: String, pushed: Vec<v1::R
     Locality {
         near,
         registry: (!registry.is_empty()).then_some(registry),
-        pushed: pushed
-            .into_iter()
-            .map(|p| RegistrySnapshot { trajectory_digest: p.trajectory_digest, t: p.t, image_id: p.image_id })
-            .collect(),
+        pushed: pushed.into_iter().map(convert::registry_snapshot_from_wire).collect(),
     }
 }
 

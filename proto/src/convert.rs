@@ -1,5 +1,6 @@
 //! The conversions between `vcurve.v1` and the recorded job types of `vcurve-record` that the
 //! coordinator and the worker share: job keys, held jobs, a job's runner with its typed options,
+//! registry snapshots,
 //! the enums of a report (end type, judged, comparison level, mismatch kind), and a study's retired
 //! jobs. Each side keeps its own policy — the coordinator
 //! refuses a malformed key from a worker with its own status text, the worker reports it as a
@@ -10,6 +11,7 @@ use vcurve_record::jobs::{
     CompareLevel, ContinuationKey, HeldJob, JobKey, JobKind, Judged, MismatchKind, RetiredJobs, RetiredReason,
 };
 use vcurve_record::runner::InvalidRunnerOptions;
+use vcurve_record::snapshot::RegistrySnapshot;
 use vcurve_record::{EndType, RunnerSpec};
 
 use crate::v1;
@@ -109,6 +111,19 @@ pub fn retired_from_wire(retired: v1::RetiredJobs) -> Option<RetiredJobs> {
 
 pub fn held_to_wire(held: &HeldJob) -> v1::HeldJob {
     v1::HeldJob { key: Some(key_to_wire(&held.key)), attempt: held.attempt }
+}
+
+pub fn registry_snapshot_to_wire(snapshot: &RegistrySnapshot) -> v1::RegistrySnapshot {
+    v1::RegistrySnapshot {
+        trajectory_digest: snapshot.trajectory_digest.clone(),
+        t: snapshot.t,
+        image_id: snapshot.image_id.clone(),
+    }
+}
+
+/// A snapshot as the wire names it; its digest is taken as it is (the coordinator checks it).
+pub fn registry_snapshot_from_wire(snapshot: v1::RegistrySnapshot) -> RegistrySnapshot {
+    RegistrySnapshot { trajectory_digest: snapshot.trajectory_digest, t: snapshot.t, image_id: snapshot.image_id }
 }
 
 /// Why a job's runner cannot be run. Fatal for the job: the same options fail the same way.
@@ -254,6 +269,12 @@ mod tests {
             assert_eq!(key_from_wire(key_to_wire(&key)).unwrap(), key);
         }
         assert_eq!(key_from_wire(v1::JobKey::default()), Err(KeyError::UnknownKind(0)));
+    }
+
+    #[test]
+    fn a_registry_snapshot_round_trips() {
+        let snapshot = RegistrySnapshot { trajectory_digest: "ab".repeat(32), t: 4, image_id: "sha256:c".into() };
+        assert_eq!(registry_snapshot_from_wire(registry_snapshot_to_wire(&snapshot)), snapshot);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! The wire types and service stubs of `vcurve.v1`, generated from `proto/vcurve.proto` at build
 //! time, and [`convert`]: the conversions between these types and `vcurve-record`'s job types that
-//! the coordinator and the worker share (job keys, held jobs, a report's enums). Each side converts
-//! the rest in a single module of its own, and wire types never reach the method.
+//! the coordinator and the worker share (job keys, held jobs, registry snapshots, a report's
+//! enums). Each side converts the rest in a single module of its own, and wire types never reach
+//! the method.
 
 #![allow(clippy::all, missing_docs)]
 

@@ -12,6 +12,7 @@
 //! - [`jobs`]: the kinds of work a coordinator hands out and the typed reports that come back.
 //! - [`session`]: a multi-turn session of an agent (turns, tool calls, reasoning, reports), the
 //!   JSON format sessions recorded elsewhere are read from, and the views of a checkpoint.
+//! - [`snapshot`]: a trajectory state pushed to a snapshot registry ([`snapshot::RegistrySnapshot`]).
 //! - [`study`]: a study as data — the validated [`StudySpec`] it runs from and the
 //!   [`StudyRecord`] the store hands out (every trajectory's state and outcomes).
 
@@ -23,6 +24,7 @@ pub mod policy;
 pub mod replay;
 pub mod runner;
 pub mod session;
+pub mod snapshot;
 pub mod study;
 pub mod trajectory;
 

@@ -3,9 +3,9 @@
 //! A worker leases jobs from the coordinator — continuations `(study, trajectory, series, t, seed)`,
 //! replays, evaluations and base runs — runs each through an agent runner, and reports its typed
 //! result with the job's attempt number. A job names its trajectory by digest; the worker fetches
-//! each payload once and keeps it. The
-//! `vcurve worker` command and `vcurve demo` (which runs several workers in one process) both
-//! call [`run`].
+//! each payload once and keeps it. `vcurve demo` (which runs several workers in one process) calls
+//! [`run`]; the `vcurve worker` command calls [`run_with_metrics`], which also feeds its Prometheus
+//! endpoint.
 //!
 //! ## Flow
 //!
@@ -32,7 +32,8 @@
 //!
 //! ## Layout
 //!
-//! Three rooms, with arrows one way (`lease` → `runners` → `sandbox`):
+//! Three rooms, with arrows one way (`lease` → `runners` → `sandbox`; nothing in a room imports a
+//! room before it, and no module imports its parent's items back):
 //!
 //! - [`lease`]: talking to the coordinator — [`run`] and its tasks (lease loop, heartbeat loop,
 //!   one task per job), the gRPC client (channel, TLS, bearer token, deadlines, backoff), the one
@@ -47,10 +48,16 @@
 //!   the one exec path, replay with its checks, and the snapshot images of trajectory states
 //!   (on this host and across hosts through a registry).
 //! - [`metrics`]: the Prometheus endpoint (`vcurve worker --metrics`): jobs, container operations
-//!   timed by a wrapper of the runtime, the snapshot cache's disk.
+//!   timed by a wrapper of the runtime, the snapshot cache's disk. It sits beside the rooms: the
+//!   lease loop feeds it, and it names the runners' and the sandbox's types.
 //!
-//! The crate root re-exports what the `vcurve` binary needs; tests reach deeper through the
-//! rooms' public modules.
+//! The crate root re-exports what running a worker takes: [`run`] and [`run_with_metrics`], their
+//! configuration, summary and errors, the runner seam and the runners, and the Docker runtime.
+//! The rooms' public modules hold the rest, which the binary's other parts (the TLS checks of the
+//! command line, the metrics endpoint, the container benchmarks) and the tests reach directly:
+//! [`lease::tls`], [`metrics`], [`runners::agent`], [`runners::evaluate`], [`sandbox::replay`],
+//! [`sandbox::snapshots`]. The fake container runtime of the tests (`sandbox::container::double`)
+//! is compiled only behind the `test-support` feature.
 
 pub mod lease;
 pub mod metrics;

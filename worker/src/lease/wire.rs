@@ -6,10 +6,9 @@ use vcurve_proto::convert::{
 };
 use vcurve_proto::v1;
 
-pub(crate) use vcurve_proto::convert::held_to_wire;
+pub(crate) use vcurve_proto::convert::{held_to_wire, registry_snapshot_to_wire};
 
 use crate::runners::seam::{HeldJob, JobKey, JobReport, JobSpec};
-use crate::sandbox::snapshots::RegistrySnapshot;
 
 /// A leased job that cannot be turned into a [`JobSpec`].
 #[derive(Debug)]
@@ -54,16 +53,8 @@ pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
         trajectory_digest,
         trajectory: None,
         anchors: job.anchors,
-        registry_snapshot: job.registry_snapshot.map(|s| RegistrySnapshot {
-            trajectory_digest: s.trajectory_digest,
-            t: s.t,
-            image_id: s.image_id,
-        }),
+        registry_snapshot: job.registry_snapshot.map(convert::registry_snapshot_from_wire),
     })
-}
-
-pub(crate) fn registry_snapshot_to_wire(s: &RegistrySnapshot) -> v1::RegistrySnapshot {
-    v1::RegistrySnapshot { trajectory_digest: s.trajectory_digest.clone(), t: s.t, image_id: s.image_id.clone() }
 }
 
 pub(crate) fn report_to_wire(

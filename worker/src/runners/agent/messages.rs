@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 use vcurve_record::EndType;
 
-use super::AgentStart;
 use super::lines::first_bytes;
+use super::start::AgentStart;
 use crate::sandbox::exec::Observed;
 
 /// The protocol name the `start` message carries.

@@ -46,14 +46,13 @@ mod lines;
 
 pub(crate) use lines::last_bytes;
 mod messages;
+mod start;
 #[cfg(test)]
 mod protocol_props;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -72,6 +71,7 @@ use lines::{LineError, LineReader, Tail};
 use messages::{AgentMessage, exec_result_message, locate_steps, parse_message, start_message};
 
 pub use messages::PROTOCOL;
+pub use start::{AgentCommand, AgentStart};
 
 /// The longest line the agent may write (before its `\n`).
 pub const MAX_LINE_BYTES: usize = 64 << 20;
@@ -89,47 +89,6 @@ const REASON_STDERR_BYTES: usize = 4 << 10;
 /// How long to wait for a killed process to be reaped, and for its stderr to drain.
 const REAP_WAIT: Duration = Duration::from_secs(5);
 const STDERR_DRAIN_WAIT: Duration = Duration::from_secs(1);
-
-/// The process to start: the study's `runner.command`, `runner.env` and working directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentCommand {
-    /// The argument vector, e.g. `["python3", "-m", "vcurve_agents.scripted"]`.
-    pub argv: Vec<String>,
-    /// Variables added to the worker's environment.
-    pub env: BTreeMap<String, String>,
-    /// The working directory; `None` is the worker's.
-    pub cwd: Option<PathBuf>,
-}
-
-impl AgentCommand {
-    /// The study's `runner.command` and `runner.env`, run in the worker's working directory.
-    pub fn from_options(options: &AgentOptions) -> Self {
-        AgentCommand { argv: options.command.clone(), env: options.env.clone(), cwd: None }
-    }
-}
-
-/// Everything one run is started with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentStart {
-    pub command: AgentCommand,
-    /// The task (its id, workdir and problem statement go into `start`; commands run in its
-    /// workdir).
-    pub task: Task,
-    /// How the agent's commands are run (the trajectory's interpreter; the default for base runs
-    /// of tasks without a recorded run).
-    pub interpreter: Interpreter,
-    /// The message prefix the agent resumes from (empty for a base run without recorded initial
-    /// messages).
-    pub messages: Vec<Value>,
-    /// Steps already taken in the prefix.
-    pub t: u32,
-    /// Steps the agent may still take.
-    pub budget: u32,
-    /// The run's sampling seed.
-    pub seed: u64,
-    /// The study's `runner.model` object, passed through.
-    pub model: Value,
-}
 
 /// The bounds of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,7 +46,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 use vcurve_record::{Evaluator, Task};
 
-use super::{ApplyMethod, EvalFailure, OUTPUT_TAIL_BYTES, Verdict, is_empty_patch};
+use super::verdict::{ApplyMethod, EvalFailure, OUTPUT_TAIL_BYTES, Verdict, is_empty_patch};
 use crate::runners::agent::{GroupGuard, last_bytes as tail};
 use crate::runners::python_env::PythonEnv;
 use crate::sandbox::container::ContainerRuntime;

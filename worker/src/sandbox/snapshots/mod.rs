@@ -53,6 +53,7 @@ use tokio_util::task::TaskTracker;
 
 use vcurve_record::Trajectory;
 use vcurve_record::jobs::CompareLevel;
+pub use vcurve_record::snapshot::RegistrySnapshot;
 
 use crate::sandbox::container::{Container, ContainerRuntime, RuntimeError, labels};
 use crate::sandbox::replay::{
@@ -75,15 +76,6 @@ pub const PUSH_CONCURRENCY: usize = 1;
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long one pull may take before `h_t` is rebuilt by replay instead.
 pub const PULL_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// A snapshot in a registry: `h_t` of the trajectory with `trajectory_digest`, pushed as the image
-/// `image_id`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RegistrySnapshot {
-    pub trajectory_digest: String,
-    pub t: u32,
-    pub image_id: String,
-}
 
 /// Where a prepared container started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

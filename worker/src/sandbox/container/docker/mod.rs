@@ -107,10 +107,8 @@ use super::{Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, Exe
 mod output;
 mod registry;
 
+pub use output::OUTPUT_CAP;
 use output::{Collector, Header, glob_escape};
-
-/// The most output an exec keeps, in bytes (64 MiB); the rest is read and dropped.
-pub const OUTPUT_CAP: usize = 64 << 20;
 
 /// Capabilities dropped from Docker's default set. Kept: CHOWN, DAC_OVERRIDE, FOWNER, FSETID,
 /// SETUID, SETGID, KILL, SYS_CHROOT (what root needs for files, users and its own processes).
@@ -153,10 +151,6 @@ while :; do
 done
 "#;
 
-/// The header's first word.
-const HEADER_PREFIX: &[u8] = b"vcurve-exec ";
-/// The longest header line we wait for.
-const HEADER_MAX: usize = 256;
 /// How long an exec waits for its header after its timeout ran out before giving up on it.
 const HEADER_GRACE: Duration = Duration::from_secs(5);
 /// How long the output of a killed command is still read after the kill.

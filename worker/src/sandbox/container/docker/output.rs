@@ -1,6 +1,12 @@
 //! An exec's output: the wrapper's header line, stripped, and the cap.
 
-use super::{HEADER_MAX, HEADER_PREFIX, OUTPUT_CAP};
+/// The most output an exec keeps, in bytes (64 MiB); the rest is read and dropped.
+pub const OUTPUT_CAP: usize = 64 << 20;
+
+/// The header's first word (the wrapper's `printf 'vcurve-exec %s %s\n'`).
+const HEADER_PREFIX: &[u8] = b"vcurve-exec ";
+/// The longest header line we wait for.
+const HEADER_MAX: usize = 256;
 
 /// The header the wrapper prints before the command starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -27,71 +27,9 @@ use futures::future::BoxFuture;
 
 use super::{Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
 
-/// Files by absolute path. Directories are implied by the files under them.
-pub type Files = BTreeMap<String, Vec<u8>>;
+mod fs;
 
-/// A container's file system as an exec handler sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FakeFs {
-    files: Files,
-    /// The files of the task image at the root of the container's image chain (what `git diff`
-    /// and `git status` of [`fake_shell`] compare with).
-    origin: Arc<Files>,
-}
-
-impl FakeFs {
-    /// A file system holding `files`, whose origin is itself.
-    pub fn new(files: Files) -> FakeFs {
-        FakeFs { origin: Arc::new(files.clone()), files }
-    }
-
-    pub fn read(&self, path: &str) -> Option<&[u8]> {
-        self.files.get(path).map(Vec::as_slice)
-    }
-
-    /// A file's content as text (invalid UTF-8 replaced).
-    pub fn read_string(&self, path: &str) -> Option<String> {
-        self.read(path).map(|b| String::from_utf8_lossy(b).into_owned())
-    }
-
-    pub fn write(&mut self, path: &str, content: impl Into<Vec<u8>>) {
-        self.files.insert(path.to_owned(), content.into());
-    }
-
-    pub fn append(&mut self, path: &str, content: &[u8]) {
-        self.files.entry(path.to_owned()).or_default().extend_from_slice(content);
-    }
-
-    /// Remove a file, or a directory with everything under it; whether anything was removed.
-    pub fn remove(&mut self, path: &str) -> bool {
-        let prefix = format!("{}/", path.trim_end_matches('/'));
-        let before = self.files.len();
-        self.files.retain(|p, _| p != path && !p.starts_with(&prefix));
-        self.files.len() != before
-    }
-
-    /// Whether `path` is a file or a directory (has files under it).
-    pub fn exists(&self, path: &str) -> bool {
-        self.files.contains_key(path) || self.is_dir(path)
-    }
-
-    pub fn is_dir(&self, path: &str) -> bool {
-        let prefix = if path == "/" { "/".to_owned() } else { format!("{}/", path.trim_end_matches('/')) };
-        self.files.range(prefix.clone()..).next().is_some_and(|(p, _)| p.starts_with(&prefix))
-    }
-
-    pub fn files(&self) -> &Files {
-        &self.files
-    }
-
-    /// The files of the task image the container's chain started from.
-    pub fn origin(&self) -> &Files {
-        &self.origin
-    }
-}
-
-/// What a command does in a [`FakeRuntime`].
-pub type ExecHandler = Arc<dyn Fn(&mut FakeFs, &ExecRequest) -> ExecOutput + Send + Sync>;
+pub use fs::{ExecHandler, FakeFs, Files};
 
 /// The runtime's operations, for [`FakeRuntime::count`] and [`FakeRuntime::fail_next`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -373,7 +311,7 @@ impl FakeRuntime {
         while let Some(parent) = root.parent.as_ref().and_then(|p| st.images.get(p)) {
             root = parent;
         }
-        let fs = FakeFs { files: image.files.clone(), origin: Arc::new(root.files.clone()) };
+        let fs = FakeFs::with_origin(image.files.clone(), root.files.clone());
         st.containers.insert(id.clone(), FakeContainer { spec: spec.clone(), fs });
         Ok(id)
     }
@@ -406,7 +344,7 @@ impl FakeRuntime {
         self.enter(&mut st, Call::Diff { container: container.to_owned() })?;
         let c = st.containers.get(container).ok_or_else(|| RuntimeError::Gone(container.to_owned()))?;
         let image = st.images.get(&c.spec.image).ok_or_else(|| RuntimeError::NoImage(c.spec.image.clone()))?;
-        Ok(diff_files(&image.files, &c.fs.files))
+        Ok(diff_files(&image.files, c.fs.files()))
     }
 
     fn do_commit(
@@ -420,13 +358,13 @@ impl FakeRuntime {
         let c = st.containers.get(container).ok_or_else(|| RuntimeError::Gone(container.to_owned()))?;
         let parent = st.images.get(&c.spec.image).ok_or_else(|| RuntimeError::NoImage(c.spec.image.clone()))?;
         let derived: u64 =
-            c.fs.files
+            c.fs.files()
                 .iter()
                 .filter(|(p, content)| parent.files.get(*p) != Some(*content))
                 .map(|(_, content)| content.len() as u64)
                 .sum();
         let size_bytes = st.commit_size.unwrap_or(derived);
-        let files = c.fs.files.clone();
+        let files = c.fs.files().clone();
         let parent = c.spec.image.clone();
         st.next_id += 1;
         let id = format!("sha256:fake-image-{}", st.next_id);

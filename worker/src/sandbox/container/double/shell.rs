@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
-use super::{ExecHandler, FakeFs};
+use super::fs::{ExecHandler, FakeFs};
 use crate::sandbox::container::{ExecOutput, ExecRequest};
 
 /// The default exec handler: a tiny, explicit shell over a [`FakeFs`].

@@ -1,17 +1,23 @@
 //! The worker against a fake coordinator: a `WorkerService` implemented here, served by tonic on
 //! `127.0.0.1:0`, handing out a fixed set of jobs and recording every call.
 //!
-//! Real time with small durations: the whole file runs in a few seconds.
+//! Small durations; the tests that wait for a deadline to pass (a slow fetch, the coordinator
+//! away while the worker backs off, retries, the shutdown grace, nothing more happening) run on a
+//! paused clock (`start_paused`, which also runs them on one thread): tokio advances it whenever
+//! every task is idle, so they take no real time and see timers fire in order. The fake
+//! coordinator's long poll wakes when jobs are added ([`Fake::add_jobs`]), not on a timer.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -78,6 +84,8 @@ struct Fake {
     fetch_delay: Duration,
     /// GetTrajectory calls, by digest.
     fetches: Mutex<BTreeMap<String, u32>>,
+    /// Wakes a waiting Lease when jobs are added.
+    work: Notify,
 }
 
 impl Fake {
@@ -88,6 +96,12 @@ impl Fake {
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap()
+    }
+
+    /// Queue more jobs, waking a Lease that waits for work.
+    fn add_jobs(&self, jobs: impl IntoIterator<Item = v1::Job>) {
+        self.ledger().queue.extend(jobs);
+        self.work.notify_waiters();
     }
 
     fn check_token<T>(request: &Request<T>) -> Result<(), Status> {
@@ -131,6 +145,10 @@ impl WorkerService for FakeService {
         self.0.ledger().lease_localities.push((request.snapshot_registry.clone(), request.pushed_snapshots.clone()));
         let deadline = Instant::now() + Duration::from_millis(u64::from(request.wait_ms));
         loop {
+            // Registered before the queue is looked at, so jobs added in between still wake it.
+            let added = self.0.work.notified();
+            tokio::pin!(added);
+            added.as_mut().enable();
             {
                 let mut ledger = self.0.ledger();
                 if !ledger.queue.is_empty() {
@@ -148,7 +166,10 @@ impl WorkerService for FakeService {
             if Instant::now() >= deadline {
                 return Ok(Response::new(v1::LeaseResponse { jobs: vec![] }));
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::select! {
+                () = added => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
         }
     }
 
@@ -394,13 +415,9 @@ fn config(addr: SocketAddr, slots: u32) -> WorkerConfig {
     config
 }
 
-/// Poll `condition` until it holds; panics after `within`.
+/// Wait until `condition` holds ([`vcurve_testkit::wait::until`]); panics after `within`.
 async fn eventually(what: &str, within: Duration, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + within;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    vcurve_testkit::wait::until(within, what, async || if condition() { Ok(()) } else { Err("not yet") }).await;
 }
 
 /// Start a worker whose shutdown is the returned token.
@@ -541,7 +558,7 @@ async fn every_job_is_reported_once_with_its_attempt_within_the_slots() {
     assert_eq!(summary.trajectories_fetched, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn failed_reports_are_retried_until_they_go_through() {
     let jobs: Vec<v1::Job> = (0..5).map(|seed| probe_job(seed, 5)).collect();
     let fake = Fake { fail_reports: AtomicU32::new(6), ..Fake::new(jobs) };
@@ -594,7 +611,7 @@ async fn a_revoked_job_is_cancelled_and_not_reported() {
     assert_eq!((summary.revoked, summary.reported, summary.released), (1, 1, 0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_job_revoked_while_its_trajectory_is_fetched_never_runs() {
     let fake = Fake { fetch_delay: Duration::from_millis(400), ..Fake::new(vec![probe_job(0, 60_000)]) };
     fake.ledger().to_revoke.insert(held("probe", 0, 1));
@@ -615,7 +632,7 @@ async fn a_job_revoked_while_its_trajectory_is_fetched_never_runs() {
     assert_eq!((summary.revoked, summary.reported, summary.released), (1, 0, 0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn shutdown_finishes_short_jobs_and_releases_the_rest() {
     // Three slots: a short job and two long ones; when the short one is done a fourth (long)
     // job takes its slot. Shutdown then: grace 300 ms, the long ones are released.
@@ -629,7 +646,7 @@ async fn shutdown_finishes_short_jobs_and_releases_the_rest() {
     })
     .await;
     // Work that appears now is not leased: leasing stops at shutdown.
-    fake.ledger().queue.push_back(probe_job(9, 10));
+    fake.add_jobs([probe_job(9, 10)]);
     let started = Instant::now();
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
@@ -660,7 +677,7 @@ async fn jobs_finishing_within_the_grace_are_reported_not_released() {
     let (shutdown, worker) = spawn_worker(config, runners(&probe));
     eventually("both running", Duration::from_secs(5), || probe.running.load(Ordering::SeqCst) == 2).await;
     // A slot frees up during the grace period, but leasing has stopped.
-    fake.ledger().queue.push_back(probe_job(9, 10));
+    fake.add_jobs([probe_job(9, 10)]);
     let started = Instant::now();
     shutdown.cancel();
     let summary = finish(worker).await.unwrap();
@@ -720,7 +737,7 @@ async fn a_rejected_token_or_refused_registration_is_fatal() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_worker_waits_for_the_coordinator_and_survives_its_restart() {
     // Reserve a port, then start the worker before anything listens on it.
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -793,7 +810,7 @@ async fn an_https_coordinator_is_trusted_through_the_configured_ca() -> anyhow::
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn dropping_the_worker_future_cancels_its_jobs_and_stops_leasing() {
     let jobs: Vec<v1::Job> = (0..4).map(|seed| probe_job(seed, 60_000)).collect();
     let (fake, addr, server) = start_fake(Fake::new(jobs)).await;
@@ -822,7 +839,7 @@ async fn no_lease_is_asked_for_after_shutdown_even_with_free_slots() {
     let calls_at_shutdown = fake.lease_calls.load(Ordering::SeqCst);
     shutdown.cancel();
     // Work appears right after: at most the lease already in flight may take (and release) it.
-    fake.ledger().queue.extend((1..=30).map(|seed| probe_job(seed, 10)));
+    fake.add_jobs((1..=30).map(|seed| probe_job(seed, 10)));
     let summary = finish(worker).await.unwrap();
     server.stop().await;
     let extra = fake.lease_calls.load(Ordering::SeqCst) - calls_at_shutdown;
@@ -897,7 +914,7 @@ async fn a_ca_file_that_does_not_parse_is_refused_at_start() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_untrusted_certificate_or_a_rejected_token_stops_the_worker_after_a_few_attempts() {
     const BOUND: u32 = WorkerError::REJECTED_ATTEMPTS;
     let probe = Arc::new(Probe::default());
@@ -1049,7 +1066,7 @@ impl AgentRunner for RegistryRunner {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn pushed_snapshots_reach_the_coordinator_once_even_when_a_lease_fails_and_jobs_name_registry_snapshots() {
     let snapshot = vcurve_worker::sandbox::snapshots::RegistrySnapshot {
         trajectory_digest: curve_payload().digest(),

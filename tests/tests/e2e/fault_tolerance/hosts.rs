@@ -22,7 +22,7 @@
 //! continuations handed out by registry snapshot, and loses the registry for good mid-study: it
 //! finishes (a failed pull rebuilds `h_t` by replay) with no container left on the host. Its
 //! export is not compared with an uninterrupted run's (that would be a second container study);
-//! the registry's checks and fallbacks are tested one by one in worker/tests/snapshot_registry.rs.
+//! the registry's checks and fallbacks are tested one by one in worker/tests/worker/snapshot_registry.rs.
 //!
 //! Clients reach the coordinators on loopback ports the Compose file publishes, with the client
 //! token of the secrets folder the test writes, as a user of the README does.

@@ -1,0 +1,11 @@
+//! The worker as a library, in one test binary (`worker`), one module per subject: the lease loop
+//! against a fake coordinator (`lease_loop`), the agent process driver with the scripted agent
+//! (`agent_process`), the Docker runtime (`docker_runtime`), snapshots across hosts through a
+//! registry (`snapshot_registry`) and the SWE-bench evaluator (`swebench`). Tests that need
+//! Docker, an image or a registry say so in their first line (`vcurve_testkit::require!`).
+
+mod agent_process;
+mod docker_runtime;
+mod lease_loop;
+mod snapshot_registry;
+mod swebench;
