@@ -281,7 +281,7 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
             let mut recorded = BTreeMap::new();
             for t in &record.spec.trajectories {
                 if let Some(d) = &t.recorded {
-                    let bytes = coordinator.file(d).await?;
+                    let bytes = coordinator.file(&d.parse()?).await?;
                     recorded.insert(d.clone(), vcurve_record::Trajectory::from_json(&bytes)?);
                 }
             }

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use vcurve_method::schedule::Stage;
+pub use vcurve_record::Digest;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 pub use vcurve_record::study::{StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
 
@@ -18,7 +19,7 @@ pub struct LeasedJob {
     pub study_seed: u64,
     /// The digest of the trajectory's payload (continuations and replays), fetched by workers
     /// with `GetTrajectory`.
-    pub trajectory_digest: Option<String>,
+    pub trajectory_digest: Option<Digest>,
     /// A replay's anchors, where it commits the container.
     pub anchors: Vec<u32>,
     /// A continuation's nearest snapshot at or before its step in the worker's registry.
@@ -28,7 +29,7 @@ pub struct LeasedJob {
 /// `h_t` of a trajectory (by payload digest) in a snapshot registry, pushed as `image_id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistrySnapshot {
-    pub trajectory_digest: String,
+    pub trajectory_digest: Digest,
     pub t: u32,
     pub image_id: String,
 }
@@ -37,7 +38,7 @@ pub struct RegistrySnapshot {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Locality {
     /// Payload digests of the trajectories whose snapshots the worker holds.
-    pub near: Vec<String>,
+    pub near: Vec<Digest>,
     /// The snapshot registry the worker pushes to and pulls from (`HOST:PORT`).
     pub registry: Option<String>,
     /// Snapshots the worker pushed to `registry` since it last asked.
@@ -46,7 +47,7 @@ pub struct Locality {
 
 impl Locality {
     /// A worker that holds snapshots of the trajectories `near` and uses no registry.
-    pub fn near(near: &[String]) -> Locality {
+    pub fn near(near: &[Digest]) -> Locality {
         Locality { near: near.to_vec(), ..Locality::default() }
     }
 }

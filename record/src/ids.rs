@@ -5,10 +5,12 @@
 //! A study id is made by the store (a UUID) and a trajectory id by the study's spec (which checks
 //! it); neither has a rule of its own beyond that, so any string makes one and an id nothing
 //! names is simply unknown. A digest has a rule: 64 lowercase hex characters, checked whenever
-//! one is made from text ([`Digest::parse`]).
+//! one is made from text ([`Digest::parse`]). Each reads as the `&str` it wraps (`Deref`), never
+//! the other way round: text becomes one of them only through its constructor.
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::ops::Deref;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -56,6 +58,14 @@ macro_rules! string_id {
         impl From<$name> for String {
             fn from(id: $name) -> String {
                 id.0
+            }
+        }
+
+        impl Deref for $name {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                &self.0
             }
         }
 
@@ -201,6 +211,14 @@ impl From<Digest> for String {
     }
 }
 
+impl Deref for Digest {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl AsRef<str> for Digest {
     fn as_ref(&self) -> &str {
         &self.0
@@ -246,7 +264,8 @@ mod tests {
 
     #[test]
     fn text_that_is_not_a_digest_is_refused_and_named() {
-        for bad in ["", "not-a-digest", &EMPTY.to_uppercase(), &EMPTY[1..], &format!("{EMPTY}0"), &EMPTY.replace('e', "g")]
+        for bad in
+            ["", "not-a-digest", &EMPTY.to_uppercase(), &EMPTY[1..], &format!("{EMPTY}0"), &EMPTY.replace('e', "g")]
         {
             let err = Digest::parse(bad).unwrap_err();
             assert_eq!(err.to_string(), format!("{bad:?} is not a SHA-256 digest (64 lowercase hex)"));
@@ -269,8 +288,11 @@ mod tests {
     #[test]
     fn ids_compare_with_their_text() {
         let id = StudyId::from("s");
-        assert!(id == "s" && "s" == id && id.as_str() == "s");
+        assert_eq!(id, "s");
+        assert_eq!("s", id);
+        assert_eq!(&*id, "s");
         let d = Digest::of(b"");
-        assert!(d == EMPTY && d == EMPTY.to_owned());
+        assert_eq!(d, EMPTY);
+        assert_eq!(d, String::from(EMPTY));
     }
 }

@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-pub use crate::ids::is_digest;
+
 use crate::ids::Digest;
+pub use crate::ids::is_digest;
 
 /// The format name every trajectory file carries, so that another format is refused by name.
 pub const FORMAT: &str = "vcurve.trajectory.v1";

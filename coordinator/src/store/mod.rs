@@ -17,7 +17,7 @@ pub use sql::{
     Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, UPLOAD_TTL_MS, base_run_trajectory_id, dispatch_sql,
 };
 
-use vcurve_record::TrajectoryPayload;
+use vcurve_record::{Digest, TrajectoryPayload};
 
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, ReportVerdict,
@@ -36,9 +36,9 @@ pub struct LaunchInputs {
     /// The tasks whose problem statement is a file the launch named but did not read (a
     /// `problem_statement_file`): its digest, by task id. The staged upload becomes the kept
     /// file, inside the database.
-    pub uploaded_statements: std::collections::BTreeMap<String, String>,
+    pub uploaded_statements: std::collections::BTreeMap<String, Digest>,
     /// The staged uploads the launch read (digests), dropped in its transaction.
-    pub uploads: Vec<String>,
+    pub uploads: Vec<Digest>,
 }
 
 /// Why a store operation failed.
@@ -65,7 +65,7 @@ pub enum StoreError {
     /// A launch names a file by a digest the store neither has staged nor kept (another launch
     /// consumed the upload, or it expired). Retryable after uploading it again.
     #[error("no file with SHA-256 {0} was uploaded for this launch (or its upload expired); upload it again")]
-    NotUploaded(String),
+    NotUploaded(Digest),
     /// The URL names no supported backend. Fatal.
     #[error("unsupported store URL {0:?}: use postgres://… or sqlite://PATH (or sqlite::memory:)")]
     UnsupportedUrl(String),
@@ -119,15 +119,19 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
 
     /// Keep a file by its SHA-256 (checked by the caller); returns whether it was new.
-    fn put_file(&self, digest: &str, content: &[u8], now: i64)
-    -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn put_file(
+        &self,
+        digest: &Digest,
+        content: &[u8],
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Begin a client's upload for a launch of the file `digest` of `size` bytes (checked by the
     /// caller as the pieces arrive); its id. Drops the uploads begun over an hour ago that no
     /// launch consumed.
     fn begin_upload(
         &self,
-        digest: &str,
+        digest: &Digest,
         size: u64,
         now: i64,
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
@@ -150,30 +154,31 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// How a file is kept: not at all (`None`), whole (0), or in `n` pieces ([`Store::file_piece`]).
-    fn file_pieces(&self, digest: &str) -> impl Future<Output = Result<Option<u32>, StoreError>> + Send;
+    fn file_pieces(&self, digest: &Digest) -> impl Future<Output = Result<Option<u32>, StoreError>> + Send;
 
     /// Piece `seq` of a file kept in pieces.
-    fn file_piece(&self, digest: &str, seq: u32) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+    fn file_piece(&self, digest: &Digest, seq: u32)
+    -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
     /// What a launch reads for a digest its spec names: a staged upload or a kept file.
-    fn launch_file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+    fn launch_file(&self, digest: &Digest) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
     /// Drop the staged uploads `digests`: those of a refused launch.
-    fn discard_uploads(&self, digests: &[String]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn discard_uploads(&self, digests: &[Digest]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The digests among `digests` a launch could not read (neither kept nor staged).
-    fn missing_files(&self, digests: &[String]) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn missing_files(&self, digests: &[Digest]) -> impl Future<Output = Result<Vec<Digest>, StoreError>> + Send;
 
     /// The verdict of a patch already judged in the study's patch cache (docs/method.md §6).
     fn verdict(
         &self,
         study: &str,
         task: &str,
-        patch_sha256: &str,
+        patch_sha256: &Digest,
     ) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send;
 
     /// A file by its digest.
-    fn file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+    fn file(&self, digest: &Digest) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
     /// Queue evaluations and base runs of a running study (a key already queued is left as it
     /// is); returns how many were new. Continuations and replays are created by the schedule,

@@ -7,7 +7,7 @@
 //! by locking its row first, and those that admit into one study by locking the study's row.
 
 use vcurve_method::schedule::Stage;
-use vcurve_record::TrajectoryPayload;
+use vcurve_record::{Digest, TrajectoryPayload};
 
 use super::{LaunchInputs, LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
@@ -60,7 +60,10 @@ pub use handle::{Backend, SqlStore};
 pub use files::UPLOAD_TTL_MS;
 use files::{drop_uploads, insert_file, keep_upload, read_file};
 use jobs::{insert_job, set_job_payload};
-use rows::{bind_job, bind_key, corrupt, get_u32, job_key_of, json_column, keyed, outcome_of, series_of, stage_of};
+use rows::{
+    bind_job, bind_key, corrupt, digest_column, get_u32, job_key_of, json_column, keyed, outcome_of, series_of,
+    stage_of,
+};
 use studies::count_trajectories;
 
 impl Store for SqlStore {
@@ -154,15 +157,15 @@ impl Store for SqlStore {
         studies::cancel(self, study, now).await
     }
 
-    async fn put_file(&self, digest: &str, content: &[u8], now: i64) -> Result<bool, StoreError> {
+    async fn put_file(&self, digest: &Digest, content: &[u8], now: i64) -> Result<bool, StoreError> {
         files::put_file(self, digest, content, now).await
     }
 
-    async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, StoreError> {
+    async fn missing_files(&self, digests: &[Digest]) -> Result<Vec<Digest>, StoreError> {
         files::missing_files(self, digests).await
     }
 
-    async fn begin_upload(&self, digest: &str, size: u64, now: i64) -> Result<String, StoreError> {
+    async fn begin_upload(&self, digest: &Digest, size: u64, now: i64) -> Result<String, StoreError> {
         files::begin_upload(self, digest, size, now).await
     }
 
@@ -174,27 +177,27 @@ impl Store for SqlStore {
         files::end_upload(self, upload, pieces, now).await
     }
 
-    async fn file_pieces(&self, digest: &str) -> Result<Option<u32>, StoreError> {
+    async fn file_pieces(&self, digest: &Digest) -> Result<Option<u32>, StoreError> {
         files::file_pieces(self, digest).await
     }
 
-    async fn file_piece(&self, digest: &str, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn file_piece(&self, digest: &Digest, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
         files::file_piece(self, digest, seq).await
     }
 
-    async fn launch_file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn launch_file(&self, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
         files::launch_file(self, digest).await
     }
 
-    async fn discard_uploads(&self, digests: &[String]) -> Result<(), StoreError> {
+    async fn discard_uploads(&self, digests: &[Digest]) -> Result<(), StoreError> {
         files::discard_uploads(self, digests).await
     }
 
-    async fn file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn file(&self, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
         files::file(self, digest).await
     }
 
-    async fn verdict(&self, study: &str, task: &str, patch_sha256: &str) -> Result<Option<bool>, StoreError> {
+    async fn verdict(&self, study: &str, task: &str, patch_sha256: &Digest) -> Result<Option<bool>, StoreError> {
         self.lookup_verdict(study, task, patch_sha256).await
     }
 

@@ -209,14 +209,14 @@ pub(crate) async fn files_are_kept_by_digest() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let content = b"t,v\n0,0.5\n".to_vec();
-        let digest = vcurve_record::trajectory::sha256_hex(&content);
+        let digest = vcurve_record::Digest::of(&content);
         assert_eq!(c.missing_files(std::slice::from_ref(&digest)).await.unwrap(), vec![digest.clone()]);
         assert!(c.upload(&digest, &content).await.unwrap(), "{}: new", ts.name);
         assert!(!c.upload(&digest, &content).await.unwrap(), "{}: kept once", ts.name);
         assert!(c.missing_files(std::slice::from_ref(&digest)).await.unwrap().is_empty());
         assert_eq!(c.file(&digest).await.unwrap(), content);
         // A digest that does not match the content is refused.
-        let err = c.upload(&"0".repeat(64), &content).await.unwrap_err().to_string();
+        let err = c.upload(&"0".repeat(64).parse().unwrap(), &content).await.unwrap_err().to_string();
         assert!(err.contains("SHA-256"), "{err}");
         ts.finish().await;
     }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
-use vcurve_record::TrajectoryPayload;
+use vcurve_record::{Digest, TrajectoryPayload};
 
 use super::{SqlStore, StudyConfig, base_runs, corrupt, drop_uploads, insert_file, keep_upload};
 use crate::model::{StudyState, TrajectoryState};
@@ -108,13 +108,13 @@ pub(super) async fn create_study(
     // uploaded under, so a statement an earlier launch stored is neither uploaded nor stored again.
     let mut problem_statements = BTreeMap::new();
     for (task, text) in statements {
-        let digest = vcurve_record::trajectory::sha256_hex(text.as_bytes());
+        let digest = Digest::of(text.as_bytes());
         insert_file(&mut tx, &digest, text.as_bytes(), now).await?;
-        problem_statements.insert(task.clone(), digest);
+        problem_statements.insert(task.clone(), digest.into_string());
     }
     for (task, digest) in &inputs.uploaded_statements {
         keep_upload(&mut tx, digest, now).await?;
-        problem_statements.insert(task.clone(), digest.clone());
+        problem_statements.insert(task.clone(), digest.to_string());
     }
     // A restart check runs the checked study's tasks, whose statements are stored already.
     if let Some(check) = &spec.restart_check {
@@ -163,12 +163,13 @@ pub(super) async fn create_study(
         let doomed = doomed[ord];
         let state = if doomed { TrajectoryState::Doomed } else { TrajectoryState::Waiting };
         let bytes = payload.canonical_bytes();
-        let digest = vcurve_record::trajectory::sha256_hex(&bytes);
+        let digest = Digest::of(&bytes);
         insert_file(&mut tx, &digest, &bytes, now).await?;
         // The recorded run under its own digest too (the spec's `recorded`), for what reads
         // it without its payload: a restart check takes the run's task from it.
         if let Some(run) = &payload.recorded {
-            insert_file(&mut tx, &run.digest(), &run.canonical_bytes(), now).await?;
+            let bytes = run.canonical_bytes();
+            insert_file(&mut tx, &Digest::of(&bytes), &bytes, now).await?;
         }
         sqlx::query(INSERT_TRAJECTORY)
             .bind(&id)
@@ -176,7 +177,7 @@ pub(super) async fn create_study(
             .bind(ord as i64)
             .bind(state.as_str())
             .bind(serde_json::to_string(&plan).map_err(corrupt)?)
-            .bind(&digest)
+            .bind(digest.as_str())
             .bind(trajectory.recorded.as_deref())
             .bind(&trajectory.task)
             .execute(&mut *tx)
