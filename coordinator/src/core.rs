@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::CoordinatorError;
 use crate::model::{
-    Digest, HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Locality, Progress, ReportVerdict, StudyState,
+    Digest, HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Locality, Progress, ReportVerdict, StudyId, StudyState,
 };
 use crate::render::Renderer;
 use crate::store::{LaunchInputs, LeasePolicy, Store};
@@ -307,7 +307,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// Validate and store a study; nothing is stored when the spec is invalid.
-    pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
+    pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<StudyId, CoordinatorError> {
         self.launch_consuming(yaml, files.clone(), Vec::new(), BTreeMap::new()).await
     }
 
@@ -321,7 +321,7 @@ impl<S: Store> Coordinator<S> {
         files: BTreeMap<String, String>,
         uploads: Vec<Digest>,
         unread: BTreeMap<String, Digest>,
-    ) -> Result<String, CoordinatorError> {
+    ) -> Result<StudyId, CoordinatorError> {
         let yaml = yaml.to_string();
         let kinds = self.runner_kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         // Recorded trajectories are megabytes of JSON: parse them off the async runtime.
@@ -378,7 +378,7 @@ impl<S: Store> Coordinator<S> {
         let refused = |message: String| {
             CoordinatorError::Spec(crate::spec::SpecError::Field { field: "restart_check.of".into(), message })
         };
-        let checked = match self.store.study(&check.of).await {
+        let checked = match self.store.study(&StudyId::from(check.of.as_str())).await {
             Ok(record) => record,
             Err(crate::store::StoreError::UnknownStudy(_)) => {
                 return Err(refused(format!("= {:?} is not a study of this coordinator", check.of)));
@@ -418,7 +418,7 @@ impl<S: Store> Coordinator<S> {
         &self,
         yaml: &str,
         files: &BTreeMap<String, Digest>,
-    ) -> Result<String, CoordinatorError> {
+    ) -> Result<StudyId, CoordinatorError> {
         let uploads: Vec<Digest> = files.values().cloned().collect::<BTreeSet<_>>().into_iter().collect();
         let launched = async {
             // A file named only as a problem statement is not read: the spec is parsed with a
@@ -496,7 +496,7 @@ impl<S: Store> Coordinator<S> {
     /// The verdict of a patch already judged in a study (the patch cache, docs/method.md §6).
     pub async fn verdict(
         &self,
-        study: &str,
+        study: &StudyId,
         task: &str,
         patch_sha256: &Digest,
     ) -> Result<Option<bool>, CoordinatorError> {
@@ -512,7 +512,7 @@ impl<S: Store> Coordinator<S> {
         Ok(n)
     }
 
-    pub async fn progress(&self, study: &str) -> Result<Progress, CoordinatorError> {
+    pub async fn progress(&self, study: &StudyId) -> Result<Progress, CoordinatorError> {
         let mut progress = self.store.progress(study, self.now_ms(), self.timing.lease).await?;
         progress.lease_latency = self.lease_latency();
         Ok(progress)
@@ -521,7 +521,7 @@ impl<S: Store> Coordinator<S> {
     /// A study's pending continuations by the stage of their trajectory.
     pub async fn pending_by_stage(
         &self,
-        study: &str,
+        study: &StudyId,
     ) -> Result<Vec<(vcurve_method::schedule::Stage, u64)>, CoordinatorError> {
         Ok(self.store.pending_by_stage(study).await?)
     }
@@ -542,7 +542,7 @@ impl<S: Store> Coordinator<S> {
     /// The study's export files, rendered on the blocking pool. A study whose restart points were
     /// checked online carries its newest finished check's `restart_check.csv` and
     /// `restart_check.json` (the check's own export has them, with its page).
-    pub async fn export(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
+    pub async fn export(&self, study: &StudyId) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
         let mut files = self.export_files(study).await?;
         if let Some(check) = self.store.restart_checks_of(study).await?.first() {
             let of_check = self.export_files(check).await?;
@@ -554,7 +554,7 @@ impl<S: Store> Coordinator<S> {
     /// One study's export: read from the store in parts ([`Store::study_parts`]) while the
     /// renderer takes them one trajectory at a time on the blocking pool, so the study is never
     /// in memory as a whole.
-    async fn export_files(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
+    async fn export_files(&self, study: &StudyId) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
         use crate::store::StudyPart;
         let (parts, mut receiver) = tokio::sync::mpsc::channel(16);
         let renderer = self.renderer.clone();
@@ -574,9 +574,9 @@ impl<S: Store> Coordinator<S> {
             .ok_or_else(|| CoordinatorError::Internal(format!("study {study:?} was read without its record")))
     }
 
-    pub async fn cancel(&self, study: &str) -> Result<StudyState, CoordinatorError> {
+    pub async fn cancel(&self, study: &StudyId) -> Result<StudyState, CoordinatorError> {
         let state = self.store.cancel(study, self.now_ms()).await?;
-        tracing::info!(study, state = state.as_str(), "study cancelled");
+        tracing::info!(%study, state = state.as_str(), "study cancelled");
         Ok(state)
     }
 

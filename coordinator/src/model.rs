@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 use vcurve_method::schedule::Stage;
-pub use vcurve_record::Digest;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 pub use vcurve_record::study::{StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
+pub use vcurve_record::{Digest, StudyId};
 
 /// A job handed to a worker.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +97,7 @@ pub struct WorkerInfo {
 /// A study's progress at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Progress {
-    pub study: String,
+    pub study: StudyId,
     pub name: String,
     pub state: StudyState,
     /// Continuations with an outcome.

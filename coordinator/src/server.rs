@@ -21,7 +21,7 @@ use vcurve_proto::v1::study_service_server::{StudyService, StudyServiceServer};
 use vcurve_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 
 use crate::core::Coordinator;
-use crate::model::{Digest, HeldJob, ReportVerdict, StudyState};
+use crate::model::{Digest, HeldJob, ReportVerdict, StudyId, StudyState};
 use crate::store::Store;
 use crate::wire;
 
@@ -275,7 +275,7 @@ impl<S: Store> WorkerService for WorkerApi<S> {
     ) -> Result<Response<v1::VerdictResponse>, Status> {
         let r = request.into_inner();
         let patch = wire::digest_from_wire("patch_sha256", &r.patch_sha256)?;
-        let verdict = self.coordinator.verdict(&r.study, &r.task, &patch).await?;
+        let verdict = self.coordinator.verdict(&r.study.into(), &r.task, &patch).await?;
         Ok(Response::new(v1::VerdictResponse { known: verdict.is_some(), resolved: verdict.unwrap_or(false) }))
     }
 
@@ -395,18 +395,18 @@ impl<S: Store> StudyService for StudyApi<S> {
             .map(|(path, d)| Ok((path.clone(), wire::digest_from_wire(&format!("files[{path:?}]"), &d)?)))
             .collect::<Result<_, Status>>()?;
         let study = self.coordinator.launch_uploaded(&r.spec_yaml, &files).await?;
-        Ok(Response::new(v1::LaunchResponse { study }))
+        Ok(Response::new(v1::LaunchResponse { study: study.into_string() }))
     }
 
     async fn get_progress(&self, request: Request<v1::ProgressRequest>) -> Result<Response<v1::Progress>, Status> {
-        let p = self.coordinator.progress(&request.into_inner().study).await?;
+        let p = self.coordinator.progress(&request.into_inner().study.into()).await?;
         Ok(Response::new(wire::progress_to_wire(&p)))
     }
 
     type WatchProgressStream = ProgressStream;
 
     async fn watch_progress(&self, request: Request<v1::ProgressRequest>) -> Result<Response<ProgressStream>, Status> {
-        let study = request.into_inner().study;
+        let study = StudyId::from(request.into_inner().study);
         // Fail fast on an unknown study, before the stream starts.
         self.coordinator.progress(&study).await?;
         let coordinator = self.coordinator.clone();
@@ -432,13 +432,13 @@ impl<S: Store> StudyService for StudyApi<S> {
         &self,
         request: Request<v1::ExportRequest>,
     ) -> Result<Response<Self::ExportFilesStream>, Status> {
-        let files = self.coordinator.export(&request.into_inner().study).await?;
+        let files = self.coordinator.export(&request.into_inner().study.into()).await?;
         let chunks = files.into_iter().flat_map(|(name, contents)| vcurve_proto::export_chunks(name, contents)).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
     async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {
-        let state = self.coordinator.cancel(&request.into_inner().study).await?;
+        let state = self.coordinator.cancel(&request.into_inner().study.into()).await?;
         Ok(Response::new(v1::CancelResponse { state: state.as_str().to_string() }))
     }
 

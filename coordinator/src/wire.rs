@@ -156,7 +156,7 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
 
 pub fn progress_to_wire(p: &Progress) -> v1::Progress {
     v1::Progress {
-        study: p.study.clone(),
+        study: p.study.to_string(),
         name: p.name.clone(),
         state: p.state.as_str().to_string(),
         done: p.done,

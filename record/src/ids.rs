@@ -19,9 +19,16 @@ use sha2::{Digest as _, Sha256};
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
         #[serde(transparent)]
         pub struct $name(String);
+
+        /// As the string it wraps, quoted: errors name an id the way they name any text.
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
 
         impl $name {
             pub fn new(id: impl Into<String>) -> Self {
@@ -78,6 +85,12 @@ macro_rules! string_id {
         impl Borrow<str> for $name {
             fn borrow(&self) -> &str {
                 &self.0
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
             }
         }
 
@@ -291,7 +304,9 @@ mod tests {
         assert_eq!(id, "s");
         assert_eq!("s", id);
         assert_eq!(&*id, "s");
+        assert_eq!(format!("{id:?} {id}"), "\"s\" s");
         let d = Digest::of(b"");
+        assert_eq!(format!("{d:?}"), format!("{EMPTY:?}"));
         assert_eq!(d, EMPTY);
         assert_eq!(d, String::from(EMPTY));
     }

@@ -17,7 +17,7 @@ pub use sql::{
     Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, UPLOAD_TTL_MS, base_run_trajectory_id, dispatch_sql,
 };
 
-use vcurve_record::{Digest, TrajectoryPayload};
+use vcurve_record::{Digest, StudyId, TrajectoryPayload};
 
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, ReportVerdict,
@@ -53,7 +53,7 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// No such study. Fatal for the request.
     #[error("no study {0:?}")]
-    UnknownStudy(String),
+    UnknownStudy(StudyId),
     /// The store holds something this version cannot read (a corrupted row or a newer schema).
     /// Fatal.
     #[error("corrupt store: {0}")]
@@ -116,7 +116,7 @@ pub trait Store: Send + Sync + 'static {
         payloads: &[TrajectoryPayload],
         inputs: &LaunchInputs,
         now: i64,
-    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+    ) -> impl Future<Output = Result<StudyId, StoreError>> + Send;
 
     /// Keep a file by its SHA-256 (checked by the caller); returns whether it was new.
     fn put_file(
@@ -172,7 +172,7 @@ pub trait Store: Send + Sync + 'static {
     /// The verdict of a patch already judged in the study's patch cache (docs/method.md §6).
     fn verdict(
         &self,
-        study: &str,
+        study: &StudyId,
         task: &str,
         patch_sha256: &Digest,
     ) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send;
@@ -186,7 +186,7 @@ pub trait Store: Send + Sync + 'static {
     fn enqueue(&self, keys: &[JobKey], now: i64) -> impl Future<Output = Result<u32, StoreError>> + Send;
 
     /// A study's replays, evaluations and base runs with their state and result.
-    fn task_jobs(&self, study: &str) -> impl Future<Output = Result<Vec<TaskJob>, StoreError>> + Send;
+    fn task_jobs(&self, study: &StudyId) -> impl Future<Output = Result<Vec<TaskJob>, StoreError>> + Send;
 
     /// Register a worker; returns its id.
     fn register_worker(
@@ -240,7 +240,7 @@ pub trait Store: Send + Sync + 'static {
 
     fn progress(
         &self,
-        study: &str,
+        study: &StudyId,
         now: i64,
         policy: LeasePolicy,
     ) -> impl Future<Output = Result<Progress, StoreError>> + Send;
@@ -255,26 +255,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// A study's pending continuations (runnable, waiting for a worker) by the schedule stage of
     /// their trajectory: the queue depth by stage.
-    fn pending_by_stage(&self, study: &str) -> impl Future<Output = Result<Vec<(Stage, u64)>, StoreError>> + Send;
+    fn pending_by_stage(&self, study: &StudyId) -> impl Future<Output = Result<Vec<(Stage, u64)>, StoreError>> + Send;
 
     /// Every study, newest first.
-    fn list_studies(&self) -> impl Future<Output = Result<Vec<(String, String, StudyState)>, StoreError>> + Send;
+    fn list_studies(&self) -> impl Future<Output = Result<Vec<(StudyId, String, StudyState)>, StoreError>> + Send;
 
     /// The finished online restart checks of `study` (Appendix Q), newest first.
-    fn restart_checks_of(&self, study: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn restart_checks_of(&self, study: &StudyId) -> impl Future<Output = Result<Vec<StudyId>, StoreError>> + Send;
 
     /// A study's spec, trajectories and outcomes.
-    fn study(&self, study: &str) -> impl Future<Output = Result<StudyRecord, StoreError>> + Send;
+    fn study(&self, study: &StudyId) -> impl Future<Output = Result<StudyRecord, StoreError>> + Send;
 
     /// One trajectory of a study as a study record of its own (`None`: no such trajectory).
     fn trajectory(
         &self,
-        study: &str,
+        study: &StudyId,
         trajectory: &str,
     ) -> impl Future<Output = Result<Option<StudyRecord>, StoreError>> + Send;
 
     /// Stop handing out a study's work; returns its state afterwards.
-    fn cancel(&self, study: &str, now: i64) -> impl Future<Output = Result<StudyState, StoreError>> + Send;
+    fn cancel(&self, study: &StudyId, now: i64) -> impl Future<Output = Result<StudyState, StoreError>> + Send;
 
     /// Continuation keys currently leased, with their worker (for tests and diagnostics).
     fn leased(&self) -> impl Future<Output = Result<Vec<(ContinuationKey, u32, String)>, StoreError>> + Send;
@@ -285,7 +285,7 @@ pub trait Store: Send + Sync + 'static {
     /// the study's continuations. Returns early, without an error, when `parts` is closed.
     fn study_parts(
         &self,
-        study: &str,
+        study: &StudyId,
         parts: tokio::sync::mpsc::Sender<StudyPart>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

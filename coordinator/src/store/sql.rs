@@ -7,7 +7,7 @@
 //! by locking its row first, and those that admit into one study by locking the study's row.
 
 use vcurve_method::schedule::Stage;
-use vcurve_record::{Digest, TrajectoryPayload};
+use vcurve_record::{Digest, StudyId, TrajectoryPayload};
 
 use super::{LaunchInputs, LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
@@ -67,7 +67,7 @@ use rows::{
 use studies::count_trajectories;
 
 impl Store for SqlStore {
-    async fn pending_by_stage(&self, study: &str) -> Result<Vec<(Stage, u64)>, StoreError> {
+    async fn pending_by_stage(&self, study: &StudyId) -> Result<Vec<(Stage, u64)>, StoreError> {
         progress::pending_by_stage(self, study).await
     }
 
@@ -82,7 +82,7 @@ impl Store for SqlStore {
         payloads: &[TrajectoryPayload],
         inputs: &LaunchInputs,
         now: i64,
-    ) -> Result<String, StoreError> {
+    ) -> Result<StudyId, StoreError> {
         studies::create_study(self, spec, payloads, inputs, now).await
     }
 
@@ -132,28 +132,28 @@ impl Store for SqlStore {
         Ok(n)
     }
 
-    async fn progress(&self, study: &str, now: i64, policy: LeasePolicy) -> Result<Progress, StoreError> {
+    async fn progress(&self, study: &StudyId, now: i64, policy: LeasePolicy) -> Result<Progress, StoreError> {
         progress::progress(self, study, now, policy).await
     }
 
-    async fn list_studies(&self) -> Result<Vec<(String, String, StudyState)>, StoreError> {
+    async fn list_studies(&self) -> Result<Vec<(StudyId, String, StudyState)>, StoreError> {
         studies::list_studies(self).await
     }
 
-    async fn study(&self, study: &str) -> Result<StudyRecord, StoreError> {
+    async fn study(&self, study: &StudyId) -> Result<StudyRecord, StoreError> {
         self.collect_study(study, None).await
     }
 
-    async fn restart_checks_of(&self, study: &str) -> Result<Vec<String>, StoreError> {
+    async fn restart_checks_of(&self, study: &StudyId) -> Result<Vec<StudyId>, StoreError> {
         studies::restart_checks_of(self, study).await
     }
 
-    async fn trajectory(&self, study: &str, trajectory: &str) -> Result<Option<StudyRecord>, StoreError> {
+    async fn trajectory(&self, study: &StudyId, trajectory: &str) -> Result<Option<StudyRecord>, StoreError> {
         let record = self.collect_study(study, Some(trajectory)).await?;
         Ok((!record.trajectories.is_empty()).then_some(record))
     }
 
-    async fn cancel(&self, study: &str, now: i64) -> Result<StudyState, StoreError> {
+    async fn cancel(&self, study: &StudyId, now: i64) -> Result<StudyState, StoreError> {
         studies::cancel(self, study, now).await
     }
 
@@ -197,7 +197,7 @@ impl Store for SqlStore {
         files::file(self, digest).await
     }
 
-    async fn verdict(&self, study: &str, task: &str, patch_sha256: &Digest) -> Result<Option<bool>, StoreError> {
+    async fn verdict(&self, study: &StudyId, task: &str, patch_sha256: &Digest) -> Result<Option<bool>, StoreError> {
         self.lookup_verdict(study, task, patch_sha256).await
     }
 
@@ -205,7 +205,7 @@ impl Store for SqlStore {
         jobs::enqueue(self, keys, now).await
     }
 
-    async fn task_jobs(&self, study: &str) -> Result<Vec<TaskJob>, StoreError> {
+    async fn task_jobs(&self, study: &StudyId) -> Result<Vec<TaskJob>, StoreError> {
         jobs::task_jobs(self, study).await
     }
 
@@ -215,7 +215,7 @@ impl Store for SqlStore {
 
     async fn study_parts(
         &self,
-        study: &str,
+        study: &StudyId,
         parts: tokio::sync::mpsc::Sender<super::StudyPart>,
     ) -> Result<(), StoreError> {
         self.send_study(study, None, &parts).await

@@ -16,7 +16,7 @@ pub(crate) fn judged(success: bool, patch: &str, judged: Judged) -> JobReport {
 
 /// A study of the `agent` runner on one recorded trajectory, replayed, with `options` added to
 /// its runner.
-pub(crate) async fn launch_agent(c: &Coordinator<SqlStore>, options: &str) -> (String, String) {
+pub(crate) async fn launch_agent(c: &Coordinator<SqlStore>, options: &str) -> (vcurve_record::StudyId, String) {
     let (yaml, files) = vcurve_coordinator::testing::recorded_spec("cache", "agent", &[("r", 10)]);
     let yaml = yaml.replace("{kind: agent}", &format!("{{kind: agent, command: [agent], {options}}}"));
     let study = c.launch(&yaml, &files).await.unwrap();
@@ -51,7 +51,7 @@ pub(crate) async fn the_patch_cache_keeps_first_verdicts_rechecks_patches_and_co
         assert_eq!(c.verdict(&study, task, &digest("fix")).await.unwrap(), Some(true), "{}", ts.name);
         // Every unique patch is re-checked at rate 1.0: the re-check names the trajectory's payload.
         let recheck =
-            JobKey::Evaluation { study: study.clone(), task: task.into(), patch_sha256: sha("fix"), round: 1 };
+            JobKey::Evaluation { study: study.to_string(), task: task.into(), patch_sha256: sha("fix"), round: 1 };
         let jobs = lease(&c, &w, 8).await;
         let job = jobs.iter().find(|j| j.key == recheck).unwrap_or_else(|| panic!("{}: no re-check", ts.name));
         assert!(job.trajectory_digest.is_some(), "{}", ts.name);

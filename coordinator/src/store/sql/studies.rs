@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
-use vcurve_record::{Digest, TrajectoryPayload};
+use vcurve_record::{Digest, StudyId, TrajectoryPayload};
 
 use super::{SqlStore, StudyConfig, base_runs, corrupt, drop_uploads, insert_file, keep_upload};
 use crate::model::{StudyState, TrajectoryState};
@@ -79,7 +79,7 @@ pub(super) async fn create_study(
     payloads: &[TrajectoryPayload],
     inputs: &LaunchInputs,
     now: i64,
-) -> Result<String, StoreError> {
+) -> Result<StudyId, StoreError> {
     if payloads.len() != spec.trajectories.len() {
         return Err(StoreError::Invalid(format!(
             "{} payloads for {} trajectories",
@@ -189,28 +189,28 @@ pub(super) async fn create_study(
         sqlx::query(END_STUDY).bind(now).bind(&id).execute(&mut *tx).await?;
     }
     tx.commit().await?;
-    Ok(id)
+    Ok(StudyId::new(id))
 }
 
-pub(super) async fn list_studies(store: &SqlStore) -> Result<Vec<(String, String, StudyState)>, StoreError> {
+pub(super) async fn list_studies(store: &SqlStore) -> Result<Vec<(StudyId, String, StudyState)>, StoreError> {
     sqlx::query(LIST_STUDIES)
         .fetch_all(&store.pool)
         .await?
         .iter()
         .map(|r| {
             let state = StudyState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
-            Ok((r.try_get("id")?, r.try_get("name")?, state))
+            Ok((StudyId::new(r.try_get::<String, _>("id")?), r.try_get("name")?, state))
         })
         .collect()
 }
 
-pub(super) async fn restart_checks_of(store: &SqlStore, study: &str) -> Result<Vec<String>, StoreError> {
+pub(super) async fn restart_checks_of(store: &SqlStore, study: &str) -> Result<Vec<StudyId>, StoreError> {
     let rows = sqlx::query(DONE_RESTART_CHECKS).fetch_all(&store.pool).await?;
     let mut checks = Vec::new();
     for r in &rows {
         let spec: StudySpec = serde_json::from_str(&r.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
         if spec.restart_check.is_some_and(|c| c.of == study) {
-            checks.push(r.try_get("id")?);
+            checks.push(StudyId::new(r.try_get::<String, _>("id")?));
         }
     }
     Ok(checks)
@@ -223,7 +223,7 @@ pub(super) async fn cancel(store: &SqlStore, study: &str, now: i64) -> Result<St
         .bind(study)
         .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        .ok_or_else(|| StoreError::UnknownStudy(study.into()))?;
     tx.commit().await?;
     StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))
 }
