@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::core::Coordinator;
 use crate::error::CoordinatorError;
-use crate::model::StudyId;
+use crate::model::{StudyId, TrajectoryId};
 use crate::render::TrajectorySummary;
 use crate::store::{Store, StoreError};
 
@@ -162,7 +162,7 @@ async fn figure<S: Store>(
     if !authorized(&d.token, &headers, &q) {
         return unauthorized();
     }
-    let trajectory = trajectory.trim_end_matches(".svg").to_string();
+    let trajectory = TrajectoryId::from(trajectory.trim_end_matches(".svg"));
     // Only this trajectory: a page of many figures must not load the whole study per figure.
     let record = match d.coordinator.store().trajectory(&study, &trajectory).await {
         Ok(Some(r)) => r,

@@ -5,7 +5,7 @@ use serde::Serialize;
 use vcurve_method::schedule::Stage;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 pub use vcurve_record::study::{StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
-pub use vcurve_record::{Digest, StudyId};
+pub use vcurve_record::{Digest, StudyId, TrajectoryId};
 
 /// A job handed to a worker.
 #[derive(Debug, Clone, PartialEq)]

@@ -17,7 +17,7 @@ pub use sql::{
     Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, UPLOAD_TTL_MS, base_run_trajectory_id, dispatch_sql,
 };
 
-use vcurve_record::{Digest, StudyId, TrajectoryPayload};
+use vcurve_record::{Digest, StudyId, TrajectoryId, TrajectoryPayload};
 
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, ReportVerdict,
@@ -270,7 +270,7 @@ pub trait Store: Send + Sync + 'static {
     fn trajectory(
         &self,
         study: &StudyId,
-        trajectory: &str,
+        trajectory: &TrajectoryId,
     ) -> impl Future<Output = Result<Option<StudyRecord>, StoreError>> + Send;
 
     /// Stop handing out a study's work; returns its state afterwards.

@@ -7,7 +7,7 @@
 //! by locking its row first, and those that admit into one study by locking the study's row.
 
 use vcurve_method::schedule::Stage;
-use vcurve_record::{Digest, StudyId, TrajectoryPayload};
+use vcurve_record::{Digest, StudyId, TrajectoryId, TrajectoryPayload};
 
 use super::{LaunchInputs, LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
@@ -148,7 +148,7 @@ impl Store for SqlStore {
         studies::restart_checks_of(self, study).await
     }
 
-    async fn trajectory(&self, study: &StudyId, trajectory: &str) -> Result<Option<StudyRecord>, StoreError> {
+    async fn trajectory(&self, study: &StudyId, trajectory: &TrajectoryId) -> Result<Option<StudyRecord>, StoreError> {
         let record = self.collect_study(study, Some(trajectory)).await?;
         Ok((!record.trajectories.is_empty()).then_some(record))
     }

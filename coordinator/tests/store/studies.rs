@@ -131,13 +131,13 @@ pub(crate) async fn one_trajectory_reads_as_its_own_study_record() {
         let study = c.launch(&yaml, &files).await.unwrap();
         run_to_end(&c, &study, &[("first", 20), ("second", 10)]).await;
         let whole = c.store().study(&study).await.unwrap();
-        let one = c.store().trajectory(&study, "second").await.unwrap().expect("a known trajectory");
+        let one = c.store().trajectory(&study, &"second".into()).await.unwrap().expect("a known trajectory");
         assert_eq!(one.trajectories.len(), 1, "{}", ts.name);
         assert_eq!(one.spec.trajectories.len(), 1);
         assert_eq!(one.spec.trajectories[0].id, "second");
         assert_eq!(one.trajectories[0], whole.trajectories[1], "{}", ts.name);
-        assert!(c.store().trajectory(&study, "third").await.unwrap().is_none());
-        assert!(c.store().trajectory(&"no-such-study".into(), "second").await.is_err());
+        assert!(c.store().trajectory(&study, &"third".into()).await.unwrap().is_none());
+        assert!(c.store().trajectory(&"no-such-study".into(), &"second".into()).await.is_err());
         ts.finish().await;
     }
 }
