@@ -279,12 +279,12 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     let stopped = local.stop_serving().await;
     let (read, served) = stopped
         .close_after(async |coordinator| {
-            let record = coordinator.store().study(&study).await?;
-            let check_record = coordinator.store().study(&check).await?;
+            let record = coordinator.store().study(&study.as_str().into()).await?;
+            let check_record = coordinator.store().study(&check.as_str().into()).await?;
             let mut recorded = BTreeMap::new();
             for t in &record.spec.trajectories {
                 if let Some(d) = &t.recorded {
-                    let bytes = coordinator.file(d).await?;
+                    let bytes = coordinator.file(&d.parse()?).await?;
                     recorded.insert(d.clone(), vcurve_record::Trajectory::from_json(&bytes)?);
                 }
             }

@@ -10,7 +10,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::CoordinatorError;
-use crate::model::{HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Locality, Progress, ReportVerdict, StudyState};
+use crate::model::{
+    Digest, HeartbeatVerdict, HeldJob, JobReport, LeasedJob, Locality, Progress, ReportVerdict, StudyId, StudyState,
+};
 use crate::render::Renderer;
 use crate::store::{LaunchInputs, LeasePolicy, Store};
 
@@ -213,7 +215,7 @@ impl<S: Store> Coordinator<S> {
         worker: &str,
         max: u32,
         wait: Duration,
-        near: &[String],
+        near: &[Digest],
     ) -> Result<Vec<LeasedJob>, CoordinatorError> {
         self.lease_with(worker, max, wait, Locality::near(near)).await
     }
@@ -221,8 +223,8 @@ impl<S: Store> Coordinator<S> {
     /// [`Coordinator::lease`] for a worker with `locality`: the snapshots it holds, the registry
     /// it uses and what it pushed there, which is recorded first (once, in the first look's
     /// transaction). Continuations it holds snapshots of come first, then those with a snapshot
-    /// in its registry. Entries that are not digests, registries that are not `HOST:PORT` and
-    /// image ids that are not printable are dropped.
+    /// in its registry. Pushed snapshots at step 0, registries that are not `HOST:PORT` and image
+    /// ids that are not printable are dropped (digests are checked where they come from the wire).
     pub async fn lease_with(
         &self,
         worker: &str,
@@ -230,7 +232,6 @@ impl<S: Store> Coordinator<S> {
         wait: Duration,
         locality: Locality,
     ) -> Result<Vec<LeasedJob>, CoordinatorError> {
-        let is_digest = |d: &String| vcurve_record::trajectory::is_digest(d);
         let registry = locality.registry.filter(|r| {
             r.len() <= 255 && r.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
         });
@@ -238,14 +239,14 @@ impl<S: Store> Coordinator<S> {
             Some(_) => locality
                 .pushed
                 .into_iter()
-                .filter(|p| is_digest(&p.trajectory_digest) && p.t > 0)
+                .filter(|p| p.t > 0)
                 .filter(|p| !p.image_id.is_empty() && p.image_id.len() <= 255)
                 .filter(|p| p.image_id.bytes().all(|b| b.is_ascii_graphic()))
                 .take(1000)
                 .collect(),
             None => Vec::new(),
         };
-        let near: Vec<String> = locality.near.into_iter().filter(is_digest).take(1000).collect();
+        let near: Vec<Digest> = locality.near.into_iter().take(1000).collect();
         let started = Instant::now();
         let deadline = started + wait.min(self.timing.max_lease_wait);
         loop {
@@ -306,7 +307,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// Validate and store a study; nothing is stored when the spec is invalid.
-    pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<String, CoordinatorError> {
+    pub async fn launch(&self, yaml: &str, files: &BTreeMap<String, String>) -> Result<StudyId, CoordinatorError> {
         self.launch_consuming(yaml, files.clone(), Vec::new(), BTreeMap::new()).await
     }
 
@@ -318,9 +319,9 @@ impl<S: Store> Coordinator<S> {
         &self,
         yaml: &str,
         files: BTreeMap<String, String>,
-        uploads: Vec<String>,
-        unread: BTreeMap<String, String>,
-    ) -> Result<String, CoordinatorError> {
+        uploads: Vec<Digest>,
+        unread: BTreeMap<String, Digest>,
+    ) -> Result<StudyId, CoordinatorError> {
         let yaml = yaml.to_string();
         let kinds = self.runner_kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         // Recorded trajectories are megabytes of JSON: parse them off the async runtime.
@@ -349,9 +350,13 @@ impl<S: Store> Coordinator<S> {
         for t in &mut launch.spec.tasks {
             if let Some(text) = t.task.problem_statement.take() {
                 match unread.get(&text) {
-                    Some(digest) => uploaded_statements.insert(t.task.id.clone(), digest.clone()),
-                    None => statements.insert(t.task.id.clone(), text),
-                };
+                    Some(digest) => {
+                        uploaded_statements.insert(t.task.id.clone(), digest.clone());
+                    }
+                    None => {
+                        statements.insert(t.task.id.clone(), text);
+                    }
+                }
             }
         }
         let payloads = launch.payloads();
@@ -373,7 +378,7 @@ impl<S: Store> Coordinator<S> {
         let refused = |message: String| {
             CoordinatorError::Spec(crate::spec::SpecError::Field { field: "restart_check.of".into(), message })
         };
-        let checked = match self.store.study(&check.of).await {
+        let checked = match self.store.study(&StudyId::from(check.of.as_str())).await {
             Ok(record) => record,
             Err(crate::store::StoreError::UnknownStudy(_)) => {
                 return Err(refused(format!("= {:?} is not a study of this coordinator", check.of)));
@@ -393,8 +398,8 @@ impl<S: Store> Coordinator<S> {
             if checked.spec.tasks.iter().any(|x| x.task.id == t.task) {
                 continue;
             }
-            if let Some(digest) = &t.recorded
-                && let Some(bytes) = self.store.file(digest).await?
+            if let Some(digest) = t.recorded.as_deref().and_then(|d| Digest::parse(d).ok())
+                && let Some(bytes) = self.store.file(&digest).await?
                 && let Ok(run) = vcurve_record::Trajectory::from_json(&bytes)
             {
                 recorded_tasks.insert(t.id.clone(), run.task);
@@ -412,9 +417,9 @@ impl<S: Store> Coordinator<S> {
     pub async fn launch_uploaded(
         &self,
         yaml: &str,
-        files: &BTreeMap<String, String>,
-    ) -> Result<String, CoordinatorError> {
-        let uploads: Vec<String> = files.values().cloned().collect::<BTreeSet<_>>().into_iter().collect();
+        files: &BTreeMap<String, Digest>,
+    ) -> Result<StudyId, CoordinatorError> {
+        let uploads: Vec<Digest> = files.values().cloned().collect::<BTreeSet<_>>().into_iter().collect();
         let launched = async {
             // A file named only as a problem statement is not read: the spec is parsed with a
             // marker in its place, and the statement stays the file uploaded, kept by digest
@@ -454,18 +459,18 @@ impl<S: Store> Coordinator<S> {
 
     /// Keep a worker's file (a patch, a recorded run, fingerprints) after checking its size and
     /// digest; returns whether it was new.
-    pub async fn upload(&self, digest: &str, content: &[u8]) -> Result<bool, CoordinatorError> {
+    pub async fn upload(&self, digest: &Digest, content: &[u8]) -> Result<bool, CoordinatorError> {
         check_upload(digest, content)?;
         Ok(self.store.put_file(digest, content, self.now_ms()).await?)
     }
 
     /// The digests among `digests` neither uploaded for a launch nor kept.
-    pub async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, CoordinatorError> {
+    pub async fn missing_files(&self, digests: &[Digest]) -> Result<Vec<Digest>, CoordinatorError> {
         Ok(self.store.missing_files(digests).await?)
     }
 
     /// How a file is kept: 0 whole, `n` in `n` pieces ([`Coordinator::file_piece`]).
-    pub async fn file_pieces(&self, digest: &str) -> Result<u32, CoordinatorError> {
+    pub async fn file_pieces(&self, digest: &Digest) -> Result<u32, CoordinatorError> {
         self.store
             .file_pieces(digest)
             .await?
@@ -473,7 +478,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// Piece `seq` of a file kept in pieces.
-    pub async fn file_piece(&self, digest: &str, seq: u32) -> Result<Vec<u8>, CoordinatorError> {
+    pub async fn file_piece(&self, digest: &Digest, seq: u32) -> Result<Vec<u8>, CoordinatorError> {
         self.store
             .file_piece(digest, seq)
             .await?
@@ -481,7 +486,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// A trajectory payload (or any stored file) by its digest.
-    pub async fn file(&self, digest: &str) -> Result<Vec<u8>, CoordinatorError> {
+    pub async fn file(&self, digest: &Digest) -> Result<Vec<u8>, CoordinatorError> {
         self.store
             .file(digest)
             .await?
@@ -489,12 +494,12 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// The verdict of a patch already judged in a study (the patch cache, docs/method.md §6).
-    pub async fn verdict(&self, study: &str, task: &str, patch_sha256: &str) -> Result<Option<bool>, CoordinatorError> {
-        if !vcurve_record::trajectory::is_digest(patch_sha256) {
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "{patch_sha256:?} is not a SHA-256 digest (64 lowercase hex)"
-            )));
-        }
+    pub async fn verdict(
+        &self,
+        study: &StudyId,
+        task: &str,
+        patch_sha256: &Digest,
+    ) -> Result<Option<bool>, CoordinatorError> {
         Ok(self.store.verdict(study, task, patch_sha256).await?)
     }
 
@@ -507,7 +512,7 @@ impl<S: Store> Coordinator<S> {
         Ok(n)
     }
 
-    pub async fn progress(&self, study: &str) -> Result<Progress, CoordinatorError> {
+    pub async fn progress(&self, study: &StudyId) -> Result<Progress, CoordinatorError> {
         let mut progress = self.store.progress(study, self.now_ms(), self.timing.lease).await?;
         progress.lease_latency = self.lease_latency();
         Ok(progress)
@@ -516,7 +521,7 @@ impl<S: Store> Coordinator<S> {
     /// A study's pending continuations by the stage of their trajectory.
     pub async fn pending_by_stage(
         &self,
-        study: &str,
+        study: &StudyId,
     ) -> Result<Vec<(vcurve_method::schedule::Stage, u64)>, CoordinatorError> {
         Ok(self.store.pending_by_stage(study).await?)
     }
@@ -537,7 +542,7 @@ impl<S: Store> Coordinator<S> {
     /// The study's export files, rendered on the blocking pool. A study whose restart points were
     /// checked online carries its newest finished check's `restart_check.csv` and
     /// `restart_check.json` (the check's own export has them, with its page).
-    pub async fn export(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
+    pub async fn export(&self, study: &StudyId) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
         let mut files = self.export_files(study).await?;
         if let Some(check) = self.store.restart_checks_of(study).await?.first() {
             let of_check = self.export_files(check).await?;
@@ -549,7 +554,7 @@ impl<S: Store> Coordinator<S> {
     /// One study's export: read from the store in parts ([`Store::study_parts`]) while the
     /// renderer takes them one trajectory at a time on the blocking pool, so the study is never
     /// in memory as a whole.
-    async fn export_files(&self, study: &str) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
+    async fn export_files(&self, study: &StudyId) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
         use crate::store::StudyPart;
         let (parts, mut receiver) = tokio::sync::mpsc::channel(16);
         let renderer = self.renderer.clone();
@@ -569,9 +574,9 @@ impl<S: Store> Coordinator<S> {
             .ok_or_else(|| CoordinatorError::Internal(format!("study {study:?} was read without its record")))
     }
 
-    pub async fn cancel(&self, study: &str) -> Result<StudyState, CoordinatorError> {
+    pub async fn cancel(&self, study: &StudyId) -> Result<StudyState, CoordinatorError> {
         let state = self.store.cancel(study, self.now_ms()).await?;
-        tracing::info!(study, state = state.as_str(), "study cancelled");
+        tracing::info!(%study, state = state.as_str(), "study cancelled");
         Ok(state)
     }
 
@@ -597,7 +602,7 @@ impl<S: Store> Coordinator<S> {
 }
 
 /// Check an uploaded file against the per-file limit and the digest it was announced under.
-fn check_upload(digest: &str, content: &[u8]) -> Result<(), CoordinatorError> {
+fn check_upload(digest: &Digest, content: &[u8]) -> Result<(), CoordinatorError> {
     if content.len() as u64 > crate::spec::MAX_FILE_BYTES {
         return Err(CoordinatorError::InvalidArgument(format!(
             "a file of {} bytes is over the limit of {} MiB per file",
@@ -605,8 +610,8 @@ fn check_upload(digest: &str, content: &[u8]) -> Result<(), CoordinatorError> {
             crate::spec::MAX_FILE_BYTES >> 20
         )));
     }
-    let found = vcurve_record::trajectory::sha256_hex(content);
-    if found != digest {
+    let found = Digest::of(content);
+    if found != *digest {
         return Err(CoordinatorError::InvalidArgument(format!(
             "the upload's content has SHA-256 {found}, not the {digest} it announced"
         )));

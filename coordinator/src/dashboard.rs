@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 
 use crate::core::Coordinator;
 use crate::error::CoordinatorError;
+use crate::model::{StudyId, TrajectoryId};
 use crate::render::TrajectorySummary;
 use crate::store::{Store, StoreError};
 
@@ -27,7 +28,7 @@ struct Dashboard<S> {
     token: Option<String>,
     /// Each study's trajectory rows with the progress they were rendered at: a poll whose
     /// progress is unchanged is answered without loading or analyzing the study again.
-    summaries: std::sync::Mutex<std::collections::HashMap<String, CachedRows>>,
+    summaries: std::sync::Mutex<std::collections::HashMap<StudyId, CachedRows>>,
 }
 
 /// A study's rendered rows and the progress they were rendered at.
@@ -113,7 +114,7 @@ async fn studies<S: Store>(
 /// Per trajectory of a study: state, stage and the curve's headline numbers.
 async fn trajectories<S: Store>(
     State(d): State<Arc<Dashboard<S>>>,
-    Path(study): Path<String>,
+    Path(study): Path<StudyId>,
     headers: HeaderMap,
     Query(q): Query<TokenQuery>,
 ) -> Response {
@@ -154,14 +155,14 @@ async fn trajectories<S: Store>(
 
 async fn figure<S: Store>(
     State(d): State<Arc<Dashboard<S>>>,
-    Path((study, trajectory)): Path<(String, String)>,
+    Path((study, trajectory)): Path<(StudyId, String)>,
     headers: HeaderMap,
     Query(q): Query<TokenQuery>,
 ) -> Response {
     if !authorized(&d.token, &headers, &q) {
         return unauthorized();
     }
-    let trajectory = trajectory.trim_end_matches(".svg").to_string();
+    let trajectory = TrajectoryId::from(trajectory.trim_end_matches(".svg"));
     // Only this trajectory: a page of many figures must not load the whole study per figure.
     let record = match d.coordinator.store().trajectory(&study, &trajectory).await {
         Ok(Some(r)) => r,

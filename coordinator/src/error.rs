@@ -22,7 +22,7 @@ pub enum CoordinatorError {
     #[error(
         "{path}: no file with SHA-256 {digest} was uploaded for this launch (or its upload expired); upload it again"
     )]
-    NotUploaded { path: String, digest: String },
+    NotUploaded { path: String, digest: vcurve_record::Digest },
     /// A worker speaks another protocol version; fatal for that worker.
     #[error("protocol version {worker} is not compatible with the coordinator's {coordinator}")]
     ProtocolMismatch { worker: String, coordinator: String },

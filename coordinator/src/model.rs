@@ -6,6 +6,7 @@ use vcurve_method::schedule::Stage;
 pub use vcurve_record::jobs::{ContinuationKey, HeldJob, JobKey, JobKind, JobReport};
 pub use vcurve_record::snapshot::RegistrySnapshot;
 pub use vcurve_record::study::{StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
+pub use vcurve_record::{Digest, StudyId, TrajectoryId};
 
 /// A job handed to a worker.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,7 +20,7 @@ pub struct LeasedJob {
     pub study_seed: u64,
     /// The digest of the trajectory's payload (continuations and replays), fetched by workers
     /// with `GetTrajectory`.
-    pub trajectory_digest: Option<String>,
+    pub trajectory_digest: Option<Digest>,
     /// A replay's anchors, where it commits the container.
     pub anchors: Vec<u32>,
     /// A continuation's nearest snapshot at or before its step in the worker's registry.
@@ -30,7 +31,7 @@ pub struct LeasedJob {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Locality {
     /// Payload digests of the trajectories whose snapshots the worker holds.
-    pub near: Vec<String>,
+    pub near: Vec<Digest>,
     /// The snapshot registry the worker pushes to and pulls from (`HOST:PORT`).
     pub registry: Option<String>,
     /// Snapshots the worker pushed to `registry` since it last asked.
@@ -39,7 +40,7 @@ pub struct Locality {
 
 impl Locality {
     /// A worker that holds snapshots of the trajectories `near` and uses no registry.
-    pub fn near(near: &[String]) -> Locality {
+    pub fn near(near: &[Digest]) -> Locality {
         Locality { near: near.to_vec(), ..Locality::default() }
     }
 }
@@ -89,7 +90,7 @@ pub struct WorkerInfo {
 /// A study's progress at one moment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Progress {
-    pub study: String,
+    pub study: StudyId,
     pub name: String,
     pub state: StudyState,
     /// Continuations with an outcome.

@@ -21,7 +21,7 @@ use vcurve_proto::v1::study_service_server::{StudyService, StudyServiceServer};
 use vcurve_proto::v1::worker_service_server::{WorkerService, WorkerServiceServer};
 
 use crate::core::Coordinator;
-use crate::model::{HeldJob, ReportVerdict, StudyState};
+use crate::model::{Digest, HeldJob, ReportVerdict, StudyId, StudyState};
 use crate::store::Store;
 use crate::wire;
 
@@ -266,7 +266,7 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         let (digest, content) = receive_upload(request.into_inner()).await?;
         let size = content.len() as u64;
         let stored = self.coordinator.upload(&digest, &content).await?;
-        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
+        Ok(Response::new(v1::UploadResponse { sha256: digest.into_string(), size, stored }))
     }
 
     async fn lookup_verdict(
@@ -274,7 +274,8 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         request: Request<v1::VerdictRequest>,
     ) -> Result<Response<v1::VerdictResponse>, Status> {
         let r = request.into_inner();
-        let verdict = self.coordinator.verdict(&r.study, &r.task, &r.patch_sha256).await?;
+        let patch = wire::digest_from_wire("patch_sha256", &r.patch_sha256)?;
+        let verdict = self.coordinator.verdict(&r.study.into(), &r.task, &patch).await?;
         Ok(Response::new(v1::VerdictResponse { known: verdict.is_some(), resolved: verdict.unwrap_or(false) }))
     }
 
@@ -284,7 +285,7 @@ impl<S: Store> WorkerService for WorkerApi<S> {
         &self,
         request: Request<v1::GetTrajectoryRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let digest = request.into_inner().digest;
+        let digest = wire::digest_from_wire("digest", &request.into_inner().digest)?;
         let pieces = self.coordinator.file_pieces(&digest).await?;
         if pieces == 0 {
             return Ok(Response::new(chunked(self.coordinator.file(&digest).await?)));
@@ -307,13 +308,10 @@ impl<S: Store> WorkerService for WorkerApi<S> {
 /// Receive a worker's uploaded file (a patch, a recorded run, fingerprints): the first chunk
 /// states its SHA-256 and size, both checked against what arrives (the digest by the caller,
 /// which keeps it). Its digest and content.
-async fn receive_upload(mut stream: tonic::Streaming<v1::UploadChunk>) -> Result<(String, Vec<u8>), Status> {
+async fn receive_upload(mut stream: tonic::Streaming<v1::UploadChunk>) -> Result<(Digest, Vec<u8>), Status> {
     let limit = crate::spec::MAX_FILE_BYTES;
     let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
-    let (digest, size) = (first.sha256, first.size);
-    if !vcurve_record::trajectory::is_digest(&digest) {
-        return Err(Status::invalid_argument(format!("{digest:?} is not a SHA-256 digest (64 lowercase hex)")));
-    }
+    let (digest, size) = (wire::digest_from_wire("sha256", &first.sha256)?, first.size);
     if size > limit {
         return Err(Status::invalid_argument(format!(
             "a file of {size} bytes is over the limit of {} MiB per file",
@@ -362,7 +360,7 @@ impl<S: Store> StudyService for StudyApi<S> {
     ) -> Result<Response<v1::UploadResponse>, Status> {
         let mut stream = request.into_inner();
         let first = stream.message().await?.ok_or_else(|| Status::invalid_argument("an upload needs a chunk"))?;
-        let (digest, size) = (first.sha256, first.size);
+        let (digest, size) = (wire::digest_from_wire("sha256", &first.sha256)?, first.size);
         // Stored piece by piece as it arrives (`crate::upload`): never held whole.
         let mut upload = self.coordinator.begin_upload(&digest, size).await?;
         let received = async {
@@ -378,30 +376,37 @@ impl<S: Store> StudyService for StudyApi<S> {
             return Err(e);
         }
         let stored = upload.finish().await?;
-        Ok(Response::new(v1::UploadResponse { sha256: digest, size, stored }))
+        Ok(Response::new(v1::UploadResponse { sha256: digest.into_string(), size, stored }))
     }
 
     async fn has_files(&self, request: Request<v1::HasFilesRequest>) -> Result<Response<v1::HasFilesResponse>, Status> {
-        let missing = self.coordinator.missing_files(&request.into_inner().sha256).await?;
-        Ok(Response::new(v1::HasFilesResponse { missing }))
+        let wanted = request.into_inner().sha256;
+        let wanted: Vec<Digest> =
+            wanted.iter().map(|d| wire::digest_from_wire("sha256", d)).collect::<Result<_, _>>()?;
+        let missing = self.coordinator.missing_files(&wanted).await?;
+        Ok(Response::new(v1::HasFilesResponse { missing: missing.into_iter().map(Digest::into_string).collect() }))
     }
 
     async fn launch(&self, request: Request<v1::LaunchRequest>) -> Result<Response<v1::LaunchResponse>, Status> {
         let r = request.into_inner();
-        let files: BTreeMap<String, String> = r.files.into_iter().collect();
+        let files: BTreeMap<String, Digest> = r
+            .files
+            .into_iter()
+            .map(|(path, d)| Ok((path.clone(), wire::digest_from_wire(&format!("files[{path:?}]"), &d)?)))
+            .collect::<Result<_, Status>>()?;
         let study = self.coordinator.launch_uploaded(&r.spec_yaml, &files).await?;
-        Ok(Response::new(v1::LaunchResponse { study }))
+        Ok(Response::new(v1::LaunchResponse { study: study.into_string() }))
     }
 
     async fn get_progress(&self, request: Request<v1::ProgressRequest>) -> Result<Response<v1::Progress>, Status> {
-        let p = self.coordinator.progress(&request.into_inner().study).await?;
+        let p = self.coordinator.progress(&request.into_inner().study.into()).await?;
         Ok(Response::new(wire::progress_to_wire(&p)))
     }
 
     type WatchProgressStream = ProgressStream;
 
     async fn watch_progress(&self, request: Request<v1::ProgressRequest>) -> Result<Response<ProgressStream>, Status> {
-        let study = request.into_inner().study;
+        let study = StudyId::from(request.into_inner().study);
         // Fail fast on an unknown study, before the stream starts.
         self.coordinator.progress(&study).await?;
         let coordinator = self.coordinator.clone();
@@ -427,13 +432,13 @@ impl<S: Store> StudyService for StudyApi<S> {
         &self,
         request: Request<v1::ExportRequest>,
     ) -> Result<Response<Self::ExportFilesStream>, Status> {
-        let files = self.coordinator.export(&request.into_inner().study).await?;
+        let files = self.coordinator.export(&request.into_inner().study.into()).await?;
         let chunks = files.into_iter().flat_map(|(name, contents)| vcurve_proto::export_chunks(name, contents)).map(Ok);
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
     async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {
-        let state = self.coordinator.cancel(&request.into_inner().study).await?;
+        let state = self.coordinator.cancel(&request.into_inner().study.into()).await?;
         Ok(Response::new(v1::CancelResponse { state: state.as_str().to_string() }))
     }
 

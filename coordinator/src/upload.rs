@@ -9,6 +9,7 @@ use sha2::{Digest as _, Sha256};
 use crate::core::Coordinator;
 use crate::error::CoordinatorError;
 use crate::store::Store;
+use vcurve_record::Digest;
 
 /// An upload under way ([`Coordinator::begin_upload`]). Dropped without [`Upload::finish`] or
 /// [`Upload::abandon`] (the client went away), it is left incomplete, and dropped with the expired
@@ -16,7 +17,7 @@ use crate::store::Store;
 pub struct Upload<'a, S> {
     coordinator: &'a Coordinator<S>,
     id: String,
-    digest: String,
+    digest: Digest,
     size: u64,
     received: u64,
     sha256: Sha256,
@@ -30,12 +31,7 @@ pub struct Upload<'a, S> {
 
 impl<S: Store> Coordinator<S> {
     /// Begin a client's upload for a launch of the file `digest` of `size` bytes.
-    pub async fn begin_upload(&self, digest: &str, size: u64) -> Result<Upload<'_, S>, CoordinatorError> {
-        if !vcurve_record::trajectory::is_digest(digest) {
-            return Err(CoordinatorError::InvalidArgument(format!(
-                "{digest:?} is not a SHA-256 digest (64 lowercase hex)"
-            )));
-        }
+    pub async fn begin_upload(&self, digest: &Digest, size: u64) -> Result<Upload<'_, S>, CoordinatorError> {
         let limit = crate::spec::MAX_FILE_BYTES;
         if size > limit {
             return Err(CoordinatorError::InvalidArgument(format!(
@@ -47,7 +43,7 @@ impl<S: Store> Coordinator<S> {
         Ok(Upload {
             coordinator: self,
             id,
-            digest: digest.to_string(),
+            digest: digest.clone(),
             size,
             received: 0,
             sha256: Sha256::new(),
@@ -59,7 +55,7 @@ impl<S: Store> Coordinator<S> {
 
     /// Upload `content` whole as a client's upload for a launch (in-process callers and tests;
     /// the study service receives uploads piece by piece); whether it was new.
-    pub async fn stage_upload(&self, digest: &str, content: &[u8]) -> Result<bool, CoordinatorError> {
+    pub async fn stage_upload(&self, digest: &Digest, content: &[u8]) -> Result<bool, CoordinatorError> {
         let mut upload = self.begin_upload(digest, content.len() as u64).await?;
         for piece in content.chunks(vcurve_proto::CHUNK_BYTES) {
             if let Err(e) = upload.piece(piece).await {
@@ -129,7 +125,7 @@ impl<S: Store> Upload<'_, S> {
                 return Err(not_utf8(self.received - self.partial_char.len() as u64));
             }
             let found = hex(&std::mem::take(&mut self.sha256).finalize());
-            if found != self.digest {
+            if found != self.digest.as_str() {
                 return Err(CoordinatorError::InvalidArgument(format!(
                     "the upload's content has SHA-256 {found}, not the {} it announced",
                     self.digest

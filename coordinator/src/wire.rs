@@ -6,10 +6,15 @@ use tonic::Status;
 pub use vcurve_proto::convert::key_to_wire;
 use vcurve_proto::convert::{self, KeyError, mismatch_from_wire};
 use vcurve_proto::v1;
-use vcurve_record::EndType;
 use vcurve_record::jobs::{CompareLevel, Judged, NonReplayable, Replayed, RunOutcome, clip_command};
+use vcurve_record::{Digest, EndType};
 
 use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress};
+
+/// The digest a request's `field` holds; anything else is refused, naming the field.
+pub fn digest_from_wire(field: &str, value: &str) -> Result<Digest, Status> {
+    Digest::parse(value).map_err(|e| Status::invalid_argument(format!("{field}: {e}")))
+}
 
 fn required(field: &str) -> Status {
     Status::invalid_argument(format!("job key without {field}"))
@@ -54,18 +59,19 @@ pub fn job_to_wire(job: &LeasedJob) -> v1::Job {
         attempt: job.attempt,
         budget: job.budget,
         runner: Some(convert::runner_to_wire(&job.runner, job.study_seed)),
-        trajectory_digest: job.trajectory_digest.clone().unwrap_or_default(),
+        trajectory_digest: job.trajectory_digest.as_ref().map(Digest::to_string).unwrap_or_default(),
         anchors: job.anchors.clone(),
         registry_snapshot: job.registry_snapshot.as_ref().map(convert::registry_snapshot_to_wire),
     }
 }
 
-/// A lease request's locality (an empty registry: none).
+/// A lease request's locality (an empty registry: none). Entries that name no digest are dropped:
+/// a worker's hint of what it holds is never worth refusing its request for.
 pub fn locality_from_wire(near: Vec<String>, registry: String, pushed: Vec<v1::RegistrySnapshot>) -> Locality {
     Locality {
-        near,
+        near: near.into_iter().filter_map(|d| Digest::try_from(d).ok()).collect(),
         registry: (!registry.is_empty()).then_some(registry),
-        pushed: pushed.into_iter().map(convert::registry_snapshot_from_wire).collect(),
+        pushed: pushed.into_iter().filter_map(|p| convert::registry_snapshot_from_wire(p).ok()).collect(),
     }
 }
 
@@ -141,7 +147,7 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
 
 pub fn progress_to_wire(p: &Progress) -> v1::Progress {
     v1::Progress {
-        study: p.study.clone(),
+        study: p.study.to_string(),
         name: p.name.clone(),
         state: p.state.as_str().to_string(),
         done: p.done,
@@ -241,5 +247,26 @@ mod tests {
         for (wire, kind) in kinds {
             assert_eq!(mismatch_from_wire(wire.into()), Some(kind));
         }
+    }
+
+    #[test]
+    fn a_locality_drops_what_names_no_digest_and_a_digest_field_is_refused_by_name() {
+        let d = Digest::of(b"payload");
+        let snapshot =
+            |digest: &str| v1::RegistrySnapshot { trajectory_digest: digest.into(), t: 3, image_id: "i".into() };
+        let locality = locality_from_wire(
+            vec!["not-a-digest".into(), d.to_string(), d.to_uppercase()],
+            "reg.test:5000".into(),
+            vec![snapshot("not-a-digest"), snapshot(&d)],
+        );
+        assert_eq!(locality.near, vec![d.clone()]);
+        assert_eq!(
+            locality.pushed,
+            vec![crate::model::RegistrySnapshot { trajectory_digest: d.clone(), t: 3, image_id: "i".into() }]
+        );
+        assert_eq!(digest_from_wire("digest", &d).unwrap(), d);
+        let refused = digest_from_wire("patch_sha256", "abc").unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert_eq!(refused.message(), "patch_sha256: \"abc\" is not a SHA-256 digest (64 lowercase hex)");
     }
 }

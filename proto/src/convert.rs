@@ -115,15 +115,18 @@ pub fn held_to_wire(held: &HeldJob) -> v1::HeldJob {
 
 pub fn registry_snapshot_to_wire(snapshot: &RegistrySnapshot) -> v1::RegistrySnapshot {
     v1::RegistrySnapshot {
-        trajectory_digest: snapshot.trajectory_digest.clone(),
+        trajectory_digest: snapshot.trajectory_digest.to_string(),
         t: snapshot.t,
         image_id: snapshot.image_id.clone(),
     }
 }
 
-/// A snapshot as the wire names it; its digest is taken as it is (the coordinator checks it).
-pub fn registry_snapshot_from_wire(snapshot: v1::RegistrySnapshot) -> RegistrySnapshot {
-    RegistrySnapshot { trajectory_digest: snapshot.trajectory_digest, t: snapshot.t, image_id: snapshot.image_id }
+/// A snapshot as the wire names it; refused when its digest is not one.
+pub fn registry_snapshot_from_wire(
+    snapshot: v1::RegistrySnapshot,
+) -> Result<RegistrySnapshot, vcurve_record::InvalidDigest> {
+    let trajectory_digest = vcurve_record::Digest::parse(&snapshot.trajectory_digest)?;
+    Ok(RegistrySnapshot { trajectory_digest, t: snapshot.t, image_id: snapshot.image_id })
 }
 
 /// Why a job's runner cannot be run. Fatal for the job: the same options fail the same way.
@@ -273,8 +276,11 @@ mod tests {
 
     #[test]
     fn a_registry_snapshot_round_trips() {
-        let snapshot = RegistrySnapshot { trajectory_digest: "ab".repeat(32), t: 4, image_id: "sha256:c".into() };
-        assert_eq!(registry_snapshot_from_wire(registry_snapshot_to_wire(&snapshot)), snapshot);
+        let digest = vcurve_record::Digest::parse(&"ab".repeat(32)).unwrap();
+        let snapshot = RegistrySnapshot { trajectory_digest: digest, t: 4, image_id: "sha256:c".into() };
+        assert_eq!(registry_snapshot_from_wire(registry_snapshot_to_wire(&snapshot)), Ok(snapshot));
+        let bad = v1::RegistrySnapshot { trajectory_digest: "ab".into(), t: 4, image_id: "sha256:c".into() };
+        assert!(registry_snapshot_from_wire(bad).is_err());
     }
 
     #[test]

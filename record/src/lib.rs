@@ -4,6 +4,8 @@
 //!
 //! - [`trajectory`]: a recorded run — [`Task`], [`Trajectory`] (steps of model calls with their
 //!   [`Action`]s, fingerprints, message prefixes, end type, submission) and its content digest.
+//! - [`ids`]: [`StudyId`], [`TrajectoryId`] and [`Digest`] (a checked SHA-256 hex digest), the
+//!   identifiers the store, the coordinator and the wire pass around.
 //! - [`oversize`]: a run too large for the store's per-file limit, its longest outputs cut to
 //!   their head and tail with a marker, each cut recorded ([`Omitted`]).
 //! - [`policy`]: the policy a run was recorded under ([`RecordedPolicy`]), which a study resumes.
@@ -16,6 +18,7 @@
 //! - [`study`]: a study as data — the validated [`StudySpec`] it runs from and the
 //!   [`StudyRecord`] the store hands out (every trajectory's state and outcomes).
 
+pub mod ids;
 pub mod import;
 pub mod jobs;
 pub mod oversize;
@@ -28,6 +31,7 @@ pub mod snapshot;
 pub mod study;
 pub mod trajectory;
 
+pub use ids::{Digest, InvalidDigest, StudyId, TrajectoryId};
 pub use oversize::{MAX_FILE_BYTES, Omitted};
 pub use payload::TrajectoryPayload;
 pub use policy::RecordedPolicy;

@@ -6,7 +6,7 @@
 /// as the image `image_id`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RegistrySnapshot {
-    pub trajectory_digest: String,
+    pub trajectory_digest: crate::Digest,
     pub t: u32,
     pub image_id: String,
 }

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
+
+use crate::ids::Digest;
+pub use crate::ids::is_digest;
 
 /// The format name every trajectory file carries, so that another format is refused by name.
 pub const FORMAT: &str = "vcurve.trajectory.v1";
@@ -294,19 +296,9 @@ impl Trajectory {
     }
 }
 
-/// Lowercase hex SHA-256 of `bytes`.
+/// Lowercase hex SHA-256 of `bytes`: the text of [`Digest::of`].
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
-/// Whether `s` looks like a SHA-256 hex digest.
-pub fn is_digest(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    Digest::of(bytes).into_string()
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub use process::{LEASE_LATENCY_BUCKETS, ProcessMetrics};
 
 use crate::core::Coordinator;
 use crate::error::CoordinatorError;
-use crate::model::{Progress, StudyState, WorkerInfo};
+use crate::model::{Progress, StudyId, StudyState, WorkerInfo};
 use crate::store::Store;
 use vcurve_method::schedule::Stage;
 use vcurve_record::jobs::JobKind;
@@ -64,7 +64,7 @@ fn count(n: impl TryInto<i64>) -> i64 {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub studies: Vec<Progress>,
-    pub pending_by_stage: Vec<(String, Vec<(Stage, u64)>)>,
+    pub pending_by_stage: Vec<(StudyId, Vec<(Stage, u64)>)>,
     pub workers: Vec<WorkerInfo>,
 }
 
@@ -114,11 +114,13 @@ pub fn encode(scrape: &Snapshot, process: &ProcessMetrics) -> String {
     );
     for (study, depths) in &scrape.pending_by_stage {
         for (stage, n) in depths {
-            queue.get_or_create(&vec![("study", study.clone()), ("stage", stage.as_str().to_string())]).set(count(*n));
+            queue
+                .get_or_create(&vec![("study", study.to_string()), ("stage", stage.as_str().to_string())])
+                .set(count(*n));
         }
     }
     for p in studies.iter() {
-        let study = || vec![("study", p.study.clone())];
+        let study = || vec![("study", p.study.to_string())];
         for (state, n) in [("pending", p.pending), ("running", p.running), ("done", p.done), ("retired", p.retired)] {
             let mut labels = study();
             labels.push(("state", state.to_string()));

@@ -17,7 +17,7 @@ pub use sql::{
     Backend, DispatchSql, ScratchDatabase, ScratchError, SqlStore, UPLOAD_TTL_MS, base_run_trajectory_id, dispatch_sql,
 };
 
-use vcurve_record::TrajectoryPayload;
+use vcurve_record::{Digest, StudyId, TrajectoryId, TrajectoryPayload};
 
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, ReportVerdict,
@@ -36,9 +36,9 @@ pub struct LaunchInputs {
     /// The tasks whose problem statement is a file the launch named but did not read (a
     /// `problem_statement_file`): its digest, by task id. The staged upload becomes the kept
     /// file, inside the database.
-    pub uploaded_statements: std::collections::BTreeMap<String, String>,
+    pub uploaded_statements: std::collections::BTreeMap<String, Digest>,
     /// The staged uploads the launch read (digests), dropped in its transaction.
-    pub uploads: Vec<String>,
+    pub uploads: Vec<Digest>,
 }
 
 /// Why a store operation failed.
@@ -53,7 +53,7 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// No such study. Fatal for the request.
     #[error("no study {0:?}")]
-    UnknownStudy(String),
+    UnknownStudy(StudyId),
     /// The store holds something this version cannot read (a corrupted row or a newer schema).
     /// Fatal.
     #[error("corrupt store: {0}")]
@@ -65,7 +65,7 @@ pub enum StoreError {
     /// A launch names a file by a digest the store neither has staged nor kept (another launch
     /// consumed the upload, or it expired). Retryable after uploading it again.
     #[error("no file with SHA-256 {0} was uploaded for this launch (or its upload expired); upload it again")]
-    NotUploaded(String),
+    NotUploaded(Digest),
     /// The URL names no supported backend. Fatal.
     #[error("unsupported store URL {0:?}: use postgres://… or sqlite://PATH (or sqlite::memory:)")]
     UnsupportedUrl(String),
@@ -116,18 +116,22 @@ pub trait Store: Send + Sync + 'static {
         payloads: &[TrajectoryPayload],
         inputs: &LaunchInputs,
         now: i64,
-    ) -> impl Future<Output = Result<String, StoreError>> + Send;
+    ) -> impl Future<Output = Result<StudyId, StoreError>> + Send;
 
     /// Keep a file by its SHA-256 (checked by the caller); returns whether it was new.
-    fn put_file(&self, digest: &str, content: &[u8], now: i64)
-    -> impl Future<Output = Result<bool, StoreError>> + Send;
+    fn put_file(
+        &self,
+        digest: &Digest,
+        content: &[u8],
+        now: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Begin a client's upload for a launch of the file `digest` of `size` bytes (checked by the
     /// caller as the pieces arrive); its id. Drops the uploads begun over an hour ago that no
     /// launch consumed.
     fn begin_upload(
         &self,
-        digest: &str,
+        digest: &Digest,
         size: u64,
         now: i64,
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
@@ -150,30 +154,31 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// How a file is kept: not at all (`None`), whole (0), or in `n` pieces ([`Store::file_piece`]).
-    fn file_pieces(&self, digest: &str) -> impl Future<Output = Result<Option<u32>, StoreError>> + Send;
+    fn file_pieces(&self, digest: &Digest) -> impl Future<Output = Result<Option<u32>, StoreError>> + Send;
 
     /// Piece `seq` of a file kept in pieces.
-    fn file_piece(&self, digest: &str, seq: u32) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+    fn file_piece(&self, digest: &Digest, seq: u32)
+    -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
     /// What a launch reads for a digest its spec names: a staged upload or a kept file.
-    fn launch_file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+    fn launch_file(&self, digest: &Digest) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
     /// Drop the staged uploads `digests`: those of a refused launch.
-    fn discard_uploads(&self, digests: &[String]) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn discard_uploads(&self, digests: &[Digest]) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The digests among `digests` a launch could not read (neither kept nor staged).
-    fn missing_files(&self, digests: &[String]) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn missing_files(&self, digests: &[Digest]) -> impl Future<Output = Result<Vec<Digest>, StoreError>> + Send;
 
     /// The verdict of a patch already judged in the study's patch cache (docs/method.md §6).
     fn verdict(
         &self,
-        study: &str,
+        study: &StudyId,
         task: &str,
-        patch_sha256: &str,
+        patch_sha256: &Digest,
     ) -> impl Future<Output = Result<Option<bool>, StoreError>> + Send;
 
     /// A file by its digest.
-    fn file(&self, digest: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+    fn file(&self, digest: &Digest) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
 
     /// Queue evaluations and base runs of a running study (a key already queued is left as it
     /// is); returns how many were new. Continuations and replays are created by the schedule,
@@ -181,7 +186,7 @@ pub trait Store: Send + Sync + 'static {
     fn enqueue(&self, keys: &[JobKey], now: i64) -> impl Future<Output = Result<u32, StoreError>> + Send;
 
     /// A study's replays, evaluations and base runs with their state and result.
-    fn task_jobs(&self, study: &str) -> impl Future<Output = Result<Vec<TaskJob>, StoreError>> + Send;
+    fn task_jobs(&self, study: &StudyId) -> impl Future<Output = Result<Vec<TaskJob>, StoreError>> + Send;
 
     /// Register a worker; returns its id.
     fn register_worker(
@@ -235,7 +240,7 @@ pub trait Store: Send + Sync + 'static {
 
     fn progress(
         &self,
-        study: &str,
+        study: &StudyId,
         now: i64,
         policy: LeasePolicy,
     ) -> impl Future<Output = Result<Progress, StoreError>> + Send;
@@ -250,26 +255,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// A study's pending continuations (runnable, waiting for a worker) by the schedule stage of
     /// their trajectory: the queue depth by stage.
-    fn pending_by_stage(&self, study: &str) -> impl Future<Output = Result<Vec<(Stage, u64)>, StoreError>> + Send;
+    fn pending_by_stage(&self, study: &StudyId) -> impl Future<Output = Result<Vec<(Stage, u64)>, StoreError>> + Send;
 
     /// Every study, newest first.
-    fn list_studies(&self) -> impl Future<Output = Result<Vec<(String, String, StudyState)>, StoreError>> + Send;
+    fn list_studies(&self) -> impl Future<Output = Result<Vec<(StudyId, String, StudyState)>, StoreError>> + Send;
 
     /// The finished online restart checks of `study` (Appendix Q), newest first.
-    fn restart_checks_of(&self, study: &str) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    fn restart_checks_of(&self, study: &StudyId) -> impl Future<Output = Result<Vec<StudyId>, StoreError>> + Send;
 
     /// A study's spec, trajectories and outcomes.
-    fn study(&self, study: &str) -> impl Future<Output = Result<StudyRecord, StoreError>> + Send;
+    fn study(&self, study: &StudyId) -> impl Future<Output = Result<StudyRecord, StoreError>> + Send;
 
     /// One trajectory of a study as a study record of its own (`None`: no such trajectory).
     fn trajectory(
         &self,
-        study: &str,
-        trajectory: &str,
+        study: &StudyId,
+        trajectory: &TrajectoryId,
     ) -> impl Future<Output = Result<Option<StudyRecord>, StoreError>> + Send;
 
     /// Stop handing out a study's work; returns its state afterwards.
-    fn cancel(&self, study: &str, now: i64) -> impl Future<Output = Result<StudyState, StoreError>> + Send;
+    fn cancel(&self, study: &StudyId, now: i64) -> impl Future<Output = Result<StudyState, StoreError>> + Send;
 
     /// Continuation keys currently leased, with their worker (for tests and diagnostics).
     fn leased(&self) -> impl Future<Output = Result<Vec<(ContinuationKey, u32, String)>, StoreError>> + Send;
@@ -280,7 +285,7 @@ pub trait Store: Send + Sync + 'static {
     /// the study's continuations. Returns early, without an error, when `parts` is closed.
     fn study_parts(
         &self,
-        study: &str,
+        study: &StudyId,
         parts: tokio::sync::mpsc::Sender<StudyPart>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

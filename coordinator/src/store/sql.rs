@@ -7,7 +7,7 @@
 //! by locking its row first, and those that admit into one study by locking the study's row.
 
 use vcurve_method::schedule::Stage;
-use vcurve_record::TrajectoryPayload;
+use vcurve_record::{Digest, StudyId, TrajectoryId, TrajectoryPayload};
 
 use super::{LaunchInputs, LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
@@ -60,11 +60,14 @@ pub use handle::{Backend, SqlStore};
 pub use files::UPLOAD_TTL_MS;
 use files::{drop_uploads, insert_file, keep_upload, read_file};
 use jobs::{insert_job, set_job_payload};
-use rows::{bind_job, bind_key, corrupt, get_u32, job_key_of, json_column, keyed, outcome_of, series_of, stage_of};
+use rows::{
+    bind_job, bind_key, corrupt, digest_column, get_u32, job_key_of, json_column, keyed, outcome_of, series_of,
+    stage_of,
+};
 use studies::count_trajectories;
 
 impl Store for SqlStore {
-    async fn pending_by_stage(&self, study: &str) -> Result<Vec<(Stage, u64)>, StoreError> {
+    async fn pending_by_stage(&self, study: &StudyId) -> Result<Vec<(Stage, u64)>, StoreError> {
         progress::pending_by_stage(self, study).await
     }
 
@@ -79,7 +82,7 @@ impl Store for SqlStore {
         payloads: &[TrajectoryPayload],
         inputs: &LaunchInputs,
         now: i64,
-    ) -> Result<String, StoreError> {
+    ) -> Result<StudyId, StoreError> {
         studies::create_study(self, spec, payloads, inputs, now).await
     }
 
@@ -129,40 +132,40 @@ impl Store for SqlStore {
         Ok(n)
     }
 
-    async fn progress(&self, study: &str, now: i64, policy: LeasePolicy) -> Result<Progress, StoreError> {
+    async fn progress(&self, study: &StudyId, now: i64, policy: LeasePolicy) -> Result<Progress, StoreError> {
         progress::progress(self, study, now, policy).await
     }
 
-    async fn list_studies(&self) -> Result<Vec<(String, String, StudyState)>, StoreError> {
+    async fn list_studies(&self) -> Result<Vec<(StudyId, String, StudyState)>, StoreError> {
         studies::list_studies(self).await
     }
 
-    async fn study(&self, study: &str) -> Result<StudyRecord, StoreError> {
+    async fn study(&self, study: &StudyId) -> Result<StudyRecord, StoreError> {
         self.collect_study(study, None).await
     }
 
-    async fn restart_checks_of(&self, study: &str) -> Result<Vec<String>, StoreError> {
+    async fn restart_checks_of(&self, study: &StudyId) -> Result<Vec<StudyId>, StoreError> {
         studies::restart_checks_of(self, study).await
     }
 
-    async fn trajectory(&self, study: &str, trajectory: &str) -> Result<Option<StudyRecord>, StoreError> {
+    async fn trajectory(&self, study: &StudyId, trajectory: &TrajectoryId) -> Result<Option<StudyRecord>, StoreError> {
         let record = self.collect_study(study, Some(trajectory)).await?;
         Ok((!record.trajectories.is_empty()).then_some(record))
     }
 
-    async fn cancel(&self, study: &str, now: i64) -> Result<StudyState, StoreError> {
+    async fn cancel(&self, study: &StudyId, now: i64) -> Result<StudyState, StoreError> {
         studies::cancel(self, study, now).await
     }
 
-    async fn put_file(&self, digest: &str, content: &[u8], now: i64) -> Result<bool, StoreError> {
+    async fn put_file(&self, digest: &Digest, content: &[u8], now: i64) -> Result<bool, StoreError> {
         files::put_file(self, digest, content, now).await
     }
 
-    async fn missing_files(&self, digests: &[String]) -> Result<Vec<String>, StoreError> {
+    async fn missing_files(&self, digests: &[Digest]) -> Result<Vec<Digest>, StoreError> {
         files::missing_files(self, digests).await
     }
 
-    async fn begin_upload(&self, digest: &str, size: u64, now: i64) -> Result<String, StoreError> {
+    async fn begin_upload(&self, digest: &Digest, size: u64, now: i64) -> Result<String, StoreError> {
         files::begin_upload(self, digest, size, now).await
     }
 
@@ -174,27 +177,27 @@ impl Store for SqlStore {
         files::end_upload(self, upload, pieces, now).await
     }
 
-    async fn file_pieces(&self, digest: &str) -> Result<Option<u32>, StoreError> {
+    async fn file_pieces(&self, digest: &Digest) -> Result<Option<u32>, StoreError> {
         files::file_pieces(self, digest).await
     }
 
-    async fn file_piece(&self, digest: &str, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn file_piece(&self, digest: &Digest, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
         files::file_piece(self, digest, seq).await
     }
 
-    async fn launch_file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn launch_file(&self, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
         files::launch_file(self, digest).await
     }
 
-    async fn discard_uploads(&self, digests: &[String]) -> Result<(), StoreError> {
+    async fn discard_uploads(&self, digests: &[Digest]) -> Result<(), StoreError> {
         files::discard_uploads(self, digests).await
     }
 
-    async fn file(&self, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn file(&self, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
         files::file(self, digest).await
     }
 
-    async fn verdict(&self, study: &str, task: &str, patch_sha256: &str) -> Result<Option<bool>, StoreError> {
+    async fn verdict(&self, study: &StudyId, task: &str, patch_sha256: &Digest) -> Result<Option<bool>, StoreError> {
         self.lookup_verdict(study, task, patch_sha256).await
     }
 
@@ -202,7 +205,7 @@ impl Store for SqlStore {
         jobs::enqueue(self, keys, now).await
     }
 
-    async fn task_jobs(&self, study: &str) -> Result<Vec<TaskJob>, StoreError> {
+    async fn task_jobs(&self, study: &StudyId) -> Result<Vec<TaskJob>, StoreError> {
         jobs::task_jobs(self, study).await
     }
 
@@ -212,7 +215,7 @@ impl Store for SqlStore {
 
     async fn study_parts(
         &self,
-        study: &str,
+        study: &StudyId,
         parts: tokio::sync::mpsc::Sender<super::StudyPart>,
     ) -> Result<(), StoreError> {
         self.send_study(study, None, &parts).await

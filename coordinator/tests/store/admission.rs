@@ -188,12 +188,12 @@ pub(crate) async fn a_study_stored_before_controls_were_decided_at_launch_gets_t
         // What an earlier version stored: no controls in the plans, none decided at launch.
         use sqlx::Row;
         sqlx::query("UPDATE studies SET controls_at_launch = 0 WHERE id = $1")
-            .bind(&study)
+            .bind(study.as_str())
             .execute(&rs.raw)
             .await
             .unwrap();
         let plans = sqlx::query("SELECT id, plan_json FROM trajectories WHERE study = $1")
-            .bind(&study)
+            .bind(study.as_str())
             .fetch_all(&rs.raw)
             .await
             .unwrap();
@@ -202,7 +202,7 @@ pub(crate) async fn a_study_stored_before_controls_were_decided_at_launch_gets_t
             plan["controls"] = serde_json::to_value(vcurve_method::schedule::Controls::default()).unwrap();
             sqlx::query("UPDATE trajectories SET plan_json = $1 WHERE study = $2 AND id = $3")
                 .bind(plan.to_string())
-                .bind(&study)
+                .bind(study.as_str())
                 .bind(row.get::<String, _>("id"))
                 .execute(&rs.raw)
                 .await

@@ -36,7 +36,7 @@ pub(crate) async fn every_failed_base_run_becomes_a_trajectory_with_the_tasks_ba
         for job in &jobs {
             let JobKey::BaseRun { seed, .. } = job.key else { unreachable!() };
             let recorded = vcurve_coordinator::testing::recorded_trajectory("calc", 12 + seed);
-            let recorded_digest = vcurve_record::trajectory::sha256_hex(recorded.as_bytes());
+            let recorded_digest = vcurve_record::Digest::of(recorded.as_bytes());
             c.upload(&recorded_digest, recorded.as_bytes()).await.unwrap();
             let report = JobReport::Outcome(RunOutcome {
                 success: seed == 0,
@@ -44,7 +44,7 @@ pub(crate) async fn every_failed_base_run_becomes_a_trajectory_with_the_tasks_ba
                 end_type: EndType::Submitted,
                 patch_sha256: vcurve_record::trajectory::sha256_hex(format!("patch {seed}").as_bytes()),
                 judged: if seed == 3 { Judged::EmptyPatch } else { Judged::Evaluated },
-                recorded: Some(recorded_digest),
+                recorded: Some(recorded_digest.into_string()),
             });
             // No trajectory before the last base run of the task has finished.
             assert!(c.store().study(&study).await.unwrap().trajectories.is_empty(), "{}", ts.name);

@@ -174,7 +174,7 @@ pub(crate) async fn cancel_stops_new_leases() {
         assert_eq!(c.cancel(&study).await.unwrap(), StudyState::Cancelled);
         assert!(lease(&c, &w, 2).await.is_empty(), "{}", ts.name);
         assert_eq!(c.progress(&study).await.unwrap().state, StudyState::Cancelled);
-        assert!(c.progress("no-such-study").await.is_err());
+        assert!(c.progress(&"no-such-study".into()).await.is_err());
         ts.finish().await;
     }
 }

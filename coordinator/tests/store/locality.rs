@@ -83,9 +83,11 @@ pub(crate) async fn a_claim_prefers_held_snapshots_then_the_workers_registry_the
         assert!(jobs.iter().all(|j| j.registry_snapshot.is_none()), "{}", ts.name);
         held_all = jobs.iter().map(held).collect();
         c.release(&w, &held_all).await.unwrap();
-        // A push of the same key again replaces its image id; bad entries are dropped.
+        // A push of the same key again replaces its image id; bad entries are dropped (one at step
+        // 0 here; one that names no digest is dropped as it comes off the wire, see `wire`).
         let again = RegistrySnapshot { trajectory_digest: b.clone(), t: t_b, image_id: "sha256:b2".into() };
-        let bad = RegistrySnapshot { trajectory_digest: "not-a-digest".into(), t: 3, image_id: "x".into() };
+        let bad = RegistrySnapshot { trajectory_digest: b.clone(), t: 0, image_id: "x".into() };
+        assert!(vcurve_coordinator::model::Digest::parse("not-a-digest").is_err());
         let locality =
             Locality { near: vec![], registry: Some("reg.test:5000".into()), pushed: vec![again, bad.clone()] };
         let jobs = c.lease_with(&w, n_b as u32, Duration::ZERO, locality).await.unwrap();

@@ -76,7 +76,7 @@ pub(crate) fn ck_mut(held: &mut HeldJob) -> &mut ContinuationKey {
     }
 }
 
-pub(crate) async fn launch_one(c: &Coordinator<SqlStore>, length: u32) -> String {
+pub(crate) async fn launch_one(c: &Coordinator<SqlStore>, length: u32) -> vcurve_record::StudyId {
     let (yaml, files) = spec("one", "", &[Tr { id: "a", length, cliff: 23, p: 0.75, labels: "" }]);
     c.launch(&yaml, &files).await.unwrap()
 }

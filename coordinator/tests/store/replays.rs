@@ -29,7 +29,7 @@ pub(crate) fn replayed(length: u32) -> JobReport {
     })
 }
 
-pub(crate) async fn launch_recorded(c: &Coordinator<SqlStore>, trajectories: &[(&str, u32)]) -> String {
+pub(crate) async fn launch_recorded(c: &Coordinator<SqlStore>, trajectories: &[(&str, u32)]) -> vcurve_record::StudyId {
     c.accept_runner_kind(DOUBLE);
     let (yaml, files) = vcurve_coordinator::testing::recorded_spec("recorded", DOUBLE, trajectories);
     c.launch(&yaml, &files).await.unwrap()
@@ -44,7 +44,7 @@ pub(crate) async fn a_recorded_trajectory_is_replayed_before_any_continuation() 
         let jobs = lease(&c, &w, 8).await;
         assert_eq!(jobs.len(), 1, "{}: only the replay is runnable", ts.name);
         let replay = &jobs[0];
-        assert_eq!(replay.key, JobKey::Replay { study: study.clone(), trajectory: "r1".into() });
+        assert_eq!(replay.key, JobKey::Replay { study: study.to_string(), trajectory: "r1".into() });
         assert_eq!(replay.anchors, vec![0, 5, 10, 15, 20, 25, 29], "{}", ts.name);
         // The job names its payload by digest, and the payload is the recorded run.
         let digest = replay.trajectory_digest.clone().expect("a digest");
@@ -80,7 +80,7 @@ pub(crate) async fn a_non_replayable_replay_drops_the_trajectory_and_its_export_
         let study = launch_recorded(&c, &[("bad", 12), ("good", 12)]).await;
         let w = c.register("w", 1, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let first = lease(&c, &w, 1).await.remove(0);
-        assert_eq!(first.key, JobKey::Replay { study: study.clone(), trajectory: "bad".into() });
+        assert_eq!(first.key, JobKey::Replay { study: study.to_string(), trajectory: "bad".into() });
         assert_eq!(c.report(&w, &held(&first), &non_replayable(3)).await.unwrap(), ReportVerdict::Accepted);
         // From now on nothing of "bad" is ever handed out.
         let mut seen = Vec::new();
@@ -162,12 +162,16 @@ pub(crate) async fn evaluations_and_base_runs_are_queued_leased_and_recorded() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let study = launch_recorded(&c, &[("r", 10)]).await;
-        let eval =
-            JobKey::Evaluation { study: study.clone(), task: "task-r".into(), patch_sha256: "ab".repeat(32), round: 0 };
-        let base = JobKey::BaseRun { study: study.clone(), task: "task-r".into(), seed: 3 };
+        let eval = JobKey::Evaluation {
+            study: study.to_string(),
+            task: "task-r".into(),
+            patch_sha256: "ab".repeat(32),
+            round: 0,
+        };
+        let base = JobKey::BaseRun { study: study.to_string(), task: "task-r".into(), seed: 3 };
         assert_eq!(c.enqueue(&[eval.clone(), base.clone(), eval.clone()]).await.unwrap(), 2, "{}", ts.name);
         let continuation = JobKey::Continuation(ContinuationKey {
-            study: study.clone(),
+            study: study.to_string(),
             trajectory: "r".into(),
             series: Series::Main,
             t: 0,
@@ -209,14 +213,14 @@ pub(crate) async fn files_are_kept_by_digest() {
     for ts in TestStore::both().await {
         let (c, _) = coordinator(&ts.store);
         let content = b"t,v\n0,0.5\n".to_vec();
-        let digest = vcurve_record::trajectory::sha256_hex(&content);
+        let digest = vcurve_record::Digest::of(&content);
         assert_eq!(c.missing_files(std::slice::from_ref(&digest)).await.unwrap(), vec![digest.clone()]);
         assert!(c.upload(&digest, &content).await.unwrap(), "{}: new", ts.name);
         assert!(!c.upload(&digest, &content).await.unwrap(), "{}: kept once", ts.name);
         assert!(c.missing_files(std::slice::from_ref(&digest)).await.unwrap().is_empty());
         assert_eq!(c.file(&digest).await.unwrap(), content);
         // A digest that does not match the content is refused.
-        let err = c.upload(&"0".repeat(64), &content).await.unwrap_err().to_string();
+        let err = c.upload(&"0".repeat(64).parse().unwrap(), &content).await.unwrap_err().to_string();
         assert!(err.contains("SHA-256"), "{err}");
         ts.finish().await;
     }

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(crate) async fn assert_progress_counts(c: &Coordinator<SqlStore>, study: &str) {
+pub(crate) async fn assert_progress_counts(c: &Coordinator<SqlStore>, study: &vcurve_record::StudyId) {
     let p = c.progress(study).await.unwrap();
     let record = c.store().study(study).await.unwrap();
     let finished: usize = record.trajectories.iter().map(|t| t.outcomes.len()).sum();
@@ -13,13 +13,17 @@ pub(crate) async fn assert_progress_counts(c: &Coordinator<SqlStore>, study: &st
         .filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired)
         .count();
     assert_eq!((p.done + p.retired, p.retired), (finished as u64, retired as u64));
-    let leased = c.store().leased().await.unwrap().iter().filter(|(k, _, _)| k.study == study).count();
+    let leased = c.store().leased().await.unwrap().iter().filter(|(k, _, _)| k.study == study.as_str()).count();
     assert_eq!(p.running, leased as u64);
 }
 
 /// Drive a study to the end with deterministic outcomes; return its stored record, study id
 /// blanked (exports are a pure function of it).
-pub(crate) async fn run_to_end(c: &Coordinator<SqlStore>, study: &str, cliffs: &[(&str, u32)]) -> StudyRecord {
+pub(crate) async fn run_to_end(
+    c: &Coordinator<SqlStore>,
+    study: &vcurve_record::StudyId,
+    cliffs: &[(&str, u32)],
+) -> StudyRecord {
     let w = c.register("w", 8, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     for _ in 0..10_000 {
         let jobs = lease(c, &w, 8).await;
@@ -127,19 +131,19 @@ pub(crate) async fn one_trajectory_reads_as_its_own_study_record() {
         let study = c.launch(&yaml, &files).await.unwrap();
         run_to_end(&c, &study, &[("first", 20), ("second", 10)]).await;
         let whole = c.store().study(&study).await.unwrap();
-        let one = c.store().trajectory(&study, "second").await.unwrap().expect("a known trajectory");
+        let one = c.store().trajectory(&study, &"second".into()).await.unwrap().expect("a known trajectory");
         assert_eq!(one.trajectories.len(), 1, "{}", ts.name);
         assert_eq!(one.spec.trajectories.len(), 1);
         assert_eq!(one.spec.trajectories[0].id, "second");
         assert_eq!(one.trajectories[0], whole.trajectories[1], "{}", ts.name);
-        assert!(c.store().trajectory(&study, "third").await.unwrap().is_none());
-        assert!(c.store().trajectory("no-such-study", "second").await.is_err());
+        assert!(c.store().trajectory(&study, &"third".into()).await.unwrap().is_none());
+        assert!(c.store().trajectory(&"no-such-study".into(), &"second".into()).await.is_err());
         ts.finish().await;
     }
 }
 
 /// Every part `study_parts` sends, and whether the read ended without an error.
-pub(crate) async fn parts_of(store: &SqlStore, study: &str) -> (Vec<StudyPart>, Result<(), String>) {
+pub(crate) async fn parts_of(store: &SqlStore, study: &vcurve_record::StudyId) -> (Vec<StudyPart>, Result<(), String>) {
     let (sender, mut receiver) = tokio::sync::mpsc::channel(2);
     let read = store.study_parts(study, sender);
     let collect = async {
@@ -190,7 +194,7 @@ pub(crate) async fn a_study_read_in_parts_is_its_record_head_first_then_each_tra
         assert_eq!(whole.trajectories.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["zeta", "alpha", "mid"]);
 
         // An unknown study is an error; a receiver that goes away ends the read quietly.
-        let (parts, read) = parts_of(&ts.store, "no-such-study").await;
+        let (parts, read) = parts_of(&ts.store, &"no-such-study".into()).await;
         assert!(parts.is_empty() && read.unwrap_err().contains("no-such-study"), "{}", ts.name);
         let (sender, mut receiver) = tokio::sync::mpsc::channel(1);
         let read = ts.store.study_parts(&study, sender);

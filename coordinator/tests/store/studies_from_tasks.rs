@@ -96,9 +96,9 @@ async fn finish_base_run(c: &Coordinator<SqlStore>, worker: &str, job: &LeasedJo
         None
     } else {
         let run = recorded_trajectory(task, 12);
-        let digest = vcurve_record::trajectory::sha256_hex(run.as_bytes());
+        let digest = vcurve_record::Digest::of(run.as_bytes());
         c.upload(&digest, run.as_bytes()).await.unwrap();
-        Some(digest)
+        Some(digest.into_string())
     };
     let report = JobReport::Outcome(RunOutcome {
         success,
@@ -297,11 +297,11 @@ async fn a_restart_check_runs_its_tasks_with_the_checked_studys_problem_statemen
         let jobs = lease(&c, &w, 64).await;
         assert!(!jobs.is_empty(), "{}", ts.name);
         for job in &jobs {
-            let digest = job.trajectory_digest.as_deref().unwrap();
+            let digest = job.trajectory_digest.as_ref().unwrap();
             let mut payload =
                 vcurve_record::TrajectoryPayload::from_fetched(&c.file(digest).await.unwrap(), digest).unwrap();
             let statement = payload.problem_statement_sha256.clone().expect("the statement, by digest");
-            payload.fill_problem_statement(c.file(&statement).await.unwrap()).unwrap();
+            payload.fill_problem_statement(c.file(&statement.parse().unwrap()).await.unwrap()).unwrap();
             let task = payload.task_def().unwrap();
             assert_eq!((task.id.as_str(), task.problem_statement.as_deref()), ("calc", Some("add() is off by one.")));
         }

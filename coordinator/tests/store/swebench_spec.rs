@@ -70,10 +70,10 @@ fn read_spec(dir: &Path, yaml: &str) -> (String, BTreeMap<String, String>) {
 /// A job's payload as a worker has it: fetched by its digest, with its task's problem statement
 /// (stored apart, once) fetched by its own and filled in.
 async fn payload(c: &Coordinator<SqlStore>, job: &LeasedJob) -> TrajectoryPayload {
-    let digest = job.trajectory_digest.as_deref().expect("the job names its payload");
+    let digest = job.trajectory_digest.as_ref().expect("the job names its payload");
     let mut payload = TrajectoryPayload::from_fetched(&c.file(digest).await.unwrap(), digest).unwrap();
     if let Some(statement) = payload.problem_statement_sha256.clone() {
-        payload.fill_problem_statement(c.file(&statement).await.unwrap()).unwrap();
+        payload.fill_problem_statement(c.file(&statement.parse().unwrap()).await.unwrap()).unwrap();
     }
     payload
 }
@@ -198,7 +198,7 @@ async fn an_imported_mini_swe_agent_run_is_replayed_with_its_instance_row() {
         assert!(record.spec.tasks.is_empty(), "{}: no instances, no base runs", ts.name);
         let digest = record.spec.trajectories[0].recorded.clone().unwrap();
         assert_ne!(digest, imported.trajectory.digest(), "{}: digested with the row", ts.name);
-        let kept = c.file(&digest).await.unwrap();
+        let kept = c.file(&digest.parse().unwrap()).await.unwrap();
         let kept = vcurve_record::Trajectory::from_json(&kept).expect("the run is kept under its digest");
         assert_eq!(kept.digest(), digest, "{}: what a restart check reads the run's task from", ts.name);
 

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use vcurve_coordinator::error::CoordinatorError;
+use vcurve_record::Digest;
 use vcurve_record::TrajectoryPayload;
-use vcurve_record::trajectory::sha256_hex;
 
 use super::*;
 
@@ -27,10 +27,10 @@ async fn nothing_stored(store: &SqlStore, name: &str, what: &str) {
 }
 
 /// Stage each file of `files` (path → contents) as a client's upload; path → digest.
-async fn stage(c: &Coordinator<SqlStore>, files: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+async fn stage(c: &Coordinator<SqlStore>, files: &BTreeMap<String, String>) -> BTreeMap<String, Digest> {
     let mut digests = BTreeMap::new();
     for (path, text) in files {
-        let digest = sha256_hex(text.as_bytes());
+        let digest = Digest::of(text.as_bytes());
         c.stage_upload(&digest, text.as_bytes()).await.unwrap();
         digests.insert(path.clone(), digest);
     }
@@ -89,7 +89,7 @@ async fn a_refused_launch_stores_nothing_and_drops_what_was_uploaded_for_it() {
             let never = never.map(|path| (path, files.remove(path).unwrap()));
             let mut digests = stage(&c, &files).await;
             if let Some((path, text)) = never {
-                digests.insert(path.into(), sha256_hex(text.as_bytes()));
+                digests.insert(path.into(), Digest::of(text.as_bytes()));
             }
             assert!(ts.store.rows("uploads").await.unwrap() > 0, "{}: staged", ts.name);
             let err = c.launch_uploaded(&yaml, &digests).await.unwrap_err();
@@ -98,7 +98,7 @@ async fn a_refused_launch_stores_nothing_and_drops_what_was_uploaded_for_it() {
         }
         // Every file a spec names is text: an upload that is not is refused, and not staged.
         let bytes = vec![b'a', 0xff, b'b'];
-        let err = c.stage_upload(&sha256_hex(&bytes), &bytes).await.unwrap_err().to_string();
+        let err = c.stage_upload(&Digest::of(&bytes), &bytes).await.unwrap_err().to_string();
         assert!(err.contains("UTF-8") && err.contains("byte 1"), "{}: {err}", ts.name);
         nothing_stored(&ts.store, ts.name, "a refused upload").await;
         // Fixed, the same launch is stored, and consumes its uploads.
@@ -119,7 +119,7 @@ async fn a_problem_statement_is_stored_once_by_digest_and_workers_get_it_whole()
         let files = task_files(&statement);
         let digests = stage(&c, &files).await;
         let study = c.launch_uploaded(TASKS, &digests).await.unwrap();
-        let statement_digest = sha256_hex(statement.as_bytes());
+        let statement_digest = Digest::of(statement.as_bytes());
         assert_eq!(digests["tasks/calc-2.md"], statement_digest);
         // Kept: the statement (the upload, by its digest) and each task's payload; the uploads of
         // the task file and of the statement are gone.
@@ -143,14 +143,14 @@ async fn a_problem_statement_is_stored_once_by_digest_and_workers_get_it_whole()
         assert_eq!(jobs.len(), 4, "{}", ts.name);
         for job in &jobs {
             let JobKey::BaseRun { task, .. } = &job.key else { panic!("{:?}", job.key) };
-            let digest = job.trajectory_digest.as_deref().unwrap();
+            let digest = job.trajectory_digest.as_ref().unwrap();
             let bytes = c.file(digest).await.unwrap();
             assert!(bytes.len() < 4096, "{}: the payload of {task} is {} bytes", ts.name, bytes.len());
             let mut payload = TrajectoryPayload::from_fetched(&bytes, digest).unwrap();
-            let expected = (task == "calc-2").then(|| statement_digest.clone());
+            let expected = (task == "calc-2").then(|| statement_digest.to_string());
             assert_eq!(payload.problem_statement_sha256, expected, "{}: {task}", ts.name);
             if let Some(d) = &payload.problem_statement_sha256 {
-                payload.fill_problem_statement(c.file(d).await.unwrap()).unwrap();
+                payload.fill_problem_statement(c.file(&d.parse().unwrap()).await.unwrap()).unwrap();
             }
             let def = payload.task_def().unwrap();
             let whole = (task == "calc-2").then_some(statement.as_str());
@@ -169,7 +169,7 @@ async fn a_problem_statement_is_stored_once_by_digest_and_workers_get_it_whole()
         let digests = stage(&c, &task_file).await;
         c.launch_uploaded(&inline, &digests).await.unwrap();
         assert_eq!(ts.store.rows("files").await.unwrap(), 5, "{}: a statement and its payload", ts.name);
-        assert_eq!(c.file(&sha256_hex(b"Fix add() inline.")).await.unwrap(), b"Fix add() inline.");
+        assert_eq!(c.file(&Digest::of(b"Fix add() inline.")).await.unwrap(), b"Fix add() inline.");
         ts.finish().await;
     }
 }
@@ -183,7 +183,7 @@ async fn uploads_no_launch_consumed_expire_and_a_launch_relying_on_one_is_told_t
         clock.advance(Duration::from_millis(vcurve_coordinator::store::UPLOAD_TTL_MS as u64 + 1));
         // The next upload drops the expired one.
         stage(&c, &BTreeMap::from([("x".to_string(), "another file".to_string())])).await;
-        let wanted: Vec<String> = digests.values().cloned().collect();
+        let wanted: Vec<Digest> = digests.values().cloned().collect();
         assert_eq!(c.missing_files(&wanted).await.unwrap(), wanted, "{}", ts.name);
         let err = c.launch_uploaded(&yaml, &digests).await.unwrap_err();
         assert!(matches!(err, CoordinatorError::NotUploaded { .. }), "{}: {err}", ts.name);
@@ -202,7 +202,7 @@ async fn an_upload_is_stored_in_pieces_as_it_arrives_and_one_that_is_not_what_it
         let (c, _) = coordinator(&ts.store);
         // 2.5 pieces of two-byte characters after one byte: characters straddle the boundaries.
         let text = format!("a{}", "é".repeat(PIECE * 5 / 4));
-        let digest = sha256_hex(text.as_bytes());
+        let digest = Digest::of(text.as_bytes());
         // Pieces as a client sends them, of any size: stored in pieces of CHUNK_BYTES.
         let mut upload = c.begin_upload(&digest, text.len() as u64).await.unwrap();
         for piece in text.as_bytes().chunks(700_001) {
@@ -224,10 +224,10 @@ async fn an_upload_is_stored_in_pieces_as_it_arrives_and_one_that_is_not_what_it
 
         // Whatever is not the file its first piece announced is refused, and dropped at once.
         let bytes = text.as_bytes();
-        let other = sha256_hex(b"another file");
+        let other = Digest::of(b"another file");
         // The right digest, with its first byte changed on the way.
         let tampered = [b"b", &bytes[1..]].concat();
-        let cases: [(&str, u64, Vec<&[u8]>, &str); 5] = [
+        let cases: [(&Digest, u64, Vec<&[u8]>, &str); 5] = [
             (&digest, bytes.len() as u64, vec![&tampered[..PIECE + 7], &tampered[PIECE + 7..]], "not the"),
             (&other, bytes.len() as u64, vec![bytes], "not the"),
             (&digest, bytes.len() as u64 - 1, vec![bytes], "longer than"),
@@ -254,7 +254,9 @@ async fn an_upload_is_stored_in_pieces_as_it_arrives_and_one_that_is_not_what_it
             assert!(err.to_string().contains(named), "{}: case {i}: {err}", ts.name);
             nothing_stored(&ts.store, ts.name, &format!("the refused upload {i}")).await;
         }
-        let err = c.begin_upload("abc", 3).await.err().unwrap().to_string();
+        // What is not a digest never reaches an upload: the study service refuses it, naming the
+        // field (testkit's cluster tests, `grpc`).
+        let err = Digest::parse("abc").err().unwrap().to_string();
         assert!(err.contains("not a SHA-256 digest"), "{err}");
         let err = c.begin_upload(&digest, vcurve_coordinator::spec::MAX_FILE_BYTES + 1).await.err().unwrap();
         assert!(err.to_string().contains("over the limit of 64 MiB"), "{err}");

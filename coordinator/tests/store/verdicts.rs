@@ -16,7 +16,7 @@ pub(crate) fn judged(success: bool, patch: &str, judged: Judged) -> JobReport {
 
 /// A study of the `agent` runner on one recorded trajectory, replayed, with `options` added to
 /// its runner.
-pub(crate) async fn launch_agent(c: &Coordinator<SqlStore>, options: &str) -> (String, String) {
+pub(crate) async fn launch_agent(c: &Coordinator<SqlStore>, options: &str) -> (vcurve_record::StudyId, String) {
     let (yaml, files) = vcurve_coordinator::testing::recorded_spec("cache", "agent", &[("r", 10)]);
     let yaml = yaml.replace("{kind: agent}", &format!("{{kind: agent, command: [agent], {options}}}"));
     let study = c.launch(&yaml, &files).await.unwrap();
@@ -33,8 +33,10 @@ pub(crate) async fn the_patch_cache_keeps_first_verdicts_rechecks_patches_and_co
         let (study, w) = launch_agent(&c, "flake_recheck_rate: 1.0").await;
         let task = "task-r";
         let sha = |p: &str| vcurve_record::trajectory::sha256_hex(p.as_bytes());
-        assert_eq!(c.verdict(&study, task, &sha("fix")).await.unwrap(), None, "{}", ts.name);
-        assert!(c.verdict(&study, task, "not a digest").await.is_err());
+        let digest = |p: &str| vcurve_record::Digest::of(p.as_bytes());
+        assert_eq!(c.verdict(&study, task, &digest("fix")).await.unwrap(), None, "{}", ts.name);
+        // The worker service refuses a patch that is not a digest before it asks (testkit's `grpc`).
+        assert!(vcurve_record::Digest::parse("not a digest").is_err());
 
         let jobs = lease(&c, &w, 3).await;
         assert_eq!(jobs.len(), 3);
@@ -46,16 +48,16 @@ pub(crate) async fn the_patch_cache_keeps_first_verdicts_rechecks_patches_and_co
         for (job, report) in jobs.iter().zip(&reports) {
             assert_eq!(c.report(&w, &held(job), report).await.unwrap(), ReportVerdict::Accepted, "{}", ts.name);
         }
-        assert_eq!(c.verdict(&study, task, &sha("fix")).await.unwrap(), Some(true), "{}", ts.name);
+        assert_eq!(c.verdict(&study, task, &digest("fix")).await.unwrap(), Some(true), "{}", ts.name);
         // Every unique patch is re-checked at rate 1.0: the re-check names the trajectory's payload.
         let recheck =
-            JobKey::Evaluation { study: study.clone(), task: task.into(), patch_sha256: sha("fix"), round: 1 };
+            JobKey::Evaluation { study: study.to_string(), task: task.into(), patch_sha256: sha("fix"), round: 1 };
         let jobs = lease(&c, &w, 8).await;
         let job = jobs.iter().find(|j| j.key == recheck).unwrap_or_else(|| panic!("{}: no re-check", ts.name));
         assert!(job.trajectory_digest.is_some(), "{}", ts.name);
         // The re-check disagrees: a flake; the first verdict stands.
         c.report(&w, &held(job), &JobReport::Evaluated { resolved: false }).await.unwrap();
-        assert_eq!(c.verdict(&study, task, &sha("fix")).await.unwrap(), Some(true));
+        assert_eq!(c.verdict(&study, task, &digest("fix")).await.unwrap(), Some(true));
         let e = c.progress(&study).await.unwrap().evaluation.expect("an agent study counts its evaluations");
         assert_eq!(
             (e.evaluated_runs, e.cache_hits, e.unique_patches, e.evaluations, e.flake_checks, e.flakes),

@@ -258,7 +258,7 @@ pub async fn run(store: &SqlStore, settings: &ClusterSettings) -> anyhow::Result
             budget: done.job.budget,
             runner: done.job.runner.clone(),
             study_seed: done.job.study_seed,
-            trajectory_digest: done.job.trajectory_digest.clone(),
+            trajectory_digest: done.job.trajectory_digest.as_ref().map(ToString::to_string),
             trajectory: Some(trajectories[done.trajectory].payload.clone()),
             anchors: Vec::new(),
             registry_snapshot: None,

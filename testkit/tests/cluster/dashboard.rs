@@ -94,7 +94,7 @@ async fn the_dashboard_shows_progress_and_curves_and_refreshes() {
     let url = format!("http://{web_addr}/?token=c-token");
     let dom = tokio::task::spawn_blocking(move || dump_dom(&url, 7_000)).await.unwrap();
     assert!(dom.contains("dash-study"), "study missing from the page:\n{dom}");
-    assert!(dom.contains(&study), "study id missing");
+    assert!(dom.contains(study.as_str()), "study id missing");
     assert!(dom.contains("class=\"state\""), "progress missing:\n{dom}");
     assert!(dom.contains("V-curve of alpha"), "curve figure missing:\n{dom}");
     assert!(dom.contains("lease latency p50"), "lease latency missing:\n{dom}");

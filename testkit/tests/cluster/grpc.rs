@@ -591,3 +591,33 @@ async fn a_problem_statement_is_uploaded_kept_and_fetched_in_pieces() {
     assert_eq!(payload.task_def().unwrap().problem_statement.as_deref(), Some(statement.as_str()));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_request_naming_something_that_is_not_a_digest_is_refused_naming_its_field() {
+    let server = start(ServeOptions::default()).await;
+    let connection = Connection { url: server.url.clone(), ..Default::default() };
+    let mut c = client::study_client(&connection).await.unwrap();
+    let channel = client::channel(&connection).await.unwrap();
+    let mut w = WorkerServiceClient::with_interceptor(channel, client::bearer(None).unwrap());
+    let refused = |status: tonic::Status, field: &str| {
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().starts_with(&format!("{field}: ")) && status.message().contains("not a SHA-256 digest"),
+            "{field}: {}",
+            status.message()
+        );
+    };
+    let verdict = v1::VerdictRequest { study: "s".into(), task: "t".into(), patch_sha256: "not a digest".into() };
+    refused(w.lookup_verdict(verdict).await.unwrap_err(), "patch_sha256");
+    let fetch = v1::GetTrajectoryRequest { digest: "ABC".into() };
+    refused(w.get_trajectory(fetch).await.err().unwrap(), "digest");
+    let chunk = v1::UploadChunk { sha256: "abc".into(), size: 3, data: b"abc".to_vec() };
+    refused(c.upload(futures::stream::iter([chunk.clone()])).await.unwrap_err(), "sha256");
+    refused(w.put_file(futures::stream::iter([chunk])).await.unwrap_err(), "sha256");
+    let has = v1::HasFilesRequest { sha256: vec![vcurve_record::Digest::of(b"").into_string(), "x".into()] };
+    refused(c.has_files(has).await.unwrap_err(), "sha256");
+    let files = std::collections::HashMap::from([("c.csv".to_string(), "x".to_string())]);
+    let launch = v1::LaunchRequest { spec_yaml: "name: x\n".into(), files };
+    refused(c.launch(launch).await.unwrap_err(), "files[\"c.csv\"]");
+    server.stop().await;
+}

@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vcurve_coordinator::core::{Coordinator, Timing};
-use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict};
+use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict, StudyId};
 use vcurve_coordinator::store::SqlStore;
 use vcurve_coordinator::testing::{Tr, spec, step_outcome};
 use vcurve_record::EndType;
 use vcurve_record::jobs::{Judged, RunOutcome};
 use vcurve_testkit::store::TestStore;
 
-async fn finished_study(c: &Coordinator<SqlStore>, trajectories: &[Tr]) -> String {
+async fn finished_study(c: &Coordinator<SqlStore>, trajectories: &[Tr]) -> StudyId {
     let (yaml, files) = spec("large", "controls: {sanity: 2, retest: 2, budget_control: 2}\n", trajectories);
     let study = c.launch(&yaml, &files).await.unwrap();
     let w = c.register("driver", 64, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use vcurve_cli::render::ReportRenderer;
 use vcurve_coordinator::core::{Coordinator, Timing};
-use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict, StudyState};
+use vcurve_coordinator::model::{HeldJob, JobReport, ReportVerdict, StudyId, StudyState};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
 use vcurve_coordinator::testing::{Tr, spec, step_outcome};
 use vcurve_record::EndType;
@@ -22,7 +22,7 @@ fn timing() -> Timing {
 }
 
 /// Run `study` to its end with deterministic outcomes; returns how many were reported.
-async fn run_to_end(c: &Coordinator<SqlStore>, study: &str) -> u64 {
+async fn run_to_end(c: &Coordinator<SqlStore>, study: &StudyId) -> u64 {
     let w = c.register("w", 32, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     let mut reported = 0;
     loop {
@@ -82,7 +82,7 @@ async fn an_export_read_in_parts_has_the_bytes_of_the_whole_records_export() {
         for (file, bytes) in &whole {
             assert!(streamed[file] == *bytes, "{name}: {file} differs");
         }
-        assert!(c.export("no-such-study").await.is_err());
+        assert!(c.export(&"no-such-study".into()).await.is_err());
         exports.push(streamed);
         running.shutdown().await;
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use vcurve_coordinator::core::Coordinator;
-use vcurve_coordinator::model::StudyState;
+use vcurve_coordinator::model::{StudyId, StudyState};
 use vcurve_coordinator::server::Tokens;
 use vcurve_coordinator::testing::{Tr, spec};
 use vcurve_testkit::prometheus::{get, parse};
@@ -20,7 +20,7 @@ use vcurve_worker::sandbox::container::{
     Container, ContainerRuntime, ContainerSpec, ExecRequest, RuntimeError, labels,
 };
 
-async fn wait_until_done(coordinator: &Coordinator<vcurve_coordinator::store::SqlStore>, study: &str) {
+async fn wait_until_done(coordinator: &Coordinator<vcurve_coordinator::store::SqlStore>, study: &StudyId) {
     wait::until(Duration::from_secs(120), "the study finishes", async || {
         let p = coordinator.progress(study).await.unwrap();
         if p.state == StudyState::Done { Ok(()) } else { Err(p.state) }

@@ -44,6 +44,11 @@ pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
     // Options a runner cannot run with make the job a no-outcome here, before it is run.
     let (runner, study_seed) = convert::runner_from_wire(&runner).map_err(|e| bad(e.to_string()))?;
     let trajectory_digest = (!job.trajectory_digest.is_empty()).then_some(job.trajectory_digest);
+    let registry_snapshot = job
+        .registry_snapshot
+        .map(convert::registry_snapshot_from_wire)
+        .transpose()
+        .map_err(|e| bad(format!("job's registry snapshot: {e}")))?;
     Ok(JobSpec {
         key: held.key,
         attempt: held.attempt,
@@ -53,7 +58,7 @@ pub(crate) fn job_from_wire(job: v1::Job) -> Result<JobSpec, BadJob> {
         trajectory_digest,
         trajectory: None,
         anchors: job.anchors,
-        registry_snapshot: job.registry_snapshot.map(convert::registry_snapshot_from_wire),
+        registry_snapshot,
     })
 }
 

@@ -1069,13 +1069,13 @@ impl AgentRunner for RegistryRunner {
 #[tokio::test(start_paused = true)]
 async fn pushed_snapshots_reach_the_coordinator_once_even_when_a_lease_fails_and_jobs_name_registry_snapshots() {
     let snapshot = vcurve_worker::sandbox::snapshots::RegistrySnapshot {
-        trajectory_digest: curve_payload().digest(),
+        trajectory_digest: vcurve_record::Digest::parse(&curve_payload().digest()).unwrap(),
         t: 2,
         image_id: "sha256:abc".into(),
     };
     let mut job = job("traj-r", 0, 1, "registry", "{}");
     job.registry_snapshot = Some(v1::RegistrySnapshot {
-        trajectory_digest: snapshot.trajectory_digest.clone(),
+        trajectory_digest: snapshot.trajectory_digest.to_string(),
         t: 2,
         image_id: "sha256:abc".into(),
     });

@@ -19,7 +19,7 @@ use vcurve_method::schedule::{Controls, TrajectoryPlan};
 use vcurve_method::selection::{self, BackFill, RunEnd, RunId, SeedRun, Selection};
 use vcurve_method::{BaseRun, BaseRuns};
 use vcurve_record::jobs::{JobKey, JobReport, NonReplayable, RunOutcome};
-use vcurve_record::{DecoySpec, EndType, Trajectory, TrajectoryPayload, TrajectorySpec, TrajectoryState};
+use vcurve_record::{DecoySpec, Digest, EndType, Trajectory, TrajectoryPayload, TrajectorySpec, TrajectoryState};
 
 use super::handle::BaseRunSubject;
 use super::{SqlStore, StudyConfig, corrupt, insert_file, insert_job, read_file, set_job_payload};
@@ -95,9 +95,9 @@ impl SqlStore {
         for runs in &spec.tasks {
             let statement = statements.get(&runs.task.id).map(String::as_str);
             let bytes = TrajectoryPayload::of_task_with_statement(&runs.task, statement).canonical_bytes();
-            let digest = vcurve_record::trajectory::sha256_hex(&bytes);
+            let digest = Digest::of(&bytes);
             insert_file(tx, &digest, &bytes, now).await?;
-            digests.insert(runs.task.id.clone(), digest);
+            digests.insert(runs.task.id.clone(), digest.into_string());
         }
         let queue: Vec<(String, &str, u32)> = match &spec.restart_check {
             Some(check) => check.rows.iter().map(|r| (r.trajectory.clone(), r.task.as_str(), check.runs)).collect(),
@@ -325,7 +325,10 @@ impl SqlStore {
         let Some(digest) = &outcome.recorded else {
             return Ok(Err("the base run left no recorded run to replay".into()));
         };
-        let Some(bytes) = self.file_in(tx, digest).await? else {
+        let Ok(parsed) = Digest::parse(digest) else {
+            return Ok(Err(format!("the base run's recorded run {digest:?} is not a SHA-256 digest")));
+        };
+        let Some(bytes) = self.file_in(tx, &parsed).await? else {
             tracing::warn!(study, run = %id, digest, "the recorded run of a base run was not uploaded");
             return Ok(Err(format!("the base run's recorded run {digest} was not uploaded")));
         };
@@ -350,7 +353,7 @@ impl SqlStore {
         now: i64,
     ) -> Result<(), StoreError> {
         let bytes = payload.canonical_bytes();
-        let payload_digest = vcurve_record::trajectory::sha256_hex(&bytes);
+        let payload_digest = Digest::of(&bytes);
         insert_file(tx, &payload_digest, &bytes, now).await?;
         let ord: i64 = sqlx::query("SELECT COALESCE(MAX(ord) + 1, 0) AS n FROM trajectories WHERE study = $1")
             .bind(study)
@@ -366,7 +369,7 @@ impl SqlStore {
         .bind(ord)
         .bind(state.as_str())
         .bind(serde_json::to_string(plan).map_err(corrupt)?)
-        .bind(&payload_digest)
+        .bind(payload_digest.as_str())
         .bind(recorded)
         .bind(task)
         .execute(&mut **tx)
@@ -488,7 +491,7 @@ impl SqlStore {
         Ok(made)
     }
 
-    async fn file_in(&self, tx: &mut Transaction<'_, Any>, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn file_in(&self, tx: &mut Transaction<'_, Any>, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
         read_file(tx, digest).await
     }
 }

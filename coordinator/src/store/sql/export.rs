@@ -126,7 +126,7 @@ impl SqlStore {
             .bind(study)
             .fetch_optional(&mut **tx)
             .await?
-            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+            .ok_or_else(|| StoreError::UnknownStudy(study.into()))?;
         let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
         let selection = json_column::<vcurve_method::selection::Selection>(&row, "selection_json")?;
         let mut spec: StudySpec = serde_json::from_str(&row.try_get::<String, _>("spec_json")?).map_err(corrupt)?;

@@ -7,6 +7,8 @@
 
 use sqlx::{Any, AnyConnection, Row, Transaction};
 
+use vcurve_record::Digest;
+
 use super::SqlStore;
 use crate::store::StoreError;
 
@@ -78,12 +80,12 @@ const KEEP_UPLOAD_PIECES: &str = "INSERT INTO file_pieces (digest, seq, data) \
 /// Keep a file by digest inside a transaction; returns whether it was new.
 pub(super) async fn insert_file(
     tx: &mut Transaction<'_, Any>,
-    digest: &str,
+    digest: &Digest,
     content: &[u8],
     now: i64,
 ) -> Result<bool, StoreError> {
     let done = sqlx::query(INSERT_FILE)
-        .bind(digest)
+        .bind(digest.as_str())
         .bind(content.len() as i64)
         .bind(content)
         .bind(now)
@@ -92,7 +94,7 @@ pub(super) async fn insert_file(
     Ok(done.rows_affected() > 0)
 }
 
-pub(super) async fn put_file(store: &SqlStore, digest: &str, content: &[u8], now: i64) -> Result<bool, StoreError> {
+pub(super) async fn put_file(store: &SqlStore, digest: &Digest, content: &[u8], now: i64) -> Result<bool, StoreError> {
     let mut tx = store.pool.begin().await?;
     let new = insert_file(&mut tx, digest, content, now).await?;
     tx.commit().await?;
@@ -100,11 +102,11 @@ pub(super) async fn put_file(store: &SqlStore, digest: &str, content: &[u8], now
 }
 
 /// The digests a launch could not read: neither kept nor uploaded whole.
-pub(super) async fn missing_files(store: &SqlStore, digests: &[String]) -> Result<Vec<String>, StoreError> {
+pub(super) async fn missing_files(store: &SqlStore, digests: &[Digest]) -> Result<Vec<Digest>, StoreError> {
     let mut missing = Vec::new();
     for digest in digests {
-        let found = sqlx::query(HAS_FILE).bind(digest).fetch_optional(&store.pool).await?.is_some()
-            || sqlx::query(COMPLETE_UPLOAD_OF).bind(digest).fetch_optional(&store.pool).await?.is_some();
+        let found = sqlx::query(HAS_FILE).bind(digest.as_str()).fetch_optional(&store.pool).await?.is_some()
+            || sqlx::query(COMPLETE_UPLOAD_OF).bind(digest.as_str()).fetch_optional(&store.pool).await?.is_some();
         if !found {
             missing.push(digest.clone());
         }
@@ -113,14 +115,14 @@ pub(super) async fn missing_files(store: &SqlStore, digests: &[String]) -> Resul
 }
 
 /// The file `digest`, whole, read on `conn` (a transaction's, or the pool's).
-pub(super) async fn read_file(conn: &mut AnyConnection, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
-    let Some(row) = sqlx::query(FILE_CONTENT).bind(digest).fetch_optional(&mut *conn).await? else {
+pub(super) async fn read_file(conn: &mut AnyConnection, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
+    let Some(row) = sqlx::query(FILE_CONTENT).bind(digest.as_str()).fetch_optional(&mut *conn).await? else {
         return Ok(None);
     };
     if row.try_get::<i64, _>("pieces")? == 0 {
         return Ok(Some(row.try_get("content")?));
     }
-    let pieces = sqlx::query(ALL_FILE_PIECES).bind(digest).fetch_all(&mut *conn).await?;
+    let pieces = sqlx::query(ALL_FILE_PIECES).bind(digest.as_str()).fetch_all(&mut *conn).await?;
     joined(&pieces).map(Some)
 }
 
@@ -133,31 +135,31 @@ fn joined(rows: &[sqlx::any::AnyRow]) -> Result<Vec<u8>, StoreError> {
     Ok(out)
 }
 
-pub(super) async fn file(store: &SqlStore, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+pub(super) async fn file(store: &SqlStore, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
     let mut conn = store.pool.acquire().await?;
     read_file(&mut conn, digest).await
 }
 
 /// How the file `digest` is kept: `None` if it is not, 0 whole, `n` in `n` pieces.
-pub(super) async fn file_pieces(store: &SqlStore, digest: &str) -> Result<Option<u32>, StoreError> {
-    let row = sqlx::query(FILE_PIECES).bind(digest).fetch_optional(&store.pool).await?;
+pub(super) async fn file_pieces(store: &SqlStore, digest: &Digest) -> Result<Option<u32>, StoreError> {
+    let row = sqlx::query(FILE_PIECES).bind(digest.as_str()).fetch_optional(&store.pool).await?;
     row.map(|r| super::get_u32(&r, "pieces")).transpose()
 }
 
 /// Piece `seq` of the file `digest` kept in pieces.
-pub(super) async fn file_piece(store: &SqlStore, digest: &str, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
-    let row = sqlx::query(FILE_PIECE).bind(digest).bind(i64::from(seq)).fetch_optional(&store.pool).await?;
+pub(super) async fn file_piece(store: &SqlStore, digest: &Digest, seq: u32) -> Result<Option<Vec<u8>>, StoreError> {
+    let row = sqlx::query(FILE_PIECE).bind(digest.as_str()).bind(i64::from(seq)).fetch_optional(&store.pool).await?;
     row.map(|r| r.try_get::<Vec<u8>, _>("data").map_err(StoreError::from)).transpose()
 }
 
 /// Begin a client's upload of the file `digest` of `size` bytes, dropping expired uploads; its id.
-pub(super) async fn begin_upload(store: &SqlStore, digest: &str, size: u64, now: i64) -> Result<String, StoreError> {
+pub(super) async fn begin_upload(store: &SqlStore, digest: &Digest, size: u64, now: i64) -> Result<String, StoreError> {
     let id = uuid::Uuid::new_v4().to_string();
     let mut tx = store.pool.begin().await?;
     sqlx::query(DROP_EXPIRED_UPLOAD_PIECES).bind(now - UPLOAD_TTL_MS).execute(&mut *tx).await?;
     sqlx::query(DROP_EXPIRED_UPLOADS).bind(now - UPLOAD_TTL_MS).execute(&mut *tx).await?;
     let size = i64::try_from(size).map_err(|_| StoreError::Invalid(format!("an upload of {size} bytes")))?;
-    sqlx::query(BEGIN_UPLOAD).bind(&id).bind(digest).bind(size).bind(now).execute(&mut *tx).await?;
+    sqlx::query(BEGIN_UPLOAD).bind(&id).bind(digest.as_str()).bind(size).bind(now).execute(&mut *tx).await?;
     tx.commit().await?;
     Ok(id)
 }
@@ -217,9 +219,9 @@ async fn drop_upload(tx: &mut Transaction<'_, Any>, upload: &str) -> Result<(), 
 }
 
 /// What a launch reads for a digest its spec names: a complete upload, or a kept file; whole.
-pub(super) async fn launch_file(store: &SqlStore, digest: &str) -> Result<Option<Vec<u8>>, StoreError> {
+pub(super) async fn launch_file(store: &SqlStore, digest: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
     let mut conn = store.pool.acquire().await?;
-    if let Some(row) = sqlx::query(COMPLETE_UPLOAD_OF).bind(digest).fetch_optional(&mut *conn).await? {
+    if let Some(row) = sqlx::query(COMPLETE_UPLOAD_OF).bind(digest.as_str()).fetch_optional(&mut *conn).await? {
         let id: String = row.try_get("id")?;
         let pieces = sqlx::query(UPLOAD_PIECES).bind(&id).fetch_all(&mut *conn).await?;
         return joined(&pieces).map(Some);
@@ -229,21 +231,22 @@ pub(super) async fn launch_file(store: &SqlStore, digest: &str) -> Result<Option
 
 /// Keep the complete upload of `digest` as a file in its pieces (unless a file of that digest is
 /// kept already), inside a transaction, without reading it; an error if there is neither.
-pub(super) async fn keep_upload(tx: &mut Transaction<'_, Any>, digest: &str, now: i64) -> Result<(), StoreError> {
-    let kept = sqlx::query(KEEP_UPLOAD).bind(digest).bind(now).bind(Vec::<u8>::new()).execute(&mut **tx).await?;
+pub(super) async fn keep_upload(tx: &mut Transaction<'_, Any>, digest: &Digest, now: i64) -> Result<(), StoreError> {
+    let kept =
+        sqlx::query(KEEP_UPLOAD).bind(digest.as_str()).bind(now).bind(Vec::<u8>::new()).execute(&mut **tx).await?;
     if kept.rows_affected() > 0 {
-        sqlx::query(KEEP_UPLOAD_PIECES).bind(digest).execute(&mut **tx).await?;
+        sqlx::query(KEEP_UPLOAD_PIECES).bind(digest.as_str()).execute(&mut **tx).await?;
     }
-    if sqlx::query(HAS_FILE).bind(digest).fetch_optional(&mut **tx).await?.is_none() {
-        return Err(StoreError::NotUploaded(digest.to_string()));
+    if sqlx::query(HAS_FILE).bind(digest.as_str()).fetch_optional(&mut **tx).await?.is_none() {
+        return Err(StoreError::NotUploaded(digest.clone()));
     }
     Ok(())
 }
 
 /// Drop the complete uploads of `digests` (those a launch read), inside a transaction.
-pub(super) async fn drop_uploads(tx: &mut Transaction<'_, Any>, digests: &[String]) -> Result<(), StoreError> {
+pub(super) async fn drop_uploads(tx: &mut Transaction<'_, Any>, digests: &[Digest]) -> Result<(), StoreError> {
     for digest in digests {
-        if let Some(row) = sqlx::query(COMPLETE_UPLOAD_OF).bind(digest).fetch_optional(&mut **tx).await? {
+        if let Some(row) = sqlx::query(COMPLETE_UPLOAD_OF).bind(digest.as_str()).fetch_optional(&mut **tx).await? {
             drop_upload(tx, &row.try_get::<String, _>("id")?).await?;
         }
     }
@@ -251,7 +254,7 @@ pub(super) async fn drop_uploads(tx: &mut Transaction<'_, Any>, digests: &[Strin
 }
 
 /// Drop the complete uploads of `digests` (those a refused launch read).
-pub(super) async fn discard_uploads(store: &SqlStore, digests: &[String]) -> Result<(), StoreError> {
+pub(super) async fn discard_uploads(store: &SqlStore, digests: &[Digest]) -> Result<(), StoreError> {
     let mut tx = store.pool.begin().await?;
     drop_uploads(&mut tx, digests).await?;
     tx.commit().await?;

@@ -188,7 +188,7 @@ impl SqlStore {
             .bind(study)
             .fetch_optional(&mut **tx)
             .await?
-            .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+            .ok_or_else(|| StoreError::UnknownStudy(study.into()))?;
         let json: String = row.try_get("config_json")?;
         let config: Arc<StudyConfig> = Arc::new(serde_json::from_str(&json).map_err(corrupt)?);
         self.configs.lock().expect("config cache poisoned").insert(study.to_string(), config.clone());

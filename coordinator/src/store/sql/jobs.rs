@@ -50,7 +50,7 @@ pub(super) async fn enqueue(store: &SqlStore, keys: &[JobKey], now: i64) -> Resu
             .bind(key.study())
             .fetch_optional(&mut *tx)
             .await?
-            .ok_or_else(|| StoreError::UnknownStudy(key.study().to_string()))?;
+            .ok_or_else(|| StoreError::UnknownStudy(key.study().into()))?;
         if row.try_get::<String, _>("state")? != "running" {
             return Err(StoreError::Invalid(format!("study {} is not running", key.study())));
         }

@@ -4,9 +4,9 @@
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
 
-use super::{Backend, SqlStore, corrupt, dispatch, get_u32, job_key_of, keyed, series_of};
+use super::{Backend, SqlStore, corrupt, digest_column, dispatch, get_u32, job_key_of, keyed, series_of};
 use crate::model::{
-    ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobKind, LeasedJob, Locality, RegistrySnapshot,
+    ContinuationKey, Digest, HeartbeatVerdict, HeldJob, JobKey, JobKind, LeasedJob, Locality, RegistrySnapshot,
 };
 use crate::store::{LeasePolicy, StoreError};
 
@@ -33,7 +33,7 @@ const RELEASE: &str = "UPDATE {table} SET state = 'pending', worker = NULL, leas
 
 impl SqlStore {
     /// `IN ($first, …)` over the runner kinds a worker offers.
-    pub(super) fn kinds_in(kinds: &[String], first: usize) -> String {
+    pub(super) fn kinds_in<T>(kinds: &[T], first: usize) -> String {
         let placeholders: Vec<String> = (0..kinds.len()).map(|i| format!("${}", i + first)).collect();
         format!("IN ({})", placeholders.join(", "))
     }
@@ -87,7 +87,7 @@ impl SqlStore {
                 budget,
                 runner: config.runner.clone(),
                 study_seed: config.seed,
-                trajectory_digest: row.try_get("payload_digest")?,
+                trajectory_digest: digest_column(&row, "payload_digest")?,
                 anchors,
                 registry_snapshot: None,
                 attempt,
@@ -129,8 +129,10 @@ impl SqlStore {
         };
         let sql = dispatch::claim(&Self::kinds_in(kinds, 2), &locality_order, self.backend == Backend::Postgres);
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
-        for k in kinds.iter().chain(near).chain(&locality.registry) {
-            q = q.bind(k.as_str());
+        for k in
+            kinds.iter().map(String::as_str).chain(near.iter().map(Digest::as_str)).chain(locality.registry.as_deref())
+        {
+            q = q.bind(k);
         }
         let rows = q.fetch_all(&mut **tx).await?;
         let mut jobs = Vec::with_capacity(rows.len());
@@ -145,7 +147,7 @@ impl SqlStore {
             let attempt = get_u32(&row, "attempt")? + 1;
             let config = self.config(tx, &key.study).await?;
             let budget = key.series.budget(config.budget, key.t);
-            let trajectory_digest: Option<String> = row.try_get("payload_digest")?;
+            let trajectory_digest = digest_column(&row, "payload_digest")?;
             let registry_snapshot = match (&locality.registry, &trajectory_digest) {
                 (Some(registry), Some(digest)) => Self::registry_snapshot(tx, registry, digest, key.t).await?,
                 _ => None,
@@ -171,18 +173,18 @@ impl SqlStore {
     pub(super) async fn registry_snapshot(
         tx: &mut Transaction<'_, Any>,
         registry: &str,
-        digest: &str,
+        digest: &Digest,
         t: u32,
     ) -> Result<Option<RegistrySnapshot>, StoreError> {
         let row = sqlx::query(NEAREST_SNAPSHOT)
             .bind(registry)
-            .bind(digest)
+            .bind(digest.as_str())
             .bind(i64::from(t))
             .fetch_optional(&mut **tx)
             .await?;
         row.map(|row| {
             Ok(RegistrySnapshot {
-                trajectory_digest: digest.to_owned(),
+                trajectory_digest: digest.clone(),
                 t: get_u32(&row, "t")?,
                 image_id: row.try_get("image_id")?,
             })

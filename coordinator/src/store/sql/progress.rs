@@ -40,7 +40,7 @@ pub(super) async fn progress(
         .bind(study)
         .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        .ok_or_else(|| StoreError::UnknownStudy(study.into()))?;
     let name: String = row.try_get("name")?;
     let state = StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
     let runner_kind: String = row.try_get("runner_kind")?;
@@ -98,7 +98,7 @@ pub(super) async fn progress(
         _ => Some(0.0),
     };
     Ok(Progress {
-        study: study.to_string(),
+        study: study.into(),
         name,
         state,
         done,

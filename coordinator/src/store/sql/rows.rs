@@ -4,7 +4,7 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Row};
 use vcurve_method::schedule::{Outcome, Series, Stage};
 
-use crate::model::{ContinuationKey, JobKey};
+use crate::model::{ContinuationKey, Digest, JobKey};
 use crate::store::StoreError;
 
 pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
@@ -90,6 +90,13 @@ pub(super) fn series_of(s: &str) -> Result<Series, StoreError> {
 
 pub(super) fn stage_of(s: &str) -> Result<Stage, StoreError> {
     Stage::parse(s).ok_or_else(|| corrupt(format!("unknown stage {s:?}")))
+}
+
+/// A nullable column of digests.
+pub(super) fn digest_column(row: &AnyRow, column: &str) -> Result<Option<Digest>, StoreError> {
+    row.try_get::<Option<String>, _>(column)?
+        .map(|d| Digest::try_from(d).map_err(|e| corrupt(format!("{column}: {e}"))))
+        .transpose()
 }
 
 /// A nullable JSON column.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
-use vcurve_record::TrajectoryPayload;
+use vcurve_record::{Digest, StudyId, TrajectoryPayload};
 
 use super::{SqlStore, StudyConfig, base_runs, corrupt, drop_uploads, insert_file, keep_upload};
 use crate::model::{StudyState, TrajectoryState};
@@ -79,7 +79,7 @@ pub(super) async fn create_study(
     payloads: &[TrajectoryPayload],
     inputs: &LaunchInputs,
     now: i64,
-) -> Result<String, StoreError> {
+) -> Result<StudyId, StoreError> {
     if payloads.len() != spec.trajectories.len() {
         return Err(StoreError::Invalid(format!(
             "{} payloads for {} trajectories",
@@ -108,13 +108,13 @@ pub(super) async fn create_study(
     // uploaded under, so a statement an earlier launch stored is neither uploaded nor stored again.
     let mut problem_statements = BTreeMap::new();
     for (task, text) in statements {
-        let digest = vcurve_record::trajectory::sha256_hex(text.as_bytes());
+        let digest = Digest::of(text.as_bytes());
         insert_file(&mut tx, &digest, text.as_bytes(), now).await?;
-        problem_statements.insert(task.clone(), digest);
+        problem_statements.insert(task.clone(), digest.into_string());
     }
     for (task, digest) in &inputs.uploaded_statements {
         keep_upload(&mut tx, digest, now).await?;
-        problem_statements.insert(task.clone(), digest.clone());
+        problem_statements.insert(task.clone(), digest.to_string());
     }
     // A restart check runs the checked study's tasks, whose statements are stored already.
     if let Some(check) = &spec.restart_check {
@@ -163,12 +163,13 @@ pub(super) async fn create_study(
         let doomed = doomed[ord];
         let state = if doomed { TrajectoryState::Doomed } else { TrajectoryState::Waiting };
         let bytes = payload.canonical_bytes();
-        let digest = vcurve_record::trajectory::sha256_hex(&bytes);
+        let digest = Digest::of(&bytes);
         insert_file(&mut tx, &digest, &bytes, now).await?;
         // The recorded run under its own digest too (the spec's `recorded`), for what reads
         // it without its payload: a restart check takes the run's task from it.
         if let Some(run) = &payload.recorded {
-            insert_file(&mut tx, &run.digest(), &run.canonical_bytes(), now).await?;
+            let bytes = run.canonical_bytes();
+            insert_file(&mut tx, &Digest::of(&bytes), &bytes, now).await?;
         }
         sqlx::query(INSERT_TRAJECTORY)
             .bind(&id)
@@ -176,7 +177,7 @@ pub(super) async fn create_study(
             .bind(ord as i64)
             .bind(state.as_str())
             .bind(serde_json::to_string(&plan).map_err(corrupt)?)
-            .bind(&digest)
+            .bind(digest.as_str())
             .bind(trajectory.recorded.as_deref())
             .bind(&trajectory.task)
             .execute(&mut *tx)
@@ -188,28 +189,28 @@ pub(super) async fn create_study(
         sqlx::query(END_STUDY).bind(now).bind(&id).execute(&mut *tx).await?;
     }
     tx.commit().await?;
-    Ok(id)
+    Ok(StudyId::new(id))
 }
 
-pub(super) async fn list_studies(store: &SqlStore) -> Result<Vec<(String, String, StudyState)>, StoreError> {
+pub(super) async fn list_studies(store: &SqlStore) -> Result<Vec<(StudyId, String, StudyState)>, StoreError> {
     sqlx::query(LIST_STUDIES)
         .fetch_all(&store.pool)
         .await?
         .iter()
         .map(|r| {
             let state = StudyState::parse(&r.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))?;
-            Ok((r.try_get("id")?, r.try_get("name")?, state))
+            Ok((StudyId::new(r.try_get::<String, _>("id")?), r.try_get("name")?, state))
         })
         .collect()
 }
 
-pub(super) async fn restart_checks_of(store: &SqlStore, study: &str) -> Result<Vec<String>, StoreError> {
+pub(super) async fn restart_checks_of(store: &SqlStore, study: &str) -> Result<Vec<StudyId>, StoreError> {
     let rows = sqlx::query(DONE_RESTART_CHECKS).fetch_all(&store.pool).await?;
     let mut checks = Vec::new();
     for r in &rows {
         let spec: StudySpec = serde_json::from_str(&r.try_get::<String, _>("spec_json")?).map_err(corrupt)?;
         if spec.restart_check.is_some_and(|c| c.of == study) {
-            checks.push(r.try_get("id")?);
+            checks.push(StudyId::new(r.try_get::<String, _>("id")?));
         }
     }
     Ok(checks)
@@ -222,7 +223,7 @@ pub(super) async fn cancel(store: &SqlStore, study: &str, now: i64) -> Result<St
         .bind(study)
         .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| StoreError::UnknownStudy(study.to_string()))?;
+        .ok_or_else(|| StoreError::UnknownStudy(study.into()))?;
     tx.commit().await?;
     StudyState::parse(&row.try_get::<String, _>("state")?).ok_or_else(|| corrupt("study state"))
 }

@@ -48,12 +48,12 @@ impl SqlStore {
         &self,
         study: &str,
         task: &str,
-        patch_sha256: &str,
+        patch_sha256: &vcurve_record::Digest,
     ) -> Result<Option<bool>, StoreError> {
         let row = sqlx::query("SELECT resolved FROM verdicts WHERE study = $1 AND task = $2 AND patch_sha256 = $3")
             .bind(study)
             .bind(task)
-            .bind(patch_sha256)
+            .bind(patch_sha256.as_str())
             .fetch_optional(&self.pool)
             .await?;
         row.map(|r| Ok(r.try_get::<i64, _>("resolved")? != 0)).transpose()

@@ -18,13 +18,16 @@ impl SnapshotCache {
     pub(super) fn push_in_background(&self, digest: &str, t: u32) {
         let Some(registry) = self.inner.registry.clone() else { return };
         let Some(pin) = self.pin(digest, t) else { return };
-        let (Ok(reference), Ok(remote)) =
-            (self.local_reference(digest, t), SnapshotCache::remote(&registry, digest, t))
-        else {
+        // A payload's digest names the snapshot in the coordinator's registry: one that is not a
+        // digest (never, for a payload the coordinator handed out) is kept on this host only.
+        let (Ok(reference), Ok(remote), Ok(digest)) = (
+            self.local_reference(digest, t),
+            SnapshotCache::remote(&registry, digest, t),
+            vcurve_record::Digest::parse(digest),
+        ) else {
             return;
         };
         let inner = self.inner.clone();
-        let digest = digest.to_owned();
         self.inner.pushes.spawn(async move {
             let _pin = pin;
             let Ok(_turn) = inner.pushing.clone().acquire_owned().await else { return };

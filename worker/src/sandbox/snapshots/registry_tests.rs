@@ -57,8 +57,8 @@ async fn every_committed_snapshot_is_pushed_and_queued_for_the_coordinator() {
     assert_eq!(
         pushed,
         vec![
-            RegistrySnapshot { trajectory_digest: d.clone(), t: 2, image_id: rt.image(&snap(&t, 2)).unwrap().id },
-            RegistrySnapshot { trajectory_digest: d.clone(), t: 4, image_id: rt.image(&snap(&t, 4)).unwrap().id },
+            RegistrySnapshot { trajectory_digest: vcurve_record::Digest::parse(&d).unwrap(), t: 2, image_id: rt.image(&snap(&t, 2)).unwrap().id },
+            RegistrySnapshot { trajectory_digest: vcurve_record::Digest::parse(&d).unwrap(), t: 4, image_id: rt.image(&snap(&t, 4)).unwrap().id },
         ]
     );
     assert!(cache.take_pushed().is_empty(), "taken once");
@@ -113,7 +113,7 @@ async fn a_held_snapshot_as_near_is_used_without_a_pull() {
     assert_eq!(b.count(Op::Pull), 0);
     // A hint of another trajectory, or past t, is not pulled either.
     let mut other = pushed[1].clone();
-    other.trajectory_digest = "ab".repeat(32);
+    other.trajectory_digest = vcurve_record::Digest::parse(&"ab".repeat(32)).unwrap();
     prepare(&cache_b, &t, 3, Some(&other)).await.container.remove().await.unwrap();
     prepare(&cache_b, &t, 3, Some(&pushed[1])).await.container.remove().await.unwrap();
     assert_eq!(b.count(Op::Pull), 0);
