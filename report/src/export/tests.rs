@@ -184,6 +184,7 @@ fn an_agent_study_exports_its_evaluation() {
             "analyses.json",
             "curves.csv",
             "evaluation.csv",
+            "notes.csv",
             "replay.csv",
             "replay.json",
             "results.json",
@@ -436,4 +437,43 @@ fn retired_jobs_of_every_kind_are_exported_and_reported_with_their_reasons() {
         csv.contains("\nbase_run,3,PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file,3\n"),
         "{csv}"
     );
+}
+
+#[test]
+fn the_export_has_one_note_per_trajectory_with_a_curve_or_none_in_notes_csv() {
+    // Measured, dropped by replay, pending (no note: not measured), and a doomed one.
+    let (doomed_spec, mut doomed) = trajectory("doomed", Replay::NotRecorded, 0);
+    doomed.state = TrajectoryState::Doomed;
+    doomed.outcomes.clear();
+    let s = study(
+        AGENT,
+        vec![
+            trajectory("a", Replay::Reproduced, 0),
+            trajectory("b", Replay::Dropped, 0),
+            trajectory("c", Replay::Pending, 0),
+            (doomed_spec, doomed),
+        ],
+        stats(),
+    );
+    let files = files(&s).unwrap();
+    let csv = String::from_utf8(files["notes.csv"].clone()).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(crate::notes::NOTES_CSV_HEADER));
+    assert!(csv.starts_with("trajectory,note,"), "{csv}");
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 3, "{csv}");
+    assert!(rows[0].starts_with("a,a (flat; T = 10): "), "{csv}");
+    assert!(
+        rows[1]
+            .starts_with("b,b (non-replayable; T = 10): no curve: replay could not reproduce the run.,non-replayable,"),
+        "{csv}"
+    );
+    assert!(rows[2].starts_with("doomed,doomed (doomed; T = 10): no curve"), "{csv}");
+    assert_eq!(
+        files["notes.csv"],
+        crate::notes::notes_csv(&crate::notes::of_results(&results(&s).unwrap()).unwrap()).into_bytes()
+    );
+    // The analyses count the genuine recoveries among the measured curves: none here.
+    let analyses: Value = serde_json::from_slice(&files["analyses.json"]).unwrap();
+    assert_eq!(analyses["recoveries"], json!({"curves": 1, "genuine": 0, "trajectories": []}));
 }
