@@ -248,8 +248,12 @@ fn an_agent_study_shows_its_evaluation_and_the_checks_it_feeds() {
         tr.recorded = Some(format!("digest-{}", tr.trajectory));
         tr.state = state;
     }
-    results.trajectories[0].replay =
-        Some(Replayed { anchors: vec![0], levels: vec![CompareLevel::Exact; 20], fingerprints: None });
+    results.trajectories[0].replay = Some(Replayed {
+        anchors: vec![0],
+        levels: vec![CompareLevel::Exact; 20],
+        fingerprints: None,
+        ..Default::default()
+    });
 
     let a = analyses(&results).unwrap();
     let tables = super::tables(&results, &a);
