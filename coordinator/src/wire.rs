@@ -3,6 +3,7 @@
 //! a report's enums) are [`vcurve_proto::convert`], checked and turned into statuses here.
 
 use tonic::Status;
+use vcurve_method::analyses::Observation;
 pub use vcurve_proto::convert::key_to_wire;
 use vcurve_proto::convert::{self, KeyError, mismatch_from_wire};
 use vcurve_proto::v1;
@@ -103,6 +104,39 @@ fn excerpt(s: String) -> String {
     format!("{}…", &s[..end])
 }
 
+/// A replay's first edit and first symptom, checked against the trajectory's `length` (its
+/// levels, one a step): each a step `1..=T` or never; the symptom measured exactly when the edit
+/// is, and a step only after a first edit, strictly later.
+fn replay_observations(
+    first_edit: Option<u32>,
+    first_symptom: Option<u32>,
+    length: u32,
+) -> Result<(Observation, Observation), Status> {
+    use convert::observation_from_wire as from;
+    let (edit, symptom) = (from(first_edit), from(first_symptom));
+    let bad = |what: String| Err(Status::invalid_argument(format!("a replay report's {what}")));
+    for (name, o) in [("first_edit", edit), ("first_symptom", symptom)] {
+        if let Observation::At(t) = o
+            && t > length
+        {
+            return bad(format!("{name} = {t} is beyond the {length} steps it replayed"));
+        }
+    }
+    match (edit, symptom) {
+        (Observation::NotMeasured, Observation::NotMeasured) => Ok((edit, symptom)),
+        (Observation::NotMeasured, _) | (_, Observation::NotMeasured) => {
+            bad("first_edit and first_symptom must be measured together".to_owned())
+        }
+        (Observation::Never, Observation::At(s)) => {
+            bad(format!("first_symptom = {s} comes after no first edit (first_edit = 0, never)"))
+        }
+        (Observation::At(e), Observation::At(s)) if s <= e => {
+            bad(format!("first_symptom = {s} is not after first_edit = {e}"))
+        }
+        _ => Ok((edit, symptom)),
+    }
+}
+
 pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<JobReport, Status> {
     use v1::report_request::Result as R;
     match result {
@@ -129,17 +163,25 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
             mismatch: mismatch_from_wire(n.mismatch),
             command: (!n.command.is_empty()).then(|| clip_command(&n.command)),
         })),
-        Some(R::Replayed(r)) => Ok(JobReport::Replayed(Replayed {
-            anchors: r.anchors,
-            levels: r.levels.into_iter().map(level_from_wire).collect::<Result<_, _>>()?,
-            fingerprints: match r.fingerprints_digest.as_str() {
-                "" => None,
-                d if vcurve_record::trajectory::is_digest(d) => Some(d.to_string()),
-                d => {
-                    return Err(Status::invalid_argument(format!("fingerprints_digest {d:?} is not a SHA-256 digest")));
-                }
-            },
-        })),
+        Some(R::Replayed(r)) => {
+            let length = r.levels.len() as u32;
+            let (first_edit, first_symptom) = replay_observations(r.first_edit, r.first_symptom, length)?;
+            Ok(JobReport::Replayed(Replayed {
+                anchors: r.anchors,
+                levels: r.levels.into_iter().map(level_from_wire).collect::<Result<_, _>>()?,
+                fingerprints: match r.fingerprints_digest.as_str() {
+                    "" => None,
+                    d if vcurve_record::trajectory::is_digest(d) => Some(d.to_string()),
+                    d => {
+                        return Err(Status::invalid_argument(format!(
+                            "fingerprints_digest {d:?} is not a SHA-256 digest"
+                        )));
+                    }
+                },
+                first_edit,
+                first_symptom,
+            }))
+        }
         Some(R::Evaluated(e)) => Ok(JobReport::Evaluated { resolved: e.resolved }),
         None => Err(Status::invalid_argument("a report needs a result")),
     }
@@ -268,5 +310,40 @@ mod tests {
         let refused = digest_from_wire("patch_sha256", "abc").unwrap_err();
         assert_eq!(refused.code(), tonic::Code::InvalidArgument);
         assert_eq!(refused.message(), "patch_sha256: \"abc\" is not a SHA-256 digest (64 lowercase hex)");
+    }
+
+    fn wire_replayed(first_edit: Option<u32>, first_symptom: Option<u32>) -> Option<v1::report_request::Result> {
+        Some(v1::report_request::Result::Replayed(v1::Replayed {
+            anchors: vec![0, 5],
+            levels: vec![v1::CompareLevel::Exact.into(); 10],
+            fingerprints_digest: String::new(),
+            first_edit,
+            first_symptom,
+        }))
+    }
+
+    #[test]
+    fn a_replay_report_carries_its_first_edit_and_first_symptom_checked_against_its_steps() {
+        let observed = |e, s| match report_from_wire(wire_replayed(e, s)) {
+            Ok(JobReport::Replayed(r)) => Ok((r.first_edit, r.first_symptom)),
+            Ok(other) => panic!("{other:?}"),
+            Err(status) => Err(status.message().to_owned()),
+        };
+        // A worker that does not measure them: not measured, as before.
+        assert_eq!(observed(None, None), Ok((Observation::NotMeasured, Observation::NotMeasured)));
+        assert_eq!(observed(Some(3), Some(7)), Ok((Observation::At(3), Observation::At(7))));
+        assert_eq!(observed(Some(3), Some(0)), Ok((Observation::At(3), Observation::Never)));
+        assert_eq!(observed(Some(0), Some(0)), Ok((Observation::Never, Observation::Never)));
+        assert_eq!(observed(Some(10), Some(0)), Ok((Observation::At(10), Observation::Never)));
+        for (e, s, message) in [
+            (Some(11), Some(0), "a replay report's first_edit = 11 is beyond the 10 steps it replayed"),
+            (Some(3), Some(11), "a replay report's first_symptom = 11 is beyond the 10 steps it replayed"),
+            (Some(3), None, "a replay report's first_edit and first_symptom must be measured together"),
+            (None, Some(4), "a replay report's first_edit and first_symptom must be measured together"),
+            (Some(0), Some(4), "a replay report's first_symptom = 4 comes after no first edit (first_edit = 0, never)"),
+            (Some(5), Some(5), "a replay report's first_symptom = 5 is not after first_edit = 5"),
+        ] {
+            assert_eq!(observed(e, s), Err(message.to_owned()), "{e:?} {s:?}");
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! refuses a malformed key from a worker with its own status text, the worker reports it as a
 //! no-outcome — on top of these.
 
+use vcurve_method::analyses::Observation;
 use vcurve_method::schedule::Series;
 use vcurve_record::jobs::{
     CompareLevel, ContinuationKey, HeldJob, JobKey, JobKind, Judged, MismatchKind, RetiredJobs, RetiredReason,
@@ -334,5 +335,25 @@ mod tests {
         }
         assert_eq!(mismatch_from_wire(mismatch_to_wire(None)), None);
         assert_eq!((end_type_from_wire(0), judged_from_wire(0), level_from_wire(0)), (None, None, None));
+    }
+}
+
+/// A replay's first edit or first symptom on the wire: absent when not measured, 0 for never,
+/// else the (1-based) step.
+pub fn observation_to_wire(observation: Observation) -> Option<u32> {
+    match observation {
+        Observation::NotMeasured => None,
+        Observation::Never => Some(0),
+        Observation::At(t) => Some(t),
+    }
+}
+
+/// The observation [`observation_to_wire`] wrote. The coordinator checks the steps against the
+/// trajectory.
+pub fn observation_from_wire(value: Option<u32>) -> Observation {
+    match value {
+        None => Observation::NotMeasured,
+        Some(0) => Observation::Never,
+        Some(t) => Observation::At(t),
     }
 }

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use vcurve_method::analyses::Observation;
 use vcurve_method::schedule::Series;
 
 use crate::trajectory::EndType;
@@ -396,7 +397,7 @@ impl RetiredJobs {
 }
 
 /// A replay that reproduced every step.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replayed {
     /// The anchors committed.
     pub anchors: Vec<u32>,
@@ -406,6 +407,20 @@ pub struct Replayed {
     /// object from step to [`Fingerprint`](crate::Fingerprint)), kept as a file by the coordinator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprints: Option<String>,
+    /// The first edit the replay measured (docs/method.md §3): the first step after which `git
+    /// diff` of the repository's tracked files is not empty, or never; not measured (absent) in a
+    /// report of a worker that does not measure it.
+    #[serde(default, skip_serializing_if = "not_measured")]
+    pub first_edit: Observation,
+    /// The first step after the first edit whose replayed observation carries a failure signal
+    /// ([`crate::import::failure_signal`]), or never (also on a run that never edits); not
+    /// measured (absent) with the first edit.
+    #[serde(default, skip_serializing_if = "not_measured")]
+    pub first_symptom: Observation,
+}
+
+fn not_measured(o: &Observation) -> bool {
+    !o.is_measured()
 }
 
 /// What a worker reports for a job.

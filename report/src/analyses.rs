@@ -49,6 +49,33 @@ pub struct StudyAnalyses {
     /// Continuations by schedule stage (Table 13); not measured when no trajectory's stage counts
     /// are known (the study's schedule cannot be rebuilt).
     pub stages: Measured<StageTable>,
+    /// Rises of the raw estimates that the per-curve notes call genuine recoveries (the paper
+    /// found 2 of its 47 curves); absent in an `analyses.json` written before the notes.
+    #[serde(default)]
+    pub recoveries: Recoveries,
+}
+
+/// The genuine recoveries of a study's curves ([`crate::notes::Rise`]): curves whose raw estimates
+/// rise between two sampled points whose Wilson 95% intervals do not overlap, which the monotone
+/// fit flattens.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recoveries {
+    /// The measured curves the count is out of.
+    pub curves: u32,
+    /// How many of them recover genuinely.
+    pub genuine: u32,
+    /// Those trajectories, in the study's order.
+    pub trajectories: Vec<String>,
+}
+
+impl Recoveries {
+    /// The count over `notes` (a note without a curve counts in neither).
+    pub fn of(notes: &[crate::notes::Note]) -> Recoveries {
+        let curves: Vec<_> = notes.iter().filter(|n| n.shape.is_some()).collect();
+        let trajectories: Vec<String> =
+            curves.iter().filter(|n| n.rise.is_some_and(|r| r.genuine)).map(|n| n.trajectory.clone()).collect();
+        Recoveries { curves: curves.len() as u32, genuine: trajectories.len() as u32, trajectories }
+    }
 }
 
 /// A report of a control, or not measured when the control has no rows.
@@ -260,5 +287,6 @@ pub fn analyses(results: &Results) -> Result<StudyAnalyses, AnalysesError> {
         retest: measured_if(!retest.rows.is_empty(), retest),
         budget_control: measured_if(!budget_control.rows.is_empty(), budget_control),
         stages,
+        recoveries: Recoveries::of(&crate::notes::of_results(results)?),
     })
 }

@@ -1,5 +1,5 @@
-//! A study's results as files: `curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`
-//! and `analyses.json`; where the study has them, also
+//! A study's results as files: `curves.csv`, `trajectories.csv`, `evaluation.csv`, `results.json`,
+//! `analyses.json` and `notes.csv` (the per-curve notes, [`crate::notes::notes_csv`]); where the study has them, also
 //!
 //! - `replay.csv` and `replay.json` ([`crate::replay_table`]): replay as Appendix L reports it
 //!   (Tables 14–15), when replay applies to a trajectory (one with a recorded run, or a selection):
@@ -139,6 +139,8 @@ fn files_of(results: &Results) -> Result<BTreeMap<String, Vec<u8>>, crate::analy
     let mut json = serde_json::to_vec_pretty(&analyses).expect("analyses serialize");
     json.push(b'\n');
     files.insert("analyses.json".to_string(), json);
+    let notes = crate::notes::of_results(results)?;
+    files.insert("notes.csv".to_string(), crate::notes::notes_csv(&notes).into_bytes());
     files.extend(record_files(results));
     Ok(files)
 }

@@ -112,6 +112,8 @@ pub enum FigureError {
     Svg(#[from] resvg::usvg::Error),
     #[error("encoding the PNG failed: {0}")]
     Encode(String),
+    #[error("the curve under a figure's note does not analyze: {0}")]
+    Note(#[from] vcurve_method::CurveError),
 }
 
 /// Everything one V-curve figure shows: the main series of one trajectory with its quantities.

@@ -467,6 +467,8 @@ pub fn build(
         let _ = writeln!(html, "<p>{}</p>", esc(&pooled));
     }
     html.push_str("<h2 id=\"figures\">V-curves</h2>\n<p class=\"caption\">Raw estimates with Wilson 95% bars, the isotonic fit, the decisive interval shaded, the certified point of no return dotted, and each source's label as a triangle between h_{m−1} and h_m.</p>\n<div class=\"gallery\">\n");
+    let notes: BTreeMap<String, String> =
+        crate::notes::of_results(results)?.into_iter().map(|n| (n.trajectory.clone(), n.text())).collect();
     for tr in &results.trajectories {
         let Some(fig) = CurveFigure::from_result(tr) else { continue };
         let svg = fig.svg();
@@ -476,7 +478,11 @@ pub fn build(
             .strip_prefix("<?xml")
             .and_then(|s| s.split_once("?>"))
             .map_or(svg.as_str(), |(_, rest)| rest);
-        let _ = writeln!(html, "<figure id=\"fig-{}\">{}</figure>", esc(&tr.trajectory), inline);
+        // The paper's diagnostic note under the figure (Appendix W).
+        let note = notes
+            .get(&tr.trajectory)
+            .map_or_else(String::new, |n| format!("<figcaption class=\"note\">{}</figcaption>", esc(n)));
+        let _ = writeln!(html, "<figure id=\"fig-{}\">{}{note}</figure>", esc(&tr.trajectory), inline);
         let stem = tr.trajectory.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-' && c != '_', "_");
         files.insert(format!("figures/{stem}.png"), fig.png()?);
         files.insert(format!("figures/{stem}.svg"), svg.into_bytes());

@@ -576,6 +576,67 @@ pub fn notes_csv(notes: &[Note]) -> String {
     out
 }
 
+/// The note of every trajectory of a study's results, in the study's order: one per measured
+/// curve (its first edit and first symptom as the results carry them, its stratum's length
+/// tercile when the selection picked it), and one per doomed or non-replayable trajectory (no
+/// curve). A trajectory not measured yet (waiting, replaying, cut short) has no note.
+pub fn of_results(results: &crate::results::Results) -> Result<Vec<Note>, vcurve_method::CurveError> {
+    use vcurve_method::schedule::Series;
+    use vcurve_record::TrajectoryState;
+    let strata: std::collections::BTreeMap<String, &'static str> = results
+        .selection
+        .iter()
+        .flat_map(|s| s.picks.iter())
+        .map(|p| (p.id.trajectory_id(), p.stratum.tercile.as_str()))
+        .collect();
+    let params = &results.thresholds;
+    let mut notes = Vec::new();
+    for tr in &results.trajectories {
+        let stratum = strata.get(&tr.trajectory).map(|s| (*s).to_owned());
+        let no_curve = match tr.state {
+            TrajectoryState::Doomed => Some(NoCurve::Doomed),
+            TrajectoryState::NonReplayable => Some(NoCurve::NonReplayable),
+            _ => None,
+        };
+        let curve = match (no_curve, tr.series.get(&Series::Main).filter(|p| !p.is_empty())) {
+            (None, Some(points)) => {
+                let points: Vec<Point> =
+                    points.iter().map(|p| Point { t: p.t, n: p.n, successes: p.successes }).collect();
+                let base = (!tr.base_runs.0.is_empty()).then_some(&tr.base_runs);
+                let analysis = vcurve_method::analyze(tr.length, &points, base, results.budget, params)?;
+                CurveRecord::from_analysis(&tr.trajectory, &tr.task, &analysis, params)
+            }
+            (None, None) => continue,
+            (Some(_), _) => CurveRecord {
+                trajectory: tr.trajectory.clone(),
+                task: tr.task.clone(),
+                length: tr.length,
+                stratum: None,
+                shape: Shape::Flat,
+                decisive_interval: None,
+                t_star: None,
+                pnr: tr.length,
+                confirmed_drop: false,
+                restart_point: None,
+                first_edit: Observation::NotMeasured,
+                first_symptom: Observation::NotMeasured,
+                fit: Vec::new(),
+                points: Vec::new(),
+            },
+        };
+        let curve = CurveRecord { stratum, first_edit: tr.first_edit, first_symptom: tr.first_symptom, ..curve };
+        let input = NoteInput {
+            curve: &curve,
+            no_curve,
+            concentration: tr.concentration,
+            v0_fit: tr.v0_fit,
+            labels: &tr.labels,
+        };
+        notes.push(note(&input, params));
+    }
+    Ok(notes)
+}
+
 /// Genuine recoveries among `notes`: curves whose raw estimates rise with non-overlapping Wilson
 /// 95% intervals (the paper found 2 of 47 on its main policy).
 pub fn genuine_recoveries(notes: &[Note]) -> usize {

@@ -50,15 +50,20 @@ pub struct TrajectoryResult {
     pub base_runs: vcurve_method::BaseRuns,
     /// The controls this trajectory carried (docs/method.md §7).
     pub controls: vcurve_method::schedule::Controls,
-    /// The first step after which the working tree differs: measured once the trajectory is
-    /// replayed in a container; `null` (not measured) until then, `"never"` for a run that never
-    /// edits.
+    /// The first step after which `git diff` of the repository's tracked files is not empty:
+    /// measured when the trajectory is replayed in a container; `null` (not measured) until then
+    /// (and for a trajectory without a recorded run), `"never"` for a run that never edits.
     #[serde(default)]
     pub first_edit: vcurve_method::analyses::Observation,
     /// The first step after the first edit whose observation shows a failure signal (`null`: not
-    /// measured, `"never"`: a silent run).
+    /// measured, `"never"`: a silent run, or one that never edits).
     #[serde(default)]
     pub first_symptom: vcurve_method::analyses::Observation,
+    /// Where `first_edit` and `first_symptom` come from when measured: `"replay"` (the replay
+    /// job); absent when not measured. A study never guesses them from the commands (the
+    /// importer's heuristic, marked as such by `vcurve import` and `vcurve inspect`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_edit_source: Option<ObservationSource>,
     /// Why the trajectory was dropped as non-replayable (step, level, reason, excerpts), when it
     /// was: it has no curve.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,6 +96,14 @@ impl TrajectoryResult {
             (_, None) => None,
         }
     }
+}
+
+/// Who measured a trajectory's first edit and first symptom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservationSource {
+    /// Replay in a container, step by step (docs/method.md §3).
+    Replay,
 }
 
 /// How a study's patches were judged (docs/method.md §6): the counts of the patch cache, with the flake
@@ -232,6 +245,8 @@ fn trajectory_result(
         }
         _ => BTreeMap::new(),
     };
+    // Measured by the replay job, when it ran and measured them.
+    let observed = record.replay.as_ref().map_or_else(Default::default, |r| (r.first_edit, r.first_symptom));
     let retired = record.outcomes.iter().filter(|o| o.3 == vcurve_method::schedule::Outcome::Retired).count() as u32;
     Ok(TrajectoryResult {
         trajectory: record.id.clone(),
@@ -257,8 +272,9 @@ fn trajectory_result(
         series,
         base_runs: tspec.base_runs.clone(),
         controls: record.plan.controls,
-        first_edit: Default::default(),
-        first_symptom: Default::default(),
+        first_edit: observed.0,
+        first_symptom: observed.1,
+        first_edit_source: observed.0.is_measured().then_some(ObservationSource::Replay),
         non_replayable: record.non_replayable.clone(),
         replay: record.replay.clone(),
         recorded: tspec.recorded.clone(),

@@ -150,4 +150,4 @@ pub(crate) const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:
 h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}\
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}\
 th{background:#f4f4f4}.caption{color:#555;max-width:900px}.muted{color:#888}\
-.gallery{display:flex;flex-wrap:wrap;gap:12px}.gallery figure{margin:0}.gallery svg{width:480px;height:auto;border:1px solid #ddd}";
+.gallery{display:flex;flex-wrap:wrap;gap:12px}.gallery figure{margin:0;width:482px}.gallery figcaption.note{font-size:13px;color:#333;margin:4px 0 8px}.gallery svg{width:480px;height:auto;border:1px solid #ddd}";

@@ -26,6 +26,7 @@ pub(crate) fn replayed(length: u32) -> JobReport {
         anchors: vec![0, 5, 10, length - 1],
         levels: vec![vcurve_record::jobs::CompareLevel::Exact; length as usize],
         fingerprints: None,
+        ..Default::default()
     })
 }
 
@@ -69,6 +70,26 @@ pub(crate) async fn a_recorded_trajectory_is_replayed_before_any_continuation() 
         let record = c.store().study(&study).await.unwrap();
         assert_eq!(record.trajectories[0].state, TrajectoryState::Running);
         assert_eq!(record.trajectories[0].replay.as_ref().map(|r| r.anchors.len()), Some(4));
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+pub(crate) async fn the_first_edit_and_first_symptom_a_replay_measured_are_stored() {
+    use vcurve_method::analyses::Observation;
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        let study = launch_recorded(&c, &[("r1", 12)]).await;
+        let w = c.register("w", 1, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let replay = lease(&c, &w, 1).await.remove(0);
+        let JobReport::Replayed(mut measured) = replayed(12) else { unreachable!() };
+        (measured.first_edit, measured.first_symptom) = (Observation::At(4), Observation::At(9));
+        let report = JobReport::Replayed(measured);
+        assert_eq!(c.report(&w, &held(&replay), &report).await.unwrap(), ReportVerdict::Accepted);
+        let record = c.store().study(&study).await.unwrap();
+        // Stored with the rest of the replay's report (replay_json), as the export reads it.
+        let stored = record.trajectories[0].replay.as_ref().expect("replayed");
+        assert_eq!((stored.first_edit, stored.first_symptom), (Observation::At(4), Observation::At(9)), "{}", ts.name);
         ts.finish().await;
     }
 }

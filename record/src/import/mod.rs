@@ -21,7 +21,9 @@ use serde::Serialize;
 use crate::trajectory::Trajectory;
 
 pub use mini_swe_agent::{FORMAT_V1, FORMAT_V1_1, ImportOptions, import_mini_swe_agent, swebench_image};
-pub use observations::{CommandKind, FirstEdit, FirstSymptom, Summary, command_kind, first_edit, first_symptom};
+pub use observations::{
+    CommandKind, FirstEdit, FirstSymptom, Summary, command_kind, failure_signal, first_edit, first_symptom,
+};
 pub use swebench_report::{ReportOutcome, SwebenchReport};
 
 /// A run imported from another agent's file, with what the trajectory schema has no place for.

@@ -266,18 +266,27 @@ pub fn first_edit(trajectory: &Trajectory) -> Option<FirstEdit> {
 }
 
 /// The failure signal in one action's observation, if any.
-fn failure_signal(action: &Action) -> Option<String> {
-    let kind = command_kind(&action.command);
+fn action_signal(action: &Action) -> Option<String> {
+    failure_signal(&action.command, &action.output, action.returncode)
+}
+
+/// The failure signal (docs/method.md §3) in the observation of `command` — its `output` and
+/// `returncode` (`None`: it did not finish) — if any: a Python traceback or a failing test in the
+/// output of a test, script, edit or other command, or a non-zero exit of a test or script run.
+/// What it says: `traceback`, `failing test`, or `exit N of a test or script run`. The importer
+/// reads it off recorded observations; replay applies it to the observations it reproduces.
+pub fn failure_signal(command: &str, output: &str, returncode: Option<i32>) -> Option<String> {
+    let kind = command_kind(command);
     if !matches!(kind, CommandKind::Test | CommandKind::Run | CommandKind::Edit | CommandKind::Other) {
         return None;
     }
-    if TRACEBACK.is_match(&action.output) {
+    if TRACEBACK.is_match(output) {
         return Some("traceback".into());
     }
-    if FAILING_TEST.is_match(&action.output) {
+    if FAILING_TEST.is_match(output) {
         return Some("failing test".into());
     }
-    match action.returncode {
+    match returncode {
         Some(rc) if rc != 0 && matches!(kind, CommandKind::Test | CommandKind::Run) => {
             Some(format!("exit {rc} of a test or script run"))
         }
@@ -288,7 +297,7 @@ fn failure_signal(action: &Action) -> Option<String> {
 /// The first step after step `after` whose observations carry a failure signal.
 pub fn first_symptom(trajectory: &Trajectory, after: u32) -> Option<FirstSymptom> {
     trajectory.steps.iter().enumerate().skip(after as usize).find_map(|(t, step)| {
-        step.actions.iter().find_map(failure_signal).map(|signal| FirstSymptom { step: t as u32 + 1, signal })
+        step.actions.iter().find_map(action_signal).map(|signal| FirstSymptom { step: t as u32 + 1, signal })
     })
 }
 

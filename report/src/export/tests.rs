@@ -34,7 +34,12 @@ enum Replay {
 }
 
 fn replayed() -> Replayed {
-    Replayed { anchors: vec![0, 5], levels: vec![CompareLevel::Exact; LENGTH as usize], fingerprints: None }
+    Replayed {
+        anchors: vec![0, 5],
+        levels: vec![CompareLevel::Exact; LENGTH as usize],
+        fingerprints: None,
+        ..Default::default()
+    }
 }
 
 fn mismatch() -> NonReplayable {
@@ -184,6 +189,7 @@ fn an_agent_study_exports_its_evaluation() {
             "analyses.json",
             "curves.csv",
             "evaluation.csv",
+            "notes.csv",
             "replay.csv",
             "replay.json",
             "results.json",
@@ -436,4 +442,90 @@ fn retired_jobs_of_every_kind_are_exported_and_reported_with_their_reasons() {
         csv.contains("\nbase_run,3,PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file,3\n"),
         "{csv}"
     );
+}
+
+#[test]
+fn the_export_has_one_note_per_trajectory_with_a_curve_or_none_in_notes_csv() {
+    // Measured, dropped by replay, pending (no note: not measured), and a doomed one.
+    let (doomed_spec, mut doomed) = trajectory("doomed", Replay::NotRecorded, 0);
+    doomed.state = TrajectoryState::Doomed;
+    doomed.outcomes.clear();
+    let s = study(
+        AGENT,
+        vec![
+            trajectory("a", Replay::Reproduced, 0),
+            trajectory("b", Replay::Dropped, 0),
+            trajectory("c", Replay::Pending, 0),
+            (doomed_spec, doomed),
+        ],
+        stats(),
+    );
+    let files = files(&s).unwrap();
+    let csv = String::from_utf8(files["notes.csv"].clone()).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(crate::notes::NOTES_CSV_HEADER));
+    assert!(csv.starts_with("trajectory,note,"), "{csv}");
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 3, "{csv}");
+    assert!(rows[0].starts_with("a,a (flat; T = 10): "), "{csv}");
+    assert!(
+        rows[1]
+            .starts_with("b,b (non-replayable; T = 10): no curve: replay could not reproduce the run.,non-replayable,"),
+        "{csv}"
+    );
+    assert!(rows[2].starts_with("doomed,doomed (doomed; T = 10): no curve"), "{csv}");
+    assert_eq!(
+        files["notes.csv"],
+        crate::notes::notes_csv(&crate::notes::of_results(&results(&s).unwrap()).unwrap()).into_bytes()
+    );
+    // The analyses count the genuine recoveries among the measured curves: none here.
+    let analyses: Value = serde_json::from_slice(&files["analyses.json"]).unwrap();
+    assert_eq!(analyses["recoveries"], json!({"curves": 1, "genuine": 0, "trajectories": []}));
+}
+
+#[test]
+fn the_first_edit_and_first_symptom_a_replay_measured_reach_the_results_the_notes_and_the_localizers() {
+    use vcurve_method::analyses::Observation;
+    let (spec, mut record) = trajectory("a", Replay::Reproduced, 0);
+    let replay = record.replay.as_mut().unwrap();
+    (replay.first_edit, replay.first_symptom) = (Observation::At(3), Observation::At(6));
+    let (never_spec, mut never) = trajectory("b", Replay::Reproduced, 0);
+    let replay = never.replay.as_mut().unwrap();
+    (replay.first_edit, replay.first_symptom) = (Observation::Never, Observation::Never);
+    // A replay report of a worker that did not measure them, and no replay at all.
+    let s = study(
+        AGENT,
+        vec![
+            (spec, record),
+            (never_spec, never),
+            trajectory("c", Replay::Reproduced, 0),
+            trajectory("d", Replay::NotRecorded, 0),
+        ],
+        stats(),
+    );
+    let files = files(&s).unwrap();
+    let json: Value = serde_json::from_slice(&files["results.json"]).unwrap();
+    let cells: Vec<(Value, Value, Value)> = json["trajectories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["first_edit"].clone(), t["first_symptom"].clone(), t["first_edit_source"].clone()))
+        .collect();
+    assert_eq!(
+        cells,
+        [
+            (json!(3), json!(6), json!("replay")),
+            (json!("never"), json!("never"), json!("replay")),
+            (Value::Null, Value::Null, Value::Null),
+            (Value::Null, Value::Null, Value::Null),
+        ]
+    );
+    // notes.csv's first_edit and first_symptom columns: a step, never, or empty (not measured).
+    let notes = String::from_utf8(files["notes.csv"].clone()).unwrap();
+    let header: Vec<&str> = crate::notes::NOTES_CSV_HEADER.split(',').collect();
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let rows: Vec<Vec<&str>> = notes.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let observed: Vec<(&str, &str)> =
+        rows.iter().map(|r| (r[column("first_edit")], r[column("first_symptom")])).collect();
+    assert_eq!(observed, [("3", "6"), ("never", "never"), ("", ""), ("", "")], "{notes}");
 }

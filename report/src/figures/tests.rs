@@ -411,6 +411,7 @@ fn result(state: TrajectoryState, main: Vec<vcurve_method::FittedPoint>) -> Traj
         controls: Default::default(),
         first_edit: Default::default(),
         first_symptom: Default::default(),
+        first_edit_source: None,
         non_replayable: None,
         replay: None,
         recorded: None,

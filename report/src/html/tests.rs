@@ -248,8 +248,12 @@ fn an_agent_study_shows_its_evaluation_and_the_checks_it_feeds() {
         tr.recorded = Some(format!("digest-{}", tr.trajectory));
         tr.state = state;
     }
-    results.trajectories[0].replay =
-        Some(Replayed { anchors: vec![0], levels: vec![CompareLevel::Exact; 20], fingerprints: None });
+    results.trajectories[0].replay = Some(Replayed {
+        anchors: vec![0],
+        levels: vec![CompareLevel::Exact; 20],
+        fingerprints: None,
+        ..Default::default()
+    });
 
     let a = analyses(&results).unwrap();
     let tables = super::tables(&results, &a);
@@ -330,4 +334,55 @@ fn a_trajectory_never_measured_reads_not_measured_in_the_report() {
     assert!(html.contains("3 trajectories: 2 done, 0 doomed, 1 not measured;"), "{html}");
     // Two curves were measured: the third draws no figure.
     assert!(!report.files.keys().any(|f| f.contains("syn-3")), "{:?}", report.files.keys().collect::<Vec<_>>());
+}
+
+/// A curve whose raw estimates fall from 28/32 to 2/32 at step 2 and come back to 30/32 at step 4
+/// before the fall at 10: the rise from 2 to 4 is a genuine recovery (the Wilson intervals
+/// [0.02, 0.20] and [0.80, 0.98] do not overlap).
+fn recovering() -> Vec<Point> {
+    let mut points = vec![
+        Point { t: 0, n: 32, successes: 28 },
+        Point { t: 2, n: 32, successes: 2 },
+        Point { t: 4, n: 32, successes: 30 },
+        Point { t: 8, n: 32, successes: 28 },
+    ];
+    points.extend((10..20).step_by(2).map(|t| Point { t, n: 16, successes: 0 }));
+    points
+}
+
+#[test]
+fn every_figure_has_its_note_and_the_analyses_count_the_genuine_recoveries() {
+    let mut results = synthetic();
+    let third: TrajectoryResult =
+        serde_json::from_value(trajectory("syn-3", &recovering(), &[("judge", None)])).unwrap();
+    results.trajectories.push(third);
+    let a = analyses(&results).unwrap();
+    let report = build(&results, &a, None).unwrap();
+    let html = String::from_utf8(report.files["report.html"].clone()).unwrap();
+
+    // One note under each of the three figures, the note's text as notes.csv writes it.
+    let notes = crate::notes::of_results(&results).unwrap();
+    assert_eq!(notes.len(), 3);
+    assert_eq!(html.matches("<figure ").count(), 3, "{html}");
+    assert_eq!(html.matches("<figcaption class=\"note\">").count(), 3, "{html}");
+    for n in &notes {
+        let figure = format!("<figure id=\"fig-{}\">", n.trajectory);
+        let at = html.find(&figure).unwrap_or_else(|| panic!("no figure {figure}"));
+        let end = at + html[at..].find("</figure>").unwrap();
+        let caption = format!("<figcaption class=\"note\">{}</figcaption>", crate::table::esc(&n.text()));
+        assert!(html[at..end].contains(&caption), "{} has not its note {caption}", n.trajectory);
+    }
+    assert!(html.contains("syn-1 (cliff"), "{html}");
+    // Without replay the notes say nothing of the first edit or the first symptom.
+    assert!(!html.contains("first edit (edit at") && !html.contains("failure signal"), "{html}");
+    assert!(notes[2].text().contains("a genuine recovery (the 95% intervals do not overlap)"), "{}", notes[2].text());
+
+    // analyses.json counts the genuine recovery among the 3 curves.
+    let json = serde_json::to_value(&a).unwrap();
+    assert_eq!(json["recoveries"], json!({"curves": 3, "genuine": 1, "trajectories": ["syn-3"]}));
+    // An analyses.json written before the notes still reads, with no recoveries counted.
+    let mut old = json.clone();
+    old.as_object_mut().unwrap().remove("recoveries");
+    let back: StudyAnalyses = serde_json::from_value(old).unwrap();
+    assert_eq!(back.recoveries, crate::analyses::Recoveries::default());
 }

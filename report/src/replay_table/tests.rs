@@ -25,6 +25,7 @@ pub(crate) fn replayed(levels: &[(CompareLevel, usize)], anchors: &[u32]) -> Rep
         anchors: anchors.to_vec(),
         levels: levels.iter().flat_map(|&(l, n)| std::iter::repeat_n(l, n)).collect(),
         fingerprints: None,
+        ..Default::default()
     }
 }
 

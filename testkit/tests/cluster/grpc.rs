@@ -194,7 +194,7 @@ async fn any_cluster_shape_ends_with_the_same_curves() {
     let three = run_cluster(3, 4).await;
     assert_eq!(
         one.keys().collect::<Vec<_>>(),
-        vec!["analyses.json", "curves.csv", "evaluation.csv", "results.json", "trajectories.csv"]
+        vec!["analyses.json", "curves.csv", "evaluation.csv", "notes.csv", "results.json", "trajectories.csv"]
     );
     assert_eq!(one, three, "exports differ between cluster shapes");
 }

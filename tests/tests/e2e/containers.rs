@@ -391,6 +391,39 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
         .unwrap_or_else(|e| panic!("{e:#}"));
     let page = std::fs::read_to_string(report_dir.join("report.html")).expect("report.html");
     assert!(page.contains("id=\"restart_check\""), "the study's report has no restart check section");
+
+    // Issue 28: replay measured every replayed trajectory's first edit — the scripted agent writes
+    // its fix at F = D + 2 = 10, the first change to a file of the repository — and its first
+    // symptom, and the report shows a note under each figure that says both.
+    const FIX_STEP: u64 = 10;
+    let replayed: Vec<&String> =
+        by_id.iter().filter(|(_, t)| t["non_replayable"].is_null()).map(|(id, _)| id).collect();
+    assert!(!replayed.is_empty(), "no trajectory replayed");
+    for id in &replayed {
+        let t = &by_id[*id];
+        assert_eq!(t["first_edit"].as_u64(), Some(FIX_STEP), "{id}: first edit {}", t["first_edit"]);
+        assert_eq!(t["first_edit_source"], "replay", "{id}");
+        let symptom = &t["first_symptom"];
+        assert!(symptom == "never" || symptom.as_u64().is_some_and(|s| s > FIX_STEP), "{id}: first symptom {symptom}");
+    }
+    let notes = read_csv(&out.join("notes.csv"));
+    assert_eq!(notes.len(), by_id.len(), "notes.csv: one row per trajectory");
+    for n in &notes {
+        eprintln!("note: {}", n["note"]);
+        if replayed.contains(&&n["trajectory"]) {
+            assert_eq!(n["first_edit"], FIX_STEP.to_string(), "{n:?}");
+            assert!(!n["first_symptom"].is_empty(), "{n:?}");
+            assert!(n["note"].contains(&format!("the first edit (edit at {FIX_STEP})")), "{n:?}");
+            assert!(
+                n["note"].contains("no explicit failure signal") || n["note"].contains("first failure signal at"),
+                "{n:?}"
+            );
+        }
+    }
+    let figures = page.matches("<figure ").count();
+    assert_eq!(figures, replayed.len(), "one figure per replayed trajectory");
+    assert_eq!(page.matches("<figcaption class=\"note\">").count(), figures, "a note under each figure");
+    assert_eq!(page.matches(&format!("the first edit (edit at {FIX_STEP})")).count(), figures, "{page}");
     assert!(study_containers(&check_id).is_empty(), "containers of the restart check left after the demo");
 
     // Nothing left behind: no container of the study, and snapshots within the worker's budget.

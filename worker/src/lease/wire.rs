@@ -2,7 +2,7 @@
 //! conversions it shares with the coordinator ([`vcurve_proto::convert`]).
 
 use vcurve_proto::convert::{
-    self, KeyError, end_type_to_wire, judged_to_wire, key_to_wire, level_to_wire, mismatch_to_wire,
+    self, KeyError, end_type_to_wire, judged_to_wire, key_to_wire, level_to_wire, mismatch_to_wire, observation_to_wire,
 };
 use vcurve_proto::v1;
 
@@ -93,6 +93,8 @@ pub(crate) fn report_to_wire(
             anchors: r.anchors.clone(),
             levels: r.levels.iter().copied().map(level_to_wire).collect(),
             fingerprints_digest: r.fingerprints.clone().unwrap_or_default(),
+            first_edit: observation_to_wire(r.first_edit),
+            first_symptom: observation_to_wire(r.first_symptom),
         }),
         JobReport::Evaluated { resolved } => R::Evaluated(v1::Evaluated { resolved: *resolved }),
     };
@@ -176,6 +178,29 @@ mod tests {
             MismatchKind::ALL.iter().map(|&k| mismatch_to_wire(Some(k))).collect();
         assert_eq!(values.len(), MismatchKind::ALL.len());
         assert!(!values.contains(&0));
+    }
+
+    #[test]
+    fn a_replayed_report_carries_its_first_edit_and_first_symptom_and_leaves_out_what_was_not_measured() {
+        use vcurve_method::analyses::Observation;
+        use vcurve_record::jobs::Replayed;
+        let held = job_from_wire(wire_job()).unwrap().held();
+        let wire = |first_edit, first_symptom| {
+            let r = Replayed {
+                anchors: vec![0],
+                levels: vec![CompareLevel::Exact; 9],
+                fingerprints: None,
+                first_edit,
+                first_symptom,
+            };
+            match report_to_wire("w", &held, &JobReport::Replayed(r), 5).result {
+                Some(v1::report_request::Result::Replayed(r)) => (r.first_edit, r.first_symptom),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(wire(Observation::At(4), Observation::At(7)), (Some(4), Some(7)));
+        assert_eq!(wire(Observation::Never, Observation::Never), (Some(0), Some(0)));
+        assert_eq!(wire(Observation::NotMeasured, Observation::NotMeasured), (None, None));
     }
 
     #[test]

@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
+use vcurve_record::import::failure_signal;
 use vcurve_record::jobs::{CompareLevel, NonReplayable};
 use vcurve_record::replay::{GIT_DIFF_COMMAND, GIT_STATUS_COMMAND, fingerprint_paths, is_excluded_path};
 use vcurve_record::{Fingerprint, Trajectory};
@@ -177,6 +178,11 @@ impl ChangeSet {
         self.changes.iter().map(|(p, k)| (p.as_str(), *k))
     }
 
+    /// How `path` changed, if it did.
+    pub fn kind(&self, path: &str) -> Option<ChangeKind> {
+        self.changes.get(path).copied()
+    }
+
     /// The paths a fingerprint compares ([`fingerprint_paths`]).
     pub fn fingerprint_paths(&self) -> Vec<String> {
         fingerprint_paths(self.changes.keys().map(String::as_str))
@@ -258,6 +264,8 @@ pub struct Replay<'a> {
     measured: Option<(u32, ChangeSet)>,
     levels: Vec<CompareLevel>,
     fingerprints: BTreeMap<u32, Fingerprint>,
+    /// The failure signal of the step just replayed (see [`Replay::failure_signal`]).
+    signal: Option<String>,
     failed: bool,
 }
 
@@ -297,6 +305,7 @@ impl<'a> Replay<'a> {
             measured: None,
             levels: Vec::new(),
             fingerprints: BTreeMap::new(),
+            signal: None,
             failed: false,
         })
     }
@@ -308,6 +317,16 @@ impl<'a> Replay<'a> {
 
     pub fn container(&self) -> &'a Container {
         self.container
+    }
+
+    pub fn trajectory(&self) -> &'a Trajectory {
+        self.trajectory
+    }
+
+    /// The failure signal (docs/method.md §3, [`failure_signal`]) in the replayed observations of
+    /// step `t`, the step just replayed: the first of its actions that carries one.
+    pub fn failure_signal(&self) -> Option<&str> {
+        self.signal.as_deref()
     }
 
     /// The container's changes against the task image at `h_t`, measured once per step (one
@@ -349,6 +368,7 @@ impl<'a> Replay<'a> {
         let step = &self.trajectory.steps[self.t as usize];
         let mut level = CompareLevel::Exact;
         let mut last_code = None;
+        let mut signal = None;
         for action in &step.actions {
             let observed = exec::run_command(
                 self.container,
@@ -363,8 +383,12 @@ impl<'a> Replay<'a> {
                 Err(mismatch) => return Ok(Some(mismatch.at_step(n))),
             }
             last_code = observed.returncode;
+            if signal.is_none() {
+                signal = failure_signal(&action.command, &observed.output, observed.returncode);
+            }
         }
         self.t = n;
+        self.signal = signal;
         let measure = step.fingerprint.is_some() || self.mode == FingerprintMode::RecordMissing;
         if measure {
             let measured = self.fingerprint(last_code).await?;

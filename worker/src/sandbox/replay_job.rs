@@ -2,7 +2,9 @@
 //! task image, committed into the [`SnapshotCache`] at every anchor it passes.
 //!
 //! It sits between [`replay`](super::replay) (the step-by-step checks) and
-//! [`snapshots`](super::snapshots) (the images), which both stay ignorant of it.
+//! [`snapshots`](super::snapshots) (the images), which both stay ignorant of it. As it passes each
+//! step it also measures the trajectory's first edit and first symptom ([`Observe`]), which the
+//! job reports with its result.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,9 +12,14 @@ use futures::future::BoxFuture;
 use vcurve_record::jobs::Replayed;
 use vcurve_record::{Fingerprint, Trajectory};
 
-use crate::sandbox::container::Container;
+use vcurve_method::analyses::Observation;
+use vcurve_record::replay::GIT_DIFF_COMMAND;
+
+use crate::sandbox::container::{ChangeKind, Container};
+use crate::sandbox::exec;
 use crate::sandbox::replay::{
-    ChangeSet, ContainerLimits, FingerprintMode, Normalizer, OnStep, Replay, ReplayError, Verdict, replay_steps,
+    ChangeSet, ContainerLimits, FingerprintMode, GIT_TIMEOUT_S, Normalizer, OnStep, Replay, ReplayError, Verdict,
+    replay_steps,
 };
 use crate::sandbox::snapshots::SnapshotCache;
 
@@ -51,6 +58,87 @@ impl OnStep for CommitAnchors<'_> {
     }
 }
 
+/// Measures the first edit and the first symptom (docs/method.md §3) as a whole-trajectory replay
+/// passes each step.
+///
+/// - **First edit**: the first step after which `git diff` of the repository's tracked files is
+///   not empty. `git diff` runs only at a step whose container diff (against the task image)
+///   changed or deleted a file under the task's working directory — a file that existed in the
+///   task image: a new file (`A`) is untracked, and a directory is left out as the parent of its
+///   changed files ([`ChangeSet::fingerprint_paths`], which also leaves out caches and `.git/`
+///   internals). A directory-only change, a file written back to its bytes or a change only
+///   `.gitignore` hides are not edits. Where `git diff` fails (the working directory is no git
+///   repository) the container diff's candidate counts. Until the first edit every step costs
+///   one container diff (shared with a fingerprint or an anchor's commit at that step); after it,
+///   nothing.
+/// - **First symptom**: the first step after the first edit whose replayed observations carry a
+///   failure signal ([`Replay::failure_signal`]); it costs nothing.
+#[derive(Debug, Default)]
+struct Observe {
+    first_edit: Option<u32>,
+    first_symptom: Option<u32>,
+}
+
+impl Observe {
+    async fn reached(&mut self, replay: &mut Replay<'_>) -> Result<(), ReplayError> {
+        let t = replay.t();
+        match self.first_edit {
+            None => {
+                if edits_the_repository(replay).await? {
+                    self.first_edit = Some(t);
+                }
+            }
+            Some(_) => {
+                if self.first_symptom.is_none() && replay.failure_signal().is_some() {
+                    self.first_symptom = Some(t);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the replay measured, once every step reproduced: never where nothing was seen.
+    fn observed(&self) -> (Observation, Observation) {
+        (Observation::from(self.first_edit), Observation::from(self.first_symptom))
+    }
+}
+
+/// Whether the state at `h_t` edits the repository: see [`Observe`].
+async fn edits_the_repository(replay: &mut Replay<'_>) -> Result<bool, ReplayError> {
+    let changes = replay.changes().await?;
+    let task = &replay.trajectory().task;
+    let root = format!("{}/", task.workdir.trim_end_matches('/'));
+    let existed = changes
+        .fingerprint_paths()
+        .into_iter()
+        .any(|p| p.starts_with(&root) && changes.kind(&p).is_some_and(|k| k != ChangeKind::Added));
+    if !existed {
+        return Ok(false);
+    }
+    let interpreter = &replay.trajectory().interpreter;
+    let diff = exec::run_command(replay.container(), task, interpreter, GIT_DIFF_COMMAND, GIT_TIMEOUT_S).await?;
+    Ok(match diff.returncode {
+        Some(0) => !diff.output.trim().is_empty(),
+        _ => true,
+    })
+}
+
+/// What a whole-trajectory replay does at each step: measure the first edit and first symptom,
+/// then commit the step if it is an anchor.
+struct JobSteps<'c> {
+    observe: Observe,
+    anchors: CommitAnchors<'c>,
+}
+
+impl OnStep for JobSteps<'_> {
+    fn reached<'r>(&'r mut self, replay: &'r mut Replay<'_>) -> BoxFuture<'r, Result<(), ReplayError>> {
+        Box::pin(async move {
+            self.observe.reached(replay).await?;
+            self.anchors.reached(replay).await
+        })
+    }
+}
+
 /// The `replay` job: replay the whole trajectory in a fresh container of the task image and commit
 /// it at every anchor `t > 0` of `anchors` (`h_0` is the task image itself) into `cache` — each
 /// snapshot one layer over the task image, committed from the one container as the replay passes
@@ -71,11 +159,14 @@ pub async fn replay_trajectory(
     }
     SnapshotCache::reference(digest, 0)?;
     let container = Container::start(cache.runtime().clone(), &limits.spec(&trajectory.task.image)).await?;
-    let mut hook = CommitAnchors {
-        cache,
-        digest,
-        anchors: anchors.iter().copied().filter(|&t| t > 0).collect(),
-        committed: Vec::new(),
+    let mut hook = JobSteps {
+        observe: Observe::default(),
+        anchors: CommitAnchors {
+            cache,
+            digest,
+            anchors: anchors.iter().copied().filter(|&t| t > 0).collect(),
+            committed: Vec::new(),
+        },
     };
     let verdict =
         replay_steps(&container, trajectory, 0, length, normalizer, fingerprints, ChangeSet::new(), &mut hook).await;
@@ -83,10 +174,19 @@ pub async fn replay_trajectory(
     let verdict = verdict?;
     removed?;
     Ok(match verdict {
-        Verdict::Reproduced(steps) => Verdict::Reproduced(TrajectoryReplay {
-            replayed: Replayed { anchors: hook.committed, levels: steps.levels, fingerprints: None },
-            fingerprints: steps.fingerprints,
-        }),
+        Verdict::Reproduced(steps) => {
+            let (first_edit, first_symptom) = hook.observe.observed();
+            Verdict::Reproduced(TrajectoryReplay {
+                replayed: Replayed {
+                    anchors: hook.anchors.committed,
+                    levels: steps.levels,
+                    fingerprints: None,
+                    first_edit,
+                    first_symptom,
+                },
+                fingerprints: steps.fingerprints,
+            })
+        }
         Verdict::NonReplayable(mismatch) => {
             cache.forget(digest).await;
             Verdict::NonReplayable(mismatch)
@@ -126,13 +226,21 @@ mod tests {
         let Verdict::Reproduced(done) = out else { panic!("{out:?}") };
         assert_eq!(
             done.replayed,
-            Replayed { anchors: vec![2, 4], levels: vec![CompareLevel::Exact; 5], fingerprints: None }
+            Replayed {
+                anchors: vec![2, 4],
+                levels: vec![CompareLevel::Exact; 5],
+                fingerprints: None,
+                // It only writes new files: never edits, so no symptom either.
+                first_edit: Observation::Never,
+                first_symptom: Observation::Never,
+            }
         );
         assert_eq!(cache.held(), vec![(digest.clone(), 2), (digest.clone(), 4)]);
         assert_eq!(rt.count(Op::Create), 1);
         assert_eq!(rt.count(Op::Commit), 2);
-        // Diffs only where an anchor was committed.
-        assert_eq!(rt.count(Op::Diff), 2);
+        // One diff a step while the first edit is looked for (this run never edits: all 5), the
+        // anchors' commits reusing theirs.
+        assert_eq!(rt.count(Op::Diff), 5);
         assert!(rt.running().is_empty());
         let snap = rt.image(&SnapshotCache::reference(&digest, 4).unwrap()).unwrap();
         assert_eq!(snap.parent.as_deref(), Some(IMAGE));
@@ -166,5 +274,70 @@ mod tests {
         assert_eq!(rt.image_references(), vec![IMAGE.to_owned()]);
         assert!(rt.running().is_empty());
         assert!(!rt.commands().contains(&"echo 4".to_owned()));
+    }
+
+    const GIT_DIFF: &str = "git --no-optional-locks diff";
+
+    async fn observed(steps: &[&[(&str, f64)]]) -> (Replayed, Arc<crate::sandbox::container::double::FakeRuntime>) {
+        let rt = runtime();
+        let t = record(&rt, steps, false).await;
+        let digest = t.digest();
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let cache = SnapshotCache::open(runtime, 1 << 30).await.unwrap();
+        let n = Normalizer::default();
+        let out =
+            replay_trajectory(&cache, &t, &digest, &[0], &n, FingerprintMode::CompareOnly, &limits()).await.unwrap();
+        (out.reproduced().expect("reproduced").replayed, rt)
+    }
+
+    #[tokio::test]
+    async fn the_replay_measures_the_first_edit_and_the_first_symptom_after_it() {
+        // The task image holds /testbed/a.py and /testbed/README.
+        let (replayed, rt) = observed(&[
+            &[("cat a.py", 10.0)],
+            // A new file in the repository, and a change outside it: no edit.
+            &[("echo x > new.py", 10.0), ("echo y > /etc/motd", 10.0)],
+            // A failing run before the first edit is no symptom.
+            &[("python3 new.py", 10.0)],
+            // The first edit: a file of the task image's repository changes.
+            &[("echo b > a.py", 10.0)],
+            &[("echo fine", 10.0)],
+            // `python3` is no command of the double: exit 127 of a script run, a failure signal.
+            &[("python3 a.py", 10.0)],
+            &[("python3 a.py", 10.0)],
+        ])
+        .await;
+        assert_eq!((replayed.first_edit, replayed.first_symptom), (Observation::At(4), Observation::At(6)));
+        // A container diff at each step up to the first edit, none after it; `git diff` only where
+        // the container diff had a changed file of the repository.
+        assert_eq!(rt.count(Op::Diff), 4);
+        assert_eq!(rt.commands().iter().filter(|c| c.as_str() == GIT_DIFF).count(), 1);
+    }
+
+    #[tokio::test]
+    async fn deleting_a_file_of_the_repository_is_an_edit_and_a_silent_run_has_no_symptom() {
+        let (replayed, _) = observed(&[&[("ls", 10.0)], &[("rm README", 10.0)], &[("cat a.py", 10.0)]]).await;
+        assert_eq!((replayed.first_edit, replayed.first_symptom), (Observation::At(2), Observation::Never));
+    }
+
+    #[tokio::test]
+    async fn a_run_that_only_adds_files_never_edits_and_has_no_symptom() {
+        let (replayed, rt) = observed(&[
+            &[("echo x > reproduce.py", 10.0)],
+            &[("python3 reproduce.py", 10.0)],
+            &[("rm reproduce.py", 10.0)],
+        ])
+        .await;
+        assert_eq!((replayed.first_edit, replayed.first_symptom), (Observation::Never, Observation::Never));
+        assert_eq!(rt.count(Op::Diff), 3);
+        assert!(!rt.commands().iter().any(|c| c == GIT_DIFF), "no git diff without a changed file of the task image");
+    }
+
+    #[tokio::test]
+    async fn an_edit_and_a_symptom_in_one_step_count_the_edit_only() {
+        // The symptom must come after the first edit: the edit's own step does not count.
+        let (replayed, _) =
+            observed(&[&[("echo b > a.py", 10.0), ("python3 a.py", 10.0)], &[("python3 a.py", 10.0)]]).await;
+        assert_eq!((replayed.first_edit, replayed.first_symptom), (Observation::At(1), Observation::At(2)));
     }
 }

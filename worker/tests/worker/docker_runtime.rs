@@ -826,3 +826,98 @@ async fn a_fork_bomb_is_bounded_and_never_an_engine_message_recorded_as_output()
     }
     c.remove().await.expect("removed");
 }
+
+/// Replay measures the first edit and the first symptom on the test task image (calc at
+/// `/testbed`, a git repository): a new file, caches, git's own files and a file rewritten to its
+/// own bytes are no edit; appending to a tracked file is; a traceback after it is the symptom.
+#[tokio::test]
+async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image() {
+    use vcurve_method::analyses::Observation;
+    use vcurve_record::trajectory::{EndType, Evaluator, FORMAT, Interpreter, Step, Task};
+    use vcurve_record::{Action, Trajectory};
+    use vcurve_worker::sandbox::exec::run_command;
+    use vcurve_worker::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
+    use vcurve_worker::sandbox::replay_job::replay_trajectory;
+    use vcurve_worker::sandbox::snapshots::SnapshotCache;
+
+    let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
+    let scope = Scope::new("observe").await;
+    let task = Task {
+        id: "calc-1".into(),
+        image: task_image,
+        workdir: "/testbed".into(),
+        evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
+        problem_statement: None,
+    };
+    let limits = ContainerLimits {
+        memory_bytes: 512 << 20,
+        pids_limit: 256,
+        labels: scope.labels_for(&format!("worker-{}", scope.key)),
+    };
+    let commands = [
+        "cat README.md",
+        // A new file of the repository: untracked, no edit.
+        "printf 'print(1)\\n' > repro.py",
+        // Caches (__pycache__) and git's own files (.git/index) change: no edit.
+        "python3 -m unittest discover -s tests 2>&1 | tail -1; git status --short",
+        // A tracked file rewritten to its own bytes: changed for the container diff, not for git.
+        "sed -i 's/a/a/' calc/ops.py",
+        // The first edit.
+        "printf '# edited\\n' >> calc/ops.py",
+        "cat calc/ops.py | tail -1",
+        // The first symptom: a traceback of a script run.
+        "python3 -c 'raise ValueError(\"boom\")'",
+        "python3 -c 'raise ValueError(\"again\")'",
+    ];
+    let container = Container::start(scope.dyn_runtime(), &limits.spec(&task.image)).await.unwrap();
+    let mut trajectory = Trajectory {
+        format: FORMAT.into(),
+        task: task.clone(),
+        interpreter: Interpreter::default(),
+        messages: vec![serde_json::json!({"role": "system"}), serde_json::json!({"role": "user"})],
+        initial_messages: 2,
+        steps: Vec::new(),
+        end_type: EndType::StepCap,
+        submission: None,
+        policy: None,
+    };
+    for command in commands {
+        let o = run_command(&container, &task, &trajectory.interpreter, command, 60.0).await.unwrap();
+        trajectory.messages.push(serde_json::json!({"role": "assistant"}));
+        trajectory.messages.push(serde_json::json!({"role": "user"}));
+        trajectory.steps.push(Step {
+            actions: vec![Action {
+                command: command.into(),
+                timeout_s: 60.0,
+                output: o.output,
+                returncode: o.returncode,
+                timed_out: o.timed_out,
+                exception: None,
+                omitted: None,
+            }],
+            messages_end: trajectory.messages.len(),
+            fingerprint: None,
+        });
+    }
+    container.remove().await.unwrap();
+    trajectory.validate().unwrap();
+    assert_eq!(trajectory.steps[6].actions[0].returncode, Some(1), "the traceback's run fails");
+
+    let cache = SnapshotCache::open(scope.dyn_runtime(), 1 << 40).await.unwrap();
+    let digest = trajectory.digest();
+    let started = Instant::now();
+    let verdict = replay_trajectory(
+        &cache,
+        &trajectory,
+        &digest,
+        &[0],
+        &Normalizer::default(),
+        FingerprintMode::CompareOnly,
+        &limits,
+    )
+    .await
+    .unwrap();
+    let Verdict::Reproduced(replay) = verdict else { panic!("non-replayable: {verdict:?}") };
+    eprintln!("replay of {} steps measuring the first edit: {:.2} s", commands.len(), started.elapsed().as_secs_f64());
+    assert_eq!((replay.replayed.first_edit, replay.replayed.first_symptom), (Observation::At(5), Observation::At(7)));
+}
