@@ -50,6 +50,19 @@ impl RunnerSpec {
         }
     }
 
+    /// [`RunnerSpec::parse`] for options a store holds. A study stored before studies named
+    /// agents named a host command (`command`): it loads naming the legacy agent
+    /// ([`LEGACY_COMMAND_AGENT`]), which no worker offers, so it waits instead of running it.
+    pub fn parse_stored(kind: &str, mut options: serde_json::Value) -> Result<Self, InvalidRunnerOptions> {
+        if kind == AGENT
+            && let Some(map) = options.as_object_mut()
+            && map.remove("command").is_some()
+        {
+            map.entry("agent").or_insert_with(|| LEGACY_COMMAND_AGENT.into());
+        }
+        Self::parse(kind, options)
+    }
+
     /// The runner kind, as a study names it.
     pub fn kind(&self) -> &str {
         match self {
@@ -118,19 +131,11 @@ impl Serialize for RunnerSpec {
 impl<'de> Deserialize<'de> for RunnerSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let stored = Stored::deserialize(deserializer)?;
-        let mut options = match stored.options {
+        let options = match stored.options {
             serde_json::Value::Null => serde_json::Value::Object(serde_json::Map::new()),
             options => options,
         };
-        // A study stored before studies named agents named a host command: it loads naming the
-        // legacy agent, which no worker offers, so it waits instead of running the command.
-        if stored.kind == AGENT
-            && let Some(map) = options.as_object_mut()
-            && map.remove("command").is_some()
-        {
-            map.entry("agent").or_insert_with(|| LEGACY_COMMAND_AGENT.into());
-        }
-        RunnerSpec::parse(&stored.kind, options).map_err(serde::de::Error::custom)
+        RunnerSpec::parse_stored(&stored.kind, options).map_err(serde::de::Error::custom)
     }
 }
 
