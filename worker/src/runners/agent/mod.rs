@@ -84,22 +84,19 @@ const REASON_STDERR_BYTES: usize = 4 << 10;
 const REAP_WAIT: Duration = Duration::from_secs(5);
 const STDERR_DRAIN_WAIT: Duration = Duration::from_secs(1);
 
-/// The process to start: the study's `runner.command`, `runner.env` and working directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The process to start: a registered agent's command ([`crate::runners::agents`]), its
+/// environment and working directory, and the user it runs as.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentCommand {
     /// The argument vector, e.g. `["python3", "-m", "vcurve_agents.scripted"]`.
     pub argv: Vec<String>,
-    /// Variables added to the worker's environment.
+    /// Variables added to the few the process takes from the worker's environment (`PATH`,
+    /// `HOME`, the locale: [`crate::runners::agents::process_environment`]); it gets no other.
     pub env: BTreeMap<String, String>,
     /// The working directory; `None` is the worker's.
     pub cwd: Option<PathBuf>,
-}
-
-impl AgentCommand {
-    /// The study's `runner.command` and `runner.env`, run in the worker's working directory.
-    pub fn from_options(options: &AgentOptions) -> Self {
-        AgentCommand { argv: options.command.clone(), env: options.env.clone(), cwd: None }
-    }
+    /// `(uid, gid)` to run as, with no supplementary groups; `None`: the worker's user.
+    pub user: Option<(u32, u32)>,
 }
 
 /// Everything one run is started with.
@@ -344,7 +341,8 @@ pub async fn run_agent(
     let mut command = Command::new(program);
     command
         .args(args)
-        .envs(&start.command.env)
+        .env_clear()
+        .envs(crate::runners::agents::process_environment(&start.command.env))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -352,6 +350,10 @@ pub async fn run_agent(
         .process_group(0);
     if let Some(cwd) = &start.command.cwd {
         command.current_dir(cwd);
+    }
+    if let Some((uid, gid)) = start.command.user {
+        // As root, std drops the supplementary groups (setgroups) before switching.
+        command.uid(uid).gid(gid);
     }
     let mut child = command.spawn().map_err(|e| AgentFailure::Infrastructure {
         reason: format!("cannot start the agent {:?}: {e}", start.command.argv),
