@@ -31,6 +31,9 @@ use crate::runners::agent::AgentCommand;
 /// The name of the shipped scripted known-truth agent (`agents/vcurve_agents/scripted.py`).
 pub const SCRIPTED: &str = "scripted";
 
+/// The python the scripted agent runs with when it exists (it needs only the standard library).
+pub const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+
 /// The variables an agent process takes from the worker's environment, by name; `LC_*` too.
 pub const INHERITED: &[&str] = &["PATH", "HOME", "LANG", "LANGUAGE", "TZ"];
 
@@ -53,8 +56,8 @@ pub struct RegisteredAgent {
 
 impl RegisteredAgent {
     /// The shipped scripted agent with the `vcurve_agents` package in `agents_dir` (made
-    /// absolute): `python3 -m vcurve_agents.scripted`, `PYTHONPATH` the folder; a study may set
-    /// no variable.
+    /// absolute): `python3 -m vcurve_agents.scripted` ([`SYSTEM_PYTHON`] when it exists),
+    /// `PYTHONPATH` the folder; a study may set no variable.
     pub fn scripted(agents_dir: &Path) -> Result<RegisteredAgent, String> {
         let dir = std::path::absolute(agents_dir)
             .map_err(|e| format!("the agents folder {}: {e}", agents_dir.display()))?;
@@ -64,8 +67,11 @@ impl RegisteredAgent {
                 dir.display()
             ));
         }
+        // The system's python when there is one: an agent user can run it, where a `python3`
+        // first on the worker's PATH may live under the worker's home (pyenv under /root).
+        let python = if Path::new(SYSTEM_PYTHON).is_file() { SYSTEM_PYTHON } else { "python3" };
         Ok(RegisteredAgent {
-            command: vec!["python3".into(), "-m".into(), "vcurve_agents.scripted".into()],
+            command: vec![python.into(), "-m".into(), "vcurve_agents.scripted".into()],
             env: BTreeMap::from([("PYTHONPATH".into(), dir.display().to_string())]),
             allow_env: BTreeSet::new(),
         })
@@ -165,6 +171,12 @@ fn make_home(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Whether this process runs as root (its effective user): a worker that does runs its agents as
+/// an agent user.
+pub fn running_as_root() -> bool {
+    rustix::process::geteuid().is_root()
 }
 
 /// The agents a worker offers, and the user their processes run as.

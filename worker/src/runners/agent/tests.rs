@@ -429,7 +429,8 @@ fn commands_and_limits_come_from_the_study_options() {
     assert!(e.contains("SCRIPTED_MODE"), "{e}");
     let options = vcurve_record::runner::AgentOptions { env: Default::default(), ..options };
     let command = registry.command(&options).unwrap();
-    assert_eq!(command.argv, vec!["python3", "-m", "vcurve_agents.scripted"]);
+    assert_eq!(command.argv[1..], ["-m", "vcurve_agents.scripted"]);
+    assert!(command.argv[0].ends_with("python3"), "{:?}", command.argv);
     assert!(command.env["PYTHONPATH"].ends_with("agents"), "{:?}", command.env);
     assert_eq!((command.cwd, command.user), (None, None));
     let limits = AgentLimits::from_options(&options);
