@@ -261,8 +261,7 @@ mod tests {
         use vcurve_record::runner::SyntheticOptions;
         let runners = [
             RunnerSpec::Synthetic(SyntheticOptions { duration_ms: 5, no_outcome_rate: 0.25 }),
-            RunnerSpec::parse("agent", serde_json::json!({"agent": "x", "memory_mb": 512}))
-                .unwrap(),
+            RunnerSpec::parse("agent", serde_json::json!({"agent": "x", "memory_mb": 512})).unwrap(),
             RunnerSpec::parse("mini-swe-agent", serde_json::json!({"model": {"model_name": "m"}})).unwrap(),
             RunnerSpec::Other { kind: "probe".into(), options: serde_json::json!({"duration_ms": 3}) },
         ];

@@ -1090,10 +1090,7 @@ fn bad_tasks_are_refused_naming_the_entry() {
         (TASKS.replace("base_runs: 8", "base_runs: 0"), &["tasks[0].base_runs"][..]),
         (TASKS.replace("tasks/calc.json", "tasks/none.json"), &["tasks[0].task", "tasks/none.json", "not found"][..]),
         (
-            TASKS.replace(
-                "kind: agent, agent: scripted, model: {q: 0.7}",
-                "kind: synthetic",
-            ),
+            TASKS.replace("kind: agent, agent: scripted, model: {q: 0.7}", "kind: synthetic"),
             &["tasks", "synthetic"][..],
         ),
         (TASKS.replace("sanity: 2", "sanity: 9"), &["controls.sanity", "8"][..]),
@@ -1113,10 +1110,7 @@ fn bad_tasks_are_refused_naming_the_entry() {
     ] {
         assert_mentions(&rejected_with(TASKS, &task_files(&task)), parts);
     }
-    assert_mentions(
-        &rejected_with(&TASKS.replace("agent: scripted, ", ""), &files),
-        &["runner", "agent"],
-    );
+    assert_mentions(&rejected_with(&TASKS.replace("agent: scripted, ", ""), &files), &["runner", "agent"]);
 }
 
 #[test]

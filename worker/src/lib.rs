@@ -60,8 +60,8 @@ pub mod sandbox;
 pub use lease::{WorkerConfig, WorkerError, WorkerSummary, run, run_with_metrics};
 pub use runners::evaluate::SwebenchHarness;
 pub use runners::{
-    AgentProcessRunner, AgentRegistry, AgentRunner, AgentUser, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobServices, JobSpec,
-    MiniSweAgent, RegisteredAgent, Runners, SyntheticRunner,
+    AgentProcessRunner, AgentRegistry, AgentRunner, AgentUser, ContinuationKey, HeldJob, JobKey, JobKind, JobReport,
+    JobServices, JobSpec, MiniSweAgent, RegisteredAgent, Runners, SyntheticRunner,
 };
 pub use sandbox::container::ContainerRuntime;
 pub use sandbox::container::docker::DockerRuntime;

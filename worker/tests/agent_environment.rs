@@ -97,7 +97,8 @@ async fn probe(registry: &AgentRegistry, study_env: Value) -> Value {
     let python = match Path::new("/usr/bin/python3").exists() {
         true => "/usr/bin/python3".to_owned(),
         false => {
-            let found = std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output();
+            let found =
+                std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output();
             String::from_utf8(found.unwrap().stdout).unwrap().trim().to_owned()
         }
     };

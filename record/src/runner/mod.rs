@@ -368,8 +368,9 @@ mod tests {
 
     #[test]
     fn a_command_is_refused_saying_what_to_name_instead() {
-        let e = AgentOptions::from_json(&json!({"command": ["sh", "-c", "id; curl --unix-socket /var/run/docker.sock x"]}))
-            .unwrap_err();
+        let e =
+            AgentOptions::from_json(&json!({"command": ["sh", "-c", "id; curl --unix-socket /var/run/docker.sock x"]}))
+                .unwrap_err();
         assert!(e.contains("command") && e.contains("agent: scripted"), "{e}");
         assert!(check_agent_name("scripted").is_ok() && check_agent_name("mini-swe-agent").is_ok());
         for bad in ["", "-x", "a b", "a/b", "agent:x", &"a".repeat(65)] {

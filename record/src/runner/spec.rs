@@ -156,8 +156,7 @@ mod tests {
         assert_eq!(synthetic, RunnerSpec::Synthetic(SyntheticOptions { duration_ms: 5, no_outcome_rate: 0.0 }));
         assert_eq!((synthetic.kind(), synthetic.runs_containers()), (SYNTHETIC, false));
 
-        let agent =
-            RunnerSpec::parse(AGENT, json!({"agent": "scripted", "fingerprints": "compare"})).unwrap();
+        let agent = RunnerSpec::parse(AGENT, json!({"agent": "scripted", "fingerprints": "compare"})).unwrap();
         let RunnerSpec::Agent(options) = &agent else { panic!("{agent:?}") };
         assert_eq!(
             (options.agent.as_str(), options.fingerprints, options.memory_mb),

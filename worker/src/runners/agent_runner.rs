@@ -841,7 +841,10 @@ mod tests {
         offer_scripted(&unattached);
         assert_eq!(unattached.agents(), ["scripted"]);
         let runners = crate::Runners::new().with(unattached.clone()).with(crate::SyntheticRunner);
-        assert_eq!((runners.agents(), runners.capabilities()), (vec!["scripted".to_owned()], vec!["synthetic".to_owned()]));
+        assert_eq!(
+            (runners.agents(), runners.capabilities()),
+            (vec!["scripted".to_owned()], vec!["synthetic".to_owned()])
+        );
         let report = unattached.run(base_run(), CancellationToken::new()).await;
         assert!(matches!(&report, JobReport::NoOutcome { reason } if reason.contains("services")), "{report:?}");
     }

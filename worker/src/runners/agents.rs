@@ -59,8 +59,8 @@ impl RegisteredAgent {
     /// absolute): `python3 -m vcurve_agents.scripted` ([`SYSTEM_PYTHON`] when it exists),
     /// `PYTHONPATH` the folder; a study may set no variable.
     pub fn scripted(agents_dir: &Path) -> Result<RegisteredAgent, String> {
-        let dir = std::path::absolute(agents_dir)
-            .map_err(|e| format!("the agents folder {}: {e}", agents_dir.display()))?;
+        let dir =
+            std::path::absolute(agents_dir).map_err(|e| format!("the agents folder {}: {e}", agents_dir.display()))?;
         if !dir.join("vcurve_agents").join("scripted.py").is_file() {
             return Err(format!(
                 "{} holds no vcurve_agents/scripted.py; point --agents-dir at the repository's agents/ folder",
@@ -89,7 +89,9 @@ impl RegisteredAgent {
     fn check(&self, name: &str) -> Result<(), String> {
         check_agent_name(name).map_err(|e| format!("the agent {e}"))?;
         if self.command.first().is_none_or(|p| p.trim().is_empty()) {
-            return Err(format!("the agent {name}: command must name a program, e.g. [python3, -m, vcurve_agents.scripted]"));
+            return Err(format!(
+                "the agent {name}: command must name a program, e.g. [python3, -m, vcurve_agents.scripted]"
+            ));
         }
         for var in self.env.keys() {
             check_variable_name(var).map_err(|e| format!("the agent {name}: env: {e}"))?;
@@ -159,7 +161,12 @@ impl AgentUser {
             let f: Vec<&str> = line.split(':').collect();
             if f.len() >= 7 && f[0] == spec {
                 let id = |s: &str| s.parse::<u32>().map_err(|_| format!("/etc/passwd: the user {spec} has id {s:?}"));
-                return Ok(AgentUser { name: spec.to_owned(), uid: id(f[2])?, gid: id(f[3])?, home: PathBuf::from(f[5]) });
+                return Ok(AgentUser {
+                    name: spec.to_owned(),
+                    uid: id(f[2])?,
+                    gid: id(f[3])?,
+                    home: PathBuf::from(f[5]),
+                });
             }
         }
         Err(format!("the agent user {spec:?} is not in /etc/passwd; name an existing user or give UID:GID"))
@@ -238,7 +245,8 @@ impl AgentRegistry {
             Some((name, line)) => {
                 let command = shlex::split(line)
                     .ok_or_else(|| format!("--agent {flag}: the command line has an unbalanced quote"))?;
-                return self.register(name, RegisteredAgent { command, env: BTreeMap::new(), allow_env: BTreeSet::new() })
+                return self
+                    .register(name, RegisteredAgent { command, env: BTreeMap::new(), allow_env: BTreeSet::new() })
                     .map_err(|e| format!("--agent {flag}: {e}"));
             }
         };
