@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use vcurve_record::runner::AgentOptions;
 use vcurve_record::{Interpreter, Task};
-use vcurve_worker::runners::agent::{AgentCommand, AgentLimits, AgentStart, run_agent};
+use vcurve_worker::runners::agent::{AgentLimits, AgentStart, run_agent};
 use vcurve_worker::sandbox::container::{Container, ContainerRuntime, ContainerSpec, ExecRequest, labels};
 use vcurve_worker::sandbox::replay::{ChangeSet, ContainerLimits, FingerprintMode, Normalizer, Verdict, replay_steps};
 use vcurve_worker::sandbox::snapshots::SnapshotCache;
@@ -139,14 +139,15 @@ async fn measure(
     // A long base run of the scripted agent: its decision step late enough for t.
     let decision_step = args.t.max(8);
     let options = AgentOptions::from_json(&serde_json::json!({
-        "command": ["python3", "-m", "vcurve_agents.scripted"],
-        "env": {"PYTHONPATH": repo.join("agents")},
+        "agent": vcurve_worker::runners::agents::SCRIPTED,
         "model": {"decision_step": decision_step},
     }))
     .map_err(anyhow::Error::msg)?;
+    let mut agents = vcurve_worker::AgentRegistry::new();
+    agents.register_flag(vcurve_worker::runners::agents::SCRIPTED, &repo.join("agents")).map_err(anyhow::Error::msg)?;
     let container = Container::start(runtime.clone(), &spec(&task.image)).await?;
     let start = AgentStart {
-        command: AgentCommand::from_options(&options),
+        command: agents.command(&options).map_err(anyhow::Error::msg)?,
         task: task.clone(),
         interpreter: Interpreter::default(),
         messages: Vec::new(),

@@ -115,6 +115,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
                     slots: 1,
                     capabilities: vec!["synthetic".into()],
                     protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+                    agents: vec![],
                 })
                 .await?
                 .into_inner()

@@ -233,6 +233,7 @@ async fn drive(url: String, i: u32, slots: u32, finished: Arc<AtomicU64>, stop: 
             slots,
             capabilities: vec!["synthetic".into()],
             protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+            agents: vec![],
         })
         .await?
         .into_inner()

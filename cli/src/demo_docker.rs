@@ -115,19 +115,16 @@ pub fn build_images(repo: &Path) -> anyhow::Result<serde_json::Value> {
 /// The demo study: its spec and the task files it names.
 pub fn docker_spec(
     task: &serde_json::Value,
-    agents: &Path,
     base_runs: u32,
     paper_thresholds: bool,
 ) -> anyhow::Result<(String, BTreeMap<String, String>)> {
     let mut variant = task.clone();
     variant["id"] = serde_json::Value::String(TOKEN_TASK.to_string());
-    let agents = agents.to_str().context("the agents folder's path is not UTF-8")?;
     let (_, q, r) = MODELS[0];
     let (_, token_q, token_r) = MODELS[1];
     let mut yaml = String::new();
     let _ = writeln!(yaml, "name: demo-docker\nseed: {SEED}\nbudget: {BUDGET}\nschedule: paper");
-    let _ = writeln!(yaml, "runner:\n  kind: agent\n  command: [python3, -m, vcurve_agents.scripted]");
-    let _ = writeln!(yaml, "  env: {{PYTHONPATH: {}}}", serde_json::to_string(agents)?);
+    let _ = writeln!(yaml, "runner:\n  kind: agent\n  agent: {}", vcurve_worker::runners::agents::SCRIPTED);
     let _ = writeln!(
         yaml,
         "  model: {{q: {q}, r: {r}, decision_step: {DECISION_STEP}, tasks: {{{TOKEN_TASK}: {{q: {token_q}, r: {token_r}, \
@@ -234,7 +231,7 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     let local = LocalCoordinator::start(&args.out, timing).await?;
     let stop_worker = CancellationToken::new();
 
-    let (yaml, files) = docker_spec(&task, &repo.join("agents"), args.base_runs, args.paper_thresholds)?;
+    let (yaml, files) = docker_spec(&task, args.base_runs, args.paper_thresholds)?;
     std::fs::write(args.out.join("demo-study.yaml"), &yaml)?;
     write_files(
         &args.out.join("tasks"),
@@ -256,6 +253,10 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     // folder: its snapshots are its own, and removed at the end.
     let instance = vcurve_worker::sandbox::instance::Instance::open(&args.out.join("worker-state"), name)?;
     let runner = vcurve_worker::AgentProcessRunner::start_in(runtime.clone(), instance, 4 << 30, None).await?;
+    // The demo's worker offers the shipped scripted agent, run as this user (the demo is local).
+    let mut agents = vcurve_worker::AgentRegistry::new();
+    agents.register_flag(vcurve_worker::runners::agents::SCRIPTED, &repo.join("agents")).map_err(anyhow::Error::msg)?;
+    runner.use_agents(agents);
     let runners = vcurve_worker::Runners::new().with(runner.clone());
     let worker = local.spawn_worker(name.to_string(), args.slots, runners, stop_worker.clone());
 

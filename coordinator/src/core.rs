@@ -602,6 +602,27 @@ impl<S: Store> Coordinator<S> {
 }
 
 /// Check an uploaded file against the per-file limit and the digest it was announced under.
+/// The capabilities a registering worker is stored with: its runner kinds, and `agent:NAME` for
+/// every agent its operator registered ([`vcurve_record::runner::agent_capability`]). A study of
+/// the `agent` runner needs the capability of its agent (`RunnerSpec::capability`), so it goes only
+/// to workers that offer that agent. A name that cannot be an agent's is refused, naming it.
+pub fn capabilities_offered(kinds: &[String], agents: &[String]) -> Result<Vec<String>, CoordinatorError> {
+    let mut capabilities = kinds.to_vec();
+    for agent in agents {
+        vcurve_record::runner::check_agent_name(agent)
+            .map_err(|e| CoordinatorError::InvalidArgument(format!("the worker registers the agent {e}")))?;
+        capabilities.push(vcurve_record::runner::agent_capability(agent));
+    }
+    for capability in &capabilities {
+        if capability.is_empty() || capability.contains(',') {
+            return Err(CoordinatorError::InvalidArgument(format!(
+                "the worker registers the capability {capability:?}: a capability is a non-empty name without commas"
+            )));
+        }
+    }
+    Ok(capabilities)
+}
+
 fn check_upload(digest: &Digest, content: &[u8]) -> Result<(), CoordinatorError> {
     if content.len() as u64 > crate::spec::MAX_FILE_BYTES {
         return Err(CoordinatorError::InvalidArgument(format!(

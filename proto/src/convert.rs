@@ -289,8 +289,7 @@ mod tests {
         use vcurve_record::runner::SyntheticOptions;
         let runners = [
             RunnerSpec::Synthetic(SyntheticOptions { duration_ms: 5, no_outcome_rate: 0.25 }),
-            RunnerSpec::parse("agent", serde_json::json!({"command": ["python3", "-m", "x"], "memory_mb": 512}))
-                .unwrap(),
+            RunnerSpec::parse("agent", serde_json::json!({"agent": "x", "memory_mb": 512})).unwrap(),
             RunnerSpec::parse("mini-swe-agent", serde_json::json!({"model": {"model_name": "m"}})).unwrap(),
             RunnerSpec::Other { kind: "probe".into(), options: serde_json::json!({"duration_ms": 3}) },
         ];
@@ -306,8 +305,8 @@ mod tests {
         assert_eq!(runner, RunnerSpec::Synthetic(SyntheticOptions::default()), "no options: every default");
         let e = runner_from_wire(&wire("synthetic", "{")).unwrap_err().to_string();
         assert!(e.contains("not valid JSON"), "{e}");
-        let e = runner_from_wire(&wire("agent", r#"{"command": []}"#)).unwrap_err().to_string();
-        assert!(e.contains("invalid agent runner options: command"), "{e}");
+        let e = runner_from_wire(&wire("agent", r#"{"agent": ""}"#)).unwrap_err().to_string();
+        assert!(e.contains("invalid agent runner options: agent"), "{e}");
     }
 
     #[test]

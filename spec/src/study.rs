@@ -210,6 +210,12 @@ pub(crate) fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {
             continue;
         }
         let field = format!("runner.{key}");
+        if key == "command" {
+            return Err(top_error(problem(
+                field,
+                format!("is not allowed (the {kind} runner): {}", vcurve_record::runner::NO_COMMAND),
+            )));
+        }
         if kind == SYNTHETIC {
             match key {
                 "duration_ms" => {

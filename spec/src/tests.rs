@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use vcurve_method::schedule::variants::variant_names;
 use vcurve_method::{BaseRun, BaseRuns, Thresholds};
 
-use vcurve_record::runner::{MINI_SWE_AGENT_COMMAND, SyntheticOptions};
+use vcurve_record::runner::SyntheticOptions;
 
 use super::*;
 use crate::trajectory::parse_curve;
@@ -196,6 +196,24 @@ fn other_runners_need_no_curve_and_keep_their_options() {
     assert!(spec.trajectories[0].curve.is_some(), "a curve given is still read");
 }
 
+/// The hostile probe of issue 24: a study that puts a host command line on the workers is refused
+/// naming `runner.command` and saying what to name instead, whatever its runner kind.
+#[test]
+fn a_runner_command_is_refused_for_every_kind_naming_the_field() {
+    let hostile = r#"command: [sh, -c, "id; curl --unix-socket /var/run/docker.sock http://localhost/version"]"#;
+    for runner in [
+        format!("runner: {{kind: agent, agent: scripted, {hostile}}}"),
+        format!("runner: {{kind: agent, {hostile}}}"),
+        format!("runner: {{kind: my-agent, {hostile}}}"),
+        format!("runner: {{kind: mini-swe-agent, model: {{model_name: m}}, {hostile}}}"),
+    ] {
+        let yaml = edit("runner: {kind: synthetic, duration_ms: 50, no_outcome_rate: 0.02}", &runner)
+            .replace("    curve: curves/beta.csv\n", "");
+        let err = parse_with(&yaml, &valid_files()).unwrap_err().to_string();
+        assert!(err.contains("runner.command") && err.contains("agent: scripted"), "{runner}: {err}");
+    }
+}
+
 #[test]
 fn the_mini_swe_agent_runner_names_its_model_and_no_command() {
     let runner = |r: &str| {
@@ -211,7 +229,7 @@ fn the_mini_swe_agent_runner_names_its_model_and_no_command() {
     let RunnerSpec::MiniSweAgent(options) = &spec.runner else { panic!("{:?}", spec.runner) };
     assert_eq!(options.model["model_name"], "openai/Qwen/Qwen3-32B");
     assert_eq!(options.memory_mb, 4096);
-    assert_eq!(options.command, MINI_SWE_AGENT_COMMAND);
+    assert_eq!(options.agent, vcurve_record::runner::MINI_SWE_AGENT);
     for (r, field) in [
         ("runner: {kind: mini-swe-agent}", "model_name"),
         ("runner: {kind: mini-swe-agent, model: {model_name: m, top_p: 2}}", "top_p"),
@@ -1040,7 +1058,7 @@ proptest! {
 const TASKS: &str = r#"
 name: base
 seed: 7
-runner: {kind: agent, command: [python3, -m, vcurve_agents.scripted], model: {q: 0.7}}
+runner: {kind: agent, agent: scripted, model: {q: 0.7}}
 controls: {sanity: 2}
 tasks:
   - task: tasks/calc.json
@@ -1072,10 +1090,7 @@ fn bad_tasks_are_refused_naming_the_entry() {
         (TASKS.replace("base_runs: 8", "base_runs: 0"), &["tasks[0].base_runs"][..]),
         (TASKS.replace("tasks/calc.json", "tasks/none.json"), &["tasks[0].task", "tasks/none.json", "not found"][..]),
         (
-            TASKS.replace(
-                "kind: agent, command: [python3, -m, vcurve_agents.scripted], model: {q: 0.7}",
-                "kind: synthetic",
-            ),
+            TASKS.replace("kind: agent, agent: scripted, model: {q: 0.7}", "kind: synthetic"),
             &["tasks", "synthetic"][..],
         ),
         (TASKS.replace("sanity: 2", "sanity: 9"), &["controls.sanity", "8"][..]),
@@ -1095,10 +1110,7 @@ fn bad_tasks_are_refused_naming_the_entry() {
     ] {
         assert_mentions(&rejected_with(TASKS, &task_files(&task)), parts);
     }
-    assert_mentions(
-        &rejected_with(&TASKS.replace("command: [python3, -m, vcurve_agents.scripted], ", ""), &files),
-        &["runner", "command"],
-    );
+    assert_mentions(&rejected_with(&TASKS.replace("agent: scripted, ", ""), &files), &["runner", "agent"]);
 }
 
 #[test]
@@ -1162,7 +1174,7 @@ fn bad_selection_blocks_are_refused_naming_the_field() {
 const INLINE: &str = r#"
 name: inline
 seed: 3
-runner: {kind: agent, command: [python3, -m, vcurve_agents.scripted]}
+runner: {kind: agent, agent: scripted}
 tasks:
   - id: calc-2
     image: vcurve-task-calc:abc
@@ -1418,7 +1430,7 @@ fn links_and_dotted_paths_that_stay_in_the_folder_are_read() {
     assert_eq!(spec.trajectories.len(), 2);
 }
 
-const SWEBENCH_SPEC: &str = "name: swe\nseed: 7\nrunner: {kind: agent, command: [python3, -m, agent]}\n";
+const SWEBENCH_SPEC: &str = "name: swe\nseed: 7\nrunner: {kind: agent, agent: agent}\n";
 
 /// A recorded run with the policy `policy` (`format`, `model_kwargs`, …) as the import keeps it.
 fn recorded_with_policy(policy: serde_json::Value) -> BTreeMap<String, String> {

@@ -603,8 +603,8 @@ pub fn service_images() -> &'static ServiceImages {
 }
 
 /// A small study of the scripted agent on the test task calc-1 (`task_json`, written beside the
-/// spec as `calc-1.json`), named `name`, with the `vcurve_agents` package at `agents` (a path on
-/// the worker's host): two base runs, one trajectory.
+/// spec as `calc-1.json`), named `name`: two base runs, one trajectory. It names the agent
+/// `scripted`, which its workers register (`vcurve worker --agent scripted`).
 ///
 /// The study seed decides every outcome: the worker seeds run `i` with SHA-256 of
 /// `"{seed}/calc-1/base_run/{i}"` and the scripted agent takes the right hypothesis when
@@ -613,9 +613,8 @@ pub fn service_images() -> &'static ServiceImages {
 /// passes (computed from those formulas for seeds 1–12, and seen so in a run): one trajectory,
 /// selected (a pass rate of 1/2 lies in the band, 2–6 of 8), whose curve drops from 0.5 to 0 at
 /// D = 8. The thresholds are the demo's reduced ones (REDUCED_THRESHOLDS in cli/src/demo_docker.rs).
-pub fn write_scripted_calc_spec(dir: &Path, name: &str, task_json: &str, agents: &str) -> PathBuf {
+pub fn write_scripted_calc_spec(dir: &Path, name: &str, task_json: &str) -> PathBuf {
     std::fs::write(dir.join("calc-1.json"), task_json).expect("write the task JSON");
-    let agents = serde_json::to_string(agents).expect("a JSON string");
     let yaml = format!(
         "\
 name: {name}
@@ -624,8 +623,7 @@ budget: 20
 schedule: paper
 runner:
   kind: agent
-  command: [python3, -m, vcurve_agents.scripted]
-  env: {{PYTHONPATH: {agents}}}
+  agent: scripted
   model: {{q: 0.5, r: 1.0}}
   memory_mb: 512
   pids_limit: 256

@@ -67,8 +67,8 @@ pub mod sandbox;
 pub use lease::{WorkerConfig, WorkerError, WorkerSummary, run, run_with_metrics};
 pub use runners::evaluate::SwebenchHarness;
 pub use runners::{
-    AgentProcessRunner, AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobServices, JobSpec,
-    MiniSweAgent, NoOutcome, Runners, SyntheticRunner,
+    AgentProcessRunner, AgentRegistry, AgentRunner, AgentUser, ContinuationKey, HeldJob, JobKey, JobKind, JobReport,
+    JobServices, JobSpec, MiniSweAgent, NoOutcome, RegisteredAgent, Runners, SyntheticRunner,
 };
 pub use sandbox::container::ContainerRuntime;
 pub use sandbox::container::docker::DockerRuntime;

@@ -106,7 +106,14 @@ fn progress_text(p: &v1::Progress) -> String {
     let waiting = if p.waiting_for_runner.is_empty() {
         String::new()
     } else {
-        format!("  waiting for a worker offering `{}`: no live worker offers it\n", p.waiting_for_runner)
+        let hint = match p.waiting_for_runner.strip_prefix(vcurve_record::runner::AGENT_CAPABILITY_PREFIX) {
+            Some(agent) => format!(
+                " (the agent {agent}: a worker offers it when its operator registers it, e.g. vcurve worker --docker \
+                 --agent {agent}=COMMAND)"
+            ),
+            None => String::new(),
+        };
+        format!("  waiting for a worker offering `{}`: no live worker offers it{hint}\n", p.waiting_for_runner)
     };
     let dropped = if p.trajectories_non_replayable > 0 {
         format!(", {} non-replayable", p.trajectories_non_replayable)
@@ -278,6 +285,17 @@ mod tests {
         assert_eq!(json["retired_jobs"][0]["kind"], "base_run");
         assert_eq!(json["retired_jobs"][0]["count"], 3);
         assert_eq!(json["retired_jobs"][0]["reasons"][1]["reason"], "killed");
+    }
+
+    #[test]
+    fn a_study_waiting_for_its_agent_says_which_and_how_a_worker_offers_it() {
+        let mut p = v1::Progress { study: "s".into(), name: "n".into(), state: "running".into(), ..Default::default() };
+        p.waiting_for_runner = "agent:my-agent".into();
+        let text = progress_text(&p);
+        assert!(text.contains("waiting for a worker offering `agent:my-agent`: no live worker offers it"), "{text}");
+        assert!(text.contains("the agent my-agent") && text.contains("--agent my-agent=COMMAND"), "{text}");
+        p.waiting_for_runner = "quantum".into();
+        assert!(!progress_text(&p).contains("--agent"), "{}", progress_text(&p));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `vcurve worker`: run continuations leased from a coordinator, with the runners it is asked to
-//! offer (`synthetic` always; with `--docker` the `agent` runner, and `mini-swe-agent` where its
-//! environment is), and its own Prometheus endpoint when asked.
+//! offer (`synthetic` always; with `--docker` the `agent` runner with the agents its operator
+//! registers, and `mini-swe-agent` where its environment is), and its own Prometheus endpoint
+//! when asked.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -59,6 +60,20 @@ pub struct WorkerArgs {
     /// The folder holding the `vcurve_agents` package (the repository's agents/) [default: agents].
     #[arg(long, env = "VCURVE_AGENTS_DIR", value_name = "DIR")]
     pub agents_dir: Option<PathBuf>,
+    /// With --docker, offer the agents of this registry file (YAML: `agents: {NAME: {command:
+    /// [ARGV...], env: {VAR: VALUE}, allow_env: [VAR, PREFIX_*, *_SUFFIX]}}`): a study names one
+    /// (`runner: {kind: agent, agent: NAME}`) and runs its command, never one of its own.
+    #[arg(long, env = "VCURVE_AGENTS", value_name = "FILE")]
+    pub agents: Option<PathBuf>,
+    /// With --docker, also offer the agent NAME running COMMAND (split as a shell would, without
+    /// running one; no variables from studies); `--agent scripted` offers the shipped scripted
+    /// agent of --agents-dir. Repeat for several.
+    #[arg(long = "agent", value_name = "NAME=COMMAND")]
+    pub agent: Vec<String>,
+    /// The user agent processes run as: a name or UID:GID, with no supplementary groups and a home
+    /// of their own [default: nobody when the worker runs as root; otherwise the worker's user].
+    #[arg(long, env = "VCURVE_AGENT_USER", value_name = "USER")]
+    pub agent_user: Option<String>,
     /// Also serve Prometheus metrics at http://ADDR/metrics (the client token as a bearer token
     /// when one is set; required on a non-loopback address).
     #[arg(long, env = "VCURVE_METRICS", value_name = "ADDR")]
@@ -82,6 +97,12 @@ pub struct WorkerRunners {
     pub swebench_python: Option<PathBuf>,
     /// `--agents-dir`.
     pub agents_dir: Option<PathBuf>,
+    /// `--agents`.
+    pub agents_file: Option<PathBuf>,
+    /// `--agent`, each.
+    pub agent_flags: Vec<String>,
+    /// `--agent-user`.
+    pub agent_user: Option<String>,
 }
 
 impl WorkerArgs {
@@ -93,9 +114,60 @@ impl WorkerArgs {
             mini_swe_agent_python: self.mini_swe_agent_python.clone(),
             swebench_python: self.swebench_python.clone(),
             agents_dir: self.agents_dir.clone(),
+            agents_file: self.agents.clone(),
+            agent_flags: self.agent.clone(),
+            agent_user: self.agent_user.clone(),
         }
     }
 }
+
+impl WorkerRunners {
+    /// The agents `--agents` and `--agent` register, run as the agent user: `--agent-user`, or
+    /// [`vcurve_worker::runners::agents::DEFAULT_AGENT_USER`] when the worker runs as root. The
+    /// error names the flag and what is wrong.
+    pub fn agent_registry(&self) -> anyhow::Result<vcurve_worker::AgentRegistry> {
+        let mut registry = vcurve_worker::AgentRegistry::new();
+        if let Some(file) = &self.agents_file {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| anyhow::anyhow!("--agents {}: cannot read it: {e}", file.display()))?;
+            registry.register_file(&text, &format!("--agents {}", file.display())).map_err(anyhow::Error::msg)?;
+        }
+        let agents_dir = self.agents_dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_AGENTS_DIR));
+        for flag in &self.agent_flags {
+            registry.register_flag(flag, &agents_dir).map_err(anyhow::Error::msg)?;
+        }
+        registry.run_as(self.agent_user()?);
+        Ok(registry)
+    }
+
+    /// The user agent processes run as (see [`WorkerRunners::agent_registry`]); `None`: the
+    /// worker's own, which only a worker that is not root may keep.
+    pub fn agent_user(&self) -> anyhow::Result<Option<vcurve_worker::AgentUser>> {
+        use vcurve_worker::runners::agents::DEFAULT_AGENT_USER;
+        let root = vcurve_worker::runners::agents::running_as_root();
+        match (&self.agent_user, root) {
+            (Some(user), true) => {
+                let user = vcurve_worker::AgentUser::lookup(user).map_err(|e| anyhow::anyhow!("--agent-user: {e}"))?;
+                if user.uid == 0 {
+                    bail!("--agent-user: agent processes may not run as root (uid 0): name an unprivileged user");
+                }
+                Ok(Some(user))
+            }
+            (Some(user), false) => bail!(
+                "--agent-user {user}: only a worker running as root can run agents as another user; \
+                 without the flag they run as this worker's user"
+            ),
+            (None, true) => Ok(Some(
+                vcurve_worker::AgentUser::lookup(DEFAULT_AGENT_USER)
+                    .map_err(|e| anyhow::anyhow!("the default agent user: {e}; name one with --agent-user"))?,
+            )),
+            (None, false) => Ok(None),
+        }
+    }
+}
+
+/// The folder holding `vcurve_agents` when `--agents-dir` names none.
+const DEFAULT_AGENTS_DIR: &str = "agents";
 
 fn parse_budget_gb(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of GiB"))?;
@@ -167,15 +239,23 @@ pub async fn run_worker(
         vcurve_worker::MiniSweAgent::locate(offer.mini_swe_agent_python.as_deref(), offer.agents_dir.as_deref());
     match offer.docker {
         Some(budget_gb) => {
+            let agents = offer.agent_registry()?;
             let registry = offer.snapshot_registry.clone();
             let agent = agent_runner(&config.name, budget_gb, registry, metrics.as_ref()).await?;
             agent.use_swebench(swebench_harness(&offer).await?);
+            let user = agents.user().cloned();
+            tracing::info!(
+                agents = ?agents.names(),
+                user = user.as_ref().map(|u| u.name.as_str()).unwrap_or("the worker's"),
+                "offering the agents its operator registered"
+            );
+            agent.use_agents(agents);
             match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
                 Some(adapter) => {
                     let interpreter =
                         adapter.check().await.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))?;
                     tracing::info!(python = %adapter.python.display(), "offering the mini-swe-agent runner");
-                    runners.insert(std::sync::Arc::new(agent.mini_swe_agent(adapter.command(), interpreter)));
+                    runners.insert(std::sync::Arc::new(agent.mini_swe_agent(adapter.registry(user), interpreter)));
                 }
                 None => tracing::info!(
                     "not offering the mini-swe-agent runner: no {} (make it with scripts/mini-swe-agent-venv, \
@@ -190,6 +270,9 @@ pub async fn run_worker(
         }
         None if offer.mini_swe_agent_python.is_some() => {
             bail!("--mini-swe-agent-python needs --docker: the mini-swe-agent runner runs agents in containers")
+        }
+        None if offer.agents_file.is_some() || !offer.agent_flags.is_empty() || offer.agent_user.is_some() => {
+            bail!("--agents, --agent and --agent-user need --docker: agents run on tasks in containers")
         }
         None if offer.swebench_python.is_some() => {
             bail!("--swebench-python needs --docker: the SWE-bench harness judges patches in containers")

@@ -92,7 +92,7 @@ fn launch(spec: &Path, args: &[&str], url: &str) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-const RUNNER: &str = "runner: {kind: agent, command: [python3, -m, vcurve_agents.scripted]}\n";
+const RUNNER: &str = "runner: {kind: agent, agent: scripted}\n";
 
 /// A study of one inline task whose problem statement is the file `statement`.
 fn task_spec(statement: &str) -> String {
@@ -161,6 +161,34 @@ async fn a_spec_naming_a_file_outside_its_folder_is_refused_and_nothing_is_store
     assert!(!ok && stderr.contains("resolves to /etc/passwd") && stderr.contains("and the allowed"), "{stderr}");
     let (ok, stderr) = launch(&spec, &["--allow-path", "/nowhere-at-all"], &coordinator.url);
     assert!(!ok && stderr.contains("--allow-path /nowhere-at-all: cannot be resolved"), "{stderr}");
+}
+
+/// The hostile probe of issue 24, item 1: a spec putting a host command line on the workers
+/// (`runner.command: [sh, -c, "id; curl --unix-socket /var/run/docker.sock …"]`) is refused at
+/// launch, naming the field and what to name instead, and nothing is stored.
+#[tokio::test]
+async fn a_spec_with_a_host_command_is_refused_at_launch_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let coordinator = Coordinator::start(&root);
+    std::fs::write(root.join("run.json"), "{}").unwrap();
+    let hostile = r#"command: [sh, -c, "id; curl --unix-socket /var/run/docker.sock http://localhost/version"]"#;
+    for runner in [
+        format!("runner: {{kind: agent, {hostile}}}\n"),
+        format!("runner: {{kind: agent, agent: scripted, {hostile}}}\n"),
+        format!("runner: {{kind: mini-swe-agent, model: {{model_name: m}}, {hostile}}}\n"),
+    ] {
+        let spec = write(&root, "study.yaml", &task_spec("statement.md").replace(RUNNER, &runner));
+        write(&root, "statement.md", "Fix the sign.\n");
+        let (ok, stderr) = launch(&spec, &[], &coordinator.url);
+        assert!(!ok, "launched: {runner}");
+        for part in ["runner.command", "is not allowed", "agent: scripted"] {
+            assert!(stderr.contains(part), "the refusal does not name {part:?}: {stderr}");
+        }
+    }
+    for table in ["studies", "files", "uploads"] {
+        assert_eq!(coordinator.rows(table).await, 0, "a refused launch left rows in {table}");
+    }
 }
 
 #[test]

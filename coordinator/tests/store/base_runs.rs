@@ -11,7 +11,7 @@ pub(crate) fn base_run_spec(runs: u32) -> (String, std::collections::BTreeMap<St
         "evaluator": {"kind": "command", "command": "python3 -m unittest", "timeout_s": 60}
     });
     let yaml = format!(
-        "name: base\nseed: 7\nbudget: 30\nrunner: {{kind: agent, command: [agent], flake_recheck_rate: 0.0}}\n\
+        "name: base\nseed: 7\nbudget: 30\nrunner: {{kind: agent, agent: agent, flake_recheck_rate: 0.0}}\n\
          tasks:\n  - task: tasks/calc.json\n    base_runs: {runs}\n"
     );
     (yaml, [("tasks/calc.json".to_string(), task.to_string())].into())
@@ -24,7 +24,7 @@ pub(crate) async fn every_failed_base_run_becomes_a_trajectory_with_the_tasks_ba
         let (yaml, files) = base_run_spec(4);
         let study = c.launch(&yaml, &files).await.unwrap();
         assert_eq!(c.store().study(&study).await.unwrap().state, StudyState::Running, "{}", ts.name);
-        let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 8, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 8).await;
         assert_eq!(jobs.len(), 4, "{}: the four base runs", ts.name);
         // Each names the task's payload, which carries the task itself.
@@ -76,7 +76,7 @@ pub(crate) async fn a_study_whose_base_runs_all_succeed_ends_with_no_trajectory(
         let (c, _) = coordinator(&ts.store);
         let (yaml, files) = base_run_spec(2);
         let study = c.launch(&yaml, &files).await.unwrap();
-        let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 8, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 8).await;
         c.report(&w, &held(&jobs[0]), &judged(true, "fix", Judged::Evaluated)).await.unwrap();
         // A base run retired after three no-outcomes counts as none.
@@ -101,7 +101,7 @@ pub(crate) async fn a_retired_base_run_shows_in_the_progress_and_the_record_with
         let (c, _) = coordinator(&ts.store);
         let (yaml, files) = base_run_spec(2);
         let study = c.launch(&yaml, &files).await.unwrap();
-        let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 8, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 8).await;
         let reason = "PutFile: a file of 70000000 bytes is over the limit of 64 MiB per file";
         let mut job = jobs[1].clone();

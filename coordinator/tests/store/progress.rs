@@ -42,6 +42,29 @@ pub(crate) async fn progress_says_when_no_live_worker_offers_the_studys_runner()
     }
 }
 
+/// An agent study waits, with the reason shown, until a live worker offers its agent: a worker
+/// offering the `agent` runner with other agents does not run it; only its agent's capability
+/// (`agent:NAME`, what a worker registering the agent NAME is stored with) does.
+#[tokio::test]
+pub(crate) async fn an_agent_study_waits_for_a_worker_offering_its_agent() {
+    for ts in TestStore::both().await {
+        let (c, _clock) = coordinator(&ts.store);
+        let (yaml, files) = vcurve_coordinator::testing::recorded_spec("agents", "agent", &[("r", 10)]);
+        let yaml = yaml.replace("{kind: agent}", "{kind: agent, agent: scripted}");
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let others = vcurve_coordinator::core::capabilities_offered(&["agent".into()], &["other".into()]).unwrap();
+        let other = c.register("other-agents", 2, &others, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let waiting = c.progress(&study).await.unwrap().waiting_for_runner;
+        assert_eq!(waiting.as_deref(), Some("agent:scripted"), "{}", ts.name);
+        assert!(c.lease(&other, 2, Duration::ZERO).await.unwrap().is_empty(), "{}: not its agent", ts.name);
+        let offering = vcurve_coordinator::core::capabilities_offered(&["agent".into()], &["scripted".into()]).unwrap();
+        let w = c.register("scripted", 2, &offering, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner, None, "{}", ts.name);
+        assert!(!c.lease(&w, 2, Duration::ZERO).await.unwrap().is_empty(), "{}: its agent's jobs", ts.name);
+        ts.finish().await;
+    }
+}
+
 #[tokio::test]
 pub(crate) async fn throughput_is_over_the_time_the_study_ran_and_lease_latency_is_measured() {
     for ts in TestStore::both().await {

@@ -70,7 +70,7 @@ fn task_json(id: &str) -> String {
 /// Two tasks of 8 base runs: `calc` (in the band) and `doom` (doomed).
 fn spec(extra: &str) -> (String, BTreeMap<String, String>) {
     let yaml = format!(
-        "name: from-tasks\nseed: 7\nbudget: 30\nrunner: {{kind: agent, command: [agent], flake_recheck_rate: 0.0}}\n\
+        "name: from-tasks\nseed: 7\nbudget: 30\nrunner: {{kind: agent, agent: agent, flake_recheck_rate: 0.0}}\n\
          controls: {{sanity: 1}}\n{extra}\
          tasks:\n  - task: tasks/calc.json\n  - task: tasks/doom.json\n"
     );
@@ -129,7 +129,7 @@ async fn the_selection_waits_for_every_base_run_then_back_fills_non_replayable_p
         let c = coordinator(&ts.store);
         let (yaml, files) = spec("selection: {per_task: 2, decoys: 2, seed: 5}\n");
         let study = c.launch(&yaml, &files).await.unwrap();
-        let w = c.register("w", 32, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 32, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 32).await;
         assert_eq!(jobs.len(), 16, "{}: 8 base runs of each task", ts.name);
         // calc's base runs all finish first: still no trajectory, doom's are not in.
@@ -223,7 +223,7 @@ async fn a_restart_check_runs_fresh_base_runs_with_the_budget_left_at_each_resta
         assert!(e.contains("budget"), "{}: {e}", ts.name);
 
         // Finish the study: every base run in, every pick dropped.
-        let w = c.register("w", 32, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 32, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         for job in lease(&c, &w, 32).await {
             finish_base_run(&c, &w, &job).await;
         }
@@ -284,7 +284,7 @@ async fn a_restart_check_runs_its_tasks_with_the_checked_studys_problem_statemen
         calc["problem_statement"] = "add() is off by one.".into();
         files.insert("tasks/calc.json".into(), calc.to_string());
         let study = c.launch(&yaml, &files).await.unwrap();
-        let w = c.register("w", 32, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 32, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         for job in lease(&c, &w, 32).await {
             finish_base_run(&c, &w, &job).await;
         }

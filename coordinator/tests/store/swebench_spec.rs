@@ -82,7 +82,7 @@ fn held(job: &LeasedJob) -> HeldJob {
     HeldJob { key: job.key.clone(), attempt: job.attempt }
 }
 
-const STUDY: &str = "name: swe\nseed: 7\nbudget: 30\nrunner: {kind: agent, command: [agent], flake_recheck_rate: 0.0}
+const STUDY: &str = "name: swe\nseed: 7\nbudget: 30\nrunner: {kind: agent, agent: agent, flake_recheck_rate: 0.0}
 selection: {band: [1, 3]}
 swebench:
   dataset: data/verified.jsonl
@@ -113,7 +113,7 @@ async fn a_study_of_swebench_instances_queues_base_runs_per_instance_with_their_
             ts.name
         );
 
-        let w = c.register("w", 32, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 32, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = c.lease(&w, 32, Duration::ZERO).await.unwrap();
         let mut per_task: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for job in &jobs {
@@ -187,7 +187,7 @@ async fn an_imported_mini_swe_agent_run_is_replayed_with_its_instance_row() {
     // As `vcurve import mini-swe-agent` writes it: without the row.
     std::fs::write(dir.path().join("runs/django.json"), serde_json::to_vec_pretty(&imported.trajectory).unwrap())
         .unwrap();
-    let yaml = "name: imported\nseed: 3\nrunner: {kind: agent, command: [agent]}\n\
+    let yaml = "name: imported\nseed: 3\nrunner: {kind: agent, agent: agent}\n\
                 swebench: {dataset: data/verified.jsonl}\n\
                 trajectories:\n  - id: dj-1\n    recorded: runs/django.json\n";
     let (yaml, files) = read_spec(dir.path(), yaml);
@@ -202,7 +202,7 @@ async fn an_imported_mini_swe_agent_run_is_replayed_with_its_instance_row() {
         let kept = vcurve_record::Trajectory::from_json(&kept).expect("the run is kept under its digest");
         assert_eq!(kept.digest(), digest, "{}: what a restart check reads the run's task from", ts.name);
 
-        let w = c.register("w", 4, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 4, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = c.lease(&w, 4, Duration::ZERO).await.unwrap();
         assert_eq!(jobs.iter().map(|j| j.key.kind()).collect::<Vec<_>>(), [JobKind::Replay], "{}", ts.name);
         let payload = payload(&c, &jobs[0]).await;

@@ -42,7 +42,7 @@ const CALC: &str = r#"{"id": "calc-1", "image": "vcurve-task-calc:test", "workdi
 
 /// A study of two tasks: `calc-2` inline with its problem statement in a file, `calc-1` a task
 /// file with none.
-const TASKS: &str = "name: statements\nseed: 3\nrunner: {kind: agent, command: [agent]}
+const TASKS: &str = "name: statements\nseed: 3\nrunner: {kind: agent, agent: agent}
 tasks:
   - id: calc-2
     image: vcurve-task-calc:test
@@ -138,7 +138,7 @@ async fn a_problem_statement_is_stored_once_by_digest_and_workers_get_it_whole()
         assert!(spec_json.len() < 4096, "{}: the stored spec is {} bytes", ts.name, spec_json.len());
 
         // A worker gets the base run's payload small, and the statement by its digest.
-        let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 8, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = c.lease(&w, 8, Duration::ZERO).await.unwrap();
         assert_eq!(jobs.len(), 4, "{}", ts.name);
         for job in &jobs {

@@ -18,9 +18,9 @@ pub(crate) fn judged(success: bool, patch: &str, judged: Judged) -> JobReport {
 /// its runner.
 pub(crate) async fn launch_agent(c: &Coordinator<SqlStore>, options: &str) -> (vcurve_record::StudyId, String) {
     let (yaml, files) = vcurve_coordinator::testing::recorded_spec("cache", "agent", &[("r", 10)]);
-    let yaml = yaml.replace("{kind: agent}", &format!("{{kind: agent, command: [agent], {options}}}"));
+    let yaml = yaml.replace("{kind: agent}", &format!("{{kind: agent, agent: agent, {options}}}"));
     let study = c.launch(&yaml, &files).await.unwrap();
-    let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+    let w = c.register("w", 8, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
     let replay = lease(c, &w, 1).await.remove(0);
     assert_eq!(c.report(&w, &held(&replay), &replayed(10)).await.unwrap(), ReportVerdict::Accepted);
     (study, w)

@@ -16,22 +16,53 @@ pub const SYNTHETIC: &str = "synthetic";
 pub const AGENT: &str = "agent";
 
 /// The runner kind that runs mini-swe-agent 2.4.6 (the paper's agent) in containers: the `agent`
-/// runner with the worker's own adapter (`agents/vcurve_agents/mini_swe_agent.py` under the
-/// worker's mini-swe-agent virtual environment) as the agent process, so a study names the model
-/// and not a command.
+/// runner with the agent the worker ships under this name (`agents/vcurve_agents/mini_swe_agent.py`
+/// under the worker's mini-swe-agent virtual environment), so a study names the model and not
+/// an agent.
 pub const MINI_SWE_AGENT: &str = "mini-swe-agent";
+
+/// The agent a stored study from before studies named agents runs: its options named a host
+/// command (`command`), which no worker runs any more. No worker should register an agent of
+/// this name; such a study waits, with the reason shown, until it is relaunched naming an agent.
+pub const LEGACY_COMMAND_AGENT: &str = "legacy-command";
+
+/// The capability prefix of a registered agent: a worker offering the agent `scripted` registers
+/// the capability `agent:scripted`, and a study of `{kind: agent, agent: scripted}` needs it.
+pub const AGENT_CAPABILITY_PREFIX: &str = "agent:";
+
+/// The capability a worker registers for offering the agent `name`.
+pub fn agent_capability(name: &str) -> String {
+    format!("{AGENT_CAPABILITY_PREFIX}{name}")
+}
+
+/// Whether `name` can name an agent: 1 to 64 ASCII letters, digits, `.`, `_` or `-`, starting
+/// with a letter or digit. The error says what is wrong.
+pub fn check_agent_name(name: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || name.len() > 64 {
+        return Err(format!("{name:?} must be 1 to 64 characters long"));
+    }
+    if !name.chars().all(ok_char) || !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(format!(
+            "{name:?} is not an agent name: use ASCII letters, digits, `.`, `_` and `-`, starting with a letter or digit"
+        ));
+    }
+    Ok(())
+}
 
 /// The runner kinds this build offers: a study naming another is refused at launch.
 pub const KINDS: &[&str] = &[SYNTHETIC, AGENT, MINI_SWE_AGENT];
 
-/// The argument vector of the mini-swe-agent adapter as a study records it: the worker runs the
-/// module with its mini-swe-agent environment's python in place of `python3`.
-pub const MINI_SWE_AGENT_COMMAND: &[&str] = &["python3", "-m", "vcurve_agents.mini_swe_agent"];
+/// Why a study may not name a command: the refusal of `runner.command`, for every kind.
+pub const NO_COMMAND: &str = "a study cannot put a command line on a worker's host; name an agent \
+     the workers' operators registered instead, e.g. `agent: scripted` (vcurve worker --agent, --agents; \
+     docs/agent-protocol.md)";
 
 /// Whether a runner kind runs agent processes in containers (replays, snapshots, patches judged
-/// through the study's cache), so its options are [`AgentOptions`].
+/// through the study's cache), so its options are [`AgentOptions`]. Also true of the capability a
+/// study of such a kind needs (`agent:NAME`, [`RunnerSpec::capability`]).
 pub fn runs_containers(kind: &str) -> bool {
-    kind == AGENT || kind == MINI_SWE_AGENT
+    kind == AGENT || kind == MINI_SWE_AGENT || kind.starts_with(AGENT_CAPABILITY_PREFIX)
 }
 
 /// The options of the `synthetic` runner.
@@ -72,10 +103,11 @@ impl SyntheticOptions {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentOptions {
-    /// The agent process's argument vector, e.g. `["python3", "-m", "vcurve_agents.scripted"]`,
-    /// run in the worker's working directory.
-    pub command: Vec<String>,
-    /// Variables added to the agent process's environment.
+    /// The agent the study runs, by the name the workers' operators registered it under (e.g.
+    /// `scripted`): each worker runs its own registration's command, never one from the study.
+    pub agent: String,
+    /// Variables added to the agent process's environment; a worker sets only those its
+    /// registration of the agent allows (the others are refused as a no-outcome).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// The model settings handed to the agent as written (`start.model`).
@@ -130,7 +162,7 @@ fn empty_object() -> serde_json::Value {
 impl AgentOptions {
     /// The option names, for error messages.
     pub const FIELDS: &'static [&'static str] = &[
-        "command",
+        "agent",
         "env",
         "model",
         "memory_mb",
@@ -165,7 +197,10 @@ impl AgentOptions {
         if let Some(map) = options.as_object_mut() {
             map.remove("kind");
         } else {
-            return Err(format!("invalid agent runner options: expected a mapping with `command`, got {options}"));
+            return Err(format!("invalid agent runner options: expected a mapping with `agent`, got {options}"));
+        }
+        if options.get("command").is_some() {
+            return Err(format!("invalid agent runner options: command: {NO_COMMAND}"));
         }
         // serde names an enum's bad variant but not its field: name it here.
         if let Some(f) = options.get("fingerprints")
@@ -175,8 +210,8 @@ impl AgentOptions {
         }
         let parsed = Self::deserialize(&options).map_err(|e| format!("invalid agent runner options: {e}"))?;
         let bad = |field: &str, message: String| Err(format!("invalid agent runner options: {field} {message}"));
-        if parsed.command.is_empty() || parsed.command[0].trim().is_empty() {
-            return bad("command", "must name a program, e.g. [python3, -m, vcurve_agents.scripted]".into());
+        if let Err(e) = check_agent_name(&parsed.agent) {
+            return bad("agent", format!("= {e}; name an agent the workers' operators registered, e.g. scripted"));
         }
         if !parsed.model.is_object() {
             return bad("model", format!("must be a mapping of model settings, got {}", parsed.model));
@@ -207,8 +242,8 @@ impl AgentOptions {
     }
 
     /// The options of a container runner of `kind` ([`runs_containers`]): for `agent` as
-    /// [`AgentOptions::from_json`]; for `mini-swe-agent` the same options less `command` (the
-    /// worker's adapter, [`MINI_SWE_AGENT_COMMAND`]), and a `model` that names the model as the
+    /// [`AgentOptions::from_json`]; for `mini-swe-agent` the same options less `agent` (the agent
+    /// the worker ships under the name [`MINI_SWE_AGENT`]), and a `model` that names the model as the
     /// adapter reads it (`model_name`, `base_url`, `api_key` or `api_key_env`, `temperature`,
     /// `top_p`, `timeout_s`, …). The error names the field.
     pub fn for_kind(kind: &str, options: &serde_json::Value) -> Result<Self, String> {
@@ -220,16 +255,19 @@ impl AgentOptions {
             return bad(format!("expected a mapping with `model`, got {options}"));
         };
         if map.contains_key("command") {
-            return bad("command: the mini-swe-agent runner runs the worker's own adapter (vcurve worker \
-                 --mini-swe-agent-python); give no command, or use kind: agent to run another one"
+            return bad(format!("command: {NO_COMMAND}; the mini-swe-agent runner runs the worker's own adapter"));
+        }
+        if map.contains_key("agent") {
+            return bad("agent: the mini-swe-agent runner runs the worker's own adapter (vcurve worker \
+                 --mini-swe-agent-python); give no agent, or use kind: agent to run another one"
                 .into());
         }
         if let Err(e) = check_mini_swe_agent_model(map.get("model").unwrap_or(&serde_json::Value::Null)) {
             return bad(format!("model.{e}").replace("model.: ", "model: "));
         }
-        let mut with_command = map.clone();
-        with_command.insert("command".into(), serde_json::json!(MINI_SWE_AGENT_COMMAND));
-        Self::from_json(&serde_json::Value::Object(with_command))
+        let mut with_agent = map.clone();
+        with_agent.insert("agent".into(), serde_json::json!(MINI_SWE_AGENT));
+        Self::from_json(&serde_json::Value::Object(with_agent))
             .map_err(|e| e.replace("invalid agent runner options", "invalid mini-swe-agent runner options"))
     }
 
@@ -304,7 +342,7 @@ mod tests {
 
     #[test]
     fn agent_options_take_defaults_and_name_bad_fields() {
-        let o = AgentOptions::from_json(&json!({"kind": "agent", "command": ["python3", "-m", "x"]})).unwrap();
+        let o = AgentOptions::from_json(&json!({"kind": "agent", "agent": "scripted"})).unwrap();
         assert_eq!(o.memory_mb, 2048);
         assert_eq!(o.flake_recheck_rate, 0.10);
         assert_eq!(o.model, json!({}));
@@ -315,20 +353,22 @@ mod tests {
         let e = AgentOptions::from_json(&json!({"command": ["x"], "run_timeout_s": 0})).unwrap_err();
         assert!(e.contains("run_timeout_s = 0 is outside [1, 604800]"), "{e}");
         let rules = json!([{"name": "token", "pattern": "token [A-Za-z]+", "replacement": "token <T>"}]);
-        let o = AgentOptions::from_json(&json!({"command": ["x"], "normalization": rules})).unwrap();
+        let o = AgentOptions::from_json(&json!({"agent": "x", "normalization": rules})).unwrap();
         assert_eq!(o.normalizer().unwrap().normalize("a token QzXy"), "a token <T>");
         for (options, field) in [
-            (json!({}), "command"),
-            (json!({"command": []}), "command"),
-            (json!({"command": ["x"], "memory_mb": 1}), "memory_mb"),
-            (json!({"command": ["x"], "model": 3}), "model"),
-            (json!({"command": ["x"], "flake_threshold": 2.0}), "flake_threshold"),
-            (json!({"command": ["x"], "colour": "red"}), "colour"),
+            (json!({}), "agent"),
+            (json!({"agent": ""}), "agent"),
+            (json!({"agent": "../bin/sh"}), "agent"),
+            (json!({"agent": "x", "command": ["sh", "-c", "id"]}), "command"),
+            (json!({"agent": "x", "memory_mb": 1}), "memory_mb"),
+            (json!({"agent": "x", "model": 3}), "model"),
+            (json!({"agent": "x", "flake_threshold": 2.0}), "flake_threshold"),
+            (json!({"agent": "x", "colour": "red"}), "colour"),
             (
-                json!({"command": ["x"], "normalization": [{"name": "n", "pattern": "(", "replacement": ""}]}),
+                json!({"agent": "x", "normalization": [{"name": "n", "pattern": "(", "replacement": ""}]}),
                 "normalization",
             ),
-            (json!({"command": ["x"], "fingerprints": "sometimes"}), "fingerprints"),
+            (json!({"agent": "x", "fingerprints": "sometimes"}), "fingerprints"),
         ] {
             let e = AgentOptions::from_json(&options).unwrap_err();
             assert!(e.contains(field), "{e} should name {field}");
@@ -336,11 +376,25 @@ mod tests {
     }
 
     #[test]
+    fn a_command_is_refused_saying_what_to_name_instead() {
+        let e =
+            AgentOptions::from_json(&json!({"command": ["sh", "-c", "id; curl --unix-socket /var/run/docker.sock x"]}))
+                .unwrap_err();
+        assert!(e.contains("command") && e.contains("agent: scripted"), "{e}");
+        assert!(check_agent_name("scripted").is_ok() && check_agent_name("mini-swe-agent").is_ok());
+        for bad in ["", "-x", "a b", "a/b", "agent:x", &"a".repeat(65)] {
+            assert!(check_agent_name(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(agent_capability("scripted"), "agent:scripted");
+        assert!(runs_containers("agent:scripted"));
+    }
+
+    #[test]
     fn mini_swe_agent_options_name_the_model_and_take_no_command() {
         let ok = json!({"kind": "mini-swe-agent", "model": {"model_name": "openai/Qwen/Qwen3-32B",
             "base_url": "http://127.0.0.1:8000/v1", "temperature": 0.7, "top_p": 0.8}, "memory_mb": 4096});
         let o = AgentOptions::for_kind(MINI_SWE_AGENT, &ok).unwrap();
-        assert_eq!(o.command, MINI_SWE_AGENT_COMMAND);
+        assert_eq!(o.agent, MINI_SWE_AGENT);
         assert_eq!(o.memory_mb, 4096);
         assert_eq!(o.model["model_name"], "openai/Qwen/Qwen3-32B");
         for (options, field) in [
@@ -353,6 +407,7 @@ mod tests {
             (json!({"model": {"model_name": "m", "base_url": 8000}}), "base_url"),
             (json!({"model": {"model_name": "m", "model_kwargs": []}}), "model_kwargs"),
             (json!({"model": {"model_name": "m"}, "command": ["python3"]}), "command"),
+            (json!({"model": {"model_name": "m"}, "agent": "scripted"}), "agent"),
             (json!({"model": {"model_name": "m"}, "memory_mb": 1}), "memory_mb"),
         ] {
             let e = AgentOptions::for_kind(MINI_SWE_AGENT, &options).unwrap_err();

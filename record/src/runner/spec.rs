@@ -10,17 +10,17 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{AGENT, AgentOptions, MINI_SWE_AGENT, SYNTHETIC, SyntheticOptions};
+use super::{AGENT, AgentOptions, LEGACY_COMMAND_AGENT, MINI_SWE_AGENT, SYNTHETIC, SyntheticOptions};
 
 /// Which agent runner the workers use, and its options.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunnerSpec {
     /// `synthetic`: outcomes hashed from the key (testing, capacity planning).
     Synthetic(SyntheticOptions),
-    /// `agent`: the study's own agent process in containers.
+    /// `agent`: an agent a worker's operator registered, by name, in containers.
     Agent(AgentOptions),
-    /// `mini-swe-agent`: the worker's mini-swe-agent adapter in containers; `command` is always
-    /// [`super::MINI_SWE_AGENT_COMMAND`] and is not written out (the study names none).
+    /// `mini-swe-agent`: the worker's mini-swe-agent adapter in containers; `agent` is always
+    /// [`MINI_SWE_AGENT`] and is not written out (the study names none).
     MiniSweAgent(AgentOptions),
     /// A kind no runner of this build has, with its options as written (a JSON object).
     Other { kind: String, options: serde_json::Value },
@@ -50,6 +50,19 @@ impl RunnerSpec {
         }
     }
 
+    /// [`RunnerSpec::parse`] for options a store holds. A study stored before studies named
+    /// agents named a host command (`command`): it loads naming the legacy agent
+    /// ([`LEGACY_COMMAND_AGENT`]), which no worker offers, so it waits instead of running it.
+    pub fn parse_stored(kind: &str, mut options: serde_json::Value) -> Result<Self, InvalidRunnerOptions> {
+        if kind == AGENT
+            && let Some(map) = options.as_object_mut()
+            && map.remove("command").is_some()
+        {
+            map.entry("agent").or_insert_with(|| LEGACY_COMMAND_AGENT.into());
+        }
+        Self::parse(kind, options)
+    }
+
     /// The runner kind, as a study names it.
     pub fn kind(&self) -> &str {
         match self {
@@ -68,7 +81,7 @@ impl RunnerSpec {
             Self::Agent(o) => serde_json::to_value(o),
             Self::MiniSweAgent(o) => serde_json::to_value(o).map(|mut v| {
                 if let Some(map) = v.as_object_mut() {
-                    map.remove("command");
+                    map.remove("agent");
                 }
                 v
             }),
@@ -83,6 +96,15 @@ impl RunnerSpec {
         match self {
             Self::Agent(o) | Self::MiniSweAgent(o) => Some(o),
             Self::Synthetic(_) | Self::Other { .. } => None,
+        }
+    }
+
+    /// The capability a worker must have registered to run this study's jobs: `agent:NAME` for
+    /// an agent (the worker's operator registered the agent NAME), the kind for any other.
+    pub fn capability(&self) -> String {
+        match self {
+            Self::Agent(o) => super::agent_capability(&o.agent),
+            other => other.kind().to_owned(),
         }
     }
 
@@ -113,7 +135,7 @@ impl<'de> Deserialize<'de> for RunnerSpec {
             serde_json::Value::Null => serde_json::Value::Object(serde_json::Map::new()),
             options => options,
         };
-        RunnerSpec::parse(&stored.kind, options).map_err(serde::de::Error::custom)
+        RunnerSpec::parse_stored(&stored.kind, options).map_err(serde::de::Error::custom)
     }
 }
 
@@ -122,7 +144,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::runner::{FingerprintPolicy, MINI_SWE_AGENT_COMMAND};
+    use crate::runner::FingerprintPolicy;
 
     fn mini_swe_agent_options() -> serde_json::Value {
         json!({"model": {"model_name": "openai/Qwen/Qwen3-32B", "temperature": 0.7}, "memory_mb": 4096})
@@ -134,21 +156,22 @@ mod tests {
         assert_eq!(synthetic, RunnerSpec::Synthetic(SyntheticOptions { duration_ms: 5, no_outcome_rate: 0.0 }));
         assert_eq!((synthetic.kind(), synthetic.runs_containers()), (SYNTHETIC, false));
 
-        let agent =
-            RunnerSpec::parse(AGENT, json!({"command": ["python3", "-m", "x"], "fingerprints": "compare"})).unwrap();
+        let agent = RunnerSpec::parse(AGENT, json!({"agent": "scripted", "fingerprints": "compare"})).unwrap();
         let RunnerSpec::Agent(options) = &agent else { panic!("{agent:?}") };
         assert_eq!(
-            (options.command.len(), options.fingerprints, options.memory_mb),
-            (3, FingerprintPolicy::Compare, 2048)
+            (options.agent.as_str(), options.fingerprints, options.memory_mb),
+            ("scripted", FingerprintPolicy::Compare, 2048)
         );
         assert_eq!((agent.kind(), agent.runs_containers()), (AGENT, true));
+        assert_eq!(agent.capability(), "agent:scripted");
 
         let mini = RunnerSpec::parse(MINI_SWE_AGENT, mini_swe_agent_options()).unwrap();
         let RunnerSpec::MiniSweAgent(options) = &mini else { panic!("{mini:?}") };
-        assert_eq!(options.command, MINI_SWE_AGENT_COMMAND);
+        assert_eq!(options.agent, MINI_SWE_AGENT);
         assert_eq!(options.model["model_name"], "openai/Qwen/Qwen3-32B");
         assert_eq!(mini.agent_options().map(|o| o.memory_mb), Some(4096));
-        assert!(mini.options_json().get("command").is_none(), "the adapter's command is not written out");
+        assert!(mini.options_json().get("agent").is_none(), "the adapter's name is not written out");
+        assert_eq!(mini.capability(), MINI_SWE_AGENT);
     }
 
     #[test]
@@ -166,8 +189,9 @@ mod tests {
         for (kind, options, named) in [
             (SYNTHETIC, json!({"no_outcome_rate": 1.5}), "no_outcome_rate"),
             (SYNTHETIC, json!([1]), "synthetic runner options"),
-            (AGENT, json!({"command": ["x"], "memory_mb": 1}), "memory_mb"),
-            (AGENT, json!({"command": ["x"], "colour": "red"}), "colour"),
+            (AGENT, json!({"agent": "x", "memory_mb": 1}), "memory_mb"),
+            (AGENT, json!({"agent": "x", "colour": "red"}), "colour"),
+            (AGENT, json!({"command": ["sh", "-c", "id"]}), "command"),
             (MINI_SWE_AGENT, json!({"model": {"model_name": "m", "top_p": 2}}), "top_p"),
             (MINI_SWE_AGENT, json!({"model": {"model_name": "m"}, "command": ["python3"]}), "command"),
         ] {
@@ -176,10 +200,10 @@ mod tests {
             assert!(e.to_string().contains(named) && e.to_string().contains(kind), "{e} should name {named}");
         }
         // A stored study whose options no longer parse is refused by serde with the same message.
-        let e = serde_json::from_value::<RunnerSpec>(json!({"kind": "agent", "options": {"command": []}}))
+        let e = serde_json::from_value::<RunnerSpec>(json!({"kind": "agent", "options": {"agent": ""}}))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("invalid agent runner options: command"), "{e}");
+        assert!(e.contains("invalid agent runner options: agent"), "{e}");
     }
 
     #[test]
@@ -200,6 +224,11 @@ mod tests {
         ] {
             let runner: RunnerSpec = serde_json::from_str(old).unwrap();
             assert_eq!(runner.kind(), kind, "{old}");
+            if kind == AGENT {
+                // Its host command is dropped: it names the legacy agent, which no worker offers.
+                assert_eq!(runner.capability(), "agent:legacy-command", "{old}");
+                assert!(serde_json::to_string(&runner).unwrap().find("vcurve_agents").is_none());
+            }
             let stored = serde_json::to_value(&runner).unwrap();
             assert_eq!(stored["kind"], kind);
             assert!(stored["options"].is_object(), "{stored}");

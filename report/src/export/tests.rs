@@ -108,7 +108,7 @@ pub(crate) fn study(
             seed: 7,
             budget: 100,
             schedule: "none".into(),
-            runner: RunnerSpec::parse(kind, if kind == AGENT { json!({"command": ["python3"]}) } else { json!({}) })
+            runner: RunnerSpec::parse(kind, if kind == AGENT { json!({"agent": "scripted"}) } else { json!({}) })
                 .expect("valid runner options"),
             thresholds: Thresholds::default(),
             controls: ControlCounts::default(),

@@ -11,7 +11,7 @@ const DATASET: &str = include_str!("../../../coordinator/tests/fixtures/swebench
 const DJANGO_RUN: &[u8] =
     include_bytes!("../../../record/tests/fixtures/mini-swe-agent/django__django-10999.v1.traj.json");
 
-const SPEC: &str = "name: swe\nseed: 7\nrunner: {kind: agent, command: [python3, -m, agent]}\n";
+const SPEC: &str = "name: swe\nseed: 7\nrunner: {kind: agent, agent: agent}\n";
 const BLOCK: &str = "swebench:\n  dataset: data/verified.jsonl\n";
 
 fn with_block(block: &str) -> String {
@@ -346,7 +346,7 @@ fn bad_swebench_blocks_are_refused_naming_the_field() {
             &["swebench.dataset data/none.jsonl: was not found", "relative to the spec"][..],
         ),
         (
-            with_block("  instances: all\n").replace("kind: agent, command: [python3, -m, agent]", "kind: synthetic"),
+            with_block("  instances: all\n").replace("kind: agent, agent: agent", "kind: synthetic"),
             &["swebench", "synthetic"][..],
         ),
     ] {
@@ -371,8 +371,7 @@ fn the_papers_agent_settings_run_a_swebench_study_with_their_options_kept() {
     // mini-swe-agent 2.4.6 on vLLM at temperature 0.70, top-p 0.80: the runner's to validate.
     let runner = "runner: {kind: mini-swe-agent, model: {model_name: openai/Qwen/Qwen3-32B, \
                   base_url: \"http://127.0.0.1:8000/v1\", temperature: 0.7, top_p: 0.8}}\n";
-    let yaml =
-        with_block("  instances: all\n").replace("runner: {kind: agent, command: [python3, -m, agent]}\n", runner);
+    let yaml = with_block("  instances: all\n").replace("runner: {kind: agent, agent: agent}\n", runner);
     let spec = parsed(&yaml);
     assert_eq!((spec.runner.kind(), spec.tasks.len()), ("mini-swe-agent", 3));
     let options = spec.runner.agent_options().expect("mini-swe-agent runs containers");

@@ -71,6 +71,7 @@ async fn clients_and_workers_need_their_own_tokens() {
         slots: 1,
         capabilities: vec!["synthetic".into()],
         protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+        agents: vec![],
     };
     for (token, ok) in [(Some("worker-secret"), true), (Some("client-secret"), false), (None, false)] {
         let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(token).unwrap());
@@ -84,6 +85,11 @@ async fn clients_and_workers_need_their_own_tokens() {
     let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(Some("worker-secret")).unwrap());
     let err = w.register(v1::RegisterRequest { protocol_version: "1.0".into(), ..register.clone() }).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    // An agent whose name cannot be one is refused, naming it.
+    let bad = v1::RegisterRequest { agents: vec!["sh -c id".into()], ..register.clone() };
+    let err = w.register(bad).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("sh -c id"), "{err:?}");
     // A report for an unknown key is answered, and changes nothing.
     let id = w.register(register).await.unwrap().into_inner().worker_id;
     let report = v1::ReportRequest {
@@ -420,6 +426,7 @@ async fn a_lease_request_tells_pushed_snapshots_and_its_jobs_name_them_over_grpc
         slots: 64,
         capabilities: vec!["synthetic".into()],
         protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+        agents: vec![],
     };
     let worker_id = w.register(register).await.unwrap().into_inner().worker_id;
     let lease = |registry: &str, pushed: Vec<v1::RegistrySnapshot>| v1::LeaseRequest {
@@ -547,7 +554,7 @@ async fn a_problem_statement_is_uploaded_kept_and_fetched_in_pieces() {
     statement.push('€');
     statement.push_str(&"The sum is off by one. ".repeat(vcurve_proto::CHUNK_BYTES * 3 / 2 / 23));
     let digest = vcurve_record::trajectory::sha256_hex(statement.as_bytes());
-    let yaml = "name: pieces\nseed: 1\nrunner: {kind: agent, command: [agent]}\ntasks:\n  - id: t1\n    \
+    let yaml = "name: pieces\nseed: 1\nrunner: {kind: agent, agent: agent}\ntasks:\n  - id: t1\n    \
                 image: vcurve-task-calc:test\n    workdir: /testbed\n    \
                 evaluator: {kind: command, command: python3 -m unittest, timeout_s: 60}\n    \
                 problem_statement_file: statement.md\n";
@@ -577,6 +584,7 @@ async fn a_problem_statement_is_uploaded_kept_and_fetched_in_pieces() {
             slots: 1,
             capabilities: vec!["agent".into()],
             protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
+            agents: vec!["agent".into()],
         })
         .await
         .unwrap()

@@ -438,11 +438,10 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
     eprintln!("test 1 (the scripted-agent study): {:.1} s", started.elapsed().as_secs_f64());
 }
 
-/// The study of the second test: [`vcurve_e2e::write_scripted_calc_spec`] with the agents of
-/// this checkout.
+/// The study of the second test: [`vcurve_e2e::write_scripted_calc_spec`], the scripted agent its
+/// worker registers from this checkout's agents.
 fn write_kill_spec(dir: &Path, task_json: &str) -> PathBuf {
-    let agents = repository().join("agents");
-    vcurve_e2e::write_scripted_calc_spec(dir, "e2e-worker-kill", task_json, agents.to_str().expect("a UTF-8 path"))
+    vcurve_e2e::write_scripted_calc_spec(dir, "e2e-worker-kill", task_json)
 }
 
 /// Test 2: a worker SIGKILLed while a continuation's container runs.
@@ -478,9 +477,15 @@ fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
     let mut coordinator = Process::spawn(dir.path(), "coordinator", &coordinator_args);
     coordinator.wait_for_port(port, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e:#}"));
     let name = format!("e2e-kill-{}", std::process::id());
+    let agents = repository().join("agents");
+    let agents = agents.to_string_lossy();
     let worker_args = [
         "worker",
         "--docker",
+        "--agent",
+        "scripted",
+        "--agents-dir",
+        &agents,
         "--name",
         &name,
         "--slots",

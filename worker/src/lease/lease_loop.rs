@@ -344,7 +344,8 @@ impl Shared {
         let request = v1::RegisterRequest {
             name: self.config.name.clone(),
             slots: self.config.slots,
-            capabilities: self.runners.kinds().into_iter().map(str::to_owned).collect(),
+            capabilities: self.runners.capabilities(),
+            agents: self.runners.agents(),
             protocol_version: vcurve_proto::PROTOCOL_VERSION.to_owned(),
         };
         let mut backoff = Backoff::new();

@@ -36,6 +36,7 @@ use vcurve_record::runner::{AGENT, AgentOptions, FingerprintPolicy, MINI_SWE_AGE
 use vcurve_record::{EndType, Interpreter, RunnerSpec, Task, Trajectory, TrajectoryPayload};
 
 use crate::runners::agent::{AgentCommand, AgentFailure, AgentLimits, AgentStart, run_agent_marked};
+use crate::runners::agents::AgentRegistry;
 use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
 use crate::runners::no_outcome::NoOutcome;
 use crate::runners::seam::{AgentRunner, JobKey, JobReport, JobSpec};
@@ -53,11 +54,12 @@ pub struct AgentProcessRunner {
 }
 
 struct Inner {
-    /// The runner kind served: `agent` (the study's command) or `mini-swe-agent` (`adapter`).
+    /// The runner kind served: `agent` (the agents of `agents`) or `mini-swe-agent` (`agents`
+    /// holding the worker's mini-swe-agent adapter alone).
     kind: &'static str,
-    /// The agent process of every run when the kind fixes it (`mini-swe-agent`), whatever the
-    /// study's `command`; `None`: the study's `command` and `env`.
-    adapter: Option<AgentCommand>,
+    /// The agents this runner runs, registered by the worker's operator, and the user their
+    /// processes run as ([`AgentProcessRunner::use_agents`]); unset: none.
+    agents: OnceLock<AgentRegistry>,
     /// How a run from `h_0` runs its commands, where no recorded run says: the kind's
     /// (mini-swe-agent's SWE-bench configuration), or `bash -c`.
     base_interpreter: Interpreter,
@@ -133,7 +135,7 @@ impl AgentProcessRunner {
         Ok(AgentProcessRunner {
             inner: Arc::new(Inner {
                 kind: AGENT,
-                adapter: None,
+                agents: OnceLock::new(),
                 base_interpreter: Interpreter::default(),
                 runtime,
                 snapshots,
@@ -146,16 +148,17 @@ impl AgentProcessRunner {
     }
 
     /// The `mini-swe-agent` runner beside this one: the same runtime, snapshot cache and worker,
-    /// every run's agent process `adapter` (the worker's mini-swe-agent environment running
-    /// `vcurve_agents.mini_swe_agent`, see [`crate::MiniSweAgent`]) with the study's `env` laid
-    /// over its own, and base runs running their commands with `interpreter` (what
-    /// [`crate::MiniSweAgent::check`] found in mini-swe-agent's SWE-bench configuration).
-    pub fn mini_swe_agent(&self, adapter: AgentCommand, interpreter: Interpreter) -> AgentProcessRunner {
+    /// every run's agent process the one `adapter` registers as `mini-swe-agent` (the worker's
+    /// mini-swe-agent environment running `vcurve_agents.mini_swe_agent`, see
+    /// [`crate::MiniSweAgent::registry`]), and base runs running their commands with
+    /// `interpreter` (what [`crate::MiniSweAgent::check`] found in mini-swe-agent's SWE-bench
+    /// configuration).
+    pub fn mini_swe_agent(&self, adapter: AgentRegistry, interpreter: Interpreter) -> AgentProcessRunner {
         let inner = &self.inner;
         AgentProcessRunner {
             inner: Arc::new(Inner {
                 kind: MINI_SWE_AGENT,
-                adapter: Some(adapter),
+                agents: OnceLock::from(adapter),
                 base_interpreter: interpreter,
                 runtime: inner.runtime.clone(),
                 snapshots: inner.snapshots.clone(),
@@ -172,6 +175,18 @@ impl AgentProcessRunner {
     /// runner's.
     pub fn use_swebench(&self, harness: SwebenchHarness) -> bool {
         self.inner.swebench.set(harness).is_ok()
+    }
+
+    /// Run the agents of `agents` (the worker operator's registrations, and the user their
+    /// processes run as); false when agents were set before. A study naming an agent not in it is
+    /// a no-outcome naming the agent, and the worker does not offer it to the coordinator.
+    pub fn use_agents(&self, agents: AgentRegistry) -> bool {
+        self.inner.agents.set(agents).is_ok()
+    }
+
+    /// The names of the agents this runner runs.
+    pub fn agent_names(&self) -> Vec<String> {
+        self.inner.agents.get().map(AgentRegistry::names).unwrap_or_default()
     }
 
     /// The snapshots this worker holds, `(payload digest, t)`.
@@ -198,6 +213,11 @@ impl AgentProcessRunner {
 impl AgentRunner for AgentProcessRunner {
     fn kind(&self) -> &'static str {
         self.inner.kind
+    }
+
+    fn agents(&self) -> Vec<String> {
+        // The mini-swe-agent runner's one agent is its kind.
+        if self.inner.kind == AGENT { self.agent_names() } else { Vec::new() }
     }
 
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
@@ -289,16 +309,13 @@ impl Inner {
         }
     }
 
-    /// The agent process of a run: the kind's adapter (the study's `env` over its own), or the
-    /// study's command.
-    fn command(&self, options: &AgentOptions) -> AgentCommand {
-        match &self.adapter {
-            Some(adapter) => {
-                let mut command = adapter.clone();
-                command.env.extend(options.env.clone());
-                command
-            }
-            None => AgentCommand::from_options(options),
+    /// The agent process of a run: the registration of the study's agent, with the environment
+    /// built from the allow-list ([`AgentRegistry::command`]); an error when this worker does not
+    /// offer the agent.
+    fn command(&self, options: &AgentOptions) -> Result<AgentCommand, String> {
+        match self.agents.get() {
+            Some(agents) => agents.command(options),
+            None => Err(format!("this worker offers no agent {:?} (it offers none)", options.agent)),
         }
     }
 
@@ -322,6 +339,8 @@ impl Inner {
                 )));
             }
         };
+        // A study of an agent this worker does not offer: nothing to prepare.
+        self.command(options).map_err(NoOutcome::BadJob)?;
         let limits = self.limits(job, options);
         let own = match &options.normalization {
             Some(_) => Some(options.normalizer().map_err(NoOutcome::BadJob)?),
@@ -345,7 +364,7 @@ impl Inner {
                     Verdict::NonReplayable(why) => return Ok(JobReport::NonReplayable(why)),
                 };
                 let start = AgentStart {
-                    command: self.command(options),
+                    command: self.command(options).map_err(NoOutcome::BadJob)?,
                     task: recorded.task.clone(),
                     interpreter: recorded.interpreter.clone(),
                     messages: prefix(recorded, k.t),
@@ -391,7 +410,7 @@ impl Inner {
                     .map_err(NoOutcome::engine("starting the task container"))?;
                 let interpreter = self.base_interpreter.clone();
                 let start = AgentStart {
-                    command: self.command(options),
+                    command: self.command(options).map_err(NoOutcome::BadJob)?,
                     task: task.clone(),
                     interpreter: interpreter.clone(),
                     messages: Vec::new(),
@@ -615,18 +634,22 @@ mod tests {
     }
 
     fn options() -> serde_json::Value {
+        serde_json::json!({"agent": "scripted", "model": {"q": 1.0, "r": 1.0}})
+    }
+
+    /// `runner` offering the shipped scripted agent, as `vcurve worker --agent scripted` does.
+    fn offer_scripted(runner: &AgentProcessRunner) {
         let agents = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
-        serde_json::json!({
-            "command": ["python3", "-m", "vcurve_agents.scripted"],
-            "env": {"PYTHONPATH": agents},
-            "model": {"q": 1.0, "r": 1.0},
-        })
+        let mut registry = AgentRegistry::new();
+        registry.register_flag("scripted", &agents).unwrap();
+        assert!(runner.use_agents(registry));
     }
 
     async fn runner(empty: bool) -> (AgentProcessRunner, Arc<FakeRuntime>, Arc<Services>) {
         let runtime = Arc::new(FakeRuntime::with_handler(handler(empty)));
         runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
         let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        offer_scripted(&runner);
         let services = Arc::new(Services::default());
         runner.attach(services.clone());
         (runner, runtime, services)
@@ -734,6 +757,7 @@ mod tests {
         }));
         runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
         let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        offer_scripted(&runner);
         let services = Arc::new(Services::default());
         runner.attach(services.clone());
         let report = runner.run(base_run(), CancellationToken::new()).await;
@@ -832,6 +856,7 @@ mod tests {
                 AgentProcessRunner::start_with_registry(runtime.clone(), "w", 1 << 30, Some("reg.test:5000".into()))
                     .await
                     .unwrap();
+            offer_scripted(&runner);
             runner.attach(Arc::new(Services::default()));
             (runner, runtime)
         };
@@ -899,6 +924,20 @@ mod tests {
         let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
         runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
         let unattached = AgentProcessRunner::start(runtime, "w2", 1 << 30).await.unwrap();
+        // Without the study's agent registered: a no-outcome naming it, and no agent offered.
+        let report = unattached.run(base_run(), CancellationToken::new()).await;
+        assert!(
+            matches!(&report, JobReport::NoOutcome { reason } if reason.contains("offers no agent \"scripted\"")),
+            "{report:?}"
+        );
+        assert!(unattached.agents().is_empty());
+        offer_scripted(&unattached);
+        assert_eq!(unattached.agents(), ["scripted"]);
+        let runners = crate::Runners::new().with(unattached.clone()).with(crate::SyntheticRunner);
+        assert_eq!(
+            (runners.agents(), runners.capabilities()),
+            (vec!["scripted".to_owned()], vec!["synthetic".to_owned()])
+        );
         let report = unattached.run(base_run(), CancellationToken::new()).await;
         assert!(matches!(&report, JobReport::NoOutcome { reason } if reason.contains("services")), "{report:?}");
     }

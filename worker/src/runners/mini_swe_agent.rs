@@ -11,11 +11,15 @@ use std::path::{Path, PathBuf};
 
 use vcurve_record::Interpreter;
 
-use crate::runners::agent::AgentCommand;
+use crate::runners::agents::{AgentRegistry, AgentUser, RegisteredAgent};
 use crate::runners::python_env::PythonEnv;
 
 /// The mini-swe-agent version the adapter is written for.
 pub const VERSION: &str = "2.4.6";
+
+/// The variables a study's `runner.env` may set for mini-swe-agent: a model endpoint's key and
+/// address (`OPENAI_API_KEY`, `OPENAI_API_BASE`, …), litellm's and mini-swe-agent's own settings.
+pub const ALLOWED_ENV: &[&str] = &["*_API_KEY", "*_API_BASE", "*_BASE_URL", "LITELLM_*", "MSWEA_*"];
 
 /// The environment's python, relative to the worker's working directory, when none is named.
 pub const DEFAULT_PYTHON: &str = ".venv/mini-swe-agent/bin/python";
@@ -63,13 +67,25 @@ impl MiniSweAgent {
         }))
     }
 
-    /// The agent process of every run.
-    pub fn command(&self) -> AgentCommand {
-        AgentCommand {
-            argv: vec![self.python.display().to_string(), "-m".into(), "vcurve_agents.mini_swe_agent".into()],
+    /// The agent the worker ships as `mini-swe-agent`: the environment's python running the
+    /// adapter, `PYTHONPATH` the agents folder. A study may set the variables mini-swe-agent and
+    /// litellm read for a model's endpoint and key ([`ALLOWED_ENV`]), and no other.
+    pub fn registration(&self) -> RegisteredAgent {
+        RegisteredAgent {
+            command: vec![self.python.display().to_string(), "-m".into(), "vcurve_agents.mini_swe_agent".into()],
             env: BTreeMap::from([("PYTHONPATH".to_owned(), self.agents_dir.display().to_string())]),
-            cwd: None,
+            allow_env: ALLOWED_ENV.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    /// The registry of the `mini-swe-agent` runner: [`MiniSweAgent::registration`] as
+    /// `mini-swe-agent`, its processes run as `user` (`None`: the worker's).
+    pub fn registry(&self, user: Option<AgentUser>) -> AgentRegistry {
+        let mut registry = AgentRegistry::new()
+            .with(vcurve_record::runner::MINI_SWE_AGENT, self.registration())
+            .expect("the shipped mini-swe-agent registration is valid");
+        registry.run_as(user);
+        registry
     }
 
     /// Import the adapter and mini-swe-agent with the environment's python and check the
@@ -133,10 +149,12 @@ mod tests {
         assert!(e.contains("vcurve_agents/mini_swe_agent.py"), "{e}");
         let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
         let found = MiniSweAgent::locate(Some(&python), Some(&agents)).unwrap().unwrap();
-        let command = found.command();
-        assert_eq!(command.argv[1..], ["-m", "vcurve_agents.mini_swe_agent"]);
-        assert!(Path::new(&command.argv[0]).is_absolute());
-        assert!(Path::new(&command.env["PYTHONPATH"]).is_absolute());
+        let agent = found.registration();
+        assert_eq!(agent.command[1..], ["-m", "vcurve_agents.mini_swe_agent"]);
+        assert!(Path::new(&agent.command[0]).is_absolute());
+        assert!(Path::new(&agent.env["PYTHONPATH"]).is_absolute());
+        assert!(agent.allows("OPENAI_API_KEY") && !agent.allows("PYTHONPATH") && !agent.allows("VCURVE_WORKER_TOKEN"));
+        assert_eq!(found.registry(None).names(), ["mini-swe-agent"]);
     }
 
     /// With the real environment (scripts/test makes it and sets `VCURVE_MSA_PYTHON`): the

@@ -7,6 +7,7 @@
 //! - [`agent_runner`]: [`AgentProcessRunner`], the container-backed runner (`process` kind): base
 //!   runs, replays, continuations and evaluations in containers of the [`sandbox`](crate::sandbox).
 //! - [`agent`]: one agent process in a container, speaking the line protocol.
+//! - [`agents`]: the agents a worker's operator registered, and each process's environment and user.
 //! - [`mini_swe_agent`]: the `mini-swe-agent` runner kind on top of the agent process runner.
 //! - [`evaluate`]: the evaluators (a command, SWE-bench's harness).
 //! - [`no_outcome`]: [`NoOutcome`], why a job ends without an outcome (its text is the reason
@@ -17,6 +18,7 @@
 
 pub mod agent;
 pub mod agent_runner;
+pub mod agents;
 pub mod evaluate;
 pub mod mini_swe_agent;
 pub mod no_outcome;
@@ -26,6 +28,7 @@ pub mod services;
 pub mod synthetic;
 
 pub use agent_runner::AgentProcessRunner;
+pub use agents::{AgentRegistry, AgentUser, RegisteredAgent};
 pub use mini_swe_agent::MiniSweAgent;
 pub use no_outcome::NoOutcome;
 pub use seam::{AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobSpec, Runners};

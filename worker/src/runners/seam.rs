@@ -65,6 +65,12 @@ pub trait AgentRunner: Send + Sync {
     /// Run one job to its report.
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport>;
 
+    /// The agents this runner runs, by the names its operator registered them under (the runner
+    /// of the `agent` kind); the worker registers them with the coordinator. Others run none.
+    fn agents(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Payload digests of the trajectories this runner holds snapshots of, for the coordinator to
     /// hand their continuations to this worker first. Runners without snapshots hold none.
     fn snapshot_trajectories(&self) -> Vec<String> {
@@ -125,6 +131,18 @@ impl Runners {
     /// The kinds offered, sorted.
     pub fn kinds(&self) -> Vec<&'static str> {
         self.by_kind.keys().copied().collect()
+    }
+
+    /// The agents offered, sorted, without repeats ([`AgentRunner::agents`]).
+    pub fn agents(&self) -> Vec<String> {
+        let agents: std::collections::BTreeSet<String> = self.by_kind.values().flat_map(|r| r.agents()).collect();
+        agents.into_iter().collect()
+    }
+
+    /// The capabilities the worker registers with: its kinds, but for `agent`, whose studies need
+    /// the capability of their agent (`agent:NAME`, from [`Runners::agents`]) instead.
+    pub fn capabilities(&self) -> Vec<String> {
+        self.kinds().into_iter().filter(|k| *k != vcurve_record::runner::AGENT).map(str::to_owned).collect()
     }
 
     /// Every runner, for handing them the coordinator's services.

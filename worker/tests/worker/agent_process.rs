@@ -48,6 +48,7 @@ fn scripted(task: &Task, model: Value, budget: u32, seed: u64) -> AgentStart {
             argv: vec!["python3".into(), "-m".into(), "vcurve_agents.scripted".into()],
             env: BTreeMap::from([("PYTHONPATH".to_string(), repo().join("agents").display().to_string())]),
             cwd: None,
+            user: None,
         },
         task: task.clone(),
         interpreter: Interpreter::default(),

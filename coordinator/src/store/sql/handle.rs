@@ -72,7 +72,7 @@ mod stored_runner {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<RunnerSpec, D::Error> {
         let fields = Fields::deserialize(deserializer)?;
-        RunnerSpec::parse(&fields.runner_kind, fields.runner_options).map_err(serde::de::Error::custom)
+        RunnerSpec::parse_stored(&fields.runner_kind, fields.runner_options).map_err(serde::de::Error::custom)
     }
 }
 
@@ -221,11 +221,13 @@ mod tests {
         let config: StudyConfig = serde_json::from_str(&stored).unwrap();
         let options = config.runner.agent_options().expect("an agent runner");
         assert_eq!((options.flake_threshold, options.flake_recheck_rate, options.memory_mb), (0.05, 0.10, 2048));
+        // Its host command is not kept: it names the legacy agent, which no worker offers.
+        assert_eq!(options.agent, vcurve_record::runner::LEGACY_COMMAND_AGENT);
         let again: StudyConfig = serde_json::from_str(&serde_json::to_string(&config).unwrap()).unwrap();
         assert_eq!(again.runner, config.runner);
 
-        let bad = stored.replace(r#""command":["python3","-m","x"]"#, r#""command":[]"#);
+        let bad = stored.replace(r#""command":["python3","-m","x"]"#, r##""agent":"""##);
         let e = serde_json::from_str::<StudyConfig>(&bad).unwrap_err().to_string();
-        assert!(e.contains("invalid agent runner options: command"), "{e}");
+        assert!(e.contains("invalid agent runner options: agent"), "{e}");
     }
 }

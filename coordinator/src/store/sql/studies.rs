@@ -20,7 +20,8 @@ const OPEN_IN_STUDY: &str = "SELECT (SELECT COUNT(*) FROM trajectories WHERE stu
 const END_RUNNING_STUDY: &str =
     "UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2 AND state = 'running'";
 
-/// A new running study: `$1` id, `$2` name, `$3` spec, `$4` config, `$5` runner kind, `$6` now.
+/// A new running study: `$1` id, `$2` name, `$3` spec, `$4` config, `$5` the capability its
+/// runner needs (`RunnerSpec::capability`: the kind, or `agent:NAME`), `$6` now.
 const INSERT_STUDY: &str = "INSERT INTO studies (id, name, spec_json, config_json, runner_kind, state, created_ms, controls_at_launch) \
      VALUES ($1, $2, $3, $4, $5, 'running', $6, 1)";
 
@@ -141,7 +142,7 @@ pub(super) async fn create_study(
         .bind(&spec.name)
         .bind(serde_json::to_string(spec).map_err(corrupt)?)
         .bind(serde_json::to_string(&config).map_err(corrupt)?)
-        .bind(spec.runner.kind())
+        .bind(spec.runner.capability())
         .bind(now)
         .execute(&mut *tx)
         .await?;

@@ -410,7 +410,7 @@ fn agent_study_through_the_registry(stack: &Stack, dir: &Path) {
     assert_eq!(task["image"].as_str(), Some(task_image.as_str()), "--print-task names another image");
     // The agents where the worker image has them.
     let task_json = String::from_utf8(built.stdout).expect("the task JSON is UTF-8");
-    let spec = vcurve_e2e::write_scripted_calc_spec(dir, "e2e-compose-agent", &task_json, "/opt/vcurve/agents");
+    let spec = vcurve_e2e::write_scripted_calc_spec(dir, "e2e-compose-agent", &task_json);
     let study = stack.client(&["launch", &spec.to_string_lossy()], 0).unwrap_or_else(|e| panic!("{e:#}"));
     let study = study.trim().to_string();
     let by_registry = "vcurve_continuations_leased_total{snapshot=\"registry\"}";

@@ -340,7 +340,8 @@ pub async fn run_agent_marked(
     let mut command = Command::new(program);
     command
         .args(args)
-        .envs(&start.command.env)
+        .env_clear()
+        .envs(crate::runners::agents::process_environment(&start.command.env))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -351,6 +352,10 @@ pub async fn run_agent_marked(
     }
     if let Some(mark) = &mark {
         mark.apply(&mut command);
+    }
+    if let Some((uid, gid)) = start.command.user {
+        // As root, std drops the supplementary groups (setgroups) before switching.
+        command.uid(uid).gid(gid);
     }
     let mut child = command.spawn().map_err(|e| AgentFailure::Infrastructure {
         reason: format!("cannot start the agent {:?}: {e}", start.command.argv),

@@ -5,25 +5,21 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use vcurve_record::runner::AgentOptions;
 use vcurve_record::{Interpreter, Task};
 
-/// The process to start: the study's `runner.command`, `runner.env` and working directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The process to start: a registered agent's command ([`crate::runners::agents`]), its
+/// environment and working directory, and the user it runs as.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AgentCommand {
     /// The argument vector, e.g. `["python3", "-m", "vcurve_agents.scripted"]`.
     pub argv: Vec<String>,
-    /// Variables added to the worker's environment.
+    /// Variables added to the few the process takes from the worker's environment (`PATH`,
+    /// `HOME`, the locale: [`crate::runners::agents::process_environment`]); it gets no other.
     pub env: BTreeMap<String, String>,
     /// The working directory; `None` is the worker's.
     pub cwd: Option<PathBuf>,
-}
-
-impl AgentCommand {
-    /// The study's `runner.command` and `runner.env`, run in the worker's working directory.
-    pub fn from_options(options: &AgentOptions) -> Self {
-        AgentCommand { argv: options.command.clone(), env: options.env.clone(), cwd: None }
-    }
+    /// `(uid, gid)` to run as, with no supplementary groups; `None`: the worker's user.
+    pub user: Option<(u32, u32)>,
 }
 
 /// Everything one run is started with.

@@ -154,6 +154,7 @@ fn start(script: &Path, mode: &str, env: &[(&str, &str)]) -> AgentStart {
             argv: vec!["python3".into(), script.display().to_string(), mode.into()],
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             cwd: None,
+            user: None,
         },
         task: task(),
         interpreter: Interpreter::default(),
@@ -435,15 +436,23 @@ async fn a_budget_of_zero_allows_a_final_without_steps() {
 #[test]
 fn commands_and_limits_come_from_the_study_options() {
     let options = vcurve_record::runner::AgentOptions::from_json(&json!({
-        "command": ["python3", "-m", "vcurve_agents.scripted"],
-        "env": {"PYTHONPATH": "agents"},
+        "agent": "scripted",
+        "env": {"SCRIPTED_MODE": "x"},
         "run_timeout_s": 90,
     }))
     .unwrap();
-    let command = AgentCommand::from_options(&options);
-    assert_eq!(command.argv, vec!["python3", "-m", "vcurve_agents.scripted"]);
-    assert_eq!(command.env.get("PYTHONPATH").map(String::as_str), Some("agents"));
-    assert_eq!(command.cwd, None);
+    let agents = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
+    let mut registry = crate::runners::agents::AgentRegistry::new();
+    registry.register_flag("scripted", &agents).unwrap();
+    // The registration allows no variable: the study's is refused, naming it.
+    let e = registry.command(&options).unwrap_err();
+    assert!(e.contains("SCRIPTED_MODE"), "{e}");
+    let options = vcurve_record::runner::AgentOptions { env: Default::default(), ..options };
+    let command = registry.command(&options).unwrap();
+    assert_eq!(command.argv[1..], ["-m", "vcurve_agents.scripted"]);
+    assert!(command.argv[0].ends_with("python3"), "{:?}", command.argv);
+    assert!(command.env["PYTHONPATH"].ends_with("agents"), "{:?}", command.env);
+    assert_eq!((command.cwd, command.user), (None, None));
     let limits = AgentLimits::from_options(&options);
     assert_eq!(limits, AgentLimits::new(Duration::from_secs(90)));
     assert_eq!((limits.exit_grace, limits.max_line_bytes, limits.stderr_tail_bytes), (EXIT_GRACE, 64 << 20, 64 << 10));
