@@ -332,7 +332,10 @@ mod tests {
     /// The drops `(t, V(t−1) − V(t))` of a curve before its terminal step.
     fn drops(values: &[f64]) -> Vec<(u32, f64)> {
         let last = values.len() - 1;
-        (1..last).filter(|&t| values[t - 1] - values[t] > 1e-12).map(|t| (t as u32, values[t - 1] - values[t])).collect()
+        (1..last)
+            .filter(|&t| values[t - 1] - values[t] > 1e-12)
+            .map(|t| (t as u32, values[t - 1] - values[t]))
+            .collect()
     }
 
     #[test]
