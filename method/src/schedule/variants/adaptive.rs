@@ -223,6 +223,13 @@ fn settled_erosion(ctx: &LaneContext, analysis: &CurveAnalysis) -> bool {
     c < ctx.params.cliff_threshold - SETTLED_BELOW && analysis.decisive_drop.unwrap_or(1.0) < SETTLED_DROP
 }
 
+/// A fitted drop that could be the decisive one instead of the largest, `largest`: at least
+/// [`BISECT_SHARE`] of it and at least [`BISECT_DROP`]. Refinement bisects it and confirmation
+/// raises its ends as it does the decisive interval's.
+fn rival(drop: f64, largest: f64) -> bool {
+    drop >= BISECT_SHARE * largest - crate::TOLERANCE && drop >= BISECT_DROP - crate::TOLERANCE
+}
+
 /// How far a point may be raised outside the certification stage.
 #[derive(Debug, Clone, Copy)]
 struct Cap {
@@ -414,12 +421,7 @@ impl Lane for Refine {
                 .resolved
                 .windows(2)
                 .filter(|w| w[1].t - w[0].t > 1)
-                .filter(|w| {
-                    (w[0].t, w[1].t) == (a, b) || {
-                        let drop = w[0].v_fit - w[1].v_fit;
-                        drop >= BISECT_SHARE * largest - crate::TOLERANCE && drop >= BISECT_DROP - crate::TOLERANCE
-                    }
-                })
+                .filter(|w| (w[0].t, w[1].t) == (a, b) || rival(w[0].v_fit - w[1].v_fit, largest))
                 .map(|w| main_target((w[0].t + w[1].t) / 2, K_STEP))
                 .filter(|t| points.requested(Series::Main, t.t) < K_STEP)
                 .collect();
@@ -460,6 +462,15 @@ impl Lane for Confirm {
         let threshold = self.ctx.params.cliff_threshold;
         let open = analysis.concentration.is_some_and(|c| c > threshold - OPEN_BELOW && c < threshold + OPEN_ABOVE);
         let mut wanted: Vec<(u32, u32)> = vec![(a, K_CONFIRM), (b, K_CONFIRM)];
+        // A rival drop close to the decisive one (the other of two cliffs) is confirmed alongside:
+        // compared at 8 against 16, the less sampled drop wins too often by noise alone.
+        let largest = analysis.decisive_drop.unwrap_or(0.0);
+        for w in analysis.resolved.windows(2) {
+            let drop = w[0].v_fit - w[1].v_fit;
+            if (w[0].t, w[1].t) != (a, b) && rival(drop, largest) {
+                wanted.extend([(w[0].t, K_CONFIRM), (w[1].t, K_CONFIRM)]);
+            }
+        }
         if open {
             let ts: Vec<u32> = analysis.resolved.iter().map(|r| r.t).collect();
             let at = ts.iter().position(|&t| t == a).unwrap_or(0);
