@@ -13,7 +13,7 @@ mod run;
 mod table;
 
 pub use curves::{CURVES_COLUMNS, CurvesError, parse_supplied_curves};
-pub use run::{InOrder, ScheduleListError, Spread, run, run_supplied, schedule_list};
+pub use run::{InOrder, ScheduleListError, Spread, run, run_families, run_supplied, schedule_list};
 pub use table::{supplied_table, table};
 
 use std::collections::BTreeMap;
