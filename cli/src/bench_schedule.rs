@@ -13,6 +13,7 @@ use vcurve_method::bench::{
 };
 use vcurve_method::schedule::Variant;
 use vcurve_method::schedule::variants::variant_names;
+use vcurve_method::synthetic::Family;
 
 use crate::input::{self, InputError};
 use crate::output;
@@ -35,6 +36,17 @@ impl Spread for Cores {
 /// Run `variant` on `per_family` curves of every family, spread over the available cores.
 pub fn run(variant: &'static dyn Variant, params: &Thresholds, per_family: u64, seed: u64) -> ScheduleReport {
     vcurve_method::bench::run(variant, params, per_family, seed, &Cores)
+}
+
+/// Run `variant` on `per_family` curves of each of `families`, spread over the available cores.
+pub fn run_families(
+    variant: &'static dyn Variant,
+    params: &Thresholds,
+    families: &[Family],
+    per_family: u64,
+    seed: u64,
+) -> ScheduleReport {
+    vcurve_method::bench::run_families(variant, params, families, per_family, seed, &Cores)
 }
 
 /// The schedules of `--schedule`: `all`, or a comma-separated list of distinct variant names.
@@ -77,7 +89,8 @@ pub struct BenchScheduleArgs {
     /// side by side on the same outcomes.
     #[arg(long, default_value = "paper", value_name = "NAMES")]
     pub schedule: String,
-    /// Curves per family (plateau_cliff, cliff, erosion, flat).
+    /// Curves per family (the paper's plateau_cliff, cliff, erosion, flat; two_cliffs, staircase,
+    /// slow_slide, early_cliff, late_cliff, low_plateau).
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub per_family: u64,
     /// True curves to run the schedules on instead of the synthetic families: a CSV file with the

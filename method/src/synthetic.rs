@@ -1,6 +1,9 @@
 //! Synthetic V-curves with known truth, for measuring schedules (issue 3, the paper's Table 33).
 //!
-//! Every curve has `T` uniform in `40..=100`, `p0 = V(h_0)` uniform in `[0.25, 1]` and `V(T) = 0`.
+//! The paper's four families ([`Family::PAPER`]) and six more shapes a failure can take (issue
+//! 27): two separate cliffs, staircases of small drops, slow slides, early and late cliffs, low
+//! plateaus. Every curve has `T` uniform in `40..=100` and `V(T) = 0`; `p0 = V(h_0)` is uniform in
+//! `[0.25, 1]` but on low plateaus (uniform in `[0.15, 0.3]`).
 //! A curve is a pure function of `(seed, family, index)`, and so is the outcome of every
 //! continuation key: [`SyntheticCurve::outcome`] hashes the key, so a run's results do not depend
 //! on the order in which continuations are simulated.
@@ -13,7 +16,8 @@ use crate::curve::Shape;
 use crate::schedule::Key;
 use crate::{TOLERANCE, meets_at_least};
 
-/// The four families of issue 3.
+/// The families of synthetic curves: the paper's four (issue 3) and six more shapes (issue 27).
+/// Their order is fixed: a family's place seeds its curves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
@@ -25,10 +29,38 @@ pub enum Family {
     Erosion,
     /// Full value to the last step.
     Flat,
+    /// Two cliffs at least 10 steps apart, each 30–70% of the value, nothing after the second.
+    TwoCliffs,
+    /// 3–6 drops of similar size (each below half the value) at regular steps, nothing after
+    /// the last.
+    Staircase,
+    /// A linear slide from full value to 0 over at least half of the run.
+    SlowSlide,
+    /// A plateau-cliff whose cliff is at one of the first 5 steps.
+    EarlyCliff,
+    /// A plateau-cliff whose cliff is at one of the last 8 steps before `T − 1`.
+    LateCliff,
+    /// A plateau-cliff at a low value: `p0` uniform in `[0.15, 0.3]`.
+    LowPlateau,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [Family::PlateauCliff, Family::Cliff, Family::Erosion, Family::Flat];
+    /// The paper's four families (Table 33), which the cluster simulation cycles through.
+    pub const PAPER: [Family; 4] = [Family::PlateauCliff, Family::Cliff, Family::Erosion, Family::Flat];
+
+    /// Every family, in the order `vcurve bench schedule` draws them.
+    pub const ALL: [Family; 10] = [
+        Family::PlateauCliff,
+        Family::Cliff,
+        Family::Erosion,
+        Family::Flat,
+        Family::TwoCliffs,
+        Family::Staircase,
+        Family::SlowSlide,
+        Family::EarlyCliff,
+        Family::LateCliff,
+        Family::LowPlateau,
+    ];
 
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -36,7 +68,32 @@ impl Family {
             Family::Cliff => "cliff",
             Family::Erosion => "erosion",
             Family::Flat => "flat",
+            Family::TwoCliffs => "two_cliffs",
+            Family::Staircase => "staircase",
+            Family::SlowSlide => "slow_slide",
+            Family::EarlyCliff => "early_cliff",
+            Family::LateCliff => "late_cliff",
+            Family::LowPlateau => "low_plateau",
         }
+    }
+
+    /// The family named `name` ([`Family::as_str`]).
+    pub fn parse(name: &str) -> Option<Family> {
+        Family::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+}
+
+/// The least gap between the two cliffs of [`Family::TwoCliffs`].
+const TWO_CLIFFS_GAP: u32 = 10;
+
+/// `values[t] = p0 − (the drops at or before t)` for `t < T`, exactly 0 from the last drop on (not
+/// a rounding residue): the curve of drops `sizes` at steps `positions` (in `1..T`).
+fn apply_drops(values: &mut [f64], p0: f64, positions: &[usize], sizes: &[f64]) {
+    let t_len = values.len() - 1;
+    let last = *positions.iter().max().expect("at least one drop");
+    for (t, v) in values.iter_mut().enumerate().take(t_len) {
+        let lost: f64 = positions.iter().zip(sizes).filter(|&(&p, _)| p <= t).map(|(_, s)| s).sum();
+        *v = if t >= last { 0.0 } else { (p0 - lost).max(0.0) };
     }
 }
 
@@ -102,14 +159,50 @@ impl SyntheticCurve {
                         break sizes;
                     }
                 };
-                let last = *positions.iter().max().expect("count ≥ 4");
-                for (t, v) in values.iter_mut().enumerate().take(t_len) {
-                    let lost: f64 = positions.iter().zip(&sizes).filter(|&(&p, _)| p <= t).map(|(_, s)| s).sum();
-                    // From the last drop on the curve is exactly 0, not a rounding residue.
-                    *v = if t >= last { 0.0 } else { (p0 - lost).max(0.0) };
-                }
+                apply_drops(&mut values, p0, positions, &sizes);
             }
             Family::Flat => {}
+            Family::TwoCliffs => {
+                // The first cliff leaves room for the gap and a second cliff before `T − 1`.
+                let first = rng.random_range(1..=length - 2 - TWO_CLIFFS_GAP);
+                let second = rng.random_range(first + TWO_CLIFFS_GAP..=length - 2);
+                let share: f64 = rng.random_range(0.3..=0.7);
+                apply_drops(&mut values, p0, &[first as usize, second as usize], &[share * p0, (1.0 - share) * p0]);
+            }
+            Family::Staircase => {
+                let count = rng.random_range(3..=6u32);
+                // Regular steps `gap` apart, the first at `start`, the last before `T − 1`.
+                let gap = rng.random_range(3..=(length - 2) / count);
+                let start = rng.random_range(1..=length - 1 - gap * (count - 1) - 1);
+                let positions: Vec<usize> = (0..count).map(|i| (start + i * gap) as usize).collect();
+                // Sizes within ±30% of each other, so that each is below half of the value.
+                let w: Vec<f64> = (0..count).map(|_| rng.random_range(0.7..=1.3)).collect();
+                let total: f64 = w.iter().sum();
+                let sizes: Vec<f64> = w.iter().map(|x| p0 * x / total).collect();
+                apply_drops(&mut values, p0, &positions, &sizes);
+            }
+            Family::SlowSlide => {
+                // From `start` (value p0 before it) down to 0 at `end`, at least half of `T` later.
+                let start = rng.random_range(1..=length / 3);
+                let end = rng.random_range(start + length / 2..=length - 1);
+                for (t, v) in values.iter_mut().enumerate().take(t_len).skip(start as usize) {
+                    *v = p0 * (end as usize).saturating_sub(t) as f64 / f64::from(end - start + 1);
+                }
+            }
+            Family::EarlyCliff => {
+                let t_star = rng.random_range(1..=5) as usize;
+                values[t_star..].fill(0.0);
+            }
+            Family::LateCliff => {
+                let t_star = rng.random_range(length - 9..=length - 2) as usize;
+                values[t_star..].fill(0.0);
+            }
+            Family::LowPlateau => {
+                let low: f64 = rng.random_range(0.15..=0.3);
+                values[..t_len].fill(low);
+                let t_star = rng.random_range(1..=length - 2) as usize;
+                values[t_star..].fill(0.0);
+            }
         }
         SyntheticCurve { family, values, outcome_seed: mix(stream ^ 0x5EED) }
     }
@@ -174,7 +267,11 @@ mod tests {
                 let c = SyntheticCurve::draw(family, 11, i);
                 let t = c.length();
                 assert!((40..=100).contains(&t));
-                assert!((0.25..=1.0).contains(&c.p0()));
+                if family == Family::LowPlateau {
+                    assert!((0.15..=0.3).contains(&c.p0()));
+                } else {
+                    assert!((0.25..=1.0).contains(&c.p0()));
+                }
                 assert_eq!(c.values[t as usize], 0.0);
                 assert!(c.values.windows(2).all(|w| w[0] >= w[1] - 1e-12), "{family:?} rises");
                 let (t_star, drop) = c.true_t_star();
@@ -195,9 +292,67 @@ mod tests {
                     Family::Flat => {
                         assert_eq!((t_star, c.true_shape()), (t, None));
                     }
+                    Family::TwoCliffs => {
+                        let drops = drops(&c.values);
+                        assert_eq!(drops.len(), 2, "{drops:?}");
+                        assert!(drops[1].0 - drops[0].0 >= 10 && drops[1].0 <= t - 2, "{drops:?}");
+                        assert!(drops.iter().all(|&(_, d)| d >= 0.3 * c.p0() - 1e-9 && d <= 0.7 * c.p0() + 1e-9));
+                        assert_eq!(c.true_shape(), Some(Shape::Cliff));
+                    }
+                    Family::Staircase => {
+                        let drops = drops(&c.values);
+                        assert!((3..=6).contains(&drops.len()), "{drops:?}");
+                        let gaps: Vec<u32> = drops.windows(2).map(|w| w[1].0 - w[0].0).collect();
+                        assert!(gaps.iter().all(|&g| g == gaps[0] && g >= 3), "{drops:?}");
+                        assert!(drops.last().unwrap().0 <= t - 2);
+                        assert!(drops.iter().all(|&(_, d)| d < 0.5 * c.p0()));
+                        assert_eq!(c.true_shape(), Some(Shape::Erosion));
+                    }
+                    Family::SlowSlide => {
+                        let drops = drops(&c.values);
+                        assert!(drops.len() as u32 > t / 2, "{drops:?}");
+                        assert!(drops.iter().all(|&(_, d)| (d - drops[0].1).abs() < 1e-9), "equal steps");
+                        assert_eq!(t_star, drops[0].0);
+                        assert_eq!(c.true_shape(), Some(Shape::Erosion));
+                    }
+                    Family::EarlyCliff | Family::LateCliff | Family::LowPlateau => {
+                        assert!((drop - c.p0()).abs() < 1e-12 && t_star <= t - 2);
+                        match family {
+                            Family::EarlyCliff => assert!(t_star <= 5),
+                            Family::LateCliff => assert!(t_star >= t - 9),
+                            _ => {}
+                        }
+                        assert_eq!(c.true_shape(), Some(Shape::Cliff));
+                    }
                 }
             }
         }
+    }
+
+    /// The drops `(t, V(t−1) − V(t))` of a curve before its terminal step.
+    fn drops(values: &[f64]) -> Vec<(u32, f64)> {
+        let last = values.len() - 1;
+        (1..last)
+            .filter(|&t| values[t - 1] - values[t] > 1e-12)
+            .map(|t| (t as u32, values[t - 1] - values[t]))
+            .collect()
+    }
+
+    #[test]
+    fn every_family_has_its_name_and_the_paper_families_keep_their_curves() {
+        for family in Family::ALL {
+            assert_eq!(Family::parse(family.as_str()), Some(family));
+        }
+        assert_eq!(Family::parse("two-cliffs"), None);
+        assert_eq!(Family::ALL[..4], Family::PAPER);
+        // A family's curves depend on its place in the enum: the paper's four keep the curves they
+        // had before the other six came (the demo and the cluster bench draw them).
+        let digest = Family::PAPER
+            .iter()
+            .flat_map(|&f| (0..20).map(move |i| SyntheticCurve::draw(f, 2026, i)))
+            .flat_map(|c| c.values)
+            .fold(0u64, |h, v| mix(h ^ v.to_bits()));
+        assert_eq!(digest, 8354286616099952120, "the paper's families drew other curves");
     }
 
     #[test]

@@ -87,7 +87,21 @@ fn a_schedule_in_a_list_of_one_gives_the_default_run() {
     let default = json(&base);
     assert_eq!(default["schedule"], "paper");
     let families = default["families"].as_object().unwrap();
-    assert_eq!(families.keys().collect::<Vec<_>>(), ["cliff", "erosion", "flat", "plateau_cliff"]);
+    assert_eq!(
+        families.keys().collect::<Vec<_>>(),
+        [
+            "cliff",
+            "early_cliff",
+            "erosion",
+            "flat",
+            "late_cliff",
+            "low_plateau",
+            "plateau_cliff",
+            "slow_slide",
+            "staircase",
+            "two_cliffs"
+        ]
+    );
     assert_eq!(families["flat"]["holding_curves"], 6);
     assert!(families["flat"]["false_pnr"].is_number());
     assert!(families["cliff"]["false_pnr"].is_null());

@@ -589,3 +589,59 @@ fn adaptive_certifies_only_through_a_look_and_rarely_on_holding_curves() {
         }
     }
 }
+
+/// Success iff `seed % 4 < round(4 · v(t))`: exact raw estimates at every multiple of 4.
+fn exact4(v: impl Fn(u32) -> f64) -> impl Fn(Key) -> bool {
+    move |k: Key| f64::from(k.seed % 4) < (4.0 * v(k.t)).round()
+}
+
+#[test]
+fn adaptive_brackets_both_of_two_cliffs_to_one_step() {
+    // Two cliffs of 0.5 each, at 22 and at 43: refinement bisects both, not only the largest.
+    let world = exact4(|t| match t {
+        t if t < 22 => 1.0,
+        t if t < 43 => 0.5,
+        _ => 0.0,
+    });
+    let mut s = adaptive(60, &[]);
+    run_to_end(&mut s, &world);
+    let sampled = |t: u32| s.points().counts(Series::Main, t).0 >= 4;
+    assert!(sampled(21) && sampled(22), "the first cliff is one step wide");
+    assert!(sampled(42) && sampled(43), "the second cliff is one step wide");
+    let analysis = crate::analyze(60, &s.points().sampled(Series::Main), None, 100, s.params()).unwrap();
+    assert_eq!(analysis.t_star, Some(22));
+    assert_eq!(analysis.onset, Some(22));
+}
+
+#[test]
+fn adaptive_tests_the_decisive_drop_for_an_onset_up_to_24() {
+    for case in 0..200u64 {
+        // A modest cliff that 16 continuations a side often leave short of significance.
+        let world = noisy(case + 11_000, |t| match t {
+            t if t < 30 => 0.55,
+            t if t < 50 => 0.2,
+            _ => 0.0,
+        });
+        let mut s = adaptive(70, &[]);
+        run_to_end(&mut s, &world);
+        let points = s.points();
+        let analysis = crate::analyze(70, &points.sampled(Series::Main), None, 100, s.params()).unwrap();
+        // Outside the certification look nothing is raised beyond the onset search's 24.
+        for p in points.sampled(Series::Main) {
+            if s.memory().certified_anchor != Some(p.t) {
+                assert!(points.requested(Series::Main, p.t) <= 24, "case {case}: {p:?}");
+            }
+        }
+        // A confirmed decisive drop with no significant pair anywhere: the search ran to 24
+        // (unless the fit ended a settled erosion, where it tests the first clear drop instead).
+        let Some(interval) = analysis.decisive_interval else { continue };
+        let (a, b) = (interval.a, interval.b);
+        let confirmed = s.memory().confirmed.contains(&(a, b));
+        let settled = analysis.concentration.unwrap_or(1.0) < 0.35 && analysis.decisive_drop.unwrap_or(1.0) < 0.2;
+        if analysis.onset.is_none() && confirmed && !settled && b < 70 && points.drop(Series::Main, a, b) >= 0.1 {
+            let at_24 =
+                points.sampled(Series::Main).iter().filter(|p| points.requested(Series::Main, p.t) == 24).count();
+            assert!(at_24 >= 1, "case {case}");
+        }
+    }
+}

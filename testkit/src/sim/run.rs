@@ -104,7 +104,7 @@ fn study_for(trajectories: u32, seed: u64, schedule: &str) -> (String, BTreeMap<
     yaml.push_str("runner: {kind: synthetic}\ntrajectories:\n");
     let mut files = BTreeMap::new();
     for i in 0..trajectories {
-        let family = Family::ALL[i as usize % Family::ALL.len()];
+        let family = Family::PAPER[i as usize % Family::PAPER.len()];
         let curve = SyntheticCurve::draw(family, seed, u64::from(i));
         let id = format!("{}-{i:05}", family.as_str().replace('_', "-"));
         let path = format!("curves/{id}.csv");

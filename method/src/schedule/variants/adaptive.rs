@@ -92,6 +92,22 @@ const SETTLED_DROP: f64 = 0.2;
 const OPEN_BELOW: f64 = 0.1;
 /// How far above the cliff threshold a concentration leaves the shape open.
 const OPEN_ABOVE: f64 = 0.2;
+/// A pair more than a step wide whose fitted drop is at least this share of the largest is
+/// bisected too: a second cliff of about the same size as the decisive one could end up the
+/// largest drop once its ends are raised, and then its `t*` should be one step wide as well.
+const BISECT_SHARE: f64 = 0.75;
+/// ...and at least this large: small drops of erosions are left alone (their shape does not depend
+/// on where they are).
+const BISECT_DROP: f64 = 0.3;
+/// The onset search raises the ends of its pair this many continuations at a time...
+const ONSET_STEP: u32 = 4;
+/// ...up to this many: below [`K_CERTIFY`] − 1, so that a point without a success can get there
+/// (`Capped`).
+const ONSET_MAX: u32 = 24;
+/// The least raw drop worth testing for an onset.
+const ONSET_DROP: f64 = 0.1;
+/// On a settled erosion, the onset search tests the first pair whose raw drop is at least this.
+const ONSET_FIRST_DROP: f64 = 0.3;
 /// Rounds of confirmation, at most.
 const MAX_CONFIRM_ROUNDS: u32 = 6;
 /// Rounds of refinement, at most.
@@ -154,7 +170,13 @@ impl Variant for Adaptive {
             Stage::Screen => vec![Box::new(FirstWave { targets: Some(first_wave(ctx)) })],
             Stage::Pnr => vec![Box::new(Certify::new(ctx))],
             Stage::Bisect => vec![Box::new(Capped { inner: Refine { ctx: ctx.clone(), rounds: 0 }, cap })],
-            Stage::Confirm => vec![Box::new(Capped { inner: Confirm { ctx: ctx.clone(), rounds: 0 }, cap })],
+            Stage::Confirm => vec![Box::new(Capped {
+                inner: Then {
+                    first: Some(Confirm { ctx: ctx.clone(), rounds: 0 }),
+                    then: Onset { ctx: ctx.clone(), raised: 0 },
+                },
+                cap,
+            })],
             Stage::Labels => super::paper_lanes(stage, ctx, memory, points)
                 .into_iter()
                 .map(|inner| Box::new(Capped { inner, cap }) as Box<dyn Lane>)
@@ -199,6 +221,13 @@ fn decisive(ctx: &LaneContext, points: &Points) -> Option<(CurveAnalysis, u32, u
 fn settled_erosion(ctx: &LaneContext, analysis: &CurveAnalysis) -> bool {
     let c = analysis.concentration.unwrap_or(1.0);
     c < ctx.params.cliff_threshold - SETTLED_BELOW && analysis.decisive_drop.unwrap_or(1.0) < SETTLED_DROP
+}
+
+/// A fitted drop that could be the decisive one instead of the largest, `largest`: at least
+/// [`BISECT_SHARE`] of it and at least [`BISECT_DROP`]. Refinement bisects it and confirmation
+/// raises its ends as it does the decisive interval's.
+fn rival(drop: f64, largest: f64) -> bool {
+    drop >= BISECT_SHARE * largest - crate::TOLERANCE && drop >= BISECT_DROP - crate::TOLERANCE
 }
 
 /// How far a point may be raised outside the certification stage.
@@ -385,8 +414,20 @@ impl Lane for Refine {
         if !short.is_empty() && !done {
             return Some(short);
         }
-        if b - a > 1 && !done && !settled_erosion(&self.ctx, &analysis) {
-            return Some(vec![main_target((a + b) / 2, K_STEP)]);
+        if !done && !settled_erosion(&self.ctx, &analysis) {
+            // The decisive interval and every other pair more than a step wide whose fitted drop
+            // is close enough to the largest to become it: each is bisected at once.
+            let midpoints: Vec<Target> = analysis
+                .resolved
+                .windows(2)
+                .filter(|w| w[1].t - w[0].t > 1)
+                .filter(|w| (w[0].t, w[1].t) == (a, b) || rival(w[0].v_fit - w[1].v_fit, largest))
+                .map(|w| main_target((w[0].t + w[1].t) / 2, K_STEP))
+                .filter(|t| points.requested(Series::Main, t.t) < K_STEP)
+                .collect();
+            if !midpoints.is_empty() {
+                return Some(midpoints);
+            }
         }
         if b - a == 1 {
             memory.bracketed.push((a, b));
@@ -421,6 +462,15 @@ impl Lane for Confirm {
         let threshold = self.ctx.params.cliff_threshold;
         let open = analysis.concentration.is_some_and(|c| c > threshold - OPEN_BELOW && c < threshold + OPEN_ABOVE);
         let mut wanted: Vec<(u32, u32)> = vec![(a, K_CONFIRM), (b, K_CONFIRM)];
+        // A rival drop close to the decisive one (the other of two cliffs) is confirmed alongside:
+        // compared at 8 against 16, the less sampled drop wins too often by noise alone.
+        let largest = analysis.decisive_drop.unwrap_or(0.0);
+        for w in analysis.resolved.windows(2) {
+            let drop = w[0].v_fit - w[1].v_fit;
+            if (w[0].t, w[1].t) != (a, b) && rival(drop, largest) {
+                wanted.extend([(w[0].t, K_CONFIRM), (w[1].t, K_CONFIRM)]);
+            }
+        }
         if open {
             let ts: Vec<u32> = analysis.resolved.iter().map(|r| r.t).collect();
             let at = ts.iter().position(|&t| t == a).unwrap_or(0);
@@ -436,6 +486,61 @@ impl Lane for Confirm {
             }
         }
         (!targets.is_empty()).then_some(targets)
+    }
+}
+
+/// `first` until it is finished, then `then`: two sequential steps of one lane.
+struct Then<A, B> {
+    first: Option<A>,
+    then: B,
+}
+
+impl<A: Lane, B: Lane> Lane for Then<A, B> {
+    fn next(&mut self, points: &Points, memory: &mut Memory) -> Option<Vec<Target>> {
+        if let Some(first) = &mut self.first {
+            if let Some(targets) = first.next(points, memory) {
+                return Some(targets);
+            }
+            self.first = None;
+        }
+        self.then.next(points, memory)
+    }
+}
+
+/// The onset search, after confirmation (module docs, step 5): while no pair of consecutive
+/// resolved points is significant, raise the ends of the decisive interval [`ONSET_STEP`] at a time
+/// to [`ONSET_MAX`], stopping as soon as it is. Only a decisive interval before the terminal pair
+/// whose raw drop is at least [`ONSET_DROP`] is tested.
+struct Onset {
+    ctx: LaneContext,
+    /// The `K` of the last raise: the search never asks for the same `K` twice.
+    raised: u32,
+}
+
+impl Lane for Onset {
+    fn next(&mut self, points: &Points, _: &mut Memory) -> Option<Vec<Target>> {
+        let (analysis, mut a, mut b) = decisive(&self.ctx, points)?;
+        if analysis.onset.is_some() {
+            return None;
+        }
+        if settled_erosion(&self.ctx, &analysis) {
+            // Raising the decisive pair of a settled erosion reads it as a cliff more often (the
+            // raised pair takes its neighbours' drops into its own in the fit): test the first
+            // clear drop instead, where the onset is.
+            (a, b) = analysis.resolved.windows(2).map(|w| (w[0].t, w[1].t)).find(|&(x, y)| {
+                y < self.ctx.length && points.drop(Series::Main, x, y) >= ONSET_FIRST_DROP - crate::TOLERANCE
+            })?;
+        }
+        if b >= self.ctx.length || points.drop(Series::Main, a, b) < ONSET_DROP - crate::TOLERANCE {
+            return None;
+        }
+        let n = points.requested(Series::Main, a).min(points.requested(Series::Main, b)).max(self.raised);
+        let k = ((n / ONSET_STEP + 1) * ONSET_STEP).min(ONSET_MAX);
+        if k <= n {
+            return None;
+        }
+        self.raised = k;
+        Some([a, b].into_iter().filter(|&t| points.requested(Series::Main, t) < k).map(|t| main_target(t, k)).collect())
     }
 }
 

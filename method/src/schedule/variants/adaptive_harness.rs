@@ -23,8 +23,8 @@ fn parallel<T: Sync, R: Send>(jobs: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> 
     })
 }
 
-/// cost, shape, big±1, pnr, drop, fpnr
-type Row = [f64; 6];
+/// cost, shape, big±1, pnr, drop, fpnr, onset
+type Row = [f64; 7];
 
 fn row(r: &FamilyReport) -> Row {
     [
@@ -34,6 +34,7 @@ fn row(r: &FamilyReport) -> Row {
         r.pnr_certified,
         r.drop_found,
         r.false_pnr.unwrap_or(f64::NAN),
+        r.onset_found,
     ]
 }
 
@@ -57,7 +58,7 @@ fn run(name: &str, n: u64, seed: u64) -> (BTreeMap<String, Row>, BTreeMap<String
 }
 
 fn paper_rows(n: u64, seed: u64) -> BTreeMap<String, Row> {
-    let path = format!("/tmp/vcurve-paper-{n}-{seed}.txt");
+    let path = format!("/tmp/vcurve-paper-{n}-{seed}-{}.txt", Family::ALL.len());
     if let Ok(text) = std::fs::read_to_string(&path) {
         return text
             .lines()
@@ -65,7 +66,7 @@ fn paper_rows(n: u64, seed: u64) -> BTreeMap<String, Row> {
                 let mut it = l.split(' ');
                 let name = it.next().unwrap().to_string();
                 let v: Vec<f64> = it.map(|x| x.parse().unwrap()).collect();
-                (name, [v[0], v[1], v[2], v[3], v[4], v[5]])
+                (name, [v[0], v[1], v[2], v[3], v[4], v[5], v[6]])
             })
             .collect();
     }
@@ -86,13 +87,15 @@ fn harness() {
     let (adaptive, stages) = run("adaptive", n, seed);
     println!("n = {n}, seed = {seed}");
     println!(
-        "{:<14} {:>22} {:>14} {:>14} {:>14} {:>14} {:>14}",
-        "family", "cost", "shape", "big±1", "pnr", "drop", "fpnr"
+        "{:<14} {:>22} {:>14} {:>14} {:>14} {:>14} {:>14} {:>14}",
+        "family", "cost", "shape", "big±1", "pnr", "drop", "fpnr", "onset"
     );
+    let total = |rows: &BTreeMap<String, Row>| rows.values().map(|r| r[0]).sum::<f64>();
+    println!("all families: cost ratio {:.3}", total(&adaptive) / total(&paper));
     for f in Family::ALL {
         let (p, a) = (paper[f.as_str()], adaptive[f.as_str()]);
         println!(
-            "{:<14} {:>7.1}→{:>6.1} ({:.3}) {:.3}→{:.3}{} {:.3}→{:.3}{} {:.3}→{:.3}{} {:.3}→{:.3} {:.3}→{:.3}",
+            "{:<14} {:>7.1}→{:>6.1} ({:.3}) {:.3}→{:.3}{} {:.3}→{:.3}{} {:.3}→{:.3}{} {:.3}→{:.3} {:.3}→{:.3} {:.3}→{:.3}{}",
             f.as_str(),
             p[0],
             a[0],
@@ -110,6 +113,9 @@ fn harness() {
             a[4],
             p[5],
             a[5],
+            p[6],
+            a[6],
+            if (f == Family::Flat && a[6] > p[6]) || (f != Family::Flat && a[6] < p[6] - 0.02) { "!" } else { " " },
         );
         println!("    stages: {:?}", stages[f.as_str()].iter().map(|(s, v)| format!("{s} {v:.1}")).collect::<Vec<_>>());
     }
@@ -138,12 +144,7 @@ fn harness() {
 fn harness_dump() {
     use crate::schedule::{Outcome, Series, TrajectoryPlan, TrajectorySchedule};
     use crate::synthetic::SyntheticCurve;
-    let family = match std::env::var("HARNESS_FAMILY").as_deref() {
-        Ok("cliff") => Family::Cliff,
-        Ok("plateau") => Family::PlateauCliff,
-        Ok("flat") => Family::Flat,
-        _ => Family::Erosion,
-    };
+    let family = std::env::var("HARNESS_FAMILY").ok().and_then(|f| Family::parse(&f)).unwrap_or(Family::Erosion);
     let variant = variant_by_name(&std::env::var("HARNESS_VARIANT").unwrap_or("adaptive".into())).unwrap();
     let params = Thresholds::default();
     let mut shown = 0;
@@ -156,10 +157,15 @@ fn harness_dump() {
         let pr = simulate(variant_by_name("paper").unwrap(), &params, family, env("HARNESS_SEED", 1), i);
         let off = |r: &CurveResult| r.t_star.map_or(99, |t| t.abs_diff(r.true_t_star)) > 1;
         let big_miss = r.true_drop >= 0.4 && off(&r) && !off(&pr);
-        let bad = (env("HARNESS_BIG", 0) == 1 && big_miss)
-            || env("HARNESS_ANY", 0) == 1
-            || (Some(r.shape) != r.true_shape && (paper_ok || env("HARNESS_ALL", 0) == 1))
-            || (family != Family::Flat && !r.pnr_certified);
+        let bad = match std::env::var("HARNESS_MODE").as_deref() {
+            Ok("big") => big_miss,
+            Ok("onset") => pr.onset_found && !r.onset_found,
+            Ok("any") => true,
+            _ => {
+                (Some(r.shape) != r.true_shape && (paper_ok || env("HARNESS_ALL", 0) == 1))
+                    || (family != Family::Flat && !r.pnr_certified)
+            }
+        };
         if !bad || shown >= env("HARNESS_SHOW", 8) {
             continue;
         }
