@@ -46,9 +46,9 @@ mod lines;
 
 pub(crate) use lines::last_bytes;
 mod messages;
-mod start;
 #[cfg(test)]
 mod protocol_props;
+mod start;
 #[cfg(test)]
 mod tests;
 

@@ -57,8 +57,16 @@ async fn every_committed_snapshot_is_pushed_and_queued_for_the_coordinator() {
     assert_eq!(
         pushed,
         vec![
-            RegistrySnapshot { trajectory_digest: vcurve_record::Digest::parse(&d).unwrap(), t: 2, image_id: rt.image(&snap(&t, 2)).unwrap().id },
-            RegistrySnapshot { trajectory_digest: vcurve_record::Digest::parse(&d).unwrap(), t: 4, image_id: rt.image(&snap(&t, 4)).unwrap().id },
+            RegistrySnapshot {
+                trajectory_digest: vcurve_record::Digest::parse(&d).unwrap(),
+                t: 2,
+                image_id: rt.image(&snap(&t, 2)).unwrap().id
+            },
+            RegistrySnapshot {
+                trajectory_digest: vcurve_record::Digest::parse(&d).unwrap(),
+                t: 4,
+                image_id: rt.image(&snap(&t, 4)).unwrap().id
+            },
         ]
     );
     assert!(cache.take_pushed().is_empty(), "taken once");
