@@ -128,7 +128,7 @@ pub(crate) async fn a_run_the_wall_clock_cap_stopped_is_retired_at_once_and_coun
         let (c, _) = coordinator(&ts.store);
         let (yaml, files) = base_run_spec(2);
         let study = c.launch(&yaml, &files).await.unwrap();
-        let w = c.register("w", 8, &["agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let w = c.register("w", 8, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let jobs = lease(&c, &w, 8).await;
         c.report(&w, &held(&jobs[0]), &judged(true, "fix", Judged::Evaluated)).await.unwrap();
         let capped = JobReport::capped("the run took longer than its 60 s and was killed");

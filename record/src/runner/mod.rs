@@ -348,9 +348,9 @@ mod tests {
         assert_eq!(o.model, json!({}));
         // No wall-clock limit unless the study sets one (issue 25: a limit censors slow runs).
         assert_eq!(o.run_timeout_s, None);
-        let capped = AgentOptions::from_json(&json!({"command": ["x"], "run_timeout_s": 7200})).unwrap();
+        let capped = AgentOptions::from_json(&json!({"agent": "x", "run_timeout_s": 7200})).unwrap();
         assert_eq!(capped.run_timeout_s, Some(7200));
-        let e = AgentOptions::from_json(&json!({"command": ["x"], "run_timeout_s": 0})).unwrap_err();
+        let e = AgentOptions::from_json(&json!({"agent": "x", "run_timeout_s": 0})).unwrap_err();
         assert!(e.contains("run_timeout_s = 0 is outside [1, 604800]"), "{e}");
         let rules = json!([{"name": "token", "pattern": "token [A-Za-z]+", "replacement": "token <T>"}]);
         let o = AgentOptions::from_json(&json!({"agent": "x", "normalization": rules})).unwrap();

@@ -128,8 +128,12 @@ async fn the_coordinator_and_worker_endpoints_count_what_the_store_and_the_worke
 async fn container_operations_are_timed_through_the_metered_runtime() {
     let fake = Arc::new(FakeRuntime::new());
     fake.add_image("task", [("/testbed/a.py", "a\n")]);
+    // The worker's state directory: its lineage adopts the snapshot labelled with it.
+    let state = tempfile::tempdir().unwrap();
+    let instance = vcurve_worker::sandbox::instance::Instance::open(state.path(), "metrics-test").unwrap();
     let snapshot_labels = BTreeMap::from([
         (labels::MANAGED.to_string(), "1".to_string()),
+        (labels::LINEAGE.to_string(), instance.lineage().to_string()),
         (labels::SNAPSHOT_TRAJECTORY.to_string(), "ab".repeat(32)),
         (labels::SNAPSHOT_T.to_string(), "3".to_string()),
         (vcurve_worker::sandbox::replay::CHANGES_LABEL.to_string(), String::new()),
@@ -137,7 +141,7 @@ async fn container_operations_are_timed_through_the_metered_runtime() {
     fake.add_image_with("vcurve-snapshot:abababababababab-3", [("/testbed/a.py", "b\n")], snapshot_labels, 4096);
     let metrics = Arc::new(WorkerMetrics::new());
     let metered: Arc<dyn ContainerRuntime> = Arc::new(MeteredRuntime::new(fake.clone(), metrics.clone()));
-    let agent = vcurve_worker::AgentProcessRunner::start(metered.clone(), "metrics-test", 1 << 30).await.unwrap();
+    let agent = vcurve_worker::AgentProcessRunner::start_in(metered.clone(), instance, 1 << 30, None).await.unwrap();
     let cache = agent.clone();
     metrics.watch_snapshots(move || SnapshotUsage {
         bytes: cache.snapshot_bytes(),
@@ -154,6 +158,8 @@ async fn container_operations_are_timed_through_the_metered_runtime() {
         timeout: Duration::from_secs(10),
     };
     container.exec(&exec("echo 1 > one")).await.unwrap();
+    // A listing of containers (start-up lists them only when a dead predecessor left some).
+    metered.containers(&BTreeMap::from([(labels::MANAGED.to_string(), "1".to_string())])).await.unwrap();
     fake.fail_next(Op::Exec, RuntimeError::Engine("injected".into()));
     assert!(container.exec(&exec("echo 2 > two")).await.is_err());
     container.commit("vcurve-test:one", &BTreeMap::new()).await.unwrap();

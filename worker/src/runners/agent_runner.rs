@@ -701,9 +701,15 @@ mod tests {
     async fn a_run_past_the_studys_wall_clock_cap_is_reported_capped() {
         // An agent that never answers, under a cap of 1 s: capped (not run again, counted), not
         // a no-outcome that would be retried and retired.
-        let (runner, runtime, _) = runner(false).await;
+        let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
+        runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+        let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+        let mut registry = AgentRegistry::new();
+        registry.register_flag("sleeper=sleep 30", std::path::Path::new(".")).unwrap();
+        assert!(runner.use_agents(registry));
+        runner.attach(Arc::new(Services::default()));
         let mut spec = base_run();
-        let options = serde_json::json!({"command": ["sleep", "30"], "run_timeout_s": 1});
+        let options = serde_json::json!({"agent": "sleeper", "run_timeout_s": 1});
         spec.runner = RunnerSpec::parse(AGENT, options).unwrap();
         let report = runner.run(spec, CancellationToken::new()).await;
         let JobReport::Capped { reason } = &report else { panic!("{report:?}") };

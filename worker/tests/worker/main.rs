@@ -1,11 +1,15 @@
 //! The worker as a library, in one test binary (`worker`), one module per subject: the lease loop
 //! against a fake coordinator (`lease_loop`), the agent process driver with the scripted agent
 //! (`agent_process`), the Docker runtime (`docker_runtime`), snapshots across hosts through a
-//! registry (`snapshot_registry`) and the SWE-bench evaluator (`swebench`). Tests that need
+//! registry (`snapshot_registry`), the SWE-bench evaluator (`swebench`), what an agent process
+//! sees of its worker (`agent_environment`) and what a dead worker leaves behind (`reaping`).
+//! Tests that need
 //! Docker, an image or a registry say so in their first line (`vcurve_testkit::require!`).
 
+mod agent_environment;
 mod agent_process;
 mod docker_runtime;
 mod lease_loop;
+mod reaping;
 mod snapshot_registry;
 mod swebench;

@@ -374,7 +374,7 @@ async fn no_default_limit_censors_a_run_longer_than_the_old_hour() {
         other => panic!("expected the old cap to kill the run, got {other:?}"),
     }
     // A study's default options set no cap: the same run completes, however long it takes.
-    let options = vcurve_record::runner::AgentOptions::from_json(&json!({"command": ["python3", "-m", "x"]})).unwrap();
+    let options = vcurve_record::runner::AgentOptions::from_json(&json!({"agent": "x"})).unwrap();
     let limits = AgentLimits { exit_grace: Duration::from_millis(500), ..AgentLimits::from_options(&options) };
     assert_eq!(limits.run_timeout, None);
     let done = run(&f, start(&f.script, "ok", &[("PAUSE", "1")]), limits).await.unwrap();

@@ -120,7 +120,7 @@ async fn a_sigkilled_workers_containers_and_agents_are_reaped_and_a_live_namesak
     // A second worker of the same name starts (and reaps what it may), makes a container and an
     // agent process, and is SIGKILLed.
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "reaping_child_helper", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "reaping::reaping_child_helper", "--nocapture", "--test-threads=1"])
         .env(CHILD_STATE_VAR, state.path())
         .env(CHILD_NAME_VAR, "same")
         .env(CHILD_KEY_VAR, &key)

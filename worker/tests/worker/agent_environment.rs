@@ -72,7 +72,7 @@ fn task() -> Task {
 fn in_child_worker(test: &str, extra: &[(&str, &str)]) {
     let exe = std::env::current_exe().unwrap();
     let output = std::process::Command::new(exe)
-        .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+        .args(["--exact", &format!("agent_environment::{test}"), "--nocapture", "--test-threads", "1"])
         .envs(SECRETS.iter().copied())
         .envs(extra.iter().copied())
         .env(CHILD, "1")
