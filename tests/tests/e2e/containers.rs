@@ -144,22 +144,21 @@ fn poll(timeout: Duration, condition: impl FnMut() -> bool) -> bool {
     vcurve_e2e::wait_every(timeout, POLL, condition)
 }
 
-/// The rows of a CSV file vcurve wrote (no quoted fields in the files read here), by column.
+/// The rows of a CSV file vcurve wrote, by column.
 fn read_csv(path: &Path) -> Vec<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     csv_rows(&text, &path.display().to_string())
 }
 
 fn csv_rows(text: &str, what: &str) -> Vec<BTreeMap<String, String>> {
-    assert!(!text.contains('"'), "{what} has quoted fields, which this reader does not parse:\n{text}");
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap_or_else(|| panic!("{what} is empty")).split(',').collect();
-    lines
-        .filter(|l| !l.is_empty())
-        .map(|line| {
-            let fields: Vec<&str> = line.split(',').collect();
-            assert_eq!(fields.len(), header.len(), "{what}: a row of another width than the header: {line}");
-            header.iter().zip(fields).map(|(h, f)| (h.to_string(), f.to_string())).collect()
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header = reader.headers().unwrap_or_else(|e| panic!("{what}: no header: {e}")).clone();
+    reader
+        .records()
+        .map(|row| {
+            let row = row.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(row.len(), header.len(), "{what}: a row of another width than the header: {row:?}");
+            header.iter().zip(row.iter()).map(|(h, f)| (h.to_string(), f.to_string())).collect()
         })
         .collect()
 }

@@ -653,7 +653,7 @@ async fn reap_removes_what_a_killed_worker_left_and_nothing_else() {
 
     // A worker process creates two containers and is SIGKILLed: its guards never run.
     let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "reap_child_helper", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "docker_runtime::reap_child_helper", "--nocapture", "--test-threads=1"])
         .env(CHILD_WORKER_VAR, &dead)
         .env("VCURVE_DOCKER_TEST_CHILD_KEY", &scope.key)
         .stdout(std::process::Stdio::piped())
@@ -707,7 +707,7 @@ async fn connecting_to_a_missing_socket_names_it() {
     let runtime = DockerRuntime::connect().await.expect("the real engine answers");
     assert!(!runtime.api_version().is_empty());
     let out = Command::new(std::env::current_exe().expect("the test binary"))
-        .args(["--exact", "connect_child_helper", "--nocapture"])
+        .args(["--exact", "docker_runtime::connect_child_helper", "--nocapture"])
         .env(CHILD_CONNECT_VAR, "1")
         .env("DOCKER_HOST", "unix:///nonexistent/vcurve-test.sock")
         .output()
