@@ -13,7 +13,7 @@ const HEADER_MAX: usize = 256;
 pub(super) struct Header {
     pub(super) pgid: u32,
     /// The output pipe as `/proc/*/fd/*` links name it, e.g. `pipe:[12345]`; `None` when the
-    /// wrapper could not read it.
+    /// wrapper could not read it (`-`, or nothing when it could not fork to read it).
     pub(super) pipe: Option<String>,
 }
 
@@ -23,10 +23,12 @@ pub(super) fn parse_header(line: &[u8]) -> Option<Header> {
     let mut words = text.split(' ');
     let pgid: u32 = words.next()?.parse().ok()?;
     let pipe = words.next()?;
-    if pgid == 0 || pipe.is_empty() || words.next().is_some() {
+    if pgid == 0 || words.next().is_some() {
         return None;
     }
-    Some(Header { pgid, pipe: (pipe != "-").then(|| pipe.to_owned()) })
+    // `-`: the wrapper could not read its output's link; empty: it could not even fork the
+    // command substitution (a container at its pids limit). Either way the group is known.
+    Some(Header { pgid, pipe: (!pipe.is_empty() && pipe != "-").then(|| pipe.to_owned()) })
 }
 
 /// Collects an exec's output: strips the header line from its front, caps the rest.

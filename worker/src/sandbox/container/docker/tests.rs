@@ -51,6 +51,12 @@ fn output_without_a_header_is_all_output() {
     assert_eq!(c.header, Some(Header { pgid: 9, pipe: None }));
     assert_eq!(c.output, b"rest");
 
+    // At the container's pids limit the wrapper cannot fork `$(readlink …)`: an empty pipe word.
+    let mut c = Collector::default();
+    c.push(b"vcurve-exec 201 \nafter\n");
+    assert_eq!(c.header, Some(Header { pgid: 201, pipe: None }));
+    assert_eq!(c.output, b"after\n");
+
     let mut c = Collector::default();
     c.push(b"vcurve-exec nonsense\nrest");
     assert!(c.header.is_none());
