@@ -13,7 +13,7 @@
 //! - [`free_port`], [`wait_until`], [`SplitMix64`]: ports, polling, and a seeded generator so
 //!   that "random" moments in a test are the same on every run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
@@ -214,6 +214,9 @@ pub struct Process {
     args: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
+    /// A worker's state directory ([`Process::spawn_worker`]), whose snapshot images go when the
+    /// process is dropped.
+    state_dir: Option<PathBuf>,
 }
 
 impl Process {
@@ -221,8 +224,30 @@ impl Process {
     /// name, so one log holds every life of it, each opened by a `=== start` line.
     pub fn spawn<S: AsRef<OsStr>>(log_dir: &Path, name: &str, args: &[S]) -> Process {
         let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-        let mut process =
-            Process { name: name.to_string(), args, log: log_dir.join(format!("{name}.log")), child: None };
+        let mut process = Process {
+            name: name.to_string(),
+            args,
+            log: log_dir.join(format!("{name}.log")),
+            child: None,
+            state_dir: None,
+        };
+        process.start();
+        process
+    }
+
+    /// Start `vcurve worker ARGS` like [`Process::spawn`], with its state directory (instance
+    /// locks, snapshot lineage: `VCURVE_STATE_DIR`) at `<log_dir>/<name>-state` instead of the
+    /// user's own, kept across restarts. Dropping it removes the snapshot images of that lineage.
+    pub fn spawn_worker<S: AsRef<OsStr>>(log_dir: &Path, name: &str, args: &[S]) -> Process {
+        let args: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+        assert_eq!(args.first().map(String::as_str), Some("worker"), "spawn_worker starts `vcurve worker`");
+        let mut process = Process {
+            name: name.to_string(),
+            args,
+            log: log_dir.join(format!("{name}.log")),
+            child: None,
+            state_dir: Some(log_dir.join(format!("{name}-state"))),
+        };
         process.start();
         process
     }
@@ -232,7 +257,11 @@ impl Process {
         let mut log = OpenOptions::new().create(true).append(true).open(&self.log).expect("open the process log");
         writeln!(log, "=== start: vcurve {}", self.args.join(" ")).expect("write the process log");
         let err: File = log.try_clone().expect("clone the log handle");
-        let child = vcurve_command(&self.args)
+        let mut command = vcurve_command(&self.args);
+        if let Some(state_dir) = &self.state_dir {
+            command.env("VCURVE_STATE_DIR", state_dir);
+        }
+        let child = command
             .stdout(log)
             .stderr(err)
             .spawn()
@@ -320,6 +349,32 @@ impl Drop for Process {
             let _ = child.kill();
             let _ = child.wait();
         }
+        if let Some(state_dir) = &self.state_dir {
+            remove_lineage_snapshots(state_dir);
+        }
+    }
+}
+
+/// Remove the snapshot images of the worker state directory `state_dir`'s lineage (named
+/// `vcurve-snapshot:<lineage[..12]>-…` by the worker's snapshot cache), best effort: a test's worker leaves
+/// none behind on the engine.
+fn remove_lineage_snapshots(state_dir: &Path) {
+    let lineage_file = state_dir.join("lineage");
+    let Ok(lineage) = std::fs::read_to_string(&lineage_file) else {
+        eprintln!("no snapshots to remove: {} is not there", lineage_file.display());
+        return;
+    };
+    let Some(prefix) = lineage.trim().get(..12) else { return };
+    let reference = format!("reference=vcurve-snapshot:{prefix}-*");
+    let Ok(out) = Command::new("docker").args(["images", "-q", "--filter", &reference]).output() else { return };
+    let ids: BTreeSet<String> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect();
+    if ids.is_empty() {
+        return;
+    }
+    match Command::new("docker").args(["rmi", "-f"]).args(&ids).output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => eprintln!("cannot remove the snapshots {ids:?}: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        Err(e) => eprintln!("cannot run docker rmi: {e}"),
     }
 }
 

@@ -494,7 +494,7 @@ fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
         "--snapshot-budget-gb",
         SNAPSHOT_BUDGET_GB,
     ];
-    let mut worker = Process::spawn(dir.path(), "worker", &worker_args);
+    let mut worker = Process::spawn_worker(dir.path(), "worker", &worker_args);
     let spec_arg = spec.to_string_lossy();
     let study = vcurve_ok(&["launch", &spec_arg, "--coordinator", &url], COMMAND_TIMEOUT)
         .unwrap_or_else(|e| panic!("{e:#}"))

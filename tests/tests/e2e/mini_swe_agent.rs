@@ -268,7 +268,7 @@ fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_pre
         "--agents-dir",
         &agents.to_string_lossy(),
     ];
-    let mut worker = Process::spawn(dir.path(), "worker", &worker_args);
+    let mut worker = Process::spawn_worker(dir.path(), "worker", &worker_args);
     let runner = format!(
         "runner:\n  kind: mini-swe-agent\n  model: {{model_name: openai/mock-model, base_url: \"{}\"}}\n  memory_mb: 512\n  run_timeout_s: 300\n",
         server.base_url
