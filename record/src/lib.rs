@@ -21,6 +21,7 @@
 pub mod ids;
 pub mod import;
 pub mod jobs;
+pub mod json;
 pub mod oversize;
 pub mod payload;
 pub mod policy;

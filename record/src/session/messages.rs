@@ -238,17 +238,6 @@ fn string(object: &Map<String, Value>, key: &str, at: &str) -> Result<Option<Str
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(field(at, format!("is not a string: {}", kind(other)))),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        Some(other) => Err(field(at, format!("is not a string: {}", crate::json::kind(other)))),
     }
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 use vcurve_record::EndType;
+use vcurve_record::json::kind as json_kind;
 
 use super::lines::first_bytes;
 use super::start::AgentStart;
@@ -80,7 +81,7 @@ pub(crate) fn parse_message(line: &[u8]) -> Result<AgentMessage, String> {
     };
     let kind = match object.get("type") {
         Some(Value::String(kind)) => kind.as_str(),
-        Some(other) => return Err(format!("\"type\" must be a string, got {}", kind_of(other))),
+        Some(other) => return Err(format!("\"type\" must be a string, got {}", json_kind(other))),
         None => return Err(format!("the message has no \"type\": {}", excerpt(line))),
     };
     match kind {
@@ -133,7 +134,7 @@ fn message_list(value: Option<&Value>, what: &str) -> Result<Vec<Value>, String>
     match value {
         Some(Value::Array(items)) => {
             if let Some(i) = items.iter().position(|m| !m.is_object()) {
-                return Err(format!("{what}[{i}] must be a JSON object, got {}", kind_of(&items[i])));
+                return Err(format!("{what}[{i}] must be a JSON object, got {}", json_kind(&items[i])));
             }
             Ok(items.clone())
         }
@@ -141,19 +142,8 @@ fn message_list(value: Option<&Value>, what: &str) -> Result<Vec<Value>, String>
     }
 }
 
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn kind_of_opt(value: Option<&Value>) -> &'static str {
-    value.map_or("nothing (the field is missing)", kind_of)
+    value.map_or("nothing (the field is missing)", json_kind)
 }
 
 fn shown_opt(value: Option<&Value>) -> String {
