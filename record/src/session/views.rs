@@ -27,19 +27,21 @@ pub const SCROLLBACK_HEAD_LINES: usize = 10;
 /// …and its last this many, with a marker of the lines between.
 pub const SCROLLBACK_TAIL_LINES: usize = 10;
 
-/// The views rendered as text: every [`View`] but the actor, who answers from its own messages.
-pub const TEXT_VIEWS: [View; 10] = [
-    View::LatestReport,
-    View::Reports,
-    View::ReportsNarration,
-    View::ReportsHeaders,
-    View::ReportsLast3,
-    View::ReportsLast10,
-    View::Scrollback,
-    View::FullMinusReasoning,
-    View::Full,
-    View::TaskOnly,
-];
+/// The views rendered as text: every [`View`] but the actor, who answers from its own messages,
+/// in the order of [`View::ALL`] (a view added there fails this at compile time until counted).
+pub const TEXT_VIEWS: [View; 10] = {
+    let mut views = [View::LatestReport; 10];
+    let (mut i, mut n) = (0, 0);
+    while i < View::ALL.len() {
+        if !matches!(View::ALL[i], View::Actor) {
+            views[n] = View::ALL[i];
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == views.len(), "TEXT_VIEWS counts every view but the actor");
+    views
+};
 
 /// A view of one checkpoint as text, with what identifies and sizes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
