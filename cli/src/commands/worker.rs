@@ -252,8 +252,10 @@ pub async fn run_worker(
             agent.use_agents(agents);
             match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
                 Some(adapter) => {
-                    let interpreter =
-                        adapter.check().await.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))?;
+                    let interpreter = adapter
+                        .check(user.as_ref())
+                        .await
+                        .map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))?;
                     tracing::info!(python = %adapter.python.display(), "offering the mini-swe-agent runner");
                     runners.insert(std::sync::Arc::new(agent.mini_swe_agent(adapter.registry(user), interpreter)));
                 }

@@ -88,13 +88,10 @@ impl MiniSweAgent {
         registry
     }
 
-    /// Import the adapter and mini-swe-agent with the environment's python and check the
-    /// version; the error says what is wrong and what to run. Returns how mini-swe-agent's
-    /// SWE-bench configuration runs commands (its `environment.interpreter` and `environment.env`:
-    /// `bash -c` with `PAGER=cat`, `BASH_ENV=/root/.bashrc` — which activates a SWE-bench image's
-    /// conda environment — …), the interpreter of the runs that start from `h_0`.
-    fn env(&self) -> PythonEnv<'_> {
+    /// The probe of the adapter's environment, run as `user`.
+    fn env<'a>(&'a self, user: Option<&'a AgentUser>) -> PythonEnv<'a> {
         PythonEnv {
+            user,
             python: &self.python,
             agents_dir: &self.agents_dir,
             what: "the mini-swe-agent adapter",
@@ -102,12 +99,20 @@ impl MiniSweAgent {
         }
     }
 
-    pub async fn check(&self) -> Result<Interpreter, String> {
+    /// Import the adapter and mini-swe-agent with the environment's python and check the
+    /// version; the error says what is wrong and what to run. Returns how mini-swe-agent's
+    /// SWE-bench configuration runs commands (its `environment.interpreter` and `environment.env`:
+    /// `bash -c` with `PAGER=cat`, `BASH_ENV=/root/.bashrc` — which activates a SWE-bench image's
+    /// conda environment — …), the interpreter of the runs that start from `h_0`.
+    ///
+    /// The probe runs as `user`, the user the agent's processes will run as (`None`: the
+    /// worker's), so an environment that user cannot run is refused here, at the worker's start.
+    pub async fn check(&self, user: Option<&AgentUser>) -> Result<Interpreter, String> {
         let script = "import importlib.metadata as m, json, vcurve_agents.mini_swe_agent as a, minisweagent; \
                       e = a.swebench_config()['environment']; \
                       print(json.dumps({'version': m.version('mini-swe-agent'), \
                       'interpreter': e.get('interpreter', ['bash', '-c']), 'env': e.get('env', {})}))";
-        let env = self.env();
+        let env = self.env(user);
         let stdout = env.probe(script).await?;
         #[derive(serde::Deserialize)]
         struct Found {
@@ -164,9 +169,42 @@ mod tests {
         let python = vcurve_testkit::require!(vcurve_testkit::require::Service::MiniSweAgent);
         let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
         let adapter = MiniSweAgent::locate(Some(Path::new(&python)), Some(&agents)).unwrap().unwrap();
-        let interpreter = adapter.check().await.unwrap();
+        let interpreter = adapter.check(None).await.unwrap();
         assert_eq!(interpreter.argv, ["bash", "-c"]);
         assert_eq!(interpreter.env.get("BASH_ENV").map(String::as_str), Some("/root/.bashrc"));
         assert_eq!(interpreter.env.get("PAGER").map(String::as_str), Some("cat"));
+        // The environment scripts/mini-swe-agent-venv makes is one the default agent user can run
+        // (a worker running as root starts the adapter as `nobody`).
+        if crate::runners::agents::running_as_root() {
+            let nobody = AgentUser::lookup(crate::runners::agents::DEFAULT_AGENT_USER).unwrap();
+            assert_eq!(adapter.check(Some(&nobody)).await.unwrap(), interpreter);
+        }
+    }
+
+    /// A python the agent user cannot reach (under a folder only root may enter, as pyenv's is
+    /// under /root) is refused at the check, naming the user and what to do, not at every run.
+    #[tokio::test]
+    async fn a_python_the_agent_user_cannot_run_is_refused_at_the_check() {
+        if !crate::runners::agents::running_as_root() {
+            eprintln!("skipped: needs root, to run the probe as another user");
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let private = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let python = private.path().join("python");
+        std::fs::write(
+            &python,
+            "#!/bin/sh\necho '{\"version\": \"2.4.6\", \"interpreter\": [\"bash\", \"-c\"], \"env\": {}}'\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let agents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agents");
+        let adapter = MiniSweAgent::locate(Some(&python), Some(&agents)).unwrap().unwrap();
+        assert_eq!(adapter.check(None).await.unwrap().argv, ["bash", "-c"], "root runs it");
+        let nobody = AgentUser::lookup(crate::runners::agents::DEFAULT_AGENT_USER).unwrap();
+        let e = adapter.check(Some(&nobody)).await.unwrap_err();
+        assert!(e.contains("as the agent user nobody") && e.contains("Permission denied"), "{e}");
+        assert!(e.contains("PYTHON=/usr/bin/python3") && e.contains("scripts/mini-swe-agent-venv"), "{e}");
     }
 }

@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::runners::agents::AgentUser;
+
 /// How long an import of a heavy package (litellm, the harness) may take on a busy machine.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -16,6 +18,10 @@ pub(crate) struct PythonEnv<'a> {
     pub agents_dir: &'a Path,
     pub what: &'a str,
     pub make: &'a str,
+    /// The user the environment's programs run as (the agent user), when not the worker's: the
+    /// probe runs as it, so an environment that user cannot read (a virtual environment whose
+    /// python links into root's private home) is refused at start rather than at every run.
+    pub user: Option<&'a AgentUser>,
 }
 
 impl PythonEnv<'_> {
@@ -25,17 +31,36 @@ impl PythonEnv<'_> {
         let python = self.python.display();
         let mut child = tokio::process::Command::new(self.python);
         child.arg("-c").arg(script).env("PYTHONPATH", self.agents_dir).kill_on_drop(true);
+        let user = match self.user {
+            Some(user) => {
+                // As root, std drops the supplementary groups (setgroups) before switching, as for
+                // the agent's own process.
+                child.uid(user.uid).gid(user.gid).env("HOME", &user.home);
+                format!(" as the agent user {}", user.name)
+            }
+            None => String::new(),
+        };
         let output = tokio::time::timeout(PROBE_TIMEOUT, child.output())
             .await
             .map_err(|_| format!("{python} did not import {} within {} s", self.what, PROBE_TIMEOUT.as_secs()))?
             .map_err(|e| {
-                format!("cannot run the python of {} {python}: {e}; create it with {}", self.what, self.make)
+                let hint = if self.user.is_some() && e.kind() == std::io::ErrorKind::PermissionDenied {
+                    " (the agent user must be able to read the environment and every folder above it: \
+                     a virtual environment made from a python under a private home, such as pyenv's \
+                     under /root, is not; make it with the system's python, PYTHON=/usr/bin/python3)"
+                } else {
+                    ""
+                };
+                format!(
+                    "cannot run the python of {} {python}{user}: {e}{hint}; create it with {}",
+                    self.what, self.make
+                )
             })?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
             let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
             return Err(format!(
-                "{python} cannot import {} ({last}) with PYTHONPATH={}; recreate the environment with {}",
+                "{python}{user} cannot import {} ({last}) with PYTHONPATH={}; recreate the environment with {}",
                 self.what,
                 self.agents_dir.display(),
                 self.make

@@ -128,6 +128,8 @@ impl SwebenchHarness {
             agents_dir: &self.agents_dir,
             what: "the SWE-bench evaluator",
             make: "scripts/swebench-venv",
+            // The harness runs as the worker's user: it judges, it is not the agent.
+            user: None,
         };
         let version = env.probe(script).await.map_err(|e| {
             if e.starts_with("cannot run") { format!("{e}, and set {PYTHON_VAR} to the path it prints") } else { e }
