@@ -82,7 +82,13 @@ pub async fn run(args: &BenchContainersArgs) -> anyhow::Result<Report> {
     let task: Task = serde_json::from_value(task_json).context("the task deploy/images/build printed")?;
     let runtime: Arc<dyn ContainerRuntime> =
         Arc::new(vcurve_worker::DockerRuntime::connect().await.context("the bench needs a Docker Engine")?);
-    let limits = ContainerLimits { memory_bytes: 512 << 20, pids_limit: 256, labels: labels_for("bench") };
+    let limits = ContainerLimits {
+        memory_bytes: 512 << 20,
+        pids_limit: 256,
+        labels: labels_for("bench"),
+        network: Default::default(),
+        exec_env: Default::default(),
+    };
     let result = measure(args, &repo, &task, &runtime, &limits).await;
     // Whatever happened, leave nothing behind.
     let filter = BTreeMap::from([(labels::WORKER.to_owned(), limits.labels[labels::WORKER].clone())]);

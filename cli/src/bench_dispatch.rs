@@ -116,6 +116,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
                     capabilities: vec!["synthetic".into()],
                     protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
                     agents: vec![],
+                    networks: vec![],
                 })
                 .await?
                 .into_inner()

@@ -234,6 +234,7 @@ async fn drive(url: String, i: u32, slots: u32, finished: Arc<AtomicU64>, stop: 
             capabilities: vec!["synthetic".into()],
             protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
             agents: vec![],
+            networks: vec![],
         })
         .await?
         .into_inner()

@@ -601,18 +601,40 @@ impl<S: Store> Coordinator<S> {
     }
 }
 
-/// Check an uploaded file against the per-file limit and the digest it was announced under.
 /// The capabilities a registering worker is stored with: its runner kinds, and `agent:NAME` for
 /// every agent its operator registered ([`vcurve_record::runner::agent_capability`]). A study of
 /// the `agent` runner needs the capability of its agent (`RunnerSpec::capability`), so it goes only
-/// to workers that offer that agent. A name that cannot be an agent's is refused, naming it.
-pub fn capabilities_offered(kinds: &[String], agents: &[String]) -> Result<Vec<String>, CoordinatorError> {
+/// to workers that offer that agent. For every network its operator offers beyond `none`
+/// (`bridge`, `proxy`), each container runner's capability also comes with the network
+/// (`agent:NAME+net:bridge`, [`vcurve_record::runner::Network::capability`]), so a study on a
+/// network goes only to workers that offer it. A name that cannot be an agent's or a network's
+/// is refused, naming it.
+pub fn capabilities_offered(
+    kinds: &[String],
+    agents: &[String],
+    networks: &[String],
+) -> Result<Vec<String>, CoordinatorError> {
+    use vcurve_record::runner::{Network, runs_containers};
     let mut capabilities = kinds.to_vec();
     for agent in agents {
         vcurve_record::runner::check_agent_name(agent)
             .map_err(|e| CoordinatorError::InvalidArgument(format!("the worker registers the agent {e}")))?;
         capabilities.push(vcurve_record::runner::agent_capability(agent));
     }
+    let mut offered = Vec::new();
+    for network in networks {
+        let network = Network::parse(network)
+            .map_err(|e| CoordinatorError::InvalidArgument(format!("the worker offers the network {e}")))?;
+        if network != Network::None && !offered.contains(&network) {
+            offered.push(network);
+        }
+    }
+    let on_networks: Vec<String> = capabilities
+        .iter()
+        .filter(|c| runs_containers(c))
+        .flat_map(|c| offered.iter().map(move |n| n.capability(c)))
+        .collect();
+    capabilities.extend(on_networks);
     for capability in &capabilities {
         if capability.is_empty() || capability.contains(',') {
             return Err(CoordinatorError::InvalidArgument(format!(
@@ -623,6 +645,7 @@ pub fn capabilities_offered(kinds: &[String], agents: &[String]) -> Result<Vec<S
     Ok(capabilities)
 }
 
+/// Check an uploaded file against the per-file limit and the digest it was announced under.
 fn check_upload(digest: &Digest, content: &[u8]) -> Result<(), CoordinatorError> {
     if content.len() as u64 > crate::spec::MAX_FILE_BYTES {
         return Err(CoordinatorError::InvalidArgument(format!(

@@ -18,8 +18,10 @@ pub mod v1 {
 /// major version. 3.0: a base run's payload names its problem statement by digest (the worker fetches it).
 /// 4.0: a study's agent runner names a registered agent (`agent`) instead of a host command, and a
 /// worker registers the agents it offers (`RegisterRequest.agents`); a 3.x worker would refuse
-/// every such job's options, and would run a 3.x study's host command.
-pub const PROTOCOL_VERSION: &str = "4.0";
+/// every such job's options, and would run a 3.x study's host command. 4.1: a worker registers
+/// the networks its operator lets agent containers have (`RegisterRequest.networks`); a 4.0
+/// worker offers none beyond `none`, so it gets no study on another network.
+pub const PROTOCOL_VERSION: &str = "4.1";
 
 /// The largest piece of a file or payload one message carries.
 pub const CHUNK_BYTES: usize = 1 << 20;

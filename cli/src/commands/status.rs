@@ -106,13 +106,29 @@ fn progress_text(p: &v1::Progress) -> String {
     let waiting = if p.waiting_for_runner.is_empty() {
         String::new()
     } else {
-        let hint = match p.waiting_for_runner.strip_prefix(vcurve_record::runner::AGENT_CAPABILITY_PREFIX) {
-            Some(agent) => format!(
-                " (the agent {agent}: a worker offers it when its operator registers it, e.g. vcurve worker --docker \
-                 --agent {agent}=COMMAND)"
-            ),
-            None => String::new(),
+        let (runner, network) = match p.waiting_for_runner.split_once(vcurve_record::runner::NETWORK_CAPABILITY_INFIX) {
+            Some((runner, network)) => (runner, Some(network)),
+            None => (p.waiting_for_runner.as_str(), None),
         };
+        let mut hints = Vec::new();
+        if let Some(agent) = runner.strip_prefix(vcurve_record::runner::AGENT_CAPABILITY_PREFIX) {
+            hints.push(format!(
+                "the agent {agent}: a worker offers it when its operator registers it, e.g. vcurve worker --docker \
+                 --agent {agent}=COMMAND"
+            ));
+        }
+        match network {
+            Some("proxy") => hints.push(
+                "the network proxy: a worker offers it when its operator names the deployment's package proxy \
+                 network, vcurve worker --network proxy=DOCKER_NETWORK"
+                    .to_owned(),
+            ),
+            Some(network) => hints.push(format!(
+                "the network {network}: a worker offers it when its operator allows it, vcurve worker --network {network}"
+            )),
+            None => {}
+        }
+        let hint = if hints.is_empty() { String::new() } else { format!(" ({})", hints.join("; ")) };
         format!("  waiting for a worker offering `{}`: no live worker offers it{hint}\n", p.waiting_for_runner)
     };
     let dropped = if p.trajectories_non_replayable > 0 {
@@ -296,6 +312,12 @@ mod tests {
         assert!(text.contains("the agent my-agent") && text.contains("--agent my-agent=COMMAND"), "{text}");
         p.waiting_for_runner = "quantum".into();
         assert!(!progress_text(&p).contains("--agent"), "{}", progress_text(&p));
+        p.waiting_for_runner = "mini-swe-agent+net:bridge".into();
+        let text = progress_text(&p);
+        assert!(text.contains("the network bridge") && text.contains("vcurve worker --network bridge"), "{text}");
+        p.waiting_for_runner = "agent:a+net:proxy".into();
+        let text = progress_text(&p);
+        assert!(text.contains("--agent a=COMMAND") && text.contains("--network proxy=DOCKER_NETWORK"), "{text}");
     }
 
     #[test]

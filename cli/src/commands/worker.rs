@@ -74,6 +74,18 @@ pub struct WorkerArgs {
     /// of their own [default: nobody when the worker runs as root; otherwise the worker's user].
     #[arg(long, env = "VCURVE_AGENT_USER", value_name = "USER")]
     pub agent_user: Option<String>,
+    /// With --docker, let agent containers of studies that ask for it have a network beyond
+    /// `none` (their default): `bridge` (the Engine's default bridge: whatever this host reaches;
+    /// mini-swe-agent studies default to it, as its own environment had it) or
+    /// `proxy=DOCKER_NETWORK` (an internal Docker network holding only the deployment's package
+    /// index or proxy). Repeat for several.
+    #[arg(long = "network", value_name = "bridge|proxy=NETWORK")]
+    pub network: Vec<String>,
+    /// A variable every command in a container on the proxy network gets, pointing tools at the
+    /// deployment's index, e.g. PIP_INDEX_URL=http://pypi-cache:3141/root/pypi/+simple/. Repeat
+    /// for several.
+    #[arg(long = "proxy-env", value_name = "NAME=VALUE")]
+    pub proxy_env: Vec<String>,
     /// Also serve Prometheus metrics at http://ADDR/metrics (the client token as a bearer token
     /// when one is set; required on a non-loopback address).
     #[arg(long, env = "VCURVE_METRICS", value_name = "ADDR")]
@@ -103,6 +115,10 @@ pub struct WorkerRunners {
     pub agent_flags: Vec<String>,
     /// `--agent-user`.
     pub agent_user: Option<String>,
+    /// `--network`, each.
+    pub networks: Vec<String>,
+    /// `--proxy-env`, each.
+    pub proxy_env: Vec<String>,
 }
 
 impl WorkerArgs {
@@ -117,6 +133,8 @@ impl WorkerArgs {
             agents_file: self.agents.clone(),
             agent_flags: self.agent.clone(),
             agent_user: self.agent_user.clone(),
+            networks: self.network.clone(),
+            proxy_env: self.proxy_env.clone(),
         }
     }
 }
@@ -250,6 +268,19 @@ pub async fn run_worker(
                 "offering the agents its operator registered"
             );
             agent.use_agents(agents);
+            let networks =
+                vcurve_worker::runners::networks::NetworkOffer::from_flags(&offer.networks, &offer.proxy_env)
+                    .map_err(anyhow::Error::msg)?;
+            if let Some(proxy) = &networks.proxy {
+                vcurve_worker::sandbox::container::docker::DockerRuntime::connect()
+                    .await
+                    .context("--docker: cannot reach the Docker Engine")?
+                    .check_proxy_network(&proxy.network)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("--network proxy={}: {e}", proxy.network))?;
+            }
+            tracing::info!(networks = ?networks.names(), "offering agent containers these networks beyond none");
+            agent.use_networks(networks);
             match located.map_err(|e| anyhow::anyhow!("--mini-swe-agent-python: {e}"))? {
                 Some(adapter) => {
                     let interpreter = adapter
@@ -275,6 +306,9 @@ pub async fn run_worker(
         }
         None if offer.agents_file.is_some() || !offer.agent_flags.is_empty() || offer.agent_user.is_some() => {
             bail!("--agents, --agent and --agent-user need --docker: agents run on tasks in containers")
+        }
+        None if !offer.networks.is_empty() || !offer.proxy_env.is_empty() => {
+            bail!("--network and --proxy-env need --docker: they are the networks of agent containers")
         }
         None if offer.swebench_python.is_some() => {
             bail!("--swebench-python needs --docker: the SWE-bench harness judges patches in containers")

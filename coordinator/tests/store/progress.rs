@@ -52,17 +52,56 @@ pub(crate) async fn an_agent_study_waits_for_a_worker_offering_its_agent() {
         let (yaml, files) = vcurve_coordinator::testing::recorded_spec("agents", "agent", &[("r", 10)]);
         let yaml = yaml.replace("{kind: agent}", "{kind: agent, agent: scripted}");
         let study = c.launch(&yaml, &files).await.unwrap();
-        let others = vcurve_coordinator::core::capabilities_offered(&["agent".into()], &["other".into()]).unwrap();
+        let others = vcurve_coordinator::core::capabilities_offered(&["agent".into()], &["other".into()], &[]).unwrap();
         let other = c.register("other-agents", 2, &others, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let waiting = c.progress(&study).await.unwrap().waiting_for_runner;
         assert_eq!(waiting.as_deref(), Some("agent:scripted"), "{}", ts.name);
         assert!(c.lease(&other, 2, Duration::ZERO).await.unwrap().is_empty(), "{}: not its agent", ts.name);
-        let offering = vcurve_coordinator::core::capabilities_offered(&["agent".into()], &["scripted".into()]).unwrap();
+        let offering =
+            vcurve_coordinator::core::capabilities_offered(&["agent".into()], &["scripted".into()], &[]).unwrap();
         let w = c.register("scripted", 2, &offering, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner, None, "{}", ts.name);
         assert!(!c.lease(&w, 2, Duration::ZERO).await.unwrap().is_empty(), "{}: its agent's jobs", ts.name);
         ts.finish().await;
     }
+}
+
+/// A study whose agent containers need a network (`runner.network: bridge`) waits until a live
+/// worker offers its agent *and* the network: a worker offering the agent without the network
+/// gets none of its jobs.
+#[tokio::test]
+pub(crate) async fn a_study_on_a_network_waits_for_a_worker_offering_that_network() {
+    for ts in TestStore::both().await {
+        let (c, _clock) = coordinator(&ts.store);
+        let (yaml, files) = vcurve_coordinator::testing::recorded_spec("networks", "agent", &[("r", 10)]);
+        let yaml = yaml.replace("{kind: agent}", "{kind: agent, agent: scripted, network: bridge}");
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let offer = |networks: &[&str]| {
+            let networks: Vec<String> = networks.iter().map(|n| n.to_string()).collect();
+            vcurve_coordinator::core::capabilities_offered(&["agent".into()], &["scripted".into()], &networks).unwrap()
+        };
+        let closed = c.register("no-network", 2, &offer(&[]), vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let proxy = c.register("proxy-only", 2, &offer(&["proxy"]), vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let waiting = c.progress(&study).await.unwrap().waiting_for_runner;
+        assert_eq!(waiting.as_deref(), Some("agent:scripted+net:bridge"), "{}", ts.name);
+        assert!(c.lease(&closed, 2, Duration::ZERO).await.unwrap().is_empty(), "{}: no network", ts.name);
+        assert!(c.lease(&proxy, 2, Duration::ZERO).await.unwrap().is_empty(), "{}: another network", ts.name);
+        let bridge = offer(&["bridge", "proxy"]);
+        assert!(bridge.contains(&"agent:scripted".to_owned()), "{bridge:?}: none is always offered");
+        let w = c.register("bridge", 2, &bridge, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        assert_eq!(c.progress(&study).await.unwrap().waiting_for_runner, None, "{}", ts.name);
+        assert!(!c.lease(&w, 2, Duration::ZERO).await.unwrap().is_empty(), "{}: its network's jobs", ts.name);
+        ts.finish().await;
+    }
+}
+
+#[test]
+fn a_worker_offering_an_unknown_network_is_refused() {
+    let e = vcurve_coordinator::core::capabilities_offered(&["agent".into()], &[], &["host".into()]).unwrap_err();
+    assert!(e.to_string().contains("the worker offers the network \"host\" is not a network"), "{e}");
+    let synthetic_only =
+        vcurve_coordinator::core::capabilities_offered(&["synthetic".into()], &[], &["bridge".into()]).unwrap();
+    assert_eq!(synthetic_only, ["synthetic"], "no container runner, nothing on a network");
 }
 
 #[tokio::test]

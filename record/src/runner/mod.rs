@@ -62,6 +62,7 @@ pub const NO_COMMAND: &str = "a study cannot put a command line on a worker's ho
 /// through the study's cache), so its options are [`AgentOptions`]. Also true of the capability a
 /// study of such a kind needs (`agent:NAME`, [`RunnerSpec::capability`]).
 pub fn runs_containers(kind: &str) -> bool {
+    let kind = kind.split(NETWORK_CAPABILITY_INFIX).next().unwrap_or(kind);
     kind == AGENT || kind == MINI_SWE_AGENT || kind.starts_with(AGENT_CAPABILITY_PREFIX)
 }
 
@@ -138,6 +139,12 @@ pub struct AgentOptions {
     /// (`record/rules/normalization.yaml`, a good start for a study's own); `None`: the shipped set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub normalization: Option<Vec<crate::replay::Rule>>,
+    /// The network of the agent's containers (replays and continuations; never the evaluator's):
+    /// `none` (the `agent` runner's default), `bridge` (the `mini-swe-agent` runner's default:
+    /// what mini-swe-agent's `DockerEnvironment` had) or `proxy` (only the package index or proxy
+    /// the deployment runs). A study runs on workers whose operators offer its network.
+    #[serde(default)]
+    pub network: Network,
     /// The share of unique patches evaluated a second time as a flake check (docs/method.md §6).
     #[serde(default = "AgentOptions::default_flake_recheck_rate")]
     pub flake_recheck_rate: f64,
@@ -145,6 +152,61 @@ pub struct AgentOptions {
     #[serde(default = "AgentOptions::default_flake_threshold")]
     pub flake_threshold: f64,
 }
+
+/// The network of an agent's containers (see [`AgentOptions::network`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Only the loopback interface.
+    #[default]
+    None,
+    /// The Engine's default bridge: whatever the worker's host reaches.
+    Bridge,
+    /// Only the Docker network the worker's operator names, where the deployment runs a package
+    /// index or caching proxy (`vcurve worker --network proxy=NETWORK`).
+    Proxy,
+}
+
+impl Network {
+    /// Every network, as a study names them.
+    pub const ALL: [Network; 3] = [Network::None, Network::Bridge, Network::Proxy];
+
+    /// The name a study and a worker's operator use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Bridge => "bridge",
+            Network::Proxy => "proxy",
+        }
+    }
+
+    /// The network named `name`; the error lists the names.
+    pub fn parse(name: &str) -> Result<Network, String> {
+        Network::ALL
+            .into_iter()
+            .find(|n| n.as_str() == name)
+            .ok_or_else(|| format!("{name:?} is not a network: use none, bridge or proxy"))
+    }
+
+    /// The capability of a container runner's study on this network: `base` itself for `none`,
+    /// `base+net:NAME` otherwise (a worker registers it for every container runner it offers
+    /// when its operator offers the network).
+    pub fn capability(self, base: &str) -> String {
+        match self {
+            Network::None => base.to_owned(),
+            other => format!("{base}{NETWORK_CAPABILITY_INFIX}{}", other.as_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What joins a container runner's capability and its network (`mini-swe-agent+net:bridge`).
+pub const NETWORK_CAPABILITY_INFIX: &str = "+net:";
 
 /// Where a replay measures state fingerprints (see [`AgentOptions::fingerprints`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +235,7 @@ impl AgentOptions {
         "flake_threshold",
         "fingerprints",
         "normalization",
+        "network",
     ];
 
     fn default_memory_mb() -> u64 {
@@ -207,6 +270,11 @@ impl AgentOptions {
             && !matches!(f.as_str(), Some("record" | "compare"))
         {
             return Err(format!("invalid agent runner options: fingerprints must be `record` or `compare`, got {f}"));
+        }
+        if let Some(n) = options.get("network")
+            && n.as_str().is_none_or(|n| Network::parse(n).is_err())
+        {
+            return Err(format!("invalid agent runner options: network must be `none`, `bridge` or `proxy`, got {n}"));
         }
         let parsed = Self::deserialize(&options).map_err(|e| format!("invalid agent runner options: {e}"))?;
         let bad = |field: &str, message: String| Err(format!("invalid agent runner options: {field} {message}"));
@@ -267,6 +335,9 @@ impl AgentOptions {
         }
         let mut with_agent = map.clone();
         with_agent.insert("agent".into(), serde_json::json!(MINI_SWE_AGENT));
+        // What the recorded environment had: mini-swe-agent's DockerEnvironment starts its
+        // containers on the Engine's default network.
+        with_agent.entry("network").or_insert_with(|| serde_json::json!(Network::Bridge.as_str()));
         Self::from_json(&serde_json::Value::Object(with_agent))
             .map_err(|e| e.replace("invalid agent runner options", "invalid mini-swe-agent runner options"))
     }

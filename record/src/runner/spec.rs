@@ -100,10 +100,13 @@ impl RunnerSpec {
     }
 
     /// The capability a worker must have registered to run this study's jobs: `agent:NAME` for
-    /// an agent (the worker's operator registered the agent NAME), the kind for any other.
+    /// an agent (the worker's operator registered the agent NAME), the kind for any other; a
+    /// container runner on a network other than `none` adds it (`mini-swe-agent+net:bridge`,
+    /// [`super::Network::capability`]).
     pub fn capability(&self) -> String {
         match self {
-            Self::Agent(o) => super::agent_capability(&o.agent),
+            Self::Agent(o) => o.network.capability(&super::agent_capability(&o.agent)),
+            Self::MiniSweAgent(o) => o.network.capability(MINI_SWE_AGENT),
             other => other.kind().to_owned(),
         }
     }
@@ -171,7 +174,42 @@ mod tests {
         assert_eq!(options.model["model_name"], "openai/Qwen/Qwen3-32B");
         assert_eq!(mini.agent_options().map(|o| o.memory_mb), Some(4096));
         assert!(mini.options_json().get("agent").is_none(), "the adapter's name is not written out");
-        assert_eq!(mini.capability(), MINI_SWE_AGENT);
+        assert_eq!(mini.capability(), "mini-swe-agent+net:bridge", "the recorded environment's network");
+    }
+
+    #[test]
+    fn a_study_chooses_its_containers_network_and_needs_a_worker_offering_it() {
+        use crate::runner::Network;
+        let agent = |network: Option<&str>| {
+            let mut options = json!({"agent": "scripted"});
+            if let Some(n) = network {
+                options["network"] = json!(n);
+            }
+            RunnerSpec::parse(AGENT, options).unwrap()
+        };
+        assert_eq!(agent(None).agent_options().unwrap().network, Network::None, "vcurve's own agents: no network");
+        assert_eq!(agent(None).capability(), "agent:scripted");
+        assert_eq!(agent(Some("bridge")).capability(), "agent:scripted+net:bridge");
+        assert_eq!(agent(Some("proxy")).capability(), "agent:scripted+net:proxy");
+        assert!(crate::runner::runs_containers("agent:scripted+net:proxy"));
+        assert!(crate::runner::runs_containers("mini-swe-agent+net:bridge"));
+        assert!(!crate::runner::runs_containers("synthetic+net:bridge"));
+
+        let mut options = mini_swe_agent_options();
+        options["network"] = json!("none");
+        let mini = RunnerSpec::parse(MINI_SWE_AGENT, options.clone()).unwrap();
+        assert_eq!(mini.capability(), "mini-swe-agent", "a study may take the network away");
+        options["network"] = json!("proxy");
+        assert_eq!(RunnerSpec::parse(MINI_SWE_AGENT, options).unwrap().capability(), "mini-swe-agent+net:proxy");
+        // Stored and sent with the network in effect, so a worker runs what the study chose.
+        let stored = serde_json::to_value(agent(Some("bridge"))).unwrap();
+        assert_eq!(stored["options"]["network"], "bridge");
+        assert_eq!(serde_json::from_value::<RunnerSpec>(stored).unwrap(), agent(Some("bridge")));
+
+        for bad in [json!("host"), json!(1), json!("container:x")] {
+            let e = RunnerSpec::parse(AGENT, json!({"agent": "x", "network": bad})).unwrap_err().to_string();
+            assert!(e.contains("network must be `none`, `bridge` or `proxy`"), "{e}");
+        }
     }
 
     #[test]

@@ -72,6 +72,7 @@ async fn clients_and_workers_need_their_own_tokens() {
         capabilities: vec!["synthetic".into()],
         protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
         agents: vec![],
+        networks: vec![],
     };
     for (token, ok) in [(Some("worker-secret"), true), (Some("client-secret"), false), (None, false)] {
         let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(token).unwrap());
@@ -90,6 +91,11 @@ async fn clients_and_workers_need_their_own_tokens() {
     let err = w.register(bad).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("sh -c id"), "{err:?}");
+    // So is a network that is not one a study can name (`host` would share the host's stack).
+    let bad = v1::RegisterRequest { networks: vec!["host".into()], ..register.clone() };
+    let err = w.register(bad).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("\"host\" is not a network"), "{err:?}");
     // A report for an unknown key is answered, and changes nothing.
     let id = w.register(register).await.unwrap().into_inner().worker_id;
     let report = v1::ReportRequest {
@@ -427,6 +433,7 @@ async fn a_lease_request_tells_pushed_snapshots_and_its_jobs_name_them_over_grpc
         capabilities: vec!["synthetic".into()],
         protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
         agents: vec![],
+        networks: vec![],
     };
     let worker_id = w.register(register).await.unwrap().into_inner().worker_id;
     let lease = |registry: &str, pushed: Vec<v1::RegistrySnapshot>| v1::LeaseRequest {
@@ -585,6 +592,7 @@ async fn a_problem_statement_is_uploaded_kept_and_fetched_in_pieces() {
             capabilities: vec!["agent".into()],
             protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
             agents: vec!["agent".into()],
+            networks: vec![],
         })
         .await
         .unwrap()

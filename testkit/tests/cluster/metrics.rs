@@ -149,7 +149,14 @@ async fn container_operations_are_timed_through_the_metered_runtime() {
         budget_bytes: 1 << 30,
     });
 
-    let spec = ContainerSpec { image: "task".into(), memory_bytes: 1 << 30, pids_limit: 256, labels: BTreeMap::new() };
+    let spec = ContainerSpec {
+        image: "task".into(),
+        memory_bytes: 1 << 30,
+        pids_limit: 256,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    };
     let container = Container::start(metered.clone(), &spec).await.unwrap();
     let exec = |argv: &str| ExecRequest {
         argv: vec!["bash".into(), "-c".into(), argv.into()],

@@ -346,6 +346,7 @@ impl Shared {
             slots: self.config.slots,
             capabilities: self.runners.capabilities(),
             agents: self.runners.agents(),
+            networks: self.runners.networks(),
             protocol_version: vcurve_proto::PROTOCOL_VERSION.to_owned(),
         };
         let mut backoff = Backoff::new();

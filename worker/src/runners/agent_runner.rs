@@ -38,6 +38,7 @@ use vcurve_record::{EndType, Interpreter, RunnerSpec, Task, Trajectory, Trajecto
 use crate::runners::agent::{AgentCommand, AgentFailure, AgentLimits, AgentStart, run_agent_marked};
 use crate::runners::agents::AgentRegistry;
 use crate::runners::evaluate::{SwebenchHarness, evaluate_command, is_empty_patch};
+use crate::runners::networks::NetworkOffer;
 use crate::runners::no_outcome::NoOutcome;
 use crate::runners::seam::{AgentRunner, JobKey, JobReport, JobSpec};
 use crate::runners::services::JobServices;
@@ -74,6 +75,9 @@ struct Inner {
     /// The SWE-bench harness tasks judged by `swebench` are evaluated with
     /// ([`AgentProcessRunner::use_swebench`]); unset: [`SwebenchHarness::from_env`].
     swebench: OnceLock<SwebenchHarness>,
+    /// The networks the worker's operator offers agent containers
+    /// ([`AgentProcessRunner::use_networks`]); unset: `none` alone.
+    networks: OnceLock<NetworkOffer>,
 }
 
 impl AgentProcessRunner {
@@ -143,6 +147,7 @@ impl AgentProcessRunner {
                 normalizer: Normalizer::default(),
                 services: OnceLock::new(),
                 swebench: OnceLock::new(),
+                networks: OnceLock::new(),
             }),
         })
     }
@@ -166,6 +171,7 @@ impl AgentProcessRunner {
                 normalizer: inner.normalizer.clone(),
                 services: OnceLock::new(),
                 swebench: inner.swebench.clone(),
+                networks: inner.networks.clone(),
             }),
         }
     }
@@ -182,6 +188,13 @@ impl AgentProcessRunner {
     /// a no-outcome naming the agent, and the worker does not offer it to the coordinator.
     pub fn use_agents(&self, agents: AgentRegistry) -> bool {
         self.inner.agents.set(agents).is_ok()
+    }
+
+    /// Offer agent containers the networks of `offer` beyond `none`; false when networks were
+    /// set before. Call it before [`AgentProcessRunner::mini_swe_agent`], which takes this
+    /// runner's.
+    pub fn use_networks(&self, offer: NetworkOffer) -> bool {
+        self.inner.networks.set(offer).is_ok()
     }
 
     /// The names of the agents this runner runs.
@@ -218,6 +231,10 @@ impl AgentRunner for AgentProcessRunner {
     fn agents(&self) -> Vec<String> {
         // The mini-swe-agent runner's one agent is its kind.
         if self.inner.kind == AGENT { self.agent_names() } else { Vec::new() }
+    }
+
+    fn networks(&self) -> Vec<String> {
+        self.inner.networks.get().map(NetworkOffer::names).unwrap_or_default()
     }
 
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
@@ -296,8 +313,20 @@ impl Inner {
         })
     }
 
-    fn limits(&self, job: &JobSpec, options: &AgentOptions) -> ContainerLimits {
-        ContainerLimits {
+    /// How the job's containers are made: the study's limits, the job's labels, and the
+    /// container network of the study's `network` as this worker offers it (an error, a bad job,
+    /// when it does not).
+    fn limits(&self, job: &JobSpec, options: &AgentOptions) -> Result<ContainerLimits, NoOutcome> {
+        let (network, exec_env) = self
+            .networks
+            .get()
+            .cloned()
+            .unwrap_or_default()
+            .container_network(options.network)
+            .map_err(NoOutcome::BadJob)?;
+        Ok(ContainerLimits {
+            network,
+            exec_env,
             memory_bytes: options.memory_mb << 20,
             pids_limit: i64::from(options.pids_limit),
             labels: {
@@ -306,7 +335,7 @@ impl Inner {
                 labels.insert(labels::STUDY.to_owned(), job.key.study().to_owned());
                 labels
             },
-        }
+        })
     }
 
     /// The agent process of a run: the registration of the study's agent, with the environment
@@ -341,7 +370,7 @@ impl Inner {
         };
         // A study of an agent this worker does not offer: nothing to prepare.
         self.command(options).map_err(NoOutcome::BadJob)?;
-        let limits = self.limits(job, options);
+        let limits = self.limits(job, options)?;
         let own = match &options.normalization {
             Some(_) => Some(options.normalizer().map_err(NoOutcome::BadJob)?),
             None => None,
@@ -571,7 +600,7 @@ mod tests {
 
     use super::*;
     use crate::runners::seam::ContinuationKey;
-    use crate::sandbox::container::double::{FakeFs, FakeRuntime, Op};
+    use crate::sandbox::container::double::{Call, FakeFs, FakeRuntime, Op};
     use crate::sandbox::container::{ExecOutput, ExecRequest};
 
     const IMAGE: &str = "task:test";
@@ -716,6 +745,46 @@ mod tests {
         assert!(reason.starts_with(vcurve_record::jobs::CAPPED), "{reason}");
         assert!(reason.contains("longer than its 1 s"), "{reason}");
         assert_eq!(runtime.running().len(), 0, "its container is removed");
+    }
+
+    /// A study's `network` is the network of its agent's containers when the worker's operator
+    /// offers it, never of the evaluator's; on a worker that does not offer it the job is a
+    /// no-outcome naming the network (the coordinator hands it only to workers that do).
+    #[tokio::test]
+    async fn agent_containers_get_the_studys_network_when_the_worker_offers_it() {
+        use crate::runners::networks::NetworkOffer;
+        use crate::sandbox::container::ContainerNetwork;
+        let bridge_job = || {
+            let mut spec = base_run();
+            let options = serde_json::json!({"agent": "scripted", "model": {"q": 1.0, "r": 1.0}, "network": "bridge"});
+            spec.runner = RunnerSpec::parse(AGENT, options).unwrap();
+            spec
+        };
+        let (closed, runtime, _) = runner(false).await;
+        let report = closed.run(bridge_job(), CancellationToken::new()).await;
+        let JobReport::NoOutcome { reason, .. } = &report else { panic!("{report:?}") };
+        assert!(reason.contains("does not offer the network bridge"), "{reason}");
+        assert_eq!(runtime.count(Op::Create), 0, "nothing started");
+
+        let (open, runtime, _) = runner(false).await;
+        let offer = NetworkOffer::from_flags(&["bridge".into()], &[]).unwrap();
+        assert!(open.use_networks(offer));
+        assert_eq!(open.networks(), ["bridge"], "registered with the coordinator");
+        let report = open.run(bridge_job(), CancellationToken::new()).await;
+        assert!(matches!(report, JobReport::Outcome(_)), "{report:?}");
+        let networks: Vec<(String, ContainerNetwork)> = runtime
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Create { labels, network, .. } => {
+                    Some((labels.get(labels::JOB).cloned().unwrap_or_default(), network))
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(networks.len() >= 2, "{networks:?}");
+        assert_eq!(networks[0].1, ContainerNetwork::Bridge, "the agent's container: {networks:?}");
+        assert_eq!(networks.last().unwrap().1, ContainerNetwork::None, "the evaluator's: {networks:?}");
     }
 
     #[tokio::test]

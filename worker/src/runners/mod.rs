@@ -21,6 +21,7 @@ pub mod agent_runner;
 pub mod agents;
 pub mod evaluate;
 pub mod mini_swe_agent;
+pub mod networks;
 pub mod no_outcome;
 mod python_env;
 pub mod seam;

@@ -71,6 +71,12 @@ pub trait AgentRunner: Send + Sync {
         Vec::new()
     }
 
+    /// The networks beyond `none` this runner's containers may have (its operator's
+    /// `--network`); the worker registers them with the coordinator. Others offer none.
+    fn networks(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Payload digests of the trajectories this runner holds snapshots of, for the coordinator to
     /// hand their continuations to this worker first. Runners without snapshots hold none.
     fn snapshot_trajectories(&self) -> Vec<String> {
@@ -137,6 +143,12 @@ impl Runners {
     pub fn agents(&self) -> Vec<String> {
         let agents: std::collections::BTreeSet<String> = self.by_kind.values().flat_map(|r| r.agents()).collect();
         agents.into_iter().collect()
+    }
+
+    /// The networks offered, sorted, without repeats ([`AgentRunner::networks`]).
+    pub fn networks(&self) -> Vec<String> {
+        let networks: std::collections::BTreeSet<String> = self.by_kind.values().flat_map(|r| r.networks()).collect();
+        networks.into_iter().collect()
     }
 
     /// The capabilities the worker registers with: its kinds, but for `agent`, whose studies need

@@ -38,7 +38,7 @@ use vcurve_record::{Fingerprint, Trajectory};
 
 pub use vcurve_record::replay::Normalizer;
 
-use crate::sandbox::container::{Change, ChangeKind, Container, ContainerSpec, RuntimeError};
+use crate::sandbox::container::{Change, ChangeKind, Container, ContainerNetwork, ContainerSpec, RuntimeError};
 use crate::sandbox::exec;
 
 /// The label of a snapshot image that holds its changes against the task image
@@ -237,6 +237,10 @@ pub struct ContainerLimits {
     pub pids_limit: i64,
     /// The labels of the job (managed, worker, job, study).
     pub labels: BTreeMap<String, String>,
+    /// The network of the study's agent containers, and what every command there gets with it
+    /// ([`ContainerSpec::exec_env`]).
+    pub network: ContainerNetwork,
+    pub exec_env: BTreeMap<String, String>,
 }
 
 impl ContainerLimits {
@@ -246,6 +250,8 @@ impl ContainerLimits {
             memory_bytes: self.memory_bytes,
             pids_limit: self.pids_limit,
             labels: self.labels.clone(),
+            network: self.network.clone(),
+            exec_env: self.exec_env.clone(),
         }
     }
 }

@@ -113,7 +113,14 @@ async fn probe(registry: &AgentRegistry, study_env: Value) -> Value {
 
     let runtime = Arc::new(FakeRuntime::new());
     runtime.add_image("img", [("/testbed/README", "")]);
-    let spec = ContainerSpec { image: "img".into(), memory_bytes: 1 << 30, pids_limit: 64, labels: BTreeMap::new() };
+    let spec = ContainerSpec {
+        image: "img".into(),
+        memory_bytes: 1 << 30,
+        pids_limit: 64,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    };
     let container = Container::start(runtime, &spec).await.unwrap();
     let start = AgentStart {
         command,

@@ -129,7 +129,14 @@ fn host_shell(dir: PathBuf) -> impl Fn(&mut FakeFs, &ExecRequest) -> ExecOutput 
 async fn host_container(dir: &Path) -> Container {
     let runtime = FakeRuntime::with_handler(host_shell(dir.to_path_buf()));
     runtime.add_image("host", [("/testbed/.keep", "")]);
-    let spec = ContainerSpec { image: "host".into(), memory_bytes: 1 << 30, pids_limit: 256, labels: BTreeMap::new() };
+    let spec = ContainerSpec {
+        image: "host".into(),
+        memory_bytes: 1 << 30,
+        pids_limit: 256,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    };
     Container::start(Arc::new(runtime), &spec).await.expect("a fake container")
 }
 
@@ -220,6 +227,8 @@ impl Scope {
                 (vcurve_worker::sandbox::container::labels::MANAGED.to_string(), "1".to_string()),
                 (TEST_LABEL.to_string(), self.key.clone()),
             ]),
+            network: Default::default(),
+            exec_env: Default::default(),
         }
     }
 

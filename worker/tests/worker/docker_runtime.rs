@@ -91,6 +91,8 @@ impl Scope {
             memory_bytes: 512 << 20,
             pids_limit: 256,
             labels: self.labels_for(&format!("worker-{}", self.key)),
+            network: Default::default(),
+            exec_env: Default::default(),
         }
     }
 
@@ -637,6 +639,8 @@ async fn reap_child_helper() {
             (labels::WORKER.to_owned(), worker),
             (TEST_LABEL.to_owned(), key),
         ]),
+        network: Default::default(),
+        exec_env: Default::default(),
     };
     let _a = Container::start(runtime.clone(), &spec).await.expect("starts");
     let _b = Container::start(runtime.clone(), &spec).await.expect("starts");
@@ -853,6 +857,8 @@ async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image(
         memory_bytes: 512 << 20,
         pids_limit: 256,
         labels: scope.labels_for(&format!("worker-{}", scope.key)),
+        network: Default::default(),
+        exec_env: Default::default(),
     };
     let commands = [
         "cat README.md",

@@ -32,7 +32,14 @@ fn image() -> String {
 fn spec(instance: &Instance, key: &str) -> ContainerSpec {
     let mut labels = instance.container_labels();
     labels.insert(TEST_LABEL.to_owned(), key.to_owned());
-    ContainerSpec { image: image(), memory_bytes: 256 << 20, pids_limit: 64, labels }
+    ContainerSpec {
+        image: image(),
+        memory_bytes: 256 << 20,
+        pids_limit: 64,
+        labels,
+        network: Default::default(),
+        exec_env: Default::default(),
+    }
 }
 
 /// Removes this test's containers with the docker CLI when dropped.

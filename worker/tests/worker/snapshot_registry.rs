@@ -176,6 +176,8 @@ fn limits(key: &str) -> ContainerLimits {
         memory_bytes: 1 << 30,
         pids_limit: 512,
         labels: BTreeMap::from([(labels::MANAGED.to_owned(), "1".to_owned()), (TEST_LABEL.to_owned(), key.to_owned())]),
+        network: Default::default(),
+        exec_env: Default::default(),
     }
 }
 

@@ -133,7 +133,14 @@ async fn fixture() -> Fixture {
     std::fs::write(&script, AGENT).unwrap();
     let runtime = Arc::new(FakeRuntime::with_handler(shell));
     runtime.add_image("img", [("/testbed/README", "")]);
-    let spec = ContainerSpec { image: "img".into(), memory_bytes: 1 << 30, pids_limit: 64, labels: BTreeMap::new() };
+    let spec = ContainerSpec {
+        image: "img".into(),
+        memory_bytes: 1 << 30,
+        pids_limit: 64,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    };
     let container = Container::start(runtime.clone(), &spec).await.unwrap();
     Fixture { dir, script, runtime, container }
 }

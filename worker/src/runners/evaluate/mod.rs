@@ -27,6 +27,7 @@
 //! A task whose evaluator is [`Evaluator::Swebench`] is judged by the official SWE-bench harness
 //! instead, run as a child process ([`swebench`], with the worker's [`SwebenchHarness::from_env`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -70,7 +71,14 @@ pub async fn evaluate_command(
     if cancel.is_cancelled() {
         return Err(EvalFailure::Cancelled);
     }
-    let spec = ContainerSpec { image: task.image.clone(), ..base.clone() };
+    // The evaluator's container has no network, whatever the agent's had: a verdict does not
+    // depend on what the network serves that day.
+    let spec = ContainerSpec {
+        image: task.image.clone(),
+        network: crate::sandbox::container::ContainerNetwork::None,
+        exec_env: BTreeMap::new(),
+        ..base.clone()
+    };
     // Creation is not raced with `cancel`: a container created by a dropped future would have no
     // guard to remove it.
     let container = Container::start(runtime, &spec)
@@ -242,6 +250,8 @@ mod tests {
             memory_bytes: 1 << 30,
             pids_limit: 256,
             labels: BTreeMap::from([("vcurve.managed".to_string(), "1".to_string())]),
+            network: Default::default(),
+            exec_env: BTreeMap::new(),
         }
     }
 

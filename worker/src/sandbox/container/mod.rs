@@ -4,7 +4,8 @@
 //! agent runs, compiled only for this crate's tests and behind the `test-support` feature.
 //!
 //! A container is created *and started* by [`ContainerRuntime::create`] from a [`ContainerSpec`]:
-//! networking disabled, memory and pids limits, no privileges, no new privileges, labelled so that
+//! on the network it names ([`ContainerNetwork`]: none unless a study asked for one its worker's
+//! operator offers), memory and pids limits, no privileges, no new privileges, labelled so that
 //! a worker restarted after a crash finds and removes what it left behind ([`labels`]).
 //!
 //! Commands run through [`ContainerRuntime::exec`] only: one path for recorded runs, replays,
@@ -54,6 +55,36 @@ pub struct ContainerSpec {
     pub pids_limit: i64,
     /// Labels, [`labels`] among them.
     pub labels: BTreeMap<String, String>,
+    /// The network the container is on.
+    pub network: ContainerNetwork,
+    /// Variables every command run in the container gets ([`Container::exec`]), under the
+    /// command's own: what the deployment's package proxy needs (`PIP_INDEX_URL`, …). They are
+    /// not part of the container's configuration, so no snapshot committed from it carries them.
+    pub exec_env: BTreeMap<String, String>,
+}
+
+/// The network of a container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ContainerNetwork {
+    /// Only the loopback interface (`network_mode: none`).
+    #[default]
+    None,
+    /// The Engine's default bridge.
+    Bridge,
+    /// The Docker network of this name, which the worker's operator created (for `proxy`: an
+    /// internal network holding only the deployment's package index or proxy).
+    Named(String),
+}
+
+impl ContainerNetwork {
+    /// The Engine's `network_mode` for it.
+    pub fn mode(&self) -> &str {
+        match self {
+            ContainerNetwork::None => "none",
+            ContainerNetwork::Bridge => "bridge",
+            ContainerNetwork::Named(name) => name,
+        }
+    }
 }
 
 /// One command to run in a running container.
@@ -196,13 +227,15 @@ pub trait ContainerRuntime: Send + Sync {
 pub struct Container {
     runtime: Arc<dyn ContainerRuntime>,
     id: Option<String>,
+    /// [`ContainerSpec::exec_env`].
+    exec_env: BTreeMap<String, String>,
 }
 
 impl Container {
     /// Create and start a container from `spec`.
     pub async fn start(runtime: Arc<dyn ContainerRuntime>, spec: &ContainerSpec) -> Result<Container, RuntimeError> {
         let id = runtime.create(spec).await?;
-        Ok(Container { runtime, id: Some(id) })
+        Ok(Container { runtime, id: Some(id), exec_env: spec.exec_env.clone() })
     }
 
     /// The container's id.
@@ -214,8 +247,17 @@ impl Container {
         &self.runtime
     }
 
+    /// Run `request` in the container, with the container's [`ContainerSpec::exec_env`] under
+    /// the request's own variables.
     pub async fn exec(&self, request: &ExecRequest) -> Result<ExecOutput, RuntimeError> {
-        self.runtime.exec(self.id(), request).await
+        if self.exec_env.is_empty() {
+            return self.runtime.exec(self.id(), request).await;
+        }
+        let mut with_env = request.clone();
+        for (name, value) in &self.exec_env {
+            with_env.env.entry(name.clone()).or_insert_with(|| value.clone());
+        }
+        self.runtime.exec(self.id(), &with_env).await
     }
 
     pub async fn put_file(&self, path: &str, content: &[u8], mode: u32) -> Result<(), RuntimeError> {

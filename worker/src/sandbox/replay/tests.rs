@@ -12,7 +12,13 @@ use crate::sandbox::container::double::{Call, FakeRuntime, Op};
 pub(crate) const IMAGE: &str = "vcurve/task:demo";
 
 pub(crate) fn limits() -> ContainerLimits {
-    ContainerLimits { memory_bytes: 1 << 30, pids_limit: 512, labels: BTreeMap::new() }
+    ContainerLimits {
+        memory_bytes: 1 << 30,
+        pids_limit: 512,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    }
 }
 
 /// A fake runtime holding the task image: a repository with two files.

@@ -236,6 +236,24 @@ impl DockerRuntime {
         }
     }
 
+    /// Check that the Docker network `name` exists and is internal (no route out of it): the
+    /// network `proxy` puts agent containers on, where only the deployment's package index or
+    /// proxy should be reachable. The error says what is wrong and how to make one.
+    pub async fn check_proxy_network(&self, name: &str) -> Result<(), RuntimeError> {
+        let make =
+            format!("make one with: docker network create --internal {name}, and attach the package index to it");
+        match self.docker.inspect_network(name, None).await {
+            Ok(network) if network.internal == Some(true) => Ok(()),
+            Ok(_) => Err(RuntimeError::Engine(format!(
+                "the network {name} is not internal: agent containers on it could reach anything the host reaches; {make}"
+            ))),
+            Err(e) if status(&e) == Some(404) => {
+                Err(RuntimeError::Engine(format!("there is no Docker network {name}; {make}")))
+            }
+            Err(e) => Err(engine(e)),
+        }
+    }
+
     /// The socket this runtime talks to.
     pub fn socket(&self) -> &str {
         &self.socket
@@ -254,7 +272,7 @@ impl DockerRuntime {
             memory: Some(memory),
             memory_swap: Some(memory),
             pids_limit: Some(spec.pids_limit),
-            network_mode: Some("none".to_owned()),
+            network_mode: Some(spec.network.mode().to_owned()),
             privileged: Some(false),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
             cap_drop: Some(CAP_DROP.iter().map(|c| (*c).to_owned()).collect()),

@@ -25,7 +25,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::{Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
+use super::{
+    Change, ChangeKind, ContainerNetwork, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo,
+    RuntimeError,
+};
 
 mod fs;
 
@@ -51,7 +54,7 @@ pub enum Op {
 /// One call to the runtime, as logged.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Call {
-    Create { container: String, image: String, labels: BTreeMap<String, String> },
+    Create { container: String, image: String, labels: BTreeMap<String, String>, network: ContainerNetwork },
     Exec { container: String, argv: Vec<String>, workdir: String, timeout: Duration },
     PutFile { container: String, path: String },
     Diff { container: String },
@@ -303,7 +306,12 @@ impl FakeRuntime {
         let id = format!("fake-{}", st.next_id);
         self.enter(
             &mut st,
-            Call::Create { container: id.clone(), image: spec.image.clone(), labels: spec.labels.clone() },
+            Call::Create {
+                container: id.clone(),
+                image: spec.image.clone(),
+                labels: spec.labels.clone(),
+                network: spec.network.clone(),
+            },
         )?;
         let image = st.images.get(&spec.image).ok_or_else(|| RuntimeError::NoImage(spec.image.clone()))?;
         // The origin is the root of the image chain.

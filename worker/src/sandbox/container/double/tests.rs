@@ -2,7 +2,14 @@ use super::*;
 use crate::sandbox::container::Container;
 
 fn spec(image: &str) -> ContainerSpec {
-    ContainerSpec { image: image.into(), memory_bytes: 1 << 30, pids_limit: 256, labels: BTreeMap::new() }
+    ContainerSpec {
+        image: image.into(),
+        memory_bytes: 1 << 30,
+        pids_limit: 256,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    }
 }
 
 fn run(script: &str) -> ExecRequest {
