@@ -267,6 +267,9 @@ fn mini_swe_agent_runs_are_imported_replayed_and_resumed_from_their_recorded_pre
         &swebench_python,
         "--agents-dir",
         &agents.to_string_lossy(),
+        // A mini-swe-agent study's containers have the bridge its recorded environment had.
+        "--network",
+        "bridge",
     ];
     let mut worker = Process::spawn_worker(dir.path(), "worker", &worker_args);
     let runner = format!(
