@@ -2,7 +2,7 @@
 //! against a fake coordinator (`lease_loop`), the agent process driver with the scripted agent
 //! (`agent_process`), the Docker runtime (`docker_runtime`), snapshots across hosts through a
 //! registry (`snapshot_registry`), the SWE-bench evaluator (`swebench`), what an agent process
-//! sees of its worker (`agent_environment`) and what a dead worker leaves behind (`reaping`).
+//! sees of its worker (`agent_environment`) and what a dead worker leaves behind (`reaping`) and the agent's network (`network`).
 //! Tests that need
 //! Docker, an image or a registry say so in their first line (`vcurve_testkit::require!`).
 
@@ -10,6 +10,7 @@ mod agent_environment;
 mod agent_process;
 mod docker_runtime;
 mod lease_loop;
+mod network;
 mod reaping;
 mod snapshot_registry;
 mod swebench;
