@@ -67,6 +67,11 @@ impl Drop for Scope {
         if let Some(index) = &self.index {
             let _ = docker(&["rm", "-f", index]);
         }
+        // The containers a panicking test left (their guards remove them on a runtime that is gone).
+        let filter = format!("label={TEST_LABEL}={}", self.key);
+        for container in docker(&["ps", "-aq", "--filter", &filter]).unwrap_or_default().lines() {
+            let _ = docker(&["rm", "-f", container]);
+        }
         // A container of the network a panicking test dropped is removed in the background.
         for _ in 0..20 {
             if docker(&["network", "rm", &self.network]).is_ok() {
