@@ -201,6 +201,50 @@ fn each_default_rule_masks_its_context_and_nothing_else() {
             &["127.0.0.1:8000", "localhost:32767", "localhost:61000", "10.0.0.1:45123"],
         ),
         ("randomly_seed", &[("Using --randomly-seed=2847562", "Using --randomly-seed=<SEED>")], &["--randomly-seed"]),
+        (
+            "pip_progress_bar",
+            &[
+                ("   ━━━━━━━━━━━━━━━━━━━━ 806.6/806.6 kB 3.4 MB/s eta 0:00:00", "   <PROGRESS>"),
+                ("━━━━━━━━━━╸━━━━━━━━━ 1.2/2.5 MB 812.3 kB/s eta -:--:--", "<PROGRESS>"),
+            ],
+            &["━━━ section ━━━", "806.6/806.6 kB"],
+        ),
+        (
+            "curl_progress_meter",
+            &[(
+                "100  1234  100  1234    0     0  45678      0 --:--:-- --:--:-- --:--:-- 46000",
+                "100  1234  100  1234    0     0 <PROGRESS>",
+            )],
+            &[
+                "100  1234  100  1234",
+                "  % Total    % Received % Xferd  Average Speed   Time    Time     Time  Current",
+            ],
+        ),
+        (
+            "wget_rate_time",
+            &[("     0K .......... .......... 100% 1.23M=0.01s", "     0K .......... .......... 100% <RATE>")],
+            &["100% done", "100% 1.23M"],
+        ),
+        (
+            "transfer_rate",
+            &[
+                ("(1.23 MB/s) - 'x' saved [1234/1234]", "(<RATE>) - 'x' saved [1234/1234]"),
+                (
+                    "Receiving objects: 100% (12/12), 1.20 MiB | 3.4MiB/s, done.",
+                    "Receiving objects: 100% (12/12), 1.20 MiB | <RATE>, done.",
+                ),
+                ("at 120 B/s", "at <RATE>"),
+            ],
+            &["Downloading x.whl (806 kB)", "1.20 MiB", "KB/sec is not a unit here: 5 KB/sec"],
+        ),
+        (
+            "pip_built_wheel_size",
+            &[(
+                "Created wheel for astropy: filename=astropy-0.0.0-0.editable-cp311-cp311-linux_x86_64.whl size=6484 sha256=0d7057addaa2e094eff0c1e60b7cb0fcbf55668485c560e7060fac58d02f114a",
+                "Created wheel for astropy: filename=astropy-0.0.0-0.editable-cp311-cp311-linux_x86_64.whl size=<SIZE> sha256=<HASH>",
+            )],
+            &["size=6484", "filename=x.whl size=12"],
+        ),
     ];
     let n = norm();
     let names: Vec<&str> = n.rule_names().collect();
