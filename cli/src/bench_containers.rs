@@ -119,6 +119,7 @@ async fn measure(
         env: BTreeMap::new(),
         workdir: task.workdir.clone(),
         timeout: Duration::from_secs(60),
+        leave_running: false,
     };
     for i in 0..runs {
         let started = Instant::now();

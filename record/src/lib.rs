@@ -41,4 +41,7 @@ pub use study::{
     RunnerSpec, SelectionSpec, StudyRecord, StudySpec, StudyState, TaskRuns, TrajectoryRecord, TrajectorySpec,
     TrajectoryState,
 };
-pub use trajectory::{Action, EndType, Evaluator, Fingerprint, Interpreter, Step, Task, Trajectory, TrajectoryError};
+pub use trajectory::{
+    Action, EndType, Evaluator, Fingerprint, Interpreter, OnTimeout, OutputDecoding, Step, Task, Trajectory,
+    TrajectoryError,
+};

@@ -65,11 +65,82 @@ pub struct Interpreter {
     pub argv: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// How the recording environment turned a command's output into text (written only when it
+    /// is not vcurve's own, `bytes`).
+    #[serde(default, skip_serializing_if = "OutputDecoding::is_bytes")]
+    pub output: OutputDecoding,
+    /// What the recording environment did with a command at its timeout (written only when it is
+    /// not vcurve's own, `kill`).
+    #[serde(default, skip_serializing_if = "OnTimeout::is_kill")]
+    pub on_timeout: OnTimeout,
 }
 
 impl Default for Interpreter {
     fn default() -> Self {
-        Interpreter { argv: vec!["bash".into(), "-c".into()], env: BTreeMap::new() }
+        Interpreter {
+            argv: vec!["bash".into(), "-c".into()],
+            env: BTreeMap::new(),
+            output: OutputDecoding::Bytes,
+            on_timeout: OnTimeout::Kill,
+        }
+    }
+}
+
+impl Interpreter {
+    /// How mini-swe-agent's environments (docker, local, singularity, …) run a command with this
+    /// argv and environment: they read its output with Python's `subprocess.run(text=True)`
+    /// (universal newlines) and, at its timeout, kill only their own client, leaving the command
+    /// running.
+    pub fn mini_swe_agent(argv: Vec<String>, env: BTreeMap<String, String>) -> Interpreter {
+        Interpreter { argv, env, output: OutputDecoding::Text, on_timeout: OnTimeout::Leave }
+    }
+}
+
+/// How a recording environment decoded what a command printed (stdout and stderr merged).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputDecoding {
+    /// vcurve's own: UTF-8 with invalid bytes replaced, every byte kept (`\r` included).
+    #[default]
+    Bytes,
+    /// Python's text mode (`subprocess.run(text=True, errors="replace")`): UTF-8 with invalid bytes
+    /// replaced, then universal newlines (`\r\n` and `\r` read as `\n`). The partial output of a
+    /// command that timed out is decoded without the newline translation, as Python hands it over
+    /// (`TimeoutExpired.output` is the bytes read so far).
+    Text,
+}
+
+impl OutputDecoding {
+    fn is_bytes(&self) -> bool {
+        *self == OutputDecoding::Bytes
+    }
+
+    /// `output` as this environment decoded it; `timed_out`: the command's partial output.
+    pub fn decode(self, output: &[u8], timed_out: bool) -> String {
+        let text = String::from_utf8_lossy(output);
+        match self {
+            OutputDecoding::Text if !timed_out && text.contains('\r') => text.replace("\r\n", "\n").replace('\r', "\n"),
+            _ => text.into_owned(),
+        }
+    }
+}
+
+/// What a recording environment did with a command when its timeout ran out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// vcurve's own: the command's whole process group is killed inside the container (and with
+    /// it anything a command leaves running when it returns).
+    #[default]
+    Kill,
+    /// As under a plain `docker exec` (mini-swe-agent's `DockerEnvironment`): only the client is
+    /// stopped; the command, and anything it left in the background, keeps running.
+    Leave,
+}
+
+impl OnTimeout {
+    fn is_kill(&self) -> bool {
+        *self == OnTimeout::Kill
     }
 }
 
@@ -304,6 +375,32 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn output_is_decoded_as_the_recording_environment_did() {
+        let printed = b"a\r\nb\rc\n\xff end";
+        assert_eq!(OutputDecoding::Bytes.decode(printed, false), "a\r\nb\rc\n\u{fffd} end", "vcurve keeps every byte");
+        // Python's subprocess.run(text=True, errors="replace"): universal newlines.
+        assert_eq!(OutputDecoding::Text.decode(printed, false), "a\nb\nc\n\u{fffd} end");
+        // TimeoutExpired.output is the bytes read so far, decoded by mini-swe-agent without them.
+        assert_eq!(OutputDecoding::Text.decode(printed, true), "a\r\nb\rc\n\u{fffd} end");
+    }
+
+    #[test]
+    fn an_interpreter_writes_its_environment_only_when_it_is_not_vcurves_own() {
+        let own = serde_json::to_value(Interpreter::default()).unwrap();
+        assert_eq!(
+            own,
+            serde_json::json!({"argv": ["bash", "-c"], "env": {}}),
+            "digests of existing records unchanged"
+        );
+        let msa = Interpreter::mini_swe_agent(vec!["bash".into(), "-lc".into()], BTreeMap::new());
+        let written = serde_json::to_value(&msa).unwrap();
+        assert_eq!((written["output"].as_str(), written["on_timeout"].as_str()), (Some("text"), Some("leave")));
+        assert_eq!(serde_json::from_value::<Interpreter>(written).unwrap(), msa);
+        let bad = serde_json::json!({"argv": ["bash", "-c"], "output": "utf16"});
+        assert!(serde_json::from_value::<Interpreter>(bad).is_err());
+    }
 
     pub(crate) fn sample() -> Trajectory {
         let msg = |role: &str, content: &str| serde_json::json!({"role": role, "content": content});

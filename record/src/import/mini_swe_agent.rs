@@ -315,7 +315,7 @@ fn interpreter(environment: &Value, info: &Value, warnings: &mut Vec<String>) ->
             }
         }
     };
-    Interpreter { argv, env }
+    Interpreter::mini_swe_agent(argv, env)
 }
 
 fn end_type(exit_status: &str, model_calls: usize, info: &Value, warnings: &mut Vec<String>) -> EndType {

@@ -130,7 +130,7 @@ impl MiniSweAgent {
                 self.python.display()
             ));
         }
-        Ok(Interpreter { argv: found.interpreter, env: found.env })
+        Ok(Interpreter::mini_swe_agent(found.interpreter, found.env))
     }
 }
 

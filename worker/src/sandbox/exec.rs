@@ -39,10 +39,11 @@ pub async fn run_command(
         env: interpreter.env.clone(),
         workdir: task.workdir.clone(),
         timeout: Duration::from_secs_f64(timeout_s),
+        leave_running: interpreter.on_timeout == vcurve_record::OnTimeout::Leave,
     };
     let out = container.exec(&request).await?;
     Ok(Observed {
-        output: String::from_utf8_lossy(&out.output).into_owned(),
+        output: interpreter.output.decode(&out.output, out.timed_out),
         returncode: if out.timed_out { None } else { out.exit_code.map(|c| c as i32) },
         timed_out: out.timed_out,
     })

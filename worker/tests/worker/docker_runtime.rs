@@ -142,6 +142,7 @@ fn bash(command: &str, timeout: Duration) -> ExecRequest {
         env: BTreeMap::new(),
         workdir: "/".to_owned(),
         timeout,
+        leave_running: false,
     }
 }
 
@@ -327,6 +328,7 @@ async fn env_and_workdir_are_applied() {
         env: BTreeMap::from([("FOO".to_owned(), "a b".to_owned()), ("BAR".to_owned(), "x=y".to_owned())]),
         workdir: "/usr/share".to_owned(),
         timeout: Duration::from_secs(10),
+        leave_running: false,
     };
     let out = c.exec(&request).await.expect("runs");
     let out = text(&out);

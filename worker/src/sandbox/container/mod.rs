@@ -98,6 +98,10 @@ pub struct ExecRequest {
     pub workdir: String,
     /// The command, and everything it started, is killed when this runs out.
     pub timeout: Duration,
+    /// As under a plain `docker exec` (the recording environment of mini-swe-agent's runs): at
+    /// the timeout only the wait ends, the command keeps running; and what a command leaves in
+    /// the background when it returns is not killed either.
+    pub leave_running: bool,
 }
 
 /// What a command printed and how it ended.

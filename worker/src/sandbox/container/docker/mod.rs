@@ -43,6 +43,12 @@
 //! instead of waiting the ~2 s the engine gives a stream held open by a child. The kill costs one
 //! more exec per command.
 //!
+//! A request with `leave_running` (the recorded environment of mini-swe-agent's runs, a plain
+//! `docker exec` killed at its timeout by its caller) skips both kills: at the timeout the exec
+//! returns what was printed so far and the command runs on; a command that returns leaving a
+//! background child holding its output ends when the engine gives up on the stream (~2 s here),
+//! and the child runs on.
+//!
 //! An exec the engine could not start at all (`OCI runtime exec failed`: the pids limit reached by
 //! a fork bomb) is [`RuntimeError::Engine`], never the command's output; so is a kill that cannot
 //! run. Either makes the job a no-outcome.
@@ -396,7 +402,9 @@ impl DockerRuntime {
         let mut poll = EXIT_POLL_FIRST;
         let mut next_poll = tokio::time::Instant::now() + poll;
         loop {
-            let polling = collector.header.is_some();
+            // Under `leave_running` the exec ends as a plain `docker exec` does: when the engine
+            // closes the output, whoever holds it.
+            let polling = collector.header.is_some() && !request.leave_running;
             tokio::select! {
                 item = tokio::time::timeout_at(deadline, stream.next()) => match item {
                     Ok(Some(item)) => collector.push(&item.map_err(engine)?.into_bytes()),
@@ -418,7 +426,7 @@ impl DockerRuntime {
             }
         }
         if !timed_out {
-            if let Some(header) = collector.header.clone() {
+            if let Some(header) = collector.header.clone().filter(|_| !request.leave_running) {
                 // The command returned: nothing of it outlives it (its process group, and whatever
                 // left the group but still holds its output).
                 self.kill_group(container, &header).await?;
@@ -444,6 +452,11 @@ impl DockerRuntime {
             return Ok(ExecOutput { output: collector.output, exit_code, timed_out: false });
         }
 
+        if request.leave_running {
+            // As mini-swe-agent's DockerEnvironment: only the wait ends; the command runs on.
+            collector.finish();
+            return Ok(ExecOutput { output: collector.output, exit_code: None, timed_out: true });
+        }
         // Timed out: find the group (the header may still be on its way), kill it, read what is left.
         let header_deadline = tokio::time::Instant::now() + HEADER_GRACE;
         let mut ended = false;

@@ -18,6 +18,7 @@ fn run(script: &str) -> ExecRequest {
         env: BTreeMap::new(),
         workdir: "/testbed".into(),
         timeout: Duration::from_secs(10),
+        leave_running: false,
     }
 }
 
