@@ -287,6 +287,11 @@ class TestTimeout(AdapterCase):
         self.assertEqual(obs["extra"]["returncode"], -1)
         self.assertEqual(obs["extra"]["exception_type"], "TimeoutExpired")
         self.assertIn("timed out after 1 seconds", obs["extra"]["exception_info"])
+        # subprocess.TimeoutExpired's text for DockerEnvironment's `docker exec`, as the real run shows.
+        self.assertIn("Command '['docker', 'exec', '-w', ", obs["extra"]["exception_info"])
+        self.assertIn("'-e', 'PAGER=cat', ", obs["extra"]["exception_info"])
+        self.assertIn("'bash', '-c', 'echo before; sleep 5; echo after']' timed out after 1 seconds",
+                      obs["extra"]["exception_info"])
         self.assertIn("<exception>An error occurred while executing the command:", obs["content"])
         self.assertIn("before", obs["extra"]["raw_output"])
         self.assertEqual(run["final"]["end_type"], "step_cap")

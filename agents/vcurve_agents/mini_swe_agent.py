@@ -200,10 +200,10 @@ def build(channel, start, settings):
     model_config = {k: v for k, v in config["model"].items() if k not in ("model_name", "model_kwargs")}
     model = LitellmModel(model_name=settings.model_name, model_kwargs=settings.model_kwargs,
                          cost_tracking=settings.cost_tracking, **model_config)
-    env_config = {k: v for k, v in config["environment"].items() if k in ("cwd", "env")}
+    env_config = {k: v for k, v in config["environment"].items() if k in ("cwd", "env", "interpreter")}
     env_config["cwd"] = start.task.get("workdir") or env_config.get("cwd", "")
     env_class, agent_class = _classes()
-    env = env_class(channel, timeout=settings.timeout_s, **env_config)
+    env = env_class(channel, timeout=settings.timeout_s, container=start.raw.get("container"), **env_config)
     agent_config = dict(config["agent"])
     agent_config.update(cost_limit=settings.cost_limit,
                         max_consecutive_format_errors=settings.max_consecutive_format_errors)
@@ -224,12 +224,15 @@ def _classes():
         """The configuration's environment variables (the worker's exec path sets the task's)."""
         timeout: float = DEFAULT_TIMEOUT_S
         """Every command's timeout, seconds."""
+        interpreter: list[str] = ["bash", "-lc"]
+        """The configuration's interpreter (the worker runs commands with the trajectory's)."""
 
     class ProtocolEnvironment:
         """A mini-swe-agent environment whose `execute` goes through the worker (`exec`)."""
 
-        def __init__(self, channel, *, config_class=ProtocolEnvironmentConfig, **kwargs):
+        def __init__(self, channel, *, config_class=ProtocolEnvironmentConfig, container=None, **kwargs):
             self.channel = channel
+            self.container = container
             self.config = config_class(**kwargs)
 
         def execute(self, action, cwd="", *, timeout=None):
@@ -240,7 +243,8 @@ def _classes():
             result = self.channel.exec(command, timeout)
             if result.timed_out or result.returncode is None or result.exception:
                 if result.timed_out:
-                    kind, why = "TimeoutExpired", f"Command '{command}' timed out after {timeout} seconds"
+                    # subprocess.TimeoutExpired's text for the `docker exec` DockerEnvironment runs.
+                    kind, why = "TimeoutExpired", f"Command '{self.docker_exec(command)}' timed out after {timeout} seconds"
                 else:
                     kind, why = "ExecError", result.exception or "the command did not finish"
                 output = {
@@ -253,6 +257,14 @@ def _classes():
                 output = {"output": result.output, "returncode": result.returncode, "exception_info": ""}
             self._check_finished(output)
             return output
+
+        def docker_exec(self, command):
+            """The argument list mini-swe-agent's DockerEnvironment runs a command with, in the
+            run's container (the worker's, named in `start.container`)."""
+            argv = ["docker", "exec", "-w", self.config.cwd]
+            for key, value in self.config.env.items():
+                argv += ["-e", f"{key}={value}"]
+            return argv + [self.container or "", *self.config.interpreter, command]
 
         # mini-swe-agent's own submission check (the same in its docker and local environments).
         _check_finished = LocalEnvironment._check_finished

@@ -30,8 +30,8 @@ pub(crate) enum AgentMessage {
     Final { end_type: EndType, submission: String, messages: Vec<Value> },
 }
 
-/// The `start` message.
-pub(crate) fn start_message(start: &AgentStart) -> Value {
+/// The `start` message; `container` is the id of the container the run's commands run in.
+pub(crate) fn start_message(start: &AgentStart, container: &str) -> Value {
     json!({
         "type": "start",
         "protocol": PROTOCOL,
@@ -45,6 +45,7 @@ pub(crate) fn start_message(start: &AgentStart) -> Value {
         "budget": start.budget,
         "seed": start.seed,
         "model": start.model,
+        "container": container,
     })
 }
 

@@ -457,7 +457,7 @@ async fn converse(
     io: &mut AgentIo,
     child: &mut Child,
 ) -> Result<Collected, Stop> {
-    if let Err(e) = io.send(&start_message(start)).await {
+    if let Err(e) = io.send(&start_message(start, container.id())).await {
         return Err(ended_early(child, limits, &format!("the agent closed its input before start ({e})")).await);
     }
     let mut pending: Vec<Action> = Vec::new();
