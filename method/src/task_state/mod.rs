@@ -12,10 +12,13 @@
 //! - [`tables`]: the tables of a study: inventory (Table 4), views (Tables 1, 5, 14), the
 //!   telescoping decomposition (Table 13), checkpoints (Tables 15, 50), outcomes (Tables 1, 10).
 //! - [`usage`]: the call log and usage by stage (Tables 12, 59–63).
+//! - [`annotation`]: human annotation of gap atoms: the stratified sample, Cohen's κ and
+//!   inverse-probability weighted shares of the gap mass (Tables 2, 22).
 //!
 //! The exact two-sided binomial test of Table 33 is [`crate::stats::binomial_two_sided`], and
 //! [`discordance_p`] applies it to two raters' discordant pairs.
 
+pub mod annotation;
 pub mod estimate;
 pub mod records;
 pub mod settings;
