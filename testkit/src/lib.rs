@@ -21,6 +21,8 @@
 
 #[cfg(feature = "cluster")]
 pub mod cluster;
+#[cfg(feature = "model-server")]
+pub mod model_server;
 pub mod prometheus;
 pub mod require;
 #[cfg(feature = "sim")]
