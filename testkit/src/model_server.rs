@@ -19,6 +19,9 @@
 //! - `task_state.judge.v1`: credit 1 when the answer equals the reference (case and whitespace
 //!   aside), 0.5 when one contains the other (the answer neither empty nor `unknown`), else 0.
 //!
+//! - `labels.first_mistake.v1`: the 0-based index of the `### Step i` block holding the first
+//!   `[[MISTAKE]]` marker of the trajectory, `-1` when none does.
+//!
 //! Faults for the next N requests ([`ModelServer::inject`]): a 429 with `Retry-After`, a 500, any
 //! status, a delay, a malformed answer. It counts requests and answers per template, the most
 //! requests it had in flight at once, and keeps every request body.
@@ -37,6 +40,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use vcurve_record::llm::templates::find_template_line;
+
+/// The marker a trajectory step carries where the judge's truth puts its first mistake.
+pub const MISTAKE_MARKER: &str = "[[MISTAKE]]";
 
 /// A fault the server answers a request with instead of its rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -462,6 +468,19 @@ fn answer(template: &str, texts: &[String]) -> Result<Value, String> {
                 .collect::<Result<Vec<_>, String>>()?;
             Ok(json!({"scores": scores}))
         }
+        "labels.first_mistake.v1" => {
+            let trajectory = between(last_user(texts)?, "<trajectory", "\n</trajectory>")?;
+            let marker = trajectory.find(MISTAKE_MARKER);
+            let mut index = -1i64;
+            if let Some(at) = marker {
+                for line in trajectory[..at].lines() {
+                    if let Some(i) = line.strip_prefix("### Step ").and_then(|i| i.trim().parse::<i64>().ok()) {
+                        index = i;
+                    }
+                }
+            }
+            Ok(json!({"first_mistake": index, "explanation": "the step of the first [[MISTAKE]] marker"}))
+        }
         other => Err(format!("no rule for template {other:?}")),
     }
 }
@@ -524,5 +543,12 @@ mod tests {
             json!({"scores": [{"id": "a", "credit": 1}, {"id": "b", "credit": 0.5}, {"id": "c", "credit": 0}]})
         );
         assert!(answer("nope.v1", &[]).unwrap_err().contains("no rule"));
+        let label = |steps: &str| {
+            answer("labels.first_mistake.v1", &[format!("<trajectory steps=\"2\">\n{steps}\n</trajectory>")]).unwrap()
+                ["first_mistake"]
+                .clone()
+        };
+        assert_eq!(label("### Step 0\nls\n\n### Step 1\nrm tests [[MISTAKE]]"), 1);
+        assert_eq!(label("### Step 0\nls"), -1);
     }
 }

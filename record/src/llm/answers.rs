@@ -227,6 +227,42 @@ pub fn parse_judge(text: &str, items: &[&str]) -> Result<Vec<JudgedItem>, Malfor
     Ok(answer.scores)
 }
 
+/// A judge's first-mistake label of a trajectory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstMistake {
+    /// The 1-based step `m = i + 1` of the answer's 0-based index `i`; `None` for "no mistake"
+    /// (`-1`), as `Label::step` stores it.
+    pub step: Option<u32>,
+    pub explanation: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FirstMistakeAnswer {
+    first_mistake: i64,
+    #[serde(default)]
+    explanation: String,
+}
+
+/// Parses a first-mistake answer for a trajectory of `steps` steps
+/// (`{"first_mistake": i, "explanation": "..."}`): `i` is 0-based, `-1` for no mistake; an index
+/// outside `-1..steps` is malformed.
+pub fn parse_first_mistake(text: &str, steps: u32) -> Result<FirstMistake, MalformedAnswer> {
+    const S: &str = "first_mistake";
+    let answer: FirstMistakeAnswer = parse_json(S, text)?;
+    let step = match answer.first_mistake {
+        -1 => None,
+        i if (0..i64::from(steps)).contains(&i) => Some(i as u32 + 1),
+        i => {
+            return Err(malformed(
+                S,
+                format!("first_mistake is {i}: a 0-based step index below {steps}, or -1 for no mistake"),
+            ));
+        }
+    };
+    Ok(FirstMistake { step, explanation: answer.explanation })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +307,10 @@ mod tests {
         let scores = parse_judge(j, &["s1", "s2"]).unwrap();
         assert_eq!(scores[0].credit, Credit::Partial);
         assert_eq!(scores[1].credit, Credit::Full);
+        assert_eq!(parse_first_mistake(r#"{"first_mistake": 0, "explanation": "e"}"#, 3).unwrap().step, Some(1));
+        assert_eq!(parse_first_mistake(r#"{"first_mistake": -1}"#, 3).unwrap().step, None);
+        assert!(parse_first_mistake(r#"{"first_mistake": 3}"#, 3).unwrap_err().reason.contains("below 3"));
+        assert!(parse_first_mistake(r#"{"first_mistake": -2}"#, 3).is_err());
         let bad = parse_judge(&j.replace("0.5", "0.7"), &["s1", "s2"]).unwrap_err();
         assert!(bad.reason.contains("a credit is 1, 0.5 or 0, not 0.7"), "{bad}");
     }

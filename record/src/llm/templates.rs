@@ -56,15 +56,18 @@ pub enum TemplateName {
     ActorProbe,
     /// The judge crediting answers against references.
     Judge,
+    /// A judge labelling the first mistake of a trajectory (curve studies' `judges:`).
+    FirstMistake,
 }
 
 impl TemplateName {
-    pub const ALL: [TemplateName; 5] = [
+    pub const ALL: [TemplateName; 6] = [
         TemplateName::ExtractAtoms,
         TemplateName::GenerateProbes,
         TemplateName::Reader,
         TemplateName::ActorProbe,
         TemplateName::Judge,
+        TemplateName::FirstMistake,
     ];
 
     fn source(self) -> (&'static str, u32, &'static str, &'static str) {
@@ -98,6 +101,12 @@ impl TemplateName {
                 1,
                 "prompts/task_state/judge.v1.md",
                 include_str!("../../../prompts/task_state/judge.v1.md"),
+            ),
+            TemplateName::FirstMistake => (
+                "labels.first_mistake",
+                1,
+                "prompts/labels/first_mistake.v1.md",
+                include_str!("../../../prompts/labels/first_mistake.v1.md"),
             ),
         }
     }
@@ -344,12 +353,13 @@ mod tests {
 
     #[test]
     fn every_shipped_template_parses_with_its_variables_and_hash() {
-        let want: [(TemplateName, &[&str]); 5] = [
+        let want: [(TemplateName, &[&str]); 6] = [
             (TemplateName::ExtractAtoms, &["checkpoint", "context", "task_id"]),
             (TemplateName::GenerateProbes, &["atoms", "checkpoint", "task_id"]),
             (TemplateName::Reader, &["context", "questions"]),
             (TemplateName::ActorProbe, &["question"]),
             (TemplateName::Judge, &["items"]),
+            (TemplateName::FirstMistake, &["step_count", "steps", "task"]),
         ];
         for (name, vars) in want {
             let t = name.template();
@@ -359,7 +369,7 @@ mod tests {
             assert_eq!(t.sha256, hex(&Sha256::digest(text.as_bytes())));
         }
         let ids: BTreeSet<_> = TemplateName::ALL.iter().map(|n| n.template().versioned_id()).collect();
-        assert_eq!(ids.len(), 5);
+        assert_eq!(ids.len(), 6);
         // The actor's message is appended to the agent's own history: one user message.
         let actor = TemplateName::ActorProbe.template().render(&vals(&[("question", "Q?")])).unwrap();
         assert_eq!(actor.len(), 1);

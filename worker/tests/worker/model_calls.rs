@@ -344,3 +344,30 @@ async fn the_task_state_stages_run_through_the_deterministic_server() {
     assert_eq!(counts["task_state.reader.v1"], 2);
     assert_eq!(counts["task_state.actor_probe.v1"], 1);
 }
+
+#[tokio::test]
+async fn a_judge_labels_the_first_mistake_through_the_deterministic_server() {
+    let server = ModelServer::start().await.unwrap();
+    let client = OpenAiClient::new(config(server.base_url())).unwrap();
+    let steps = "### Step 0\n$ grep -rn parse\n\n### Step 1\n$ sed -i 's/assert/pass/' tests/test_parse.py [[MISTAKE]]\n\n### Step 2\n$ pytest";
+    let values = BTreeMap::from([
+        ("task", "parse('1.0') fails".to_string()),
+        ("step_count", "3".into()),
+        ("steps", steps.into()),
+    ]);
+    let check = |t: &str| answers::parse_first_mistake(t, 3).map(drop);
+    let sampling = SamplingParams { temperature: Some(0.0), ..SamplingParams::default() };
+    let req = CallRequest::render(
+        "label/traj-1/judge-a",
+        Stage::Judge,
+        TemplateName::FirstMistake.template(),
+        &values,
+        sampling,
+        &check,
+    )
+    .unwrap();
+    let result = client.call(req).await;
+    assert_eq!(result.log.template, "labels.first_mistake.v1");
+    let label = answers::parse_first_mistake(&result.answers.unwrap()[0], 3).unwrap();
+    assert_eq!(label.step, Some(2), "index 1 is stored as m = 2");
+}
