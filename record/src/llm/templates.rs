@@ -378,6 +378,25 @@ mod tests {
     }
 
     #[test]
+    fn the_docs_name_every_template_with_its_hash() {
+        let docs = include_str!("../../../docs/task-state.md");
+        for name in TemplateName::ALL {
+            let t = name.template();
+            let row = format!("| `{}` | `{}` |", t.versioned_id(), t.path);
+            let line = docs
+                .lines()
+                .find(|l| l.starts_with(&row))
+                .unwrap_or_else(|| panic!("docs/task-state.md has no row {row}"));
+            assert!(
+                line.contains(&format!("`{}…`", &t.sha256[..16])),
+                "docs/task-state.md: {} has hash {}: {line}",
+                t.versioned_id(),
+                t.sha256
+            );
+        }
+    }
+
+    #[test]
     fn rendering_replaces_placeholders_once_and_names_missing_and_unknown_variables() {
         let t = TemplateName::Reader.template();
         let msgs = t.render(&vals(&[("context", "ctx {{questions}}"), ("questions", "[]")])).unwrap();
