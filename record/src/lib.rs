@@ -22,6 +22,7 @@ pub mod ids;
 pub mod import;
 pub mod jobs;
 pub mod json;
+pub mod llm;
 pub mod oversize;
 pub mod payload;
 pub mod policy;

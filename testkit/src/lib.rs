@@ -15,12 +15,17 @@
 //!   either backend; `TestStore::both()` gives SQLite and, behind the gate, PostgreSQL.
 //! - [`wait`]: wait for a state (poll it with a deadline) rather than sleep for a time.
 //! - [`prometheus`]: scrape a `/metrics` endpoint and parse the text format strictly.
+//! - `model_server` (feature `model-server`): the deterministic OpenAI-compatible model server of
+//!   the task-state tests, whose answers follow rules keyed by the request's prompt template and
+//!   which injects 429s, 5xx, delays and malformed answers on demand.
 //! - `sim` (feature `sim`): the discrete-event cluster simulator of `vcurve bench cluster`, over
 //!   the real store and schedule in virtual time. It is the one part a production binary links:
 //!   `vcurve` depends on this crate with `features = ["sim"]` only.
 
 #[cfg(feature = "cluster")]
 pub mod cluster;
+#[cfg(feature = "model-server")]
+pub mod model_server;
 pub mod prometheus;
 pub mod require;
 #[cfg(feature = "sim")]

@@ -47,6 +47,9 @@
 //! - [`sandbox`]: the container runtime seam and the Docker Engine behind it ([`DockerRuntime`]),
 //!   the one exec path, replay with its checks, and the snapshot images of trajectory states
 //!   (on this host and across hosts through a registry).
+//! - [`llm`]: the model call layer of the task-state study — the OpenAI-compatible chat-completions
+//!   client ([`llm::OpenAiClient`]) behind [`llm::ModelClient`], with retries, concurrency limits and
+//!   a call log record per call. It sits beside the rooms and imports none of them.
 //! - [`metrics`]: the Prometheus endpoint (`vcurve worker --metrics`): jobs, container operations
 //!   timed by a wrapper of the runtime, the snapshot cache's disk. It sits beside the rooms: the
 //!   lease loop feeds it, and it names the runners' and the sandbox's types.
@@ -60,6 +63,7 @@
 //! is compiled only behind the `test-support` feature.
 
 pub mod lease;
+pub mod llm;
 pub mod metrics;
 pub mod runners;
 pub mod sandbox;
