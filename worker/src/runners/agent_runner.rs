@@ -202,6 +202,45 @@ impl AgentProcessRunner {
         self.inner.agents.get().map(AgentRegistry::names).unwrap_or_default()
     }
 
+    /// Run a whole session of the study's agent (`options`) on `task` in a fresh container of its
+    /// image, from `h_0`: instruction `k` of `instructions` opens turn `k`, each turn with a
+    /// budget of `budget_per_turn` steps, the run's seed `seed`; every checkpoint's patch is
+    /// judged by the task's evaluator ([`crate::runners::task_session`]). `job` labels the
+    /// containers (with `study`), as a job's key does. The agent process and its commands run as
+    /// a base run's do (the registered agent, its user, this kind's interpreter, the mark).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_session(
+        &self,
+        task: &Task,
+        options: &AgentOptions,
+        instructions: &[String],
+        budget_per_turn: u32,
+        seed: u64,
+        (study, job): (&str, &str),
+        cancel: CancellationToken,
+    ) -> Result<crate::runners::task_session::SessionRecord, NoOutcome> {
+        use crate::runners::task_session::{SessionPlan, run_session};
+        let inner = &self.inner;
+        let start = AgentStart {
+            command: inner.command(options).map_err(NoOutcome::BadJob)?,
+            task: task.clone(),
+            interpreter: inner.base_interpreter.clone(),
+            messages: Vec::new(),
+            t: 0,
+            budget: budget_per_turn,
+            seed,
+            model: options.model.clone(),
+        };
+        let limits = inner.labelled_limits(study, job, options)?;
+        let plan = SessionPlan {
+            instructions: instructions.to_vec(),
+            limits: AgentLimits::from_options(options),
+            evaluate: Some(inner.swebench()),
+        };
+        let mark = Some(inner.instance.agent_mark());
+        run_session(inner.runtime.clone(), &limits.spec(&task.image), start, &plan, mark, cancel).await
+    }
+
     /// The snapshots this worker holds, `(payload digest, t)`.
     pub fn held_snapshots(&self) -> Vec<(String, u32)> {
         self.inner.snapshots.held()
@@ -317,6 +356,12 @@ impl Inner {
     /// container network of the study's `network` as this worker offers it (an error, a bad job,
     /// when it does not).
     fn limits(&self, job: &JobSpec, options: &AgentOptions) -> Result<ContainerLimits, NoOutcome> {
+        self.labelled_limits(job.key.study(), &job.key.to_string(), options)
+    }
+
+    /// [`Inner::limits`] for containers labelled with `study` and `job` (a job key, or a session's
+    /// label).
+    fn labelled_limits(&self, study: &str, job: &str, options: &AgentOptions) -> Result<ContainerLimits, NoOutcome> {
         let (network, exec_env) = self
             .networks
             .get()
@@ -331,8 +376,8 @@ impl Inner {
             pids_limit: i64::from(options.pids_limit),
             labels: {
                 let mut labels = self.instance.container_labels();
-                labels.insert(labels::JOB.to_owned(), job.key.to_string());
-                labels.insert(labels::STUDY.to_owned(), job.key.study().to_owned());
+                labels.insert(labels::JOB.to_owned(), job.to_owned());
+                labels.insert(labels::STUDY.to_owned(), study.to_owned());
                 labels
             },
         })
