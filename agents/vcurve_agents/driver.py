@@ -90,13 +90,22 @@ def make_start(task, messages=(), t=None, budget=30, seed=0, model=None):
             "messages": messages, "t": t, "budget": budget, "seed": seed, "model": dict(model or {})}
 
 
-def drive(start, executor, argv=None, env=None):
+def drive(start, executor, argv=None, env=None, instructions=None):
     """Run one agent process from `start`; return {"start", "steps", "final", "transcript", "stderr"}.
 
     Each step is {"messages", "actions"} with the actions as vcurve records them; the transcript is
     the types of the messages in the order they passed ("start", "exec", "exec_result", …). Raises
     ProtocolError when the agent breaks the protocol.
+
+    With `instructions` (a list of strings) the run is a session: `start` gets `"turns": true`,
+    instruction k opens turn k with `start["budget"]` steps, and the result also has "turns":
+    [{"instruction", "report", "messages", "steps"}] (steps: the turn's indices into "steps").
     """
+    session = instructions is not None
+    if session:
+        start = dict(start, turns=True)
+        if not instructions:
+            raise ValueError("a session needs at least one instruction")
     argv = list(argv or SCRIPTED)
     if env is None:
         env = dict(os.environ)
@@ -105,9 +114,13 @@ def drive(start, executor, argv=None, env=None):
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
                                 start_new_session=True)
         steps, actions, final, transcript = [], [], None, ["start"]
+        turns, turn_first, ended = [], 0, False
         try:
             lines = JsonLines(proc.stdout, proc.stdin)
             lines.write(start)
+            if session:
+                lines.write({"type": "instruction", "turn": 1, "content": instructions[0], "budget": start["budget"]})
+                transcript.append("instruction")
             while final is None:
                 msg = lines.read()
                 if msg is None:
@@ -123,8 +136,27 @@ def drive(start, executor, argv=None, env=None):
                     actions.append({"command": command, "timeout_s": timeout_s, **result})
                     lines.write({"type": "exec_result", **result})
                     transcript.append("exec_result")
+                elif kind == "turn_end":
+                    if not session or ended:
+                        raise ProtocolError("a turn_end outside a session's turn")
+                    report = msg.get("report")
+                    if not isinstance(report, str) or not report.strip() or not isinstance(msg.get("messages"), list):
+                        raise ProtocolError(f"a malformed turn_end: {msg!r}")
+                    turns.append({"instruction": instructions[len(turns)], "report": report,
+                                  "messages": msg["messages"], "steps": list(range(turn_first, len(steps)))})
+                    turn_first = len(steps)
+                    if len(turns) < len(instructions):
+                        lines.write({"type": "instruction", "turn": len(turns) + 1,
+                                     "content": instructions[len(turns)], "budget": start["budget"]})
+                        transcript.append("instruction")
+                    else:
+                        ended = True
+                        lines.write({"type": "end"})
+                        transcript.append("end")
                 elif kind == "step":
-                    if len(steps) >= start["budget"]:
+                    if ended:
+                        raise ProtocolError("a step after the session's end")
+                    if len(steps) - turn_first >= start["budget"]:
                         raise ProtocolError(f"a step beyond the budget of {start['budget']}")
                     if not isinstance(msg.get("messages"), list):
                         raise ProtocolError("a step without a messages list")
@@ -136,7 +168,8 @@ def drive(start, executor, argv=None, env=None):
                     raise ProtocolError(f"an unknown or unexpected message type {kind!r}")
             # Commands after the last step belong to no step (the protocol's trailing actions).
             trailing_execs = actions
-            _check_final(start, steps, final)
+            if not session:
+                _check_final(start, steps, final)
             proc.stdin.close()
             rc = proc.wait(timeout=30)
             if rc != 0:
@@ -154,8 +187,11 @@ def drive(start, executor, argv=None, env=None):
                     pass
             err.seek(0)
             stderr = _decode(err.read())
-    return {"start": start, "steps": steps, "final": final, "trailing_execs": trailing_execs,
-            "transcript": transcript, "stderr": stderr}
+    run = {"start": start, "steps": steps, "final": final, "trailing_execs": trailing_execs,
+           "transcript": transcript, "stderr": stderr}
+    if session:
+        run["turns"] = turns
+    return run
 
 
 def _check_final(start, steps, final):
