@@ -51,6 +51,8 @@ mod session;
 mod protocol_props;
 mod start;
 #[cfg(test)]
+mod session_tests;
+#[cfg(test)]
 mod tests;
 
 use std::os::unix::process::ExitStatusExt;
