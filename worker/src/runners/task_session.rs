@@ -21,12 +21,8 @@ use crate::sandbox::container::{Container, ContainerRuntime, ContainerSpec};
 use crate::sandbox::instance::AgentMark;
 
 /// The study's four instructions (CTXGAP, Tables 6 and 7), in order.
-pub const PAPER_INSTRUCTIONS: [&str; 4] = [
-    "Investigate; do not modify code",
-    "Implement a fix",
-    "Run tests and report the result",
-    "Assess remaining risk",
-];
+pub const PAPER_INSTRUCTIONS: [&str; 4] =
+    ["Investigate; do not modify code", "Implement a fix", "Run tests and report the result", "Assess remaining risk"];
 
 /// What a session is run with beside the agent's start.
 #[derive(Debug, Clone)]
@@ -85,9 +81,8 @@ pub async fn run_session(
 ) -> Result<SessionRecord, NoOutcome> {
     let task = start.task.clone();
     let spec = ContainerSpec { image: task.image.clone(), ..base.clone() };
-    let container = Container::start(runtime.clone(), &spec)
-        .await
-        .map_err(NoOutcome::engine("starting the task container"))?;
+    let container =
+        Container::start(runtime.clone(), &spec).await.map_err(NoOutcome::engine("starting the task container"))?;
     let run = run_session_marked(&container, start, &plan.instructions, plan.limits, mark, cancel.clone()).await;
     if let Err(e) = container.remove().await {
         tracing::warn!(error = %e, "cannot remove a finished session's container");

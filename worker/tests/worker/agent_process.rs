@@ -439,9 +439,10 @@ async fn docker_a_four_turn_scripted_session_is_recorded_and_each_checkpoint_jud
     for (fix, fixed) in [("correct", true), ("flawed", false)] {
         let start = scripted(&task, json!({"session": {"fix": fix}}), 10, 11);
         let plan = SessionPlan::paper(limits(), Some(vcurve_worker::SwebenchHarness::from_env()));
-        let record = run_session(scope.runtime.clone(), &scope.spec("replaced"), start, &plan, None, CancellationToken::new())
-            .await
-            .unwrap_or_else(|e| panic!("the {fix} session failed: {e}"));
+        let record =
+            run_session(scope.runtime.clone(), &scope.spec("replaced"), start, &plan, None, CancellationToken::new())
+                .await
+                .unwrap_or_else(|e| panic!("the {fix} session failed: {e}"));
         let patches: Vec<&str> = record.checkpoints.iter().map(|c| c.patch.as_str()).collect();
         if fix == "correct" {
             check_scripted_session(&record.session, &patches);

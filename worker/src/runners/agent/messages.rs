@@ -25,12 +25,24 @@ const END_TYPES: [EndType; 6] = [
 /// A message from the agent, its fields checked.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum AgentMessage {
-    Exec { command: String, timeout_s: f64 },
-    Step { messages: Vec<Value> },
-    Final { end_type: EndType, submission: String, messages: Vec<Value> },
+    Exec {
+        command: String,
+        timeout_s: f64,
+    },
+    Step {
+        messages: Vec<Value>,
+    },
+    Final {
+        end_type: EndType,
+        submission: String,
+        messages: Vec<Value>,
+    },
     /// The end of a session's turn: its user-facing report and the agent's whole message list at
     /// the checkpoint.
-    TurnEnd { report: String, messages: Vec<Value> },
+    TurnEnd {
+        report: String,
+        messages: Vec<Value>,
+    },
 }
 
 /// The `start` message; `container` is the id of the container the run's commands run in. A
@@ -154,10 +166,13 @@ pub(crate) fn parse_message(line: &[u8]) -> Result<AgentMessage, String> {
             let messages = message_list(object.get("messages"), "turn_end.messages")?;
             Ok(AgentMessage::TurnEnd { report, messages })
         }
-        "start" | "exec_result" | "instruction" | "end" => Err(format!("{kind:?} is a message from the worker to the agent, not the reverse")),
-        other => {
-            Err(format!("unknown message type {:?} (the agent sends exec, step, turn_end and final)", first_bytes(other, 100)))
+        "start" | "exec_result" | "instruction" | "end" => {
+            Err(format!("{kind:?} is a message from the worker to the agent, not the reverse"))
         }
+        other => Err(format!(
+            "unknown message type {:?} (the agent sends exec, step, turn_end and final)",
+            first_bytes(other, 100)
+        )),
     }
 }
 

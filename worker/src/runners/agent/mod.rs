@@ -26,6 +26,17 @@
 //! signal is a no-outcome ([`AgentFailure`]), its reason naming what was wrong and ending with
 //! the last 4 KiB of the agent's stderr.
 //!
+//! # Sessions
+//!
+//! [`run_session_marked`] runs a multi-turn session (docs/agent-protocol.md, "Sessions"): `start`
+//! carries `"turns": true`, the worker sends instruction `k`, the agent ends the turn with
+//! `turn_end` (a non-empty report and its whole message list, which must extend the previous
+//! checkpoint's with the turn's steps in order), the worker takes the checkpoint's patch
+//! ([`CHECKPOINT_PATCH_COMMAND`]) and answers with the next instruction or `end`. The budget is
+//! per turn. A `turn_end` outside a session or after `end`, a step after `end` or beyond the
+//! turn's budget break the protocol; a `final` before `end` ends the session early.
+//! [`SessionRun::to_session`] records it as a `vcurve.session.v1` session.
+//!
 //! # After `final`
 //!
 //! The worker closes the agent's stdin and waits up to [`AgentLimits::exit_grace`] (10 s) for it
@@ -46,12 +57,12 @@ mod lines;
 
 pub(crate) use lines::last_bytes;
 mod messages;
-mod session;
 #[cfg(test)]
 mod protocol_props;
-mod start;
+mod session;
 #[cfg(test)]
 mod session_tests;
+mod start;
 #[cfg(test)]
 mod tests;
 
@@ -368,10 +379,13 @@ pub async fn run_session_marked(
         return Err(AgentFailure::Infrastructure { reason: format!("instruction {} of the session is empty", i + 1) });
     }
     let turns = Turns { instructions };
-    let (mut collected, exit, stderr_tail) =
-        run_process(container, &start, Some(&turns), limits, mark, cancel).await?;
+    let (mut collected, exit, stderr_tail) = run_process(container, &start, Some(&turns), limits, mark, cancel).await?;
     let turns = std::mem::take(&mut collected.turns);
-    Ok(SessionRun { complete: turns.len() == instructions.len(), turns, run: AgentRun::of(collected, start.t, exit, stderr_tail) })
+    Ok(SessionRun {
+        complete: turns.len() == instructions.len(),
+        turns,
+        run: AgentRun::of(collected, start.t, exit, stderr_tail),
+    })
 }
 
 /// A session that ended with a valid `final` ([`run_session_marked`]).
@@ -551,9 +565,10 @@ const CHECKPOINT_PATCH_TIMEOUT_S: f64 = 300.0;
 
 /// Run [`CHECKPOINT_PATCH_COMMAND`] in the task's working directory.
 async fn checkpoint_patch(container: &Container, task: &Task, turn: usize) -> Result<String, Stop> {
-    let observed = run_command(container, task, &Interpreter::default(), CHECKPOINT_PATCH_COMMAND, CHECKPOINT_PATCH_TIMEOUT_S)
-        .await
-        .map_err(|e| Stop::Infrastructure(format!("the container failed taking checkpoint {turn}'s patch: {e}")))?;
+    let observed =
+        run_command(container, task, &Interpreter::default(), CHECKPOINT_PATCH_COMMAND, CHECKPOINT_PATCH_TIMEOUT_S)
+            .await
+            .map_err(|e| Stop::Infrastructure(format!("the container failed taking checkpoint {turn}'s patch: {e}")))?;
     if observed.returncode != Some(0) {
         return Err(Stop::Infrastructure(format!(
             "cannot take checkpoint {turn}'s patch in {} (git exited with {}, timed out: {}): {}",
@@ -606,7 +621,9 @@ async fn converse(
                     completed.len() + 1,
                     step_actions.len()
                 ),
-                None => format!("the agent's output ended after {} steps, before its final message", step_actions.len()),
+                None => {
+                    format!("the agent's output ended after {} steps, before its final message", step_actions.len())
+                }
             };
             return Err(ended_early(child, limits, &what).await);
         };
@@ -652,11 +669,9 @@ async fn converse(
                             completed.len() + 1,
                             start.budget
                         ),
-                        None => format!(
-                            "line {line_no}: step {} is beyond the budget of {} steps",
-                            taken + 1,
-                            start.budget
-                        ),
+                        None => {
+                            format!("line {line_no}: step {} is beyond the budget of {} steps", taken + 1, start.budget)
+                        }
                     }));
                 }
                 step_actions.push(std::mem::take(&mut pending));

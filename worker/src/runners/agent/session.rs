@@ -5,9 +5,7 @@
 
 use serde_json::Value;
 use vcurve_record::Task;
-use vcurve_record::session::{
-    AgentMessage, FORMAT, Report, Session, SessionError, SessionTask, ToolCall, Turn,
-};
+use vcurve_record::session::{AgentMessage, FORMAT, Report, Session, SessionError, SessionTask, ToolCall, Turn};
 
 use super::SessionRun;
 
@@ -37,7 +35,11 @@ impl SessionRun {
                     tool_calls: step
                         .actions
                         .iter()
-                        .map(|a| ToolCall { command: a.command.clone(), output: a.output.clone(), returncode: a.returncode })
+                        .map(|a| ToolCall {
+                            command: a.command.clone(),
+                            output: a.output.clone(),
+                            returncode: a.returncode,
+                        })
                         .collect(),
                 });
                 begin = end;

@@ -142,8 +142,15 @@ fn limits() -> AgentLimits {
 
 async fn session(mode: &str, turns: usize) -> Result<SessionRun, AgentFailure> {
     let f = fixture().await;
-    run_session_marked(&f.container, start(&f.script, mode), &instructions(turns), limits(), None, CancellationToken::new())
-        .await
+    run_session_marked(
+        &f.container,
+        start(&f.script, mode),
+        &instructions(turns),
+        limits(),
+        None,
+        CancellationToken::new(),
+    )
+    .await
 }
 
 fn protocol_reason(result: Result<SessionRun, AgentFailure>) -> String {
@@ -198,7 +205,10 @@ async fn a_session_records_its_turns_reports_and_each_checkpoints_patch() {
     assert_eq!(run.run.steps_used, 6, "two steps per turn, the budget per turn");
     assert_eq!(run.run.initial_messages, 3, "system, task and instruction 1");
     let patches: Vec<&str> = run.turns.iter().map(|t| t.patch.as_str()).collect();
-    assert_eq!(patches, ["diff --git a/turn1 b/turn1\n", "diff --git a/turn2 b/turn2\n", "diff --git a/turn3 b/turn3\n"]);
+    assert_eq!(
+        patches,
+        ["diff --git a/turn1 b/turn1\n", "diff --git a/turn2 b/turn2\n", "diff --git a/turn3 b/turn3\n"]
+    );
     let turn = &run.turns[0];
     assert_eq!((turn.instruction.as_str(), turn.report.as_str()), ("instruction 1", "report 1"));
     assert_eq!((turn.first_step, turn.steps, turn.first_message, turn.messages_end), (0, 2, 3, 8));
@@ -272,6 +282,9 @@ async fn bad_turn_messages_break_the_protocol_with_their_reason() {
     }
     // No instruction is no session.
     let f = fixture().await;
-    let none = run_session_marked(&f.container, start(&f.script, "ok"), &[], limits(), None, CancellationToken::new()).await;
-    assert!(matches!(none, Err(AgentFailure::Infrastructure { ref reason }) if reason.contains("at least one instruction")));
+    let none =
+        run_session_marked(&f.container, start(&f.script, "ok"), &[], limits(), None, CancellationToken::new()).await;
+    assert!(
+        matches!(none, Err(AgentFailure::Infrastructure { ref reason }) if reason.contains("at least one instruction"))
+    );
 }
