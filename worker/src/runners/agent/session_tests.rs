@@ -99,7 +99,14 @@ async fn fixture() -> Fixture {
         ExecOutput { output: output.into_bytes(), exit_code: Some(0), timed_out: false }
     });
     runtime.add_image("img", [("/testbed/README", "")]);
-    let spec = ContainerSpec { image: "img".into(), memory_bytes: 1 << 30, pids_limit: 64, labels: BTreeMap::new() };
+    let spec = ContainerSpec {
+        image: "img".into(),
+        memory_bytes: 1 << 30,
+        pids_limit: 64,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    };
     let container = Container::start(Arc::new(runtime), &spec).await.unwrap();
     Fixture { _dir: dir, script, container }
 }
