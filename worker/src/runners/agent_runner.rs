@@ -833,6 +833,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_session_runs_the_studys_agent_in_a_labelled_container_and_judges_each_distinct_patch_once() {
+        let (runner, runtime, _services) = runner(false).await;
+        let RunnerSpec::Agent(options) = RunnerSpec::parse(AGENT, options()).unwrap() else { unreachable!() };
+        let instructions: Vec<String> = crate::runners::task_session::PAPER_INSTRUCTIONS.map(str::to_owned).to_vec();
+        let record = runner
+            .run_session(
+                &task(),
+                &options,
+                &instructions,
+                10,
+                7,
+                ("s1", "s1/calc-1/session/0"),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(record.session.checkpoints(), 4);
+        assert_eq!(record.session.turns[3].instruction, "Assess remaining risk");
+        // Every command prints "ok": the same patch at every checkpoint, evaluated once, resolved.
+        assert!(record.checkpoints.iter().all(|c| c.patch == "ok\n" && c.resolved == Some(true)));
+        let jobs: Vec<String> = runtime
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Create { labels, .. } => Some(format!("{}|{}", labels[labels::STUDY], labels[labels::JOB])),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(jobs, ["s1|s1/calc-1/session/0"; 2], "the session's container and one evaluation's");
+        assert_eq!(runtime.running().len(), 0, "both removed");
+        // An agent this worker does not offer is a bad job, before any container.
+        let mut other = options.clone();
+        other.agent = "nobody".into();
+        let err = runner
+            .run_session(&task(), &other, &instructions, 10, 7, ("s1", "j"), CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, NoOutcome::BadJob(ref why) if why.contains("nobody")), "{err}");
+    }
+
+    #[tokio::test]
     async fn a_base_run_is_recorded_uploaded_and_its_patch_evaluated() {
         let (runner, runtime, services) = runner(false).await;
         let report = runner.run(base_run(), CancellationToken::new()).await;
