@@ -13,6 +13,7 @@ from . import support
 
 PAPER = ["Investigate; do not modify code", "Implement a fix", "Run tests and report the result",
          "Assess remaining risk"]
+assert list(driver.SESSION_INSTRUCTIONS) == PAPER, "the driver's --session instructions are the study's"
 
 
 def _line(msg):

@@ -14,6 +14,9 @@ By hand, against the task image (see deploy/images/README.md):
     PYTHONPATH=agents python3 -m vcurve_agents.driver --container calc --task /tmp/task.json \\
         --seed 7 > /tmp/run.json
 
+`--session` (or `--instruction TEXT`, repeated) runs a session instead: the study's four
+instructions (or the ones given) open its turns; the run JSON then has "turns".
+
 `--resume RUN --t K` hands the agent the prefix h_K of a run this driver recorded. The driver does
 not replay: the folder or container must already be in the state h_K (for the scripted agent, a
 fresh copy of the task is h_K for every K before its fix step).
@@ -31,6 +34,9 @@ from .protocol import PROTOCOL, JsonLines, ProtocolError
 
 AGENTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTED = [sys.executable, "-m", "vcurve_agents.scripted"]
+# The task-state study's four instructions (CTXGAP, Tables 6 and 7).
+SESSION_INSTRUCTIONS = ("Investigate; do not modify code", "Implement a fix", "Run tests and report the result",
+                        "Assess remaining risk")
 
 
 def _decode(data):
@@ -248,6 +254,10 @@ def main(argv=None):
     ap.add_argument("--model", default="{}", help="the model object, JSON (e.g. '{\"q\": 0.5}')")
     ap.add_argument("--resume", help="a run JSON this driver wrote: resume it from h_t (with --t)")
     ap.add_argument("--t", type=int, help="with --resume: the prefix h_t to resume from")
+    ap.add_argument("--instruction", action="append", dest="instructions", metavar="TEXT",
+                    help="run a session: instruction k opens turn k (repeat the option, in order)")
+    ap.add_argument("--session", action="store_true",
+                    help="run a session of the task-state study's four instructions")
     ap.add_argument("agent", nargs="*", help="the agent's argument vector (default: the scripted agent)")
     args = ap.parse_args(argv)
     with open(args.task) as f:
@@ -261,7 +271,10 @@ def main(argv=None):
         executor = DockerExecutor(args.container, task.get("workdir", "/"))
     else:
         executor = LocalExecutor(args.workdir)
-    run = drive(start, executor, argv=args.agent or None)
+    instructions = args.instructions
+    if args.session:
+        instructions = (instructions or []) + list(SESSION_INSTRUCTIONS)
+    run = drive(start, executor, argv=args.agent or None, instructions=instructions)
     sys.stderr.write(run["stderr"])
     json.dump(run, sys.stdout, indent=1)
     sys.stdout.write("\n")
