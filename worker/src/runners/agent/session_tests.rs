@@ -171,12 +171,12 @@ fn protocol_reason(result: Result<SessionRun, AgentFailure>) -> String {
 #[test]
 fn a_single_runs_start_is_what_it_was_and_a_sessions_announces_turns() {
     let f = AgentStart { model: json!({"q": 1}), ..start(Path::new("/agent"), "ok") };
-    let single = serde_json::to_string(&messages::start_message(&f, false)).unwrap();
+    let single = serde_json::to_string(&messages::start_message(&f, "c1", false)).unwrap();
     assert_eq!(
         single,
-        r#"{"budget":3,"messages":[],"model":{"q":1},"protocol":"vcurve.agent.v1","seed":7,"t":0,"task":{"id":"calc-1","problem_statement":"fix the sign","workdir":"/testbed"},"type":"start"}"#
+        r#"{"budget":3,"container":"c1","messages":[],"model":{"q":1},"protocol":"vcurve.agent.v1","seed":7,"t":0,"task":{"id":"calc-1","problem_statement":"fix the sign","workdir":"/testbed"},"type":"start"}"#
     );
-    let session = messages::start_message(&f, true);
+    let session = messages::start_message(&f, "c1", true);
     assert_eq!(session["turns"], json!(true));
     assert_eq!(
         messages::instruction_message(2, "Implement a fix", 30),
