@@ -211,6 +211,52 @@ class TestContinuation(AdapterCase):
         self.assertEqual(len(resumed["requests"]), 1)
 
 
+class TestSession(AdapterCase):
+    """A session: each instruction appended as a user message, a turn ending where mini-swe-agent
+    submits, its report the last assistant message, the history valid for the next request."""
+
+    INSTRUCTIONS = ["Investigate; do not modify code", "Implement a fix", "Run tests and report the result"]
+
+    def test_turns_end_at_submissions_and_resume_with_the_instruction(self):
+        workdir = self.sandbox.testbed()
+        start = driver.make_start(support.TASK, budget=10, seed=11, model=self.model())
+        first = len(self.server.requests)
+        run = driver.drive(start, self.sandbox.executor(workdir), instructions=self.INSTRUCTIONS,
+                           argv=[self.python, "-m", "vcurve_agents.mini_swe_agent"], env=self.env)
+        requests = self.server.requests[first:]
+        self.assertEqual(run["final"]["end_type"], "submitted", run["stderr"][-4000:])
+        self.assertEqual([t["instruction"] for t in run["turns"]], self.INSTRUCTIONS)
+        explore = self.policy.explore
+        # The mock counts user messages after the task as format errors (model_calls), so instruction 1
+        # takes the place of one exploring call; later turns submit at once.
+        self.assertEqual([len(t["steps"]) for t in run["turns"]], [explore + 2, 1, 1])
+        for turn in run["turns"]:
+            last = run["steps"][turn["steps"][-1]]
+            self.assertEqual(last["actions"][-1]["command"], mock_openai.SUBMIT)
+            self.assertEqual(turn["report"], last["messages"][0]["content"].strip())
+            self.assertNotIn("exit", [m["role"] for m in turn["messages"]], "the exit message is dropped")
+            # The submitting call's observation closes the tool exchange.
+            self.assertEqual(turn["messages"][-1]["role"], "tool")
+        self.assertIn("diff --git a/calc/parse.py", run["final"]["submission"])
+        # Turn k's first request ends with instruction k after the previous turn's complete exchange.
+        opening = [requests[0]] + [requests[run["turns"][k]["steps"][0]] for k in (1, 2)]
+        for k, request in enumerate(opening):
+            self.assertEqual(request["messages"][-1], {"role": "user", "content": self.INSTRUCTIONS[k]})
+            if k:
+                self.assertEqual(request["messages"][-2]["role"], "tool")
+                self.assertEqual(without_extra(run["turns"][k - 1]["messages"]) + [request["messages"][-1]],
+                                 request["messages"])
+        self.assertEqual([m["role"] for m in requests[0]["messages"]], ["system", "user", "user"])
+
+    def test_a_turn_over_its_budget_ends_the_session(self):
+        workdir = self.sandbox.testbed()
+        start = driver.make_start(support.TASK, budget=2, seed=11, model=self.model())
+        run = driver.drive(start, self.sandbox.executor(workdir), instructions=self.INSTRUCTIONS,
+                           argv=[self.python, "-m", "vcurve_agents.mini_swe_agent"], env=self.env)
+        self.assertEqual(run["final"]["end_type"], "step_cap")
+        self.assertEqual((run["turns"], len(run["steps"])), ([], 2))
+
+
 class TestCost(AdapterCase):
     def test_cost_is_restored_from_the_prefix(self):
         base = self.run_adapter(31, budget=3)

@@ -14,6 +14,9 @@ By hand, against the task image (see deploy/images/README.md):
     PYTHONPATH=agents python3 -m vcurve_agents.driver --container calc --task /tmp/task.json \\
         --seed 7 > /tmp/run.json
 
+`--session` (or `--instruction TEXT`, repeated) runs a session instead: the study's four
+instructions (or the ones given) open its turns; the run JSON then has "turns".
+
 `--resume RUN --t K` hands the agent the prefix h_K of a run this driver recorded. The driver does
 not replay: the folder or container must already be in the state h_K (for the scripted agent, a
 fresh copy of the task is h_K for every K before its fix step).
@@ -31,6 +34,9 @@ from .protocol import PROTOCOL, JsonLines, ProtocolError
 
 AGENTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTED = [sys.executable, "-m", "vcurve_agents.scripted"]
+# The task-state study's four instructions (CTXGAP, Tables 6 and 7).
+SESSION_INSTRUCTIONS = ("Investigate; do not modify code", "Implement a fix", "Run tests and report the result",
+                        "Assess remaining risk")
 
 
 def _decode(data):
@@ -90,13 +96,22 @@ def make_start(task, messages=(), t=None, budget=30, seed=0, model=None):
             "messages": messages, "t": t, "budget": budget, "seed": seed, "model": dict(model or {})}
 
 
-def drive(start, executor, argv=None, env=None):
+def drive(start, executor, argv=None, env=None, instructions=None):
     """Run one agent process from `start`; return {"start", "steps", "final", "transcript", "stderr"}.
 
     Each step is {"messages", "actions"} with the actions as vcurve records them; the transcript is
     the types of the messages in the order they passed ("start", "exec", "exec_result", …). Raises
     ProtocolError when the agent breaks the protocol.
+
+    With `instructions` (a list of strings) the run is a session: `start` gets `"turns": true`,
+    instruction k opens turn k with `start["budget"]` steps, and the result also has "turns":
+    [{"instruction", "report", "messages", "steps"}] (steps: the turn's indices into "steps").
     """
+    session = instructions is not None
+    if session:
+        start = dict(start, turns=True)
+        if not instructions:
+            raise ValueError("a session needs at least one instruction")
     argv = list(argv or SCRIPTED)
     if env is None:
         env = dict(os.environ)
@@ -105,9 +120,13 @@ def drive(start, executor, argv=None, env=None):
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
                                 start_new_session=True)
         steps, actions, final, transcript = [], [], None, ["start"]
+        turns, turn_first, ended = [], 0, False
         try:
             lines = JsonLines(proc.stdout, proc.stdin)
             lines.write(start)
+            if session:
+                lines.write({"type": "instruction", "turn": 1, "content": instructions[0], "budget": start["budget"]})
+                transcript.append("instruction")
             while final is None:
                 msg = lines.read()
                 if msg is None:
@@ -123,8 +142,27 @@ def drive(start, executor, argv=None, env=None):
                     actions.append({"command": command, "timeout_s": timeout_s, **result})
                     lines.write({"type": "exec_result", **result})
                     transcript.append("exec_result")
+                elif kind == "turn_end":
+                    if not session or ended:
+                        raise ProtocolError("a turn_end outside a session's turn")
+                    report = msg.get("report")
+                    if not isinstance(report, str) or not report.strip() or not isinstance(msg.get("messages"), list):
+                        raise ProtocolError(f"a malformed turn_end: {msg!r}")
+                    turns.append({"instruction": instructions[len(turns)], "report": report,
+                                  "messages": msg["messages"], "steps": list(range(turn_first, len(steps)))})
+                    turn_first = len(steps)
+                    if len(turns) < len(instructions):
+                        lines.write({"type": "instruction", "turn": len(turns) + 1,
+                                     "content": instructions[len(turns)], "budget": start["budget"]})
+                        transcript.append("instruction")
+                    else:
+                        ended = True
+                        lines.write({"type": "end"})
+                        transcript.append("end")
                 elif kind == "step":
-                    if len(steps) >= start["budget"]:
+                    if ended:
+                        raise ProtocolError("a step after the session's end")
+                    if len(steps) - turn_first >= start["budget"]:
                         raise ProtocolError(f"a step beyond the budget of {start['budget']}")
                     if not isinstance(msg.get("messages"), list):
                         raise ProtocolError("a step without a messages list")
@@ -136,7 +174,8 @@ def drive(start, executor, argv=None, env=None):
                     raise ProtocolError(f"an unknown or unexpected message type {kind!r}")
             # Commands after the last step belong to no step (the protocol's trailing actions).
             trailing_execs = actions
-            _check_final(start, steps, final)
+            if not session:
+                _check_final(start, steps, final)
             proc.stdin.close()
             rc = proc.wait(timeout=30)
             if rc != 0:
@@ -154,8 +193,11 @@ def drive(start, executor, argv=None, env=None):
                     pass
             err.seek(0)
             stderr = _decode(err.read())
-    return {"start": start, "steps": steps, "final": final, "trailing_execs": trailing_execs,
-            "transcript": transcript, "stderr": stderr}
+    run = {"start": start, "steps": steps, "final": final, "trailing_execs": trailing_execs,
+           "transcript": transcript, "stderr": stderr}
+    if session:
+        run["turns"] = turns
+    return run
 
 
 def _check_final(start, steps, final):
@@ -212,6 +254,10 @@ def main(argv=None):
     ap.add_argument("--model", default="{}", help="the model object, JSON (e.g. '{\"q\": 0.5}')")
     ap.add_argument("--resume", help="a run JSON this driver wrote: resume it from h_t (with --t)")
     ap.add_argument("--t", type=int, help="with --resume: the prefix h_t to resume from")
+    ap.add_argument("--instruction", action="append", dest="instructions", metavar="TEXT",
+                    help="run a session: instruction k opens turn k (repeat the option, in order)")
+    ap.add_argument("--session", action="store_true",
+                    help="run a session of the task-state study's four instructions")
     ap.add_argument("agent", nargs="*", help="the agent's argument vector (default: the scripted agent)")
     args = ap.parse_args(argv)
     with open(args.task) as f:
@@ -225,7 +271,10 @@ def main(argv=None):
         executor = DockerExecutor(args.container, task.get("workdir", "/"))
     else:
         executor = LocalExecutor(args.workdir)
-    run = drive(start, executor, argv=args.agent or None)
+    instructions = args.instructions
+    if args.session:
+        instructions = (instructions or []) + list(SESSION_INSTRUCTIONS)
+    run = drive(start, executor, argv=args.agent or None, instructions=instructions)
     sys.stderr.write(run["stderr"])
     json.dump(run, sys.stdout, indent=1)
     sys.stdout.write("\n")

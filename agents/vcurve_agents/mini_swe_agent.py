@@ -34,6 +34,15 @@ assistant message and its `tool` observations, or the format-error message (whic
 reply in `extra.response`). mini-swe-agent's `exit` message goes after the last step, as a
 trailing message. Message dicts are mini-swe-agent's own, `extra` included.
 
+Sessions (a start with `"turns": true`, docs/agent-protocol.md): the agent takes up the prefix
+(or renders its templates) once; each instruction is appended as a user message and
+mini-swe-agent's loop runs on with the turn's budget. A turn ends where mini-swe-agent would
+finish, its submission (`COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`): its exit message is dropped and
+the submitting call's observations added (the next user message must follow a complete tool
+exchange), and the report is its last assistant message's text. Any other exit ends the session
+with that exit's `final`, as a single run's. After the worker's `end`, `final` carries the last
+turn's submission.
+
 Exits, mini-swe-agent's exit status → the protocol's end type (as vcurve's importer reads them):
 
     Submitted                         submitted       submission: the output after the marker line
@@ -234,6 +243,9 @@ def _classes():
             self.channel = channel
             self.container = container
             self.config = config_class(**kwargs)
+            # The outputs of the current model call's commands (a session turns a submission's
+            # into the call's observations, which a Submitted exit leaves out).
+            self.outputs = []
 
         def execute(self, action, cwd="", *, timeout=None):
             command = action.get("command", "")
@@ -255,6 +267,7 @@ def _classes():
                 }
             else:
                 output = {"output": result.output, "returncode": result.returncode, "exception_info": ""}
+            self.outputs.append(output)
             self._check_finished(output)
             return output
 
@@ -296,6 +309,11 @@ def _classes():
 
         def resume(self, prefix, t, budget, task):
             """Run from `prefix` (t model calls in it, `budget` left) to an exit; return its extra."""
+            self.begin(prefix, t, task)
+            return self.loop(budget)
+
+        def begin(self, prefix, t, task):
+            """Take up `prefix` (t model calls in it), or start afresh from the templates."""
             self.extra_template_vars |= {"task": task}
             if prefix:
                 self.messages = copy.deepcopy(prefix)
@@ -311,10 +329,14 @@ def _classes():
             self.n_calls = t
             self.cost = cost
             self.n_consecutive_format_errors = format_errors
-            self.config.step_limit = t + budget
-            # From here on, DefaultAgent.run's loop, reporting each model call as a step.
+
+        def loop(self, budget):
+            """DefaultAgent.run's loop with `budget` more model calls, reporting each as a step, to
+            an exit; return the exit message's extra (the exit message ends the list)."""
+            self.config.step_limit = self.n_calls + budget
             while True:
                 before, calls_before = len(self.messages), self.n_calls
+                self.env.outputs = []
                 try:
                     self.step()
                     self.n_consecutive_format_errors = 0
@@ -359,11 +381,63 @@ def is_infrastructure_failure(e):
     return any(c.__module__.split(".")[0] in ("litellm", "openai", "httpx") for c in type(e).__mro__)
 
 
+def _text(message):
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content.strip() if isinstance(content, str) else ""
+
+
+def end_turn(agent):
+    """A turn that mini-swe-agent ended by submitting: drop its exit message, add the submitting
+    call's observations (which a Submitted exit leaves out, so the next instruction follows a
+    complete tool exchange), and return the report: the text of its last assistant message, else
+    the submission, else a note that it said nothing."""
+    exit_message = agent.messages.pop()
+    reply = next((m for m in reversed(agent.messages) if m.get("role") == "assistant"), {})
+    if agent.env.outputs:
+        agent.add_messages(*agent.model.format_observation_messages(reply, agent.env.outputs,
+                                                                    agent.get_template_vars()))
+    return (_text(reply) or _text(exit_message)
+            or "(mini-swe-agent ended the turn without a message and with an empty submission)")
+
+
+def run_session(channel, start, settings, agent):
+    """A session: per instruction, the instruction appended as a user message and mini-swe-agent's
+    loop with the turn's budget; a submission ends the turn (turn_end, the report its last message),
+    any other exit ends the session (final). After end, the last submission is the final's."""
+    agent.begin(start.messages, start.t, start.task.get("problem_statement") or "")
+    submission = ""
+    while (instruction := channel.next_instruction()) is not None:
+        agent.add_messages(agent.model.format_message(role="user", content=instruction.content))
+        extra = agent.loop(instruction.budget)
+        if is_infrastructure_failure(agent.error):
+            protocol.log(f"mini-swe-agent: the model server failed in turn {instruction.turn} "
+                         f"({type(agent.error).__name__}: {agent.error}); no final: the run has no outcome")
+            return EXIT_NO_OUTCOME
+        status = extra.get("exit_status", "")
+        if status != "Submitted":
+            end_type = end_type_of(status, agent.cost, agent.config.cost_limit)
+            protocol.log(f"mini-swe-agent: turn {instruction.turn} ended with {status} -> {end_type}: the session ends")
+            channel.final(end_type, "", agent.messages)
+            return 0
+        submission = extra.get("submission", "")
+        report = end_turn(agent)
+        protocol.log(f"mini-swe-agent: turn {instruction.turn} submitted after {agent.n_calls} model calls")
+        channel.turn_end(report, agent.messages)
+    channel.final("submitted", submission, agent.messages)
+    return 0
+
+
 def run(channel):
     """One run: from the start message to the final message. Returns the process's exit status."""
     start = channel.start()
     settings = Settings(start.model, start.seed)
     agent = build(channel, start, settings)
+    if start.turns:
+        protocol.log(f"mini-swe-agent {MSA_VERSION}: a session of task {start.task.get('id')}, "
+                     f"budget {start.budget} per turn, seed {start.seed}, model {settings.model_name}")
+        return run_session(channel, start, settings, agent)
     protocol.log(f"mini-swe-agent {MSA_VERSION}: task {start.task.get('id')}, t={start.t}, budget {start.budget}, "
                  f"seed {start.seed} (sent as {settings.seed}), model {settings.model_name}, "
                  f"{len(start.messages)} prefix messages")

@@ -9,6 +9,18 @@ An adapter reads the `start` message, asks the worker for every shell command it
     channel.step([assistant_message, observation_message])
     channel.final("submitted", patch, messages)
 
+A session (a `start` with `"turns": true`) is a run of several turns: the worker sends an
+`instruction`, the agent works (exec, step) and ends the turn with `turn_end` (its user-facing
+report and its whole message list), and the worker answers with the next instruction or `end`,
+after which the agent sends its `final`:
+
+    start = channel.start()
+    while (instruction := channel.next_instruction()) is not None:   # None: the worker sent end
+        messages.append({"role": "user", "content": instruction.content})
+        ...                               # exec / step, at most instruction.budget steps
+        channel.turn_end(report, messages)
+    channel.final("submitted", patch, messages)
+
 The channel enforces the protocol's order on this side (one exec at a time, no step beyond the
 budget, one final, nothing after it) and raises ProtocolError on anything the worker sends that
 the protocol does not allow. An adapter that meets a ProtocolError should log it and exit non-zero
@@ -47,6 +59,16 @@ class Start:
     seed: int
     model: dict
     raw: dict = field(repr=False, default_factory=dict)
+    turns: bool = False  # a session: instructions follow, turns end with turn_end
+
+
+@dataclass
+class Instruction:
+    """The worker's `instruction`: turn `turn` (1-based) of a session opens with `content`."""
+
+    turn: int
+    content: str
+    budget: int  # the steps this turn may take
 
 
 @dataclass
@@ -90,7 +112,22 @@ def parse_start(msg):
     if model is None:
         model = {}
     _expect(isinstance(model, dict), "start.model is not an object")
-    return Start(task=task, messages=messages, t=t, budget=budget, seed=seed, model=model, raw=msg)
+    turns = msg.get("turns", False)
+    _expect(isinstance(turns, bool), f"start.turns is not a boolean: {turns!r}")
+    return Start(task=task, messages=messages, t=t, budget=budget, seed=seed, model=model, raw=msg, turns=turns)
+
+
+def parse_instruction(msg):
+    """Validate a decoded `instruction` or `end` message: an Instruction, or None for `end`."""
+    kind = msg.get("type")
+    if kind == "end":
+        return None
+    _expect(kind == "instruction", f"expected instruction or end, got type {kind!r}")
+    turn, content, budget = msg.get("turn"), msg.get("content"), msg.get("budget")
+    _expect(_is_int(turn) and turn >= 1, f"instruction.turn is not a positive integer: {turn!r}")
+    _expect(isinstance(content, str), "instruction.content is not a string")
+    _expect(_is_int(budget) and budget >= 0, f"instruction.budget is not a non-negative integer: {budget!r}")
+    return Instruction(turn=turn, content=content, budget=budget)
 
 
 def parse_exec_result(msg):
@@ -143,6 +180,9 @@ class AgentChannel:
         self.started = None
         self.steps = 0
         self.finished = False
+        self.budget = 0
+        self.turn = None  # the open turn's Instruction in a session, None between turns
+        self.ended = False  # the worker sent end
 
     def _recv(self):
         msg = self.lines.read()
@@ -154,7 +194,31 @@ class AgentChannel:
         """Read and return the `start` message (once, first)."""
         _expect(self.started is None, "start read twice")
         self.started = parse_start(self._recv())
+        self.budget = self.started.budget
         return self.started
+
+    def next_instruction(self):
+        """In a session: read the next turn's Instruction, or None when the worker sent `end` (then
+        only exec and final may follow). The turn's step budget starts afresh."""
+        self._check_running()
+        _expect(self.started.turns, "next_instruction in a run that is not a session")
+        _expect(self.turn is None, "next_instruction before the open turn's turn_end")
+        _expect(not self.ended, "next_instruction after the worker ended the session")
+        instruction = parse_instruction(self._recv())
+        if instruction is None:
+            self.ended = True
+        else:
+            self.turn, self.steps, self.budget = instruction, 0, instruction.budget
+        return instruction
+
+    def turn_end(self, report, messages):
+        """End the open turn with its user-facing report; `messages` is the whole message list."""
+        self._check_running()
+        _expect(self.turn is not None, "turn_end without an open turn")
+        _expect(isinstance(report, str) and report.strip(), "the report is empty")
+        _check_messages(messages, "turn_end messages")
+        self.lines.write({"type": "turn_end", "report": report, "messages": messages})
+        self.turn = None
 
     def exec(self, command, timeout_s):
         """Ask the worker to run `command` and wait for its result."""
@@ -169,7 +233,9 @@ class AgentChannel:
         """Report one step: the messages it appended (the model's reply, then the observations)."""
         self._check_running()
         _check_messages(messages, "step messages")
-        _expect(self.steps < self.started.budget, f"a step beyond the budget of {self.started.budget}")
+        _expect(not self.ended, "a step after the worker ended the session")
+        _expect(not self.started.turns or self.turn is not None, "a step outside a turn")
+        _expect(self.steps < self.budget, f"a step beyond the budget of {self.budget}")
         self.lines.write({"type": "step", "messages": messages})
         self.steps += 1
 
@@ -184,7 +250,7 @@ class AgentChannel:
 
     @property
     def steps_left(self):
-        return self.started.budget - self.steps
+        return self.budget - self.steps
 
     def _check_running(self):
         _expect(self.started is not None, "message sent before start")

@@ -72,10 +72,29 @@ So V(h_0) = q * r (0.63 with the defaults), the curve of a failed run drops at t
 (to 0 if the wrong hypothesis was adopted, else to r) and, on the right hypothesis, at F (to 0 with
 the flawed fix). `truth(model, messages, budget)` returns it.
 
+Sessions. When the start message announces turns (`"turns": true`, a task-state session), the
+agent plays `SESSION_PLAN` instead: per instruction (turn k = the k-th instruction, whatever its
+text; turns past the plan's four re-run the visible tests) a fixed sequence of commands whose only
+randomness is the fix (correct with probability r, else flawed, drawn from
+`random.Random(f"{seed}/session-fix")`, or `session.fix` given). Every task-state fact the agent
+holds is a STATE marker in its messages,
+
+    [[STATE id=t1-parse-right category=facts importance=3 fact="…"]]
+
+placed in its narration (the assistant message's text), in a command's output (the command
+prints it from base64, so the command header does not show it) or in its reasoning
+(`reasoning_content`); each turn's report states, verbatim, the facts of a known subset of the
+states (the plan's `reported` ones, or the ids in `session.report_states`). `session_truth(model,
+seed)` lists the states with where each is and whether a report conveys it; categories are the
+study's atom categories (`CATEGORIES`). After the worker's `end` the agent submits as a single run
+does. The `session` object of `model`: {"fix": "correct"|"flawed"|null, "report_states": [id, …]
+or null}.
+
 An invalid parameter is reported on stderr and the process exits with status 2 without a `final`:
 the worker counts such runs as having no outcome rather than as failures.
 """
 
+import base64
 import random
 import re
 import sys
@@ -370,6 +389,11 @@ def observation(result, command):
 def run(channel):
     """One run: from the start message to the final message."""
     start = channel.start()
+    if start.turns:
+        params, fix, plan = _session_params(model_for(start.model, start.task.get("id")), start.seed)
+        protocol.log(f"scripted: a session, seed {start.seed}, fix {fix}, budget {start.budget} steps per turn")
+        run_session(channel, start, params, plan)
+        return
     params = Params(model_for(start.model, start.task.get("id")))
     messages = list(start.messages) or initial_messages(start.task)
     state = State(messages)
@@ -410,6 +434,172 @@ def run(channel):
                 protocol.log(f"scripted: the submission command failed (returncode {result.returncode})")
                 channel.final("error", None, messages)
             return
+
+
+# ---- Sessions ------------------------------------------------------------------------------------
+
+CATEGORIES = ("facts", "failures", "progress", "environment", "risks", "decisions", "rejected_options",
+              "assumptions")
+STATE_RE = re.compile(r'\[\[STATE id=(\S+) category=(\S+) importance=(\d+) fact="([^"]*)"\]\]')
+
+
+def _state(id, category, importance, fact, where="narration", reported=False):
+    assert category in CATEGORIES and '"' not in fact and where in ("narration", "output", "reasoning")
+    return {"id": id, "category": category, "importance": importance, "fact": fact, "where": where,
+            "reported": reported}
+
+
+def session_plan(fix):
+    """The session's turns: for each, a list of steps (thought, command, [states]). `fix` is
+    "correct" or "flawed"."""
+    fixed_div = "1" if fix == "correct" else "4"
+    return [
+        [  # 1: Investigate; do not modify code
+            ("Let me reproduce the reported symptom.", REPRO,
+             [_state("t1-symptom", "facts", 2, "evaluate('10 - 4 - 3') returns 9 instead of 3", reported=True)]),
+            ("The tree is built by the parser; let me read it.", "cat calc/parse.py",
+             [_state("t1-parse-right", "facts", 3,
+                     "parse_expr and parse_term recurse on their right operand, so equal-precedence operators "
+                     "group from the right", reported=True),
+              _state("t1-power-right", "facts", 2,
+                     "parse_power groups ^ from the right on purpose", where="reasoning")]),
+            ("Let me check whether the arithmetic is at fault.", "cat calc/ops.py",
+             [_state("t1-not-ops", "rejected_options", 2,
+                     "changing ops.sub was considered and rejected because _normalize only turns integral "
+                     "floats into ints")]),
+            ("Let me see how the visible tests are run.", VISIBLE_TESTS,
+             [_state("t1-tests-cmd", "environment", 2,
+                     "the visible tests run with python3 -m unittest discover -s tests and pass before any "
+                     "change", where="output"),
+              _state("t1-readme", "environment", 1, "the README describes calc as a small expression "
+                     "evaluator")]),
+        ],
+        [  # 2: Implement a fix
+            ("Before editing, let me confirm the parser has no loop yet.",
+             "grep -c 'while self.at_op' calc/parse.py",
+             [_state("t2-no-loop", "failures", 2,
+                     "a first check for an existing loop in parse.py found none, so the grouping cannot be "
+                     "fixed by a flag")]),
+            (FIXES[fix][0], FIXES[fix][1],
+             [_state("t2-fix", "decisions", 3,
+                     "parse_expr and parse_term now loop and build the tree from the left" if fix == "correct"
+                     else "only parse_expr now loops; parse_term still recurses on its right operand",
+                     reported=True),
+              _state("t2-keep-power", "assumptions", 2,
+                     "the fix assumes ^ must keep grouping from the right", where="reasoning")]),
+            ("Let me run the reproduction on the edited parser.", REPRO,
+             [_state("t2-progress", "progress", 2, "the edit to calc/parse.py is applied and the symptom "
+                     "10 - 4 - 3 now gives 3", reported=True)]),
+        ],
+        [  # 3: Run tests and report the result
+            ("Let me run the visible tests.", VISIBLE_TESTS,
+             [_state("t3-visible-pass", "progress", 2, "all visible tests pass after the fix", reported=True)]),
+            ("Let me check a chain of divisions too.",
+             "python3 -c \"import calc; print(calc.evaluate('8 / 4 / 2'))\"",
+             [_state("t3-div-chain", "facts", 3 if fix == "flawed" else 2,
+                     f"8 / 4 / 2 evaluates to {fixed_div} after the fix", where="output")]),
+        ],
+        [  # 4: Assess remaining risk
+            ("Let me see what the change touches.", "git status --short && git diff --stat",
+             [_state("t4-scope", "progress", 2, "the change touches only calc/parse.py", where="output")]),
+            ("Let me look for a test of mixed operator chains.", "grep -n \"'2 - 3 + 4'\" tests/test_calc.py",
+             [_state("t4-no-mixed-test", "risks", 2,
+                     "no visible test covers mixed chains such as 2 - 3 + 4", reported=True),
+              _state("t4-term-risk", "risks", 3,
+                     "division and modulo chains still group from the right because parse_term was not changed"
+                     if fix == "flawed" else "no caller relies on the old right grouping of - and /")]),
+        ],
+    ]
+
+
+def _session_params(model, seed):
+    params = Params(model)
+    session = dict((model or {}).get("session") or {})
+    fix = session.get("fix")
+    if fix is None:
+        fix = "correct" if random.Random(f"{seed}/session-fix").random() < params.r else "flawed"
+    if fix not in ("correct", "flawed"):
+        raise ParameterError(f"model.session.fix must be \"correct\", \"flawed\" or null, got {fix!r}")
+    plan = session_plan(fix)
+    reported = session.get("report_states")
+    if reported is not None:
+        ids = {st["id"] for turn in plan for _, _, states in turn for st in states}
+        if not isinstance(reported, list) or any(r not in ids for r in reported):
+            raise ParameterError(f"model.session.report_states must list state ids of {sorted(ids)}, got {reported!r}")
+        for turn in plan:
+            for _, _, states in turn:
+                for st in states:
+                    st["reported"] = st["id"] in reported
+    return params, fix, plan
+
+
+def state_marker(state):
+    return (f'[[STATE id={state["id"]} category={state["category"]} importance={state["importance"]} '
+            f'fact="{state["fact"]}"]]')
+
+
+def session_truth(model, seed):
+    """The states a session of this agent holds: [{id, category, importance, fact, where, reported,
+    turn}] in order, and the fix: {"fix": …, "states": […]}."""
+    _, fix, plan = _session_params(model_for(model, "calc-1"), seed)
+    states = [dict(st, turn=k) for k, turn in enumerate(plan, 1) for _, _, sts in turn for st in sts]
+    return {"fix": fix, "states": states}
+
+
+def _report(k, instruction, states):
+    lines = [f"Turn {k} ({instruction.strip()}) is done."]
+    lines += [f"- {st['fact']}" for st in states if st["reported"]]
+    if len(lines) == 1:
+        lines.append("Nothing further to report.")
+    return "\n".join(lines)
+
+
+def run_session(channel, start, params, plan):
+    """A session: per instruction, the plan's turn, then turn_end with the report; after end, submit."""
+    messages = list(start.messages) or initial_messages(start.task)[:1]
+    if not start.messages:
+        # The task goes with the system prompt; each instruction is its own user message.
+        messages.append({"role": "user", "content": TASK_TEMPLATE.format(
+            problem_statement=start.task.get("problem_statement") or "", workdir=start.task.get("workdir") or ".")})
+    while (instruction := channel.next_instruction()) is not None:
+        k = instruction.turn
+        messages.append({"role": "user", "content": instruction.content})
+        steps = plan[k - 1] if k <= len(plan) else [("Let me run the visible tests again.", VISIBLE_TESTS, [])]
+        turn_states = []
+        for thought, command, states in steps:
+            if channel.steps_left == 0:
+                protocol.log(f"scripted: turn {k} used its budget of {instruction.budget} steps: step_cap")
+                channel.final("step_cap", "", messages)
+                return
+            reply = {"role": "assistant", "content": ""}
+            narration = [st for st in states if st["where"] == "narration"]
+            printed = [st for st in states if st["where"] == "output"]
+            reasoned = [st for st in states if st["where"] == "reasoning"]
+            shell = command
+            if printed:
+                text = "".join(state_marker(st) + "\n" for st in printed).encode()
+                shell = f"{command}\necho {base64.b64encode(text).decode()} | base64 -d"
+            content = f"THOUGHT: {thought}\n"
+            if narration:
+                content += "\n" + "\n".join(state_marker(st) for st in narration) + "\n"
+            reply["content"] = content + f"\n```bash\n{shell}\n```"
+            if reasoned:
+                reply["reasoning_content"] = "\n".join(state_marker(st) for st in reasoned)
+            protocol.log(f"scripted: turn {k}: {command.splitlines()[0]}")
+            result = channel.exec(shell, params.timeout_s)
+            new = [reply, {"role": "user", "content": observation(result, shell)}]
+            messages.extend(new)
+            channel.step(new)
+            turn_states += states
+        report = _report(k, instruction.content, turn_states)
+        messages.append({"role": "assistant", "content": report})
+        channel.turn_end(report, messages)
+    result = channel.exec(SUBMIT_COMMAND, params.timeout_s)
+    lines = result.output.splitlines(keepends=True)
+    if result.returncode == 0 and lines and lines[0].strip() == SUBMIT_MARKER:
+        channel.final("submitted", "".join(lines[1:]), messages)
+    else:
+        channel.final("error", None, messages)
 
 
 def truth(model, messages, budget=None):

@@ -202,6 +202,45 @@ impl AgentProcessRunner {
         self.inner.agents.get().map(AgentRegistry::names).unwrap_or_default()
     }
 
+    /// Run a whole session of the study's agent (`options`) on `task` in a fresh container of its
+    /// image, from `h_0`: instruction `k` of `instructions` opens turn `k`, each turn with a
+    /// budget of `budget_per_turn` steps, the run's seed `seed`; every checkpoint's patch is
+    /// judged by the task's evaluator ([`crate::runners::task_session`]). `job` labels the
+    /// containers (with `study`), as a job's key does. The agent process and its commands run as
+    /// a base run's do (the registered agent, its user, this kind's interpreter, the mark).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_session(
+        &self,
+        task: &Task,
+        options: &AgentOptions,
+        instructions: &[String],
+        budget_per_turn: u32,
+        seed: u64,
+        (study, job): (&str, &str),
+        cancel: CancellationToken,
+    ) -> Result<crate::runners::task_session::SessionRecord, NoOutcome> {
+        use crate::runners::task_session::{SessionPlan, run_session};
+        let inner = &self.inner;
+        let start = AgentStart {
+            command: inner.command(options).map_err(NoOutcome::BadJob)?,
+            task: task.clone(),
+            interpreter: inner.base_interpreter.clone(),
+            messages: Vec::new(),
+            t: 0,
+            budget: budget_per_turn,
+            seed,
+            model: options.model.clone(),
+        };
+        let limits = inner.labelled_limits(study, job, options)?;
+        let plan = SessionPlan {
+            instructions: instructions.to_vec(),
+            limits: AgentLimits::from_options(options),
+            evaluate: Some(inner.swebench()),
+        };
+        let mark = Some(inner.instance.agent_mark());
+        run_session(inner.runtime.clone(), &limits.spec(&task.image), start, &plan, mark, cancel).await
+    }
+
     /// The snapshots this worker holds, `(payload digest, t)`.
     pub fn held_snapshots(&self) -> Vec<(String, u32)> {
         self.inner.snapshots.held()
@@ -317,6 +356,12 @@ impl Inner {
     /// container network of the study's `network` as this worker offers it (an error, a bad job,
     /// when it does not).
     fn limits(&self, job: &JobSpec, options: &AgentOptions) -> Result<ContainerLimits, NoOutcome> {
+        self.labelled_limits(job.key.study(), &job.key.to_string(), options)
+    }
+
+    /// [`Inner::limits`] for containers labelled with `study` and `job` (a job key, or a session's
+    /// label).
+    fn labelled_limits(&self, study: &str, job: &str, options: &AgentOptions) -> Result<ContainerLimits, NoOutcome> {
         let (network, exec_env) = self
             .networks
             .get()
@@ -331,8 +376,8 @@ impl Inner {
             pids_limit: i64::from(options.pids_limit),
             labels: {
                 let mut labels = self.instance.container_labels();
-                labels.insert(labels::JOB.to_owned(), job.key.to_string());
-                labels.insert(labels::STUDY.to_owned(), job.key.study().to_owned());
+                labels.insert(labels::JOB.to_owned(), job.to_owned());
+                labels.insert(labels::STUDY.to_owned(), study.to_owned());
                 labels
             },
         })
@@ -785,6 +830,47 @@ mod tests {
         assert!(networks.len() >= 2, "{networks:?}");
         assert_eq!(networks[0].1, ContainerNetwork::Bridge, "the agent's container: {networks:?}");
         assert_eq!(networks.last().unwrap().1, ContainerNetwork::None, "the evaluator's: {networks:?}");
+    }
+
+    #[tokio::test]
+    async fn a_session_runs_the_studys_agent_in_a_labelled_container_and_judges_each_distinct_patch_once() {
+        let (runner, runtime, _services) = runner(false).await;
+        let RunnerSpec::Agent(options) = RunnerSpec::parse(AGENT, options()).unwrap() else { unreachable!() };
+        let instructions: Vec<String> = crate::runners::task_session::PAPER_INSTRUCTIONS.map(str::to_owned).to_vec();
+        let record = runner
+            .run_session(
+                &task(),
+                &options,
+                &instructions,
+                10,
+                7,
+                ("s1", "s1/calc-1/session/0"),
+                CancellationToken::new(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(record.session.checkpoints(), 4);
+        assert_eq!(record.session.turns[3].instruction, "Assess remaining risk");
+        // Every command prints "ok": the same patch at every checkpoint, evaluated once, resolved.
+        assert!(record.checkpoints.iter().all(|c| c.patch == "ok\n" && c.resolved == Some(true)));
+        let jobs: Vec<String> = runtime
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Create { labels, .. } => Some(format!("{}|{}", labels[labels::STUDY], labels[labels::JOB])),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(jobs, ["s1|s1/calc-1/session/0"; 2], "the session's container and one evaluation's");
+        assert_eq!(runtime.running().len(), 0, "both removed");
+        // An agent this worker does not offer is a bad job, before any container.
+        let mut other = options.clone();
+        other.agent = "nobody".into();
+        let err = runner
+            .run_session(&task(), &other, &instructions, 10, 7, ("s1", "j"), CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, NoOutcome::BadJob(ref why) if why.contains("nobody")), "{err}");
     }
 
     #[tokio::test]

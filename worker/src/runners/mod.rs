@@ -9,6 +9,8 @@
 //! - [`agent`]: one agent process in a container, speaking the line protocol.
 //! - [`agents`]: the agents a worker's operator registered, and each process's environment and user.
 //! - [`mini_swe_agent`]: the `mini-swe-agent` runner kind on top of the agent process runner.
+//! - [`task_session`]: a whole multi-turn session of an agent on a task, each checkpoint's patch
+//!   judged (the task-state study).
 //! - [`evaluate`]: the evaluators (a command, SWE-bench's harness).
 //! - [`no_outcome`]: [`NoOutcome`], why a job ends without an outcome (its text is the reason
 //!   reported).
@@ -27,6 +29,7 @@ mod python_env;
 pub mod seam;
 pub mod services;
 pub mod synthetic;
+pub mod task_session;
 
 pub use agent_runner::AgentProcessRunner;
 pub use agents::{AgentRegistry, AgentUser, RegisteredAgent};

@@ -368,3 +368,91 @@ print("got", sys.stdin.readline(), file=sys.stderr, flush=True)
     }
     assert!(began.elapsed() < Duration::from_secs(20), "{:?}", began.elapsed());
 }
+
+// ---- Sessions ----------------------------------------------------------------------------------
+
+/// The study's four instructions.
+fn paper_instructions() -> Vec<String> {
+    vcurve_worker::runners::task_session::PAPER_INSTRUCTIONS.map(str::to_owned).to_vec()
+}
+
+/// The scripted session's STATE markers in `text`: their ids.
+fn state_ids(text: &str) -> Vec<String> {
+    text.match_indices("[[STATE id=")
+        .map(|(i, m)| text[i + m.len()..].split(' ').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A four-turn scripted session's shape: turns, reports, markers, and the code state at each
+/// checkpoint (nothing before the fix of turn 2, the fix from then on).
+fn check_scripted_session(session: &vcurve_record::session::Session, patches: &[&str]) {
+    assert_eq!(session.checkpoints(), 4);
+    let instructions: Vec<&str> = session.turns.iter().map(|t| t.instruction.as_str()).collect();
+    assert_eq!(instructions, vcurve_worker::runners::task_session::PAPER_INSTRUCTIONS);
+    assert_eq!(session.turns.iter().map(|t| t.messages.len()).collect::<Vec<_>>(), [4, 3, 2, 2]);
+    let report = &session.turns[0].report.text;
+    assert!(report.starts_with("Turn 1 (Investigate; do not modify code) is done."), "{report}");
+    assert!(report.contains("- evaluate('10 - 4 - 3') returns 9 instead of 3"), "{report}");
+    assert!(!report.contains("[[STATE"), "reports state facts, not markers: {report}");
+    // Markers in narration, in outputs (not in the command) and in reasoning.
+    let turn1 = &session.turns[0].messages;
+    assert_eq!(state_ids(&turn1[0].text), ["t1-symptom"]);
+    assert_eq!(state_ids(turn1[1].reasoning.as_deref().unwrap_or_default()), ["t1-power-right"]);
+    assert_eq!(state_ids(&turn1[3].tool_calls[0].output), ["t1-tests-cmd"]);
+    assert!(state_ids(&turn1[3].tool_calls[0].command).is_empty());
+    assert!(patches[0].is_empty(), "turn 1 changed no code: {:?}", patches[0]);
+    for (k, patch) in patches.iter().enumerate().skip(1) {
+        assert!(patch.contains("node = BinOp(op, node, self.parse_term())"), "checkpoint {}: {patch}", k + 1);
+        assert_eq!(*patch, patches[1], "turns 3 and 4 change no code");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_the_scripted_agent_runs_a_four_turn_session_with_a_patch_at_each_checkpoint() {
+    let task = task("host");
+    let dir = testbed();
+    let container = host_container(dir.path()).await;
+    let start = scripted(&task, json!({"session": {"fix": "correct"}}), 10, 7);
+    let run = vcurve_worker::runners::agent::run_session_marked(
+        &container,
+        start,
+        &paper_instructions(),
+        limits(),
+        None,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the scripted session failed: {e}"));
+    assert!(run.complete);
+    assert_eq!(run.run.end_type, EndType::Submitted);
+    assert_eq!(run.run.submission, run.turns[3].patch, "the submission is the last checkpoint's code");
+    let patches: Vec<&str> = run.turns.iter().map(|t| t.patch.as_str()).collect();
+    check_scripted_session(&run.to_session(&task).expect("a valid session"), &patches);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_a_four_turn_scripted_session_is_recorded_and_each_checkpoint_judged() {
+    vcurve_testkit::require!(Service::Docker, Service::TaskImage);
+    use vcurve_worker::runners::task_session::{SessionPlan, run_session};
+    let task = task(&image());
+    let scope = Scope::new("session").await;
+    for (fix, fixed) in [("correct", true), ("flawed", false)] {
+        let start = scripted(&task, json!({"session": {"fix": fix}}), 10, 11);
+        let plan = SessionPlan::paper(limits(), Some(vcurve_worker::SwebenchHarness::from_env()));
+        let record =
+            run_session(scope.runtime.clone(), &scope.spec("replaced"), start, &plan, None, CancellationToken::new())
+                .await
+                .unwrap_or_else(|e| panic!("the {fix} session failed: {e}"));
+        let patches: Vec<&str> = record.checkpoints.iter().map(|c| c.patch.as_str()).collect();
+        if fix == "correct" {
+            check_scripted_session(&record.session, &patches);
+        }
+        let judged: Vec<Option<bool>> = record.checkpoints.iter().map(|c| c.resolved).collect();
+        assert_eq!(judged, [Some(false), Some(fixed), Some(fixed), Some(fixed)], "{fix}: fixed at k");
+        assert_eq!(record.checkpoints.iter().map(|c| c.k).collect::<Vec<_>>(), [1, 2, 3, 4]);
+        let report = &record.session.turns[2].report.text;
+        assert!(report.contains("- all visible tests pass after the fix"), "{report}");
+        assert!(record.run.history_at(4).is_some());
+    }
+    assert_eq!(scope.containers(), Vec::<String>::new(), "every container was removed");
+}

@@ -25,14 +25,31 @@ const END_TYPES: [EndType; 6] = [
 /// A message from the agent, its fields checked.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum AgentMessage {
-    Exec { command: String, timeout_s: f64 },
-    Step { messages: Vec<Value> },
-    Final { end_type: EndType, submission: String, messages: Vec<Value> },
+    Exec {
+        command: String,
+        timeout_s: f64,
+    },
+    Step {
+        messages: Vec<Value>,
+    },
+    Final {
+        end_type: EndType,
+        submission: String,
+        messages: Vec<Value>,
+    },
+    /// The end of a session's turn: its user-facing report and the agent's whole message list at
+    /// the checkpoint.
+    TurnEnd {
+        report: String,
+        messages: Vec<Value>,
+    },
 }
 
-/// The `start` message; `container` is the id of the container the run's commands run in.
-pub(crate) fn start_message(start: &AgentStart, container: &str) -> Value {
-    json!({
+/// The `start` message; `container` is the id of the container the run's commands run in. A
+/// session's carries `"turns": true` (a single run's has no such field, so its bytes are those
+/// of the single-run protocol).
+pub(crate) fn start_message(start: &AgentStart, container: &str, turns: bool) -> Value {
+    let mut message = json!({
         "type": "start",
         "protocol": PROTOCOL,
         "task": {
@@ -46,7 +63,21 @@ pub(crate) fn start_message(start: &AgentStart, container: &str) -> Value {
         "seed": start.seed,
         "model": start.model,
         "container": container,
-    })
+    });
+    if turns {
+        message["turns"] = Value::Bool(true);
+    }
+    message
+}
+
+/// The `instruction` message opening turn `turn` (1-based) of a session.
+pub(crate) fn instruction_message(turn: usize, content: &str, budget: u32) -> Value {
+    json!({"type": "instruction", "turn": turn, "content": content, "budget": budget})
+}
+
+/// The `end` message: the session has no further instruction.
+pub(crate) fn end_message() -> Value {
+    json!({"type": "end"})
 }
 
 /// The `exec_result` message answering one `exec`.
@@ -124,10 +155,24 @@ pub(crate) fn parse_message(line: &[u8]) -> Result<AgentMessage, String> {
             let messages = message_list(object.get("messages"), "final.messages")?;
             Ok(AgentMessage::Final { end_type, submission, messages })
         }
-        "start" | "exec_result" => Err(format!("{kind:?} is a message from the worker to the agent, not the reverse")),
-        other => {
-            Err(format!("unknown message type {:?} (the agent sends exec, step and final)", first_bytes(other, 100)))
+        "turn_end" => {
+            let report = match object.get("report") {
+                Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+                Some(Value::String(_)) => {
+                    return Err("turn_end.report is empty: a turn ends with a user-facing report".into());
+                }
+                other => return Err(format!("turn_end.report must be a string, got {}", kind_of_opt(other))),
+            };
+            let messages = message_list(object.get("messages"), "turn_end.messages")?;
+            Ok(AgentMessage::TurnEnd { report, messages })
         }
+        "start" | "exec_result" | "instruction" | "end" => {
+            Err(format!("{kind:?} is a message from the worker to the agent, not the reverse"))
+        }
+        other => Err(format!(
+            "unknown message type {:?} (the agent sends exec, step, turn_end and final)",
+            first_bytes(other, 100)
+        )),
     }
 }
 
@@ -166,16 +211,38 @@ fn shown_opt(value: Option<&Value>) -> String {
 /// With no steps, everything after the prefix counts as the agent's own when the prefix is empty
 /// and as trailing otherwise.
 pub(crate) fn locate_steps(prefix: &[Value], steps: &[Vec<Value>], messages: &[Value]) -> Result<usize, String> {
+    locate(prefix, steps, messages, prefix.is_empty(), "final")
+}
+
+/// [`locate_steps`] for a session: `prefix` is the message list at the previous checkpoint (or
+/// the start's prefix), and the agent's own messages (the instruction as it phrased it) may follow
+/// it before the turn's steps. `what` names the message checked (`turn_end`, `final`).
+pub(crate) fn locate_turn(
+    prefix: &[Value],
+    steps: &[Vec<Value>],
+    messages: &[Value],
+    what: &str,
+) -> Result<usize, String> {
+    locate(prefix, steps, messages, true, what)
+}
+
+fn locate(
+    prefix: &[Value],
+    steps: &[Vec<Value>],
+    messages: &[Value],
+    own_allowed: bool,
+    what: &str,
+) -> Result<usize, String> {
     if messages.len() < prefix.len() {
         return Err(format!(
-            "final.messages has {} messages, fewer than the {} of the prefix the agent was handed",
+            "{what}.messages has {} messages, fewer than the {} of the prefix the agent was handed",
             messages.len(),
             prefix.len()
         ));
     }
     if let Some(i) = prefix.iter().zip(messages).position(|(a, b)| a != b) {
         return Err(format!(
-            "final.messages does not extend the prefix the agent was handed: message {i} differs ({} in the prefix, {} in final)",
+            "{what}.messages does not extend the prefix the agent was handed: message {i} differs ({} in the prefix, {} in {what})",
             excerpt_value(&prefix[i]),
             excerpt_value(&messages[i]),
         ));
@@ -186,7 +253,7 @@ pub(crate) fn locate_steps(prefix: &[Value], steps: &[Vec<Value>], messages: &[V
     }
     let matches_at =
         |k: usize| messages.len() >= k + carried.len() && carried.iter().zip(&messages[k..]).all(|(a, b)| *a == b);
-    if !prefix.is_empty() {
+    if !own_allowed {
         if matches_at(prefix.len()) {
             return Ok(prefix.len());
         }
@@ -197,7 +264,7 @@ pub(crate) fn locate_steps(prefix: &[Value], steps: &[Vec<Value>], messages: &[V
                 match messages.get(at) {
                     None => {
                         return Err(format!(
-                            "final.messages ends after {} messages, before message {j} of step {} ({} steps carry {} messages after the {}-message prefix)",
+                            "{what}.messages ends after {} messages, before message {j} of step {} ({} steps carry {} messages after the {}-message prefix)",
                             messages.len(),
                             s + 1,
                             steps.len(),
@@ -207,7 +274,7 @@ pub(crate) fn locate_steps(prefix: &[Value], steps: &[Vec<Value>], messages: &[V
                     }
                     Some(found) if found != m => {
                         return Err(format!(
-                            "final.messages[{at}] is not message {j} of step {}: {} in the step, {} in final",
+                            "{what}.messages[{at}] is not message {j} of step {}: {} in the step, {} in {what}",
                             s + 1,
                             excerpt_value(m),
                             excerpt_value(found),
@@ -217,11 +284,11 @@ pub(crate) fn locate_steps(prefix: &[Value], steps: &[Vec<Value>], messages: &[V
                 }
             }
         }
-        return Err("final.messages does not carry the steps' messages right after the prefix".into());
+        return Err(format!("{what}.messages does not carry the steps' messages right after the prefix"));
     }
-    (0..=messages.len().saturating_sub(carried.len())).find(|&k| matches_at(k)).ok_or_else(|| {
+    (prefix.len()..=messages.len().saturating_sub(carried.len())).find(|&k| matches_at(k)).ok_or_else(|| {
         format!(
-            "final.messages ({} messages) does not carry the {} messages of the {} steps, in order, after the agent's initial messages",
+            "{what}.messages ({} messages) does not carry the {} messages of the {} steps, in order, after the agent's initial messages",
             messages.len(),
             carried.len(),
             steps.len()

@@ -26,6 +26,17 @@
 //! signal is a no-outcome ([`AgentFailure`]), its reason naming what was wrong and ending with
 //! the last 4 KiB of the agent's stderr.
 //!
+//! # Sessions
+//!
+//! [`run_session_marked`] runs a multi-turn session (docs/agent-protocol.md, "Sessions"): `start`
+//! carries `"turns": true`, the worker sends instruction `k`, the agent ends the turn with
+//! `turn_end` (a non-empty report and its whole message list, which must extend the previous
+//! checkpoint's with the turn's steps in order), the worker takes the checkpoint's patch
+//! ([`CHECKPOINT_PATCH_COMMAND`]) and answers with the next instruction or `end`. The budget is
+//! per turn. A `turn_end` outside a session or after `end`, a step after `end` or beyond the
+//! turn's budget break the protocol; a `final` before `end` ends the session early.
+//! [`SessionRun::to_session`] records it as a `vcurve.session.v1` session.
+//!
 //! # After `final`
 //!
 //! The worker closes the agent's stdin and waits up to [`AgentLimits::exit_grace`] (10 s) for it
@@ -48,6 +59,9 @@ pub(crate) use lines::last_bytes;
 mod messages;
 #[cfg(test)]
 mod protocol_props;
+mod session;
+#[cfg(test)]
+mod session_tests;
 mod start;
 #[cfg(test)]
 mod tests;
@@ -68,7 +82,10 @@ use crate::sandbox::container::Container;
 use crate::sandbox::exec::{MAX_TIMEOUT_S, run_command};
 use crate::sandbox::instance::AgentMark;
 use lines::{LineError, LineReader, Tail};
-use messages::{AgentMessage, exec_result_message, locate_steps, parse_message, start_message};
+use messages::{
+    AgentMessage, end_message, exec_result_message, instruction_message, locate_steps, locate_turn, parse_message,
+    start_message,
+};
 
 pub use messages::PROTOCOL;
 pub use start::{AgentCommand, AgentStart};
@@ -179,6 +196,21 @@ pub struct AgentRun {
 }
 
 impl AgentRun {
+    fn of(collected: Collected, t: u32, exit: AgentExit, stderr_tail: String) -> AgentRun {
+        AgentRun {
+            steps_used: collected.steps.len() as u32,
+            messages: collected.messages,
+            initial_messages: collected.initial_messages,
+            steps: collected.steps,
+            end_type: collected.end_type,
+            submission: collected.submission,
+            trailing_actions: collected.trailing_actions,
+            t,
+            exit,
+            stderr_tail,
+        }
+    }
+
     /// The base run as a recorded trajectory: the run must start from `t = 0`; `fingerprints`
     /// is empty (none recorded) or holds one entry per step. The result passes
     /// [`Trajectory::validate`] (a run of zero steps does not: a trajectory has at least one).
@@ -270,6 +302,8 @@ struct Collected {
     end_type: EndType,
     submission: String,
     trailing_actions: Vec<Action>,
+    /// A session's completed turns (none for a single run).
+    turns: Vec<CollectedTurn>,
 }
 
 struct AgentIo {
@@ -322,6 +356,58 @@ pub async fn run_agent_marked(
     mark: Option<AgentMark>,
     cancel: CancellationToken,
 ) -> Result<AgentRun, AgentFailure> {
+    let (collected, exit, stderr_tail) = run_process(container, &start, None, limits, mark, cancel).await?;
+    Ok(AgentRun::of(collected, start.t, exit, stderr_tail))
+}
+
+/// A whole session of the agent (docs/agent-protocol.md, "Sessions"): `start` announces turns,
+/// instruction `k` of `instructions` opens turn `k` with a budget of `start.budget` steps, and at
+/// each `turn_end` the worker takes the checkpoint's patch before it answers with the next
+/// instruction or with `end`. Started under `mark` as [`run_agent_marked`] is.
+pub async fn run_session_marked(
+    container: &Container,
+    start: AgentStart,
+    instructions: &[String],
+    limits: AgentLimits,
+    mark: Option<AgentMark>,
+    cancel: CancellationToken,
+) -> Result<SessionRun, AgentFailure> {
+    if instructions.is_empty() {
+        return Err(AgentFailure::Infrastructure { reason: "a session needs at least one instruction".into() });
+    }
+    if let Some(i) = instructions.iter().position(|i| i.trim().is_empty()) {
+        return Err(AgentFailure::Infrastructure { reason: format!("instruction {} of the session is empty", i + 1) });
+    }
+    let turns = Turns { instructions };
+    let (mut collected, exit, stderr_tail) = run_process(container, &start, Some(&turns), limits, mark, cancel).await?;
+    let turns = std::mem::take(&mut collected.turns);
+    Ok(SessionRun {
+        complete: turns.len() == instructions.len(),
+        turns,
+        run: AgentRun::of(collected, start.t, exit, stderr_tail),
+    })
+}
+
+/// A session that ended with a valid `final` ([`run_session_marked`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRun {
+    /// The whole run: every turn's steps in order, the final message list, the end type.
+    pub run: AgentRun,
+    /// The completed turns, checkpoint `k` the end of `turns[k - 1]`.
+    pub turns: Vec<CollectedTurn>,
+    /// Whether every instruction's turn completed (false: the agent sent `final` mid-turn, and
+    /// that unfinished turn has no checkpoint).
+    pub complete: bool,
+}
+
+async fn run_process(
+    container: &Container,
+    start: &AgentStart,
+    turns: Option<&Turns<'_>>,
+    limits: AgentLimits,
+    mark: Option<AgentMark>,
+    cancel: CancellationToken,
+) -> Result<(Collected, AgentExit, String), AgentFailure> {
     // Declared first, dropped last: after the child is reaped and its group killed.
     let _mark_guard = MarkGuard(mark.clone());
     if cancel.is_cancelled() {
@@ -379,7 +465,7 @@ pub async fn run_agent_marked(
         biased;
         () = cancel.cancelled() => Err(Stop::Cancelled),
         () = capped => Err(Stop::Timeout),
-        r = converse(container, &start, &limits, &mut io, &mut child) => r,
+        r = converse(container, start, turns, &limits, &mut io, &mut child) => r,
     };
     let collected = match conversation {
         Ok(collected) => collected,
@@ -435,38 +521,110 @@ pub async fn run_agent_marked(
         tracing::warn!(task = %start.task.id, %exit, stderr = %last_bytes(&stderr_tail, REASON_STDERR_BYTES),
             "the agent process did not exit cleanly after a valid final; the run stands");
     }
-    Ok(AgentRun {
-        steps_used: collected.steps.len() as u32,
-        messages: collected.messages,
-        initial_messages: collected.initial_messages,
-        steps: collected.steps,
-        end_type: collected.end_type,
-        submission: collected.submission,
-        trailing_actions: collected.trailing_actions,
-        t: start.t,
-        exit,
-        stderr_tail,
-    })
+    Ok((collected, exit, stderr_tail))
 }
 
-/// The conversation from `start` to a valid `final`.
+/// The instructions of a session and what each checkpoint takes ([`run_session_marked`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Turns<'a> {
+    /// Instruction `k` opens turn `k` (1-based: `instructions[k - 1]`).
+    pub instructions: &'a [String],
+}
+
+/// One completed turn of a session, as the conversation collected it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectedTurn {
+    /// The instruction the worker sent.
+    pub instruction: String,
+    /// `turn_end.report`.
+    pub report: String,
+    /// The turn's steps: `steps[first_step .. first_step + steps]` of the run.
+    pub first_step: usize,
+    pub steps: usize,
+    /// Where the turn's messages begin in the run's message list (after the previous checkpoint's):
+    /// the instruction as the agent phrased it and the turn's steps follow.
+    pub first_message: usize,
+    /// The length of the agent's message list at the checkpoint (`turn_end.messages`): the
+    /// checkpoint's history is `messages[..messages_end]` of the run.
+    pub messages_end: usize,
+    /// Commands run after the turn's last step and before its `turn_end`; they belong to no step.
+    pub trailing_actions: Vec<Action>,
+    /// The code state at the checkpoint: the working tree's diff against `HEAD`, untracked files
+    /// included, as [`CHECKPOINT_PATCH_COMMAND`] prints it (what the evaluator applies).
+    pub patch: String,
+}
+
+/// How the worker takes a checkpoint's patch: `git add -A && git diff --cached` (the submission
+/// the agents build, which the evaluator applies) through a temporary index, so the agent's own
+/// index is left as it was.
+pub const CHECKPOINT_PATCH_COMMAND: &str = "vcurve_index=$(mktemp) && trap 'rm -f \"$vcurve_index\"' EXIT && \
+     GIT_INDEX_FILE=\"$vcurve_index\" git read-tree HEAD && GIT_INDEX_FILE=\"$vcurve_index\" git add -A && \
+     GIT_INDEX_FILE=\"$vcurve_index\" git diff --cached HEAD";
+/// The timeout of [`CHECKPOINT_PATCH_COMMAND`], seconds.
+const CHECKPOINT_PATCH_TIMEOUT_S: f64 = 300.0;
+
+/// Run [`CHECKPOINT_PATCH_COMMAND`] in the task's working directory.
+async fn checkpoint_patch(container: &Container, task: &Task, turn: usize) -> Result<String, Stop> {
+    let observed =
+        run_command(container, task, &Interpreter::default(), CHECKPOINT_PATCH_COMMAND, CHECKPOINT_PATCH_TIMEOUT_S)
+            .await
+            .map_err(|e| Stop::Infrastructure(format!("the container failed taking checkpoint {turn}'s patch: {e}")))?;
+    if observed.returncode != Some(0) {
+        return Err(Stop::Infrastructure(format!(
+            "cannot take checkpoint {turn}'s patch in {} (git exited with {}, timed out: {}): {}",
+            task.workdir,
+            observed.returncode.map_or("no status".to_string(), |c| c.to_string()),
+            observed.timed_out,
+            last_bytes(observed.output.trim_end(), REASON_STDERR_BYTES)
+        )));
+    }
+    Ok(observed.output)
+}
+
+/// The conversation from `start` to a valid `final`; with `turns`, a session
+/// (docs/agent-protocol.md, "Sessions").
 async fn converse(
     container: &Container,
     start: &AgentStart,
+    turns: Option<&Turns<'_>>,
     limits: &AgentLimits,
     io: &mut AgentIo,
     child: &mut Child,
 ) -> Result<Collected, Stop> {
-    if let Err(e) = io.send(&start_message(start, container.id())).await {
+    if let Err(e) = io.send(&start_message(start, container.id(), turns.is_some())).await {
         return Err(ended_early(child, limits, &format!("the agent closed its input before start ({e})")).await);
+    }
+    if let Some(turns) = turns {
+        let Some(first) = turns.instructions.first() else {
+            return Err(Stop::Infrastructure("a session needs at least one instruction".into()));
+        };
+        if let Err(e) = io.send(&instruction_message(1, first, start.budget)).await {
+            let what = format!("the agent closed its input before instruction 1 ({e})");
+            return Err(ended_early(child, limits, &what).await);
+        }
     }
     let mut pending: Vec<Action> = Vec::new();
     // Each step's actions and the messages it carried.
     let mut step_actions: Vec<Vec<Action>> = Vec::new();
     let mut step_messages: Vec<Vec<Value>> = Vec::new();
+    // A session's state: the turns completed, where the current turn's steps begin, the message
+    // list at the last checkpoint, and whether the worker has sent `end`.
+    let mut completed: Vec<CollectedTurn> = Vec::new();
+    let mut turn_first_step = 0usize;
+    let mut checkpoint: Vec<Value> = start.messages.clone();
+    let mut ended = false;
     loop {
         let Some(line) = io.next_line(limits.max_line_bytes).await? else {
-            let what = format!("the agent's output ended after {} steps, before its final message", step_actions.len());
+            let what = match turns {
+                Some(_) => format!(
+                    "the agent's output ended in turn {} after {} steps, before its final message",
+                    completed.len() + 1,
+                    step_actions.len()
+                ),
+                None => {
+                    format!("the agent's output ended after {} steps, before its final message", step_actions.len())
+                }
+            };
             return Err(ended_early(child, limits, &what).await);
         };
         let line_no = io.lines.line_no;
@@ -497,28 +655,89 @@ async fn converse(
                 });
             }
             AgentMessage::Step { messages } => {
-                if step_actions.len() as u64 >= u64::from(start.budget) {
+                if ended {
                     return Err(Stop::Violation(format!(
-                        "line {line_no}: step {} is beyond the budget of {} steps",
-                        step_actions.len() + 1,
-                        start.budget
+                        "line {line_no}: a step after the worker ended the session (only exec and final may follow end)"
                     )));
+                }
+                let taken = step_actions.len() - turn_first_step;
+                if taken as u64 >= u64::from(start.budget) {
+                    return Err(Stop::Violation(match turns {
+                        Some(_) => format!(
+                            "line {line_no}: step {} of turn {} is beyond the budget of {} steps per turn",
+                            taken + 1,
+                            completed.len() + 1,
+                            start.budget
+                        ),
+                        None => {
+                            format!("line {line_no}: step {} is beyond the budget of {} steps", taken + 1, start.budget)
+                        }
+                    }));
                 }
                 step_actions.push(std::mem::take(&mut pending));
                 step_messages.push(messages);
             }
+            AgentMessage::TurnEnd { report, messages } => {
+                let Some(turns) = turns else {
+                    return Err(Stop::Violation(format!(
+                        "line {line_no}: turn_end in a run that is not a session (its start had no \"turns\")"
+                    )));
+                };
+                if ended {
+                    return Err(Stop::Violation(format!(
+                        "line {line_no}: turn_end after the worker ended the session: the agent owes its final message"
+                    )));
+                }
+                let k = completed.len() + 1;
+                let first_message = locate_turn(&checkpoint, &step_messages[turn_first_step..], &messages, "turn_end")
+                    .map_err(|e| Stop::Violation(format!("line {line_no} (turn {k}): {e}")))?;
+                let patch = checkpoint_patch(container, &start.task, k).await?;
+                completed.push(CollectedTurn {
+                    instruction: turns.instructions[k - 1].clone(),
+                    report,
+                    first_step: turn_first_step,
+                    steps: step_actions.len() - turn_first_step,
+                    first_message,
+                    messages_end: messages.len(),
+                    trailing_actions: std::mem::take(&mut pending),
+                    patch,
+                });
+                checkpoint = messages;
+                turn_first_step = step_actions.len();
+                let next = match turns.instructions.get(k) {
+                    Some(instruction) => instruction_message(k + 1, instruction, start.budget),
+                    None => {
+                        ended = true;
+                        end_message()
+                    }
+                };
+                if let Err(e) = io.send(&next).await {
+                    let what = format!("the agent closed its input after turn {k}'s turn_end ({e})");
+                    return Err(ended_early(child, limits, &what).await);
+                }
+            }
             AgentMessage::Final { end_type, submission, messages } => {
-                let initial_messages = locate_steps(&start.messages, &step_messages, &messages)
-                    .map_err(|e| Stop::Violation(format!("line {line_no}: {e}")))?;
-                let mut end = initial_messages;
-                let steps = step_actions
-                    .into_iter()
-                    .zip(&step_messages)
-                    .map(|(actions, carried)| {
-                        end += carried.len();
-                        Step { actions, messages_end: end, fingerprint: None }
-                    })
-                    .collect();
+                let mut starts = Vec::with_capacity(completed.len() + 1);
+                let located = match turns {
+                    None => locate_steps(&start.messages, &step_messages, &messages),
+                    Some(_) => locate_turn(&checkpoint, &step_messages[turn_first_step..], &messages, "final"),
+                };
+                let located = located.map_err(|e| Stop::Violation(format!("line {line_no}: {e}")))?;
+                // Where each turn's steps begin (the unfinished turn's, if any, last).
+                starts.extend(completed.iter().map(|t| (t.first_step, t.first_message)));
+                if turns.is_none() || turn_first_step < step_actions.len() || completed.is_empty() {
+                    starts.push((turn_first_step, located));
+                }
+                let initial_messages = starts.first().map_or(located, |&(_, m)| m);
+                let mut steps = Vec::with_capacity(step_actions.len());
+                let mut end = 0;
+                for (i, (actions, carried)) in step_actions.into_iter().zip(&step_messages).enumerate() {
+                    if let Some(&(_, first)) = starts.iter().rfind(|&&(s, _)| s == i) {
+                        end = first;
+                    }
+                    end += carried.len();
+                    steps.push(Step { actions, messages_end: end, fingerprint: None });
+                }
                 return Ok(Collected {
                     messages,
                     initial_messages,
@@ -526,6 +745,7 @@ async fn converse(
                     end_type,
                     submission,
                     trailing_actions: pending,
+                    turns: completed,
                 });
             }
         }
