@@ -48,6 +48,41 @@ pub const CHANGES_LABEL: &str = "vcurve.snapshot.changes";
 /// The timeout of the `git diff` and `git status` a fingerprint is measured with.
 pub const GIT_TIMEOUT_S: f64 = 120.0;
 
+/// The line a fingerprint's one exec prints between `git diff`'s output and `git status`'s
+/// ([`git_state`]), followed by a nonce so that no file's content or name can forge it.
+pub const GIT_STATE_SEPARATOR: &str = "--vcurve-git-status-follows";
+
+/// The one command [`git_state`] runs: [`GIT_DIFF_COMMAND`], the separator line with `nonce`, and
+/// [`GIT_STATUS_COMMAND`], one statement a line (a failing `git diff` does not stop the status).
+pub fn git_state_command(nonce: &str) -> String {
+    format!("{GIT_DIFF_COMMAND}\necho {GIT_STATE_SEPARATOR}-{nonce}\n{GIT_STATUS_COMMAND}")
+}
+
+/// `git diff` and `git status` of the task's working directory, from one exec instead of two
+/// (each exec costs a round trip to the engine): the output of [`git_state_command`] split at its
+/// separator line. The outputs are what the two commands print when run one by one.
+pub async fn git_state(
+    container: &Container,
+    task: &vcurve_record::Task,
+    interpreter: &vcurve_record::Interpreter,
+) -> Result<(String, String), RuntimeError> {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nonce = format!("{nanos:x}{:x}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let command = git_state_command(&nonce);
+    let observed = exec::run_command(container, task, interpreter, &command, GIT_TIMEOUT_S).await?;
+    let line = format!("{GIT_STATE_SEPARATOR}-{nonce}\n");
+    let Some(at) = observed.output.find(&line) else {
+        return Err(RuntimeError::Engine(format!(
+            "measuring git diff and git status in container {}: the separator line {line:?} is missing from the \
+             output (the command timed out or the interpreter did not run it as a shell script): {:?}",
+            container.id(),
+            observed.output.chars().take(400).collect::<String>()
+        )));
+    };
+    Ok((observed.output[..at].to_owned(), observed.output[at + line.len()..].to_owned()))
+}
+
 /// Where the state is measured during a replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FingerprintMode {
@@ -354,10 +389,8 @@ impl<'a> Replay<'a> {
         let changed_paths = self.changes().await?.fingerprint_paths();
         let task = &self.trajectory.task;
         let interpreter = &self.trajectory.interpreter;
-        let git_diff = exec::run_command(self.container, task, interpreter, GIT_DIFF_COMMAND, GIT_TIMEOUT_S).await?;
-        let git_status =
-            exec::run_command(self.container, task, interpreter, GIT_STATUS_COMMAND, GIT_TIMEOUT_S).await?;
-        Ok(Fingerprint { changed_paths, returncode, git_diff: git_diff.output, git_status: git_status.output })
+        let (git_diff, git_status) = git_state(self.container, task, interpreter).await?;
+        Ok(Fingerprint { changed_paths, returncode, git_diff, git_status })
     }
 
     /// Replay step `t + 1`: `Ok(None)` when it reproduced the record (the state is now at

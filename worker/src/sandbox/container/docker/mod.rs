@@ -65,8 +65,10 @@
 //!
 //! # Images
 //!
-//! [`DockerRuntime::commit`] pauses the container for the commit (a background process of an
-//! earlier command may still be writing; pausing costs nothing measurable here). Docker merges the
+//! [`DockerRuntime::commit`] does not pause the container: every commit is taken between two
+//! commands, when no exec of vcurve runs, and freezing and thawing the container's cgroup is a
+//! cost paid on every anchor (a background process an agent left running may write during the
+//! commit; its writes were never part of a step's recorded state either). Docker merges the
 //! container's labels into the image's (the given labels win), so a snapshot also carries the
 //! labels of the container it was taken from, and the base image's own.
 //!
@@ -586,7 +588,7 @@ impl DockerRuntime {
         labels: &BTreeMap<String, String>,
     ) -> Result<String, RuntimeError> {
         let (repo, tag) = split_reference(reference);
-        let mut options = CommitContainerOptionsBuilder::default().container(container).repo(repo).pause(true);
+        let mut options = CommitContainerOptionsBuilder::default().container(container).repo(repo).pause(false);
         if let Some(tag) = tag {
             options = options.tag(tag);
         }
