@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use crate::runners::agents::AgentUser;
 
-/// How long an import of a heavy package (litellm, the harness) may take on a busy machine.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long an import of a heavy package (litellm, the harness) may take on a busy machine: a
+/// cold import of the harness took over 120 s on a 2-core host running other builds, and a worker
+/// refusing to start for a slow disk is worse than one starting late.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A pinned environment: its python, the folder holding `vcurve_agents`, what the probe imports
 /// (for messages) and the script that (re)creates it.
