@@ -656,8 +656,15 @@ mod tests {
     fn handler(empty: bool) -> impl Fn(&mut FakeFs, &ExecRequest) -> ExecOutput + Send + Sync + 'static {
         move |_fs, request| {
             let command = request.argv.last().cloned().unwrap_or_default();
+            let separator = command
+                .lines()
+                .find_map(|l| l.strip_prefix("echo "))
+                .filter(|l| l.starts_with(crate::sandbox::replay::GIT_STATE_SEPARATOR));
             let output = if command.contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT") {
                 format!("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n{}", if empty { "" } else { PATCH })
+            } else if let Some(separator) = separator {
+                // The fingerprint's git state: an empty diff and status around the separator.
+                format!("{separator}\n")
             } else {
                 "ok\n".to_string()
             };
