@@ -7,8 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::isotonic::{Weighted, fit_non_increasing};
+use crate::params::Thresholds;
 use crate::stats::{TwoByTwo, wilson};
-use crate::{Thresholds, meets_at_least, meets_at_most, meets_below};
+use crate::tolerance::{TOLERANCE, meets_at_least, meets_at_most, meets_below};
 
 /// The pooled continuations from one prefix `h_t` of one series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,7 +267,7 @@ impl CurveAnalysis {
             }
             total += drop;
             // Strictly larger beyond the tolerance: equal drops go to the earliest.
-            if largest.is_none_or(|(_, best)| drop > best + crate::TOLERANCE) {
+            if largest.is_none_or(|(_, best)| drop > best + TOLERANCE) {
                 largest = Some((pair, drop));
             }
         }

@@ -25,7 +25,7 @@
 //!   its tables and the call log's usage.
 //!
 //! Every comparison of a computed value with a threshold goes through [`meets_at_least`] or
-//! [`meets_at_most`], which allow [`TOLERANCE`] in favour of meeting it (docs/method.md §3).
+//! [`meets_at_most`] ([`tolerance`]), which allow [`TOLERANCE`] in favour of meeting it (docs/method.md §3).
 
 pub mod analyses;
 pub mod bench;
@@ -38,24 +38,8 @@ pub mod selection;
 pub mod stats;
 pub mod synthetic;
 pub mod task_state;
+pub mod tolerance;
 
 pub use curve::{BaseRun, BaseRuns, CurveAnalysis, CurveError, FittedPoint, Point, Shape, analyze};
 pub use params::{Thresholds, ThresholdsError};
-
-/// Slack allowed in favour of meeting a threshold: `R̂ − V = 0.09999999999999998` meets `μ = 0.10`.
-pub const TOLERANCE: f64 = 1e-9;
-
-/// `value ≥ threshold`, allowing [`TOLERANCE`] in favour of meeting it.
-pub fn meets_at_least(value: f64, threshold: f64) -> bool {
-    value >= threshold - TOLERANCE
-}
-
-/// `value ≤ threshold`, allowing [`TOLERANCE`] in favour of meeting it.
-pub fn meets_at_most(value: f64, threshold: f64) -> bool {
-    value <= threshold + TOLERANCE
-}
-
-/// `value < threshold` (a strict bound such as `p < α`), allowing [`TOLERANCE`] in favour of meeting it.
-pub fn meets_below(value: f64, threshold: f64) -> bool {
-    value < threshold + TOLERANCE
-}
+pub use tolerance::{TOLERANCE, meets_at_least, meets_at_most, meets_below};

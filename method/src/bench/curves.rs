@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::SuppliedCurve;
+use super::simulate::SuppliedCurve;
 
 /// Why CSV text does not hold supplied curves: as a whole, or at a line (1 is the header).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

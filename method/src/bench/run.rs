@@ -1,7 +1,7 @@
 //! Running the schedule benchmark: the schedules a list names, and every simulation of one
 //! schedule, spread however the caller likes ([`Spread`]).
 
-use super::{
+use super::simulate::{
     CurveResult, ScheduleReport, SuppliedCurve, SuppliedReport, group_reports, schedule_report, simulate,
     simulate_supplied,
 };

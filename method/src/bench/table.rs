@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{FamilyReport, ScheduleReport, SuppliedReport};
+use super::simulate::{FamilyReport, ScheduleReport, SuppliedReport};
 
 fn cell(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "–".to_string(), |v| format!("{v:.digits$}"))

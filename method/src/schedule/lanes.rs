@@ -6,7 +6,7 @@
 use crate::stats::wilson_upper;
 use crate::{Thresholds, meets_at_least, meets_at_most};
 
-use super::{Controls, Points, Series, Target};
+use super::points::{Controls, Points, Series, Target};
 
 /// A sequential piece of a stage. See the module docs.
 pub trait Lane: Send {

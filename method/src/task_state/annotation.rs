@@ -26,7 +26,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::TaskStateError;
+use super::error::TaskStateError;
 use super::estimate::{Ci, Population, Statistic, cluster_percentile};
 use super::records::{Category, View};
 

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::TaskStateError;
+use super::error::TaskStateError;
 use super::records::{Category, CheckpointRecord, Credit, ProbeRecord, StudyInput, View};
 use super::settings::{EstimatorSettings, WeightScheme};
 use crate::bootstrap::quantile;

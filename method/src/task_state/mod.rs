@@ -19,12 +19,14 @@
 //! [`discordance_p`] applies it to two raters' discordant pairs.
 
 pub mod annotation;
+mod error;
 pub mod estimate;
 pub mod records;
 pub mod settings;
 pub mod tables;
 pub mod usage;
 
+pub use error::TaskStateError;
 pub use estimate::{
     Ci, Estimate, Exclusion, MeanInterval, Population, Quantity, eligibility, t_interval, task_paired_difference,
     view_score,
@@ -39,17 +41,6 @@ pub use usage::{CallRecord, GroupBy, Stage, UsageRow, UsageTotals};
 /// 11 against 0 gives 2/2048. No discordance gives 1.
 pub fn discordance_p(stricter: u32, looser: u32) -> f64 {
     crate::stats::binomial_two_sided(stricter, stricter + looser, 0.5).expect("stricter ≤ stricter + looser, p = 1/2")
-}
-
-/// What the task-state estimators refuse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TaskStateError {
-    #[error("task-state input: {0}")]
-    Input(String),
-    #[error("task-state settings {0}")]
-    Settings(String),
-    #[error("call log: {0}")]
-    CallLog(String),
 }
 
 #[cfg(test)]

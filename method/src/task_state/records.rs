@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use super::TaskStateError;
+use super::error::TaskStateError;
 
 /// A reading view of a checkpoint, or the actor fork. The names are the keys every stored record,
 /// export and `truth.json` uses; [`View::symbol`] is the short name the tables print.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::TaskStateError;
+use super::error::TaskStateError;
 use super::records::{Category, View};
 
 /// How a probe is weighted in the pooled estimator.

@@ -50,11 +50,11 @@
 
 use std::collections::BTreeSet;
 
-use super::Variant;
 use crate::Thresholds;
 use crate::curve::CurveAnalysis;
 use crate::schedule::lanes::{Lane, LaneContext, Memory};
-use crate::schedule::{Points, Series, Stage, Target};
+use crate::schedule::points::{Points, Series, Stage, Target};
+use crate::schedule::variant::Variant;
 use crate::stats::wilson_upper;
 use crate::{analyze, meets_at_most};
 
@@ -177,11 +177,11 @@ impl Variant for Adaptive {
                 },
                 cap,
             })],
-            Stage::Labels => super::paper_lanes(stage, ctx, memory, points)
+            Stage::Labels => crate::schedule::variant::paper_lanes(stage, ctx, memory, points)
                 .into_iter()
                 .map(|inner| Box::new(Capped { inner, cap }) as Box<dyn Lane>)
                 .collect(),
-            _ => super::paper_lanes(stage, ctx, memory, points),
+            _ => crate::schedule::variant::paper_lanes(stage, ctx, memory, points),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `paper`: the schedule of docs/method.md §4, as the paper ran it. The default.
 
-use super::Variant;
+use crate::schedule::variant::Variant;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Paper;

@@ -1,8 +1,8 @@
 //! `screen-bisect`: screening and bisection only (the paper's Table 29): no confirmation and no
 //! point-of-no-return stage. Label probes and controls still run where a study asks for them.
 
-use super::Variant;
-use crate::schedule::Stage;
+use crate::schedule::points::Stage;
+use crate::schedule::variant::Variant;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ScreenBisect;

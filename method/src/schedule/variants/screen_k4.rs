@@ -2,10 +2,10 @@
 //! `paper`. Bisection midpoints are still sampled at 8, and a point counts as resolved from
 //! `n ≥ 4`, so screened anchors take part in the curve analysis.
 
-use super::Variant;
 use crate::Thresholds;
 use crate::schedule::lanes::{self, Lane, LaneContext, Memory};
-use crate::schedule::{Points, Stage};
+use crate::schedule::points::{Points, Stage};
+use crate::schedule::variant::Variant;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ScreenK4;
@@ -32,7 +32,7 @@ impl Variant for ScreenK4 {
         let paper_k = LaneContext { params: Thresholds { k_screen: 8, ..ctx.params.clone() }, ..ctx.clone() };
         match stage {
             Stage::Screen => vec![Box::new(lanes::Screen::new(ctx))],
-            _ => super::paper_lanes(stage, &paper_k, memory, points),
+            _ => crate::schedule::variant::paper_lanes(stage, &paper_k, memory, points),
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `sparse-anchors`: anchors every 10 steps plus `T − 1` (the paper's Table 29); the rest as
 //! `paper`.
 
-use super::Variant;
 use crate::Thresholds;
+use crate::schedule::variant::Variant;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SparseAnchors;
