@@ -7,7 +7,7 @@
 //! - [`ids`]: [`StudyId`], [`TrajectoryId`] and [`Digest`] (a checked SHA-256 hex digest), the
 //!   identifiers the store, the coordinator and the wire pass around.
 //! - [`oversize`]: a run too large for the store's per-file limit, its longest outputs cut to
-//!   their head and tail with a marker, each cut recorded ([`Omitted`]).
+//!   their head and tail with a marker, each cut recorded ([`Omitted`], in [`omitted`]).
 //! - [`policy`]: the policy a run was recorded under ([`RecordedPolicy`]), which a study resumes.
 //! - [`payload`]: what a worker fetches by digest to run a study's jobs on one trajectory.
 //! - [`runner`]: the runner a study names with its typed options ([`RunnerSpec`]), parsed once.
@@ -23,6 +23,7 @@ pub mod import;
 pub mod jobs;
 pub mod json;
 pub mod llm;
+pub mod omitted;
 pub mod oversize;
 pub mod payload;
 pub mod policy;

@@ -7,6 +7,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// The text format of mini-swe-agent 1.x.
+pub const FORMAT_V1: &str = "mini-swe-agent-1";
+/// The tool-call format of mini-swe-agent 2.x.
+pub const FORMAT_V1_1: &str = "mini-swe-agent-1.1";
+
 /// The version of mini-swe-agent the worker's adapter runs (`scripts/mini-swe-agent-venv`).
 pub const MINI_SWE_AGENT_VERSION: &str = "2.4.6";
 
@@ -46,7 +51,7 @@ impl RecordedPolicy {
     /// Whether the run was recorded in the text (1.x) scaffold, which the tool-call adapter of
     /// mini-swe-agent 2.x cannot resume.
     pub fn text_format(&self) -> bool {
-        self.format == crate::import::FORMAT_V1
+        self.format == FORMAT_V1
     }
 
     /// Whether the recorded environment was a Singularity (Apptainer) container, replayed in

@@ -91,7 +91,7 @@ impl RestartCheckRow {
 /// A task and how many base runs from `h_0` to make of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskRuns {
-    pub task: crate::Task,
+    pub task: crate::trajectory::Task,
     pub base_runs: u32,
 }
 
@@ -139,7 +139,7 @@ pub struct TrajectorySpec {
     /// In the file's order.
     pub labels: Vec<Label>,
     pub base_runs: BaseRuns,
-    /// The digest of the recorded run ([`Trajectory::digest`](crate::Trajectory::digest)),
+    /// The digest of the recorded run ([`Trajectory::digest`](crate::trajectory::Trajectory::digest)),
     /// where the study gives one: it is replayed before any continuation runs from it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<String>,
@@ -276,7 +276,7 @@ pub struct BaseRunRecord {
     pub seed: u32,
     pub success: bool,
     pub steps: u32,
-    pub end_type: crate::EndType,
+    pub end_type: crate::trajectory::EndType,
 }
 
 /// How a study's patches were judged: through the patch cache, evaluated, re-checked for flakes

@@ -199,9 +199,9 @@ pub struct Action {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exception: Option<String>,
     /// What of `output` was left out so that the run fits the store's per-file limit
-    /// ([`crate::oversize`]): `output` is then its head, a marker and its tail. `None`: whole.
+    /// ([`crate::oversize`], [`crate::omitted`]): `output` is then its head, a marker and its tail. `None`: whole.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub omitted: Option<crate::oversize::Omitted>,
+    pub omitted: Option<crate::omitted::Omitted>,
 }
 
 /// The state after a step, as far as replay compares it (docs/method.md §5).

@@ -24,18 +24,16 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::Value;
 
+use super::error::{ImportError, invalid};
+use super::imported::Imported;
 pub use super::messages::SUBMIT_MARKER;
 use super::messages::text_of;
 use super::observations::{first_edit, first_symptom};
 use super::swebench_report::SwebenchReport;
-use super::{ImportError, Imported, invalid};
 use crate::policy::RecordedPolicy;
+pub use crate::policy::{FORMAT_V1, FORMAT_V1_1};
 use crate::trajectory::{Action, EndType, Evaluator, FORMAT, Interpreter, Step, Task, Trajectory};
 
-/// The text format of mini-swe-agent 1.x.
-pub const FORMAT_V1: &str = "mini-swe-agent-1";
-/// The tool-call format of mini-swe-agent 2.x.
-pub const FORMAT_V1_1: &str = "mini-swe-agent-1.1";
 /// mini-swe-agent's default command timeout, when the recorded configuration names none.
 const DEFAULT_TIMEOUT_S: f64 = 30.0;
 

@@ -10,7 +10,9 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{AGENT, AgentOptions, LEGACY_COMMAND_AGENT, MINI_SWE_AGENT, SYNTHETIC, SyntheticOptions};
+use super::options::{
+    AGENT, AgentOptions, LEGACY_COMMAND_AGENT, MINI_SWE_AGENT, SYNTHETIC, SyntheticOptions, agent_capability,
+};
 
 /// Which agent runner the workers use, and its options.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,13 +107,13 @@ impl RunnerSpec {
     /// [`super::Network::capability`]).
     pub fn capability(&self) -> String {
         match self {
-            Self::Agent(o) => o.network.capability(&super::agent_capability(&o.agent)),
+            Self::Agent(o) => o.network.capability(&agent_capability(&o.agent)),
             Self::MiniSweAgent(o) => o.network.capability(MINI_SWE_AGENT),
             other => other.kind().to_owned(),
         }
     }
 
-    /// Whether the runner runs agent processes in containers ([`super::runs_containers`]).
+    /// Whether the runner runs agent processes in containers ([`runs_containers`](super::runs_containers)).
     pub fn runs_containers(&self) -> bool {
         self.agent_options().is_some()
     }

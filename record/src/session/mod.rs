@@ -23,8 +23,6 @@ pub mod views;
 #[cfg(test)]
 mod tests;
 
-pub use views::{RenderedView, VIEWS_VERSION, render, render_all};
-
 /// The format name every session file carries.
 pub const FORMAT: &str = "vcurve.session.v1";
 

@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 use vcurve_method::task_state::View;
 
-use super::views::{TEXT_VIEWS, approx_tokens, blocks};
+use super::views::{RenderedView, TEXT_VIEWS, VIEWS_VERSION, approx_tokens, blocks, render, render_all};
 use super::*;
 
 const EXAMPLE: &str = include_str!("../../tests/fixtures/session/example-messages.json");
