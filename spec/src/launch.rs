@@ -2,9 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use vcurve_record::study::StudySpec;
 use vcurve_record::{RecordedPolicy, RunnerSpec, Trajectory, TrajectoryPayload};
-
-use crate::StudySpec;
 
 /// A parsed spec with the recorded runs its trajectories name, by digest.
 #[derive(Debug, Clone, PartialEq)]

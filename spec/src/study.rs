@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use serde_norway::{Mapping, Value};
 use vcurve_method::schedule::variants::{variant_by_name, variant_names};
 use vcurve_method::{Thresholds, ThresholdsError};
-use vcurve_record::runner::SyntheticOptions;
+use vcurve_record::runner::{SYNTHETIC, SyntheticOptions};
+use vcurve_record::study::{
+    Admission, ControlCounts, DecoySpec, RunnerSpec, SelectionSpec, StudySpec, TaskRuns, TrajectorySpec,
+};
 
 use crate::error::{SpecError, TrajectoryRef};
 use crate::fields::{ADMISSION_MODES, MAX_LENGTH};
@@ -15,10 +18,7 @@ use crate::raw::{RawAdmission, RawControls, RawDecoy, RawStudy, level, required}
 use crate::task::twin;
 use crate::trajectory::{parse_labels, parse_trajectory};
 use crate::value::{Problem, missing, number, problem, real, show, text, top_error, uint};
-use crate::{
-    Admission, ControlCounts, DecoySpec, RunnerSpec, SYNTHETIC, SelectionSpec, StudySpec, TaskRuns, TrajectorySpec,
-    swebench, tasks,
-};
+use crate::{swebench, tasks};
 
 pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) -> Result<Launch, SpecError> {
     let raw: RawStudy = level(top, "", "a study spec").map_err(top_error)?;

@@ -1,7 +1,7 @@
 //! What every form of task list (`tasks:`, `swebench:`) shares: a task's checks, and the value of a
 //! parameter that may be given at the top level or in `thresholds`.
 
-use crate::SpecError;
+use crate::error::SpecError;
 use crate::value::{problem, top_error, valid_name};
 
 /// The longest a command evaluator may run on one patch, in seconds: one day. A test suite that

@@ -3,12 +3,12 @@
 use serde_norway::{Mapping, Value};
 use vcurve_method::{BaseRun, BaseRuns};
 use vcurve_record::Trajectory;
+use vcurve_record::study::{Label, TrajectorySpec};
 
 use crate::error::{SpecError, TrajectoryRef};
 use crate::fields::MAX_LENGTH;
 use crate::raw::{RawBaseRun, RawTrajectory, level, required};
 use crate::value::{Problem, missing, problem, show, text, uint, valid_name};
-use crate::{Label, TrajectorySpec};
 
 pub(crate) fn parse_trajectory(
     index: usize,
