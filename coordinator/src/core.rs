@@ -86,7 +86,7 @@ pub struct Coordinator<S> {
     /// `(when, milliseconds)` of recent leases that handed out work.
     lease_latencies: std::sync::Mutex<std::collections::VecDeque<(i64, f64)>>,
     /// What this process measures for `/metrics` (the lease latency histogram).
-    metrics: crate::metrics::ProcessMetrics,
+    metrics: crate::metrics::process::ProcessMetrics,
 }
 
 /// How long lease latencies are kept for progress.
@@ -160,7 +160,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// What this process measures itself, for `/metrics`.
-    pub fn process_metrics(&self) -> &crate::metrics::ProcessMetrics {
+    pub fn process_metrics(&self) -> &crate::metrics::process::ProcessMetrics {
         &self.metrics
     }
 

@@ -37,7 +37,7 @@ use crate::store::Store;
 use vcurve_method::schedule::Stage;
 use vcurve_record::jobs::JobKind;
 
-mod process;
+pub(crate) mod process;
 
 /// The content type of the Prometheus text format 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;

@@ -9,7 +9,7 @@
 use vcurve_method::schedule::Stage;
 use vcurve_record::{Digest, StudyId, TrajectoryId, TrajectoryPayload};
 
-use super::{LaunchInputs, LeasePolicy, Reported, Store, StoreError};
+use super::api::{LaunchInputs, LeasePolicy, Reported, Store, StoreError};
 use crate::model::{
     ContinuationKey, HeartbeatVerdict, HeldJob, JobKey, JobReport, LeasedJob, Locality, Progress, StudyRecord,
     StudyState, TaskJob, WorkerInfo,
@@ -31,7 +31,8 @@ macro_rules! job_is {
 }
 
 // After the macros above, which they use. One module per capability of the store; `rows` decodes
-// and binds the rows they share.
+// and binds the rows they share. Each names the sibling whose items it uses, and the store's
+// types in `api`: this module only implements `Store` over them.
 mod admission;
 mod base_runs;
 mod bench;
@@ -54,17 +55,8 @@ mod workers;
 pub use base_runs::base_run_trajectory_id;
 pub use bench::{ScratchDatabase, ScratchError};
 pub use dispatch::{DispatchSql, dispatch_sql};
-use handle::StudyConfig;
-pub use handle::{Backend, SqlStore};
-
 pub use files::UPLOAD_TTL_MS;
-use files::{drop_uploads, insert_file, keep_upload, read_file};
-use jobs::{insert_job, set_job_payload};
-use rows::{
-    bind_job, bind_key, corrupt, digest_column, get_u32, job_key_of, json_column, keyed, outcome_of, series_of,
-    stage_of,
-};
-use studies::count_trajectories;
+pub use handle::{Backend, SqlStore};
 
 impl Store for SqlStore {
     async fn pending_by_stage(&self, study: &StudyId) -> Result<Vec<(Stage, u64)>, StoreError> {
@@ -216,7 +208,7 @@ impl Store for SqlStore {
     async fn study_parts(
         &self,
         study: &StudyId,
-        parts: tokio::sync::mpsc::Sender<super::StudyPart>,
+        parts: tokio::sync::mpsc::Sender<super::api::StudyPart>,
     ) -> Result<(), StoreError> {
         self.send_study(study, None, &parts).await
     }

@@ -5,10 +5,12 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
 
-use super::{SqlStore, corrupt, count_trajectories, insert_job};
+use super::handle::SqlStore;
+use super::jobs::insert_job;
+use super::rows::{corrupt, count_trajectories};
 use crate::model::{JobKey, TrajectoryState};
 use crate::planner::{self, AdmitDecision};
-use crate::store::{LeasePolicy, StoreError};
+use crate::store::api::{LeasePolicy, StoreError};
 
 /// Admit trajectory `$5` of study `$4`: state `$1`, rank `$2`, plan `$3`.
 const ADMIT: &str = "UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3 WHERE study = $4 AND id = $5";

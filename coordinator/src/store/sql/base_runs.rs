@@ -21,11 +21,14 @@ use vcurve_method::{BaseRun, BaseRuns};
 use vcurve_record::jobs::{JobKey, JobReport, NonReplayable, RunOutcome};
 use vcurve_record::{DecoySpec, Digest, EndType, Trajectory, TrajectoryPayload, TrajectorySpec, TrajectoryState};
 
+use super::files::{insert_file, read_file};
 use super::handle::BaseRunSubject;
-use super::{SqlStore, StudyConfig, corrupt, insert_file, insert_job, read_file, set_job_payload};
+use super::handle::{SqlStore, StudyConfig};
+use super::jobs::{insert_job, set_job_payload};
+use super::rows::{corrupt, count_trajectories};
 use crate::planner;
 use crate::spec::StudySpec;
-use crate::store::StoreError;
+use crate::store::api::StoreError;
 
 /// The id of the trajectory a failed base run becomes.
 pub fn base_run_trajectory_id(task: &str, seed: u32) -> String {
@@ -122,7 +125,7 @@ impl SqlStore {
         tx: &mut Transaction<'_, Any>,
         key: &JobKey,
     ) -> Result<Option<String>, StoreError> {
-        let row = super::bind_job(sqlx::query(concat!("SELECT payload_digest FROM jobs WHERE ", job_is!())), key)
+        let row = super::rows::bind_job(sqlx::query(concat!("SELECT payload_digest FROM jobs WHERE ", job_is!())), key)
             .fetch_optional(&mut **tx)
             .await?;
         Ok(row.map(|r| r.try_get::<Option<String>, _>("payload_digest")).transpose()?.flatten())
@@ -153,8 +156,8 @@ impl SqlStore {
             if state != "done" {
                 continue;
             }
-            if let Some(JobReport::Outcome(outcome)) = super::json_column::<JobReport>(r, "result_json")? {
-                runs.push(Finished { subject: r.try_get("subject")?, seed: super::get_u32(r, "seq")?, outcome });
+            if let Some(JobReport::Outcome(outcome)) = super::rows::json_column::<JobReport>(r, "result_json")? {
+                runs.push(Finished { subject: r.try_get("subject")?, seed: super::rows::get_u32(r, "seq")?, outcome });
             }
         }
         Ok(Some(runs))
@@ -228,7 +231,7 @@ impl SqlStore {
 
     /// Trajectories of the study that are or may be admitted (not doomed, not dropped).
     async fn admissible_count(&self, tx: &mut Transaction<'_, Any>, study: &str) -> Result<u32, StoreError> {
-        super::count_trajectories(tx, study, "state NOT IN ('doomed', 'non_replayable')").await
+        count_trajectories(tx, study, "state NOT IN ('doomed', 'non_replayable')").await
     }
 
     async fn store_selection(

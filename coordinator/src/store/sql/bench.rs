@@ -5,7 +5,8 @@
 
 use sqlx::{Connection as _, Row as _};
 
-use super::{SqlStore, StoreError};
+use super::handle::SqlStore;
+use crate::store::api::StoreError;
 
 /// The size in bytes of the store's tables on PostgreSQL (with their indexes and TOAST), as
 /// `pg_total_relation_size` counts them; `None` on SQLite, whose size is its files'.
@@ -32,7 +33,7 @@ impl SqlStore {
     /// The size in bytes of the store's tables on PostgreSQL; `None` on SQLite (its database
     /// file and write-ahead log are its size).
     pub async fn postgres_table_bytes(&self) -> Result<Option<u64>, StoreError> {
-        if self.backend != super::Backend::Postgres {
+        if self.backend != super::handle::Backend::Postgres {
             return Ok(None);
         }
         let row = sqlx::query(TABLE_BYTES).fetch_one(&self.pool).await?;

@@ -14,10 +14,11 @@ use tokio::sync::mpsc;
 use vcurve_method::schedule::Stage;
 use vcurve_record::jobs::{NonReplayable, Replayed};
 
-use super::{SqlStore, corrupt, get_u32, json_column, outcome_of, series_of, stage_of};
+use super::handle::SqlStore;
+use super::rows::{corrupt, get_u32, json_column, outcome_of, series_of, stage_of};
 use crate::model::{JobReport, StudyRecord, StudyState, TrajectoryRecord, TrajectoryState};
 use crate::spec::StudySpec;
-use crate::store::{StoreError, StudyPart};
+use crate::store::api::{StoreError, StudyPart};
 
 /// A trajectory's row, before its outcomes are read.
 struct TrajectoryRow {

@@ -9,8 +9,8 @@ use sqlx::{Any, AnyConnection, Row, Transaction};
 
 use vcurve_record::Digest;
 
-use super::SqlStore;
-use crate::store::StoreError;
+use super::handle::SqlStore;
+use crate::store::api::StoreError;
 
 /// Keep a file (`$1` digest, `$2` size, `$3` content, `$4` now) unless it is kept.
 const INSERT_FILE: &str =
@@ -143,7 +143,7 @@ pub(super) async fn file(store: &SqlStore, digest: &Digest) -> Result<Option<Vec
 /// How the file `digest` is kept: `None` if it is not, 0 whole, `n` in `n` pieces.
 pub(super) async fn file_pieces(store: &SqlStore, digest: &Digest) -> Result<Option<u32>, StoreError> {
     let row = sqlx::query(FILE_PIECES).bind(digest.as_str()).fetch_optional(&store.pool).await?;
-    row.map(|r| super::get_u32(&r, "pieces")).transpose()
+    row.map(|r| super::rows::get_u32(&r, "pieces")).transpose()
 }
 
 /// Piece `seq` of the file `digest` kept in pieces.

@@ -15,7 +15,7 @@ use vcurve_method::schedule::variants::variant_by_name;
 use super::known;
 use super::rows::corrupt;
 use crate::spec::{Admission, ControlCounts, RunnerSpec};
-use crate::store::StoreError;
+use crate::store::api::StoreError;
 
 /// The subject of a restart check's base runs: the task they run and their budget.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,9 +2,10 @@
 
 use sqlx::{Any, Row, Transaction};
 
-use super::{SqlStore, bind_job, get_u32, job_key_of, json_column};
+use super::handle::SqlStore;
+use super::rows::{bind_job, get_u32, job_key_of, json_column};
 use crate::model::{JobKey, TaskJob};
-use crate::store::StoreError;
+use crate::store::api::StoreError;
 
 /// Name the payload `$6` of a job of `jobs` (`$1 … $5` its key).
 const SET_JOB_PAYLOAD: &str = concat!("UPDATE jobs SET payload_digest = $6 WHERE ", job_is!());

@@ -18,7 +18,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 use vcurve_method::schedule::{Key, Outcome};
 
-use crate::store::StoreError;
+use crate::store::api::StoreError;
 
 /// A trajectory's continuation counters: `n_requested`, `n_done + n_retired` and `n_dropped`
 /// ([`super::dispatch::COUNTERS`]).

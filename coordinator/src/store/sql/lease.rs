@@ -4,11 +4,13 @@
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
 
-use super::{Backend, SqlStore, corrupt, digest_column, dispatch, get_u32, job_key_of, keyed, series_of};
+use super::dispatch;
+use super::handle::{Backend, SqlStore};
+use super::rows::{corrupt, digest_column, get_u32, job_key_of, keyed, series_of};
 use crate::model::{
     ContinuationKey, Digest, HeartbeatVerdict, HeldJob, JobKey, JobKind, LeasedJob, Locality, RegistrySnapshot,
 };
-use crate::store::{LeasePolicy, StoreError};
+use crate::store::api::{LeasePolicy, StoreError};
 
 /// The nearest snapshot at `t` in `1 ..= $3` of payload `$2` in registry `$1`.
 const NEAREST_SNAPSHOT: &str = "SELECT t, image_id FROM registry_snapshots WHERE registry = $1 AND payload_digest = $2 \

@@ -5,10 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 use sqlx::Row;
 use vcurve_method::schedule::Stage;
 
-use super::{SqlStore, corrupt, stage_of, workers};
+use super::handle::SqlStore;
+use super::rows::{corrupt, stage_of};
+use super::workers;
 use crate::model::{Progress, StudyState};
 use crate::planner;
-use crate::store::{LeasePolicy, StoreError};
+use crate::store::api::{LeasePolicy, StoreError};
 
 /// The name, state, runner kind and times of study `$1`.
 const STUDY_HEAD: &str = "SELECT name, state, runner_kind, created_ms, finished_ms FROM studies WHERE id = $1";

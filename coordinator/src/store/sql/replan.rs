@@ -7,11 +7,13 @@ use std::collections::BTreeSet;
 use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::{Key, Outcome, TrajectoryPlan};
 
+use super::dispatch;
+use super::handle::{SqlStore, StudyConfig};
 use super::known::Counters;
-use super::{SqlStore, StudyConfig, dispatch, get_u32, outcome_of, series_of};
+use super::rows::{get_u32, outcome_of, series_of};
 use crate::model::TrajectoryState;
 use crate::planner;
-use crate::store::StoreError;
+use crate::store::api::StoreError;
 
 /// A trajectory's continuations (`$1` study, `$2` trajectory): their keys, states and outcomes.
 const CONTINUATIONS_OF: &str =

@@ -6,11 +6,13 @@ use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::{Key, Outcome, TrajectoryPlan};
 use vcurve_record::jobs::NonReplayable;
 
+use super::handle::{SqlStore, StudyConfig};
 use super::known::Counters;
-use super::{SqlStore, StudyConfig, bind_job, bind_key, corrupt, dispatch, get_u32, keyed, verdicts};
+use super::rows::{bind_job, bind_key, corrupt, get_u32, keyed};
+use super::{dispatch, verdicts};
 use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, ReportVerdict};
 use crate::spec::StudySpec;
-use crate::store::{Reported, StoreError};
+use crate::store::api::{Reported, StoreError};
 
 /// A job of `jobs` done (`$1 … $5` its key): its report `$6`, at `$7`.
 const JOB_DONE: &str = concat!(

@@ -4,8 +4,8 @@
 use sqlx::Row;
 use vcurve_record::jobs::{JobKind, RetiredJobs};
 
-use super::corrupt;
-use crate::store::StoreError;
+use super::rows::corrupt;
+use crate::store::api::StoreError;
 
 /// The retired continuations of study `$1` by the reason of their last no-outcome (through the
 /// index on `(state, study)`).

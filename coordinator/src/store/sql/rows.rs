@@ -1,11 +1,12 @@
-//! Row decoding and key binding, shared by every capability of the store.
+//! Row decoding and key binding, shared by every capability of the store, and the count of a
+//! study's trajectories in some state.
 
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row};
+use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::{Outcome, Series, Stage};
 
 use crate::model::{ContinuationKey, Digest, JobKey};
-use crate::store::StoreError;
+use crate::store::api::StoreError;
 
 pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments>;
 
@@ -117,4 +118,15 @@ pub(super) fn outcome_of(row: &AnyRow) -> Result<Outcome, StoreError> {
             None => return Err(corrupt("a done continuation without an outcome")),
         },
     })
+}
+
+/// How many trajectories of `study` satisfy `condition` (a fixed SQL condition on their columns).
+pub(super) async fn count_trajectories(
+    tx: &mut Transaction<'_, Any>,
+    study: &str,
+    condition: &'static str,
+) -> Result<u32, StoreError> {
+    let sql = format!("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND {condition}");
+    let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).fetch_one(&mut **tx).await?.try_get("n")?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }

@@ -6,11 +6,14 @@ use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::TrajectoryPlan;
 use vcurve_record::{Digest, StudyId, TrajectoryPayload};
 
-use super::{SqlStore, StudyConfig, base_runs, corrupt, drop_uploads, insert_file, keep_upload};
+use super::base_runs;
+use super::files::{drop_uploads, insert_file, keep_upload};
+use super::handle::{SqlStore, StudyConfig};
+use super::rows::corrupt;
 use crate::model::{StudyState, TrajectoryState};
 use crate::planner;
 use crate::spec::StudySpec;
-use crate::store::{LaunchInputs, StoreError};
+use crate::store::api::{LaunchInputs, StoreError};
 
 /// How many trajectories of study `$1` are open (waiting, replaying, running) and jobs still to run.
 const OPEN_IN_STUDY: &str = "SELECT (SELECT COUNT(*) FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')) \
@@ -61,17 +64,6 @@ impl SqlStore {
         }
         Ok(())
     }
-}
-
-/// How many trajectories of `study` satisfy `condition` (a fixed SQL condition on their columns).
-pub(super) async fn count_trajectories(
-    tx: &mut Transaction<'_, Any>,
-    study: &str,
-    condition: &'static str,
-) -> Result<u32, StoreError> {
-    let sql = format!("SELECT COUNT(*) AS n FROM trajectories WHERE study = $1 AND {condition}");
-    let n: i64 = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).fetch_one(&mut **tx).await?.try_get("n")?;
-    Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 pub(super) async fn create_study(

@@ -14,8 +14,9 @@ use sqlx::{Any, Row, Transaction};
 use vcurve_record::EvaluationStats;
 use vcurve_record::jobs::{JobKey, Judged, RunOutcome};
 
-use super::{SqlStore, StudyConfig, insert_job};
-use crate::store::StoreError;
+use super::handle::{SqlStore, StudyConfig};
+use super::jobs::insert_job;
+use crate::store::api::StoreError;
 
 /// The flake-check parameters of a study: its runner's options, or docs/method.md §6's values.
 fn flake_parameters(config: &StudyConfig) -> (f64, f64) {
@@ -114,7 +115,7 @@ impl SqlStore {
                 };
                 let created = insert_job(tx, &key, now).await?;
                 if created {
-                    super::set_job_payload(tx, &key, payload).await?;
+                    super::jobs::set_job_payload(tx, &key, payload).await?;
                 }
                 Ok(created)
             }

@@ -2,9 +2,10 @@
 
 use sqlx::{Any, Row, Transaction};
 
-use super::{SqlStore, get_u32};
+use super::handle::SqlStore;
+use super::rows::get_u32;
 use crate::model::WorkerInfo;
-use crate::store::{LeasePolicy, StoreError};
+use crate::store::api::{LeasePolicy, StoreError};
 
 /// Record a visit of worker `$2` at `$1`; its capabilities (no row: an unknown worker).
 const VISIT: &str = "UPDATE workers SET last_seen_ms = $1 WHERE id = $2 RETURNING capabilities";
