@@ -27,15 +27,13 @@ use serde::Deserialize;
 use vcurve_record::runner::{AgentOptions, check_agent_name};
 
 use crate::runners::agent::AgentCommand;
+pub use crate::runners::agent_env::{INHERITED, inherited, process_environment, worker_environment};
 
 /// The name of the shipped scripted known-truth agent (`agents/vcurve_agents/scripted.py`).
 pub const SCRIPTED: &str = "scripted";
 
 /// The python the scripted agent runs with when it exists (it needs only the standard library).
 pub const SYSTEM_PYTHON: &str = "/usr/bin/python3";
-
-/// The variables an agent process takes from the worker's environment, by name; `LC_*` too.
-pub const INHERITED: &[&str] = &["PATH", "HOME", "LANG", "LANGUAGE", "TZ"];
 
 /// The user agent processes run as when the worker runs as root and none is named.
 pub const DEFAULT_AGENT_USER: &str = "nobody";
@@ -299,24 +297,6 @@ impl AgentRegistry {
             user: self.user.as_ref().map(|u| (u.uid, u.gid)),
         })
     }
-}
-
-/// The whole environment of an agent process whose command adds `added`: the worker's inherited
-/// variables ([`inherited`]) with `added` over them, and nothing else.
-pub fn process_environment(added: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    let mut env: BTreeMap<String, String> = worker_environment().filter(|(k, _)| inherited(k)).collect();
-    env.extend(added.clone());
-    env
-}
-
-/// The worker's own environment, as pairs.
-pub fn worker_environment() -> impl Iterator<Item = (String, String)> {
-    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-}
-
-/// Whether an agent process takes the worker's variable `name` ([`INHERITED`] and `LC_*`).
-pub fn inherited(name: &str) -> bool {
-    INHERITED.contains(&name) || name.starts_with("LC_")
 }
 
 /// The whole environment of a process of the agent `name` registered as `agent`: the inherited

@@ -8,6 +8,7 @@
 //!   runs, replays, continuations and evaluations in containers of the [`sandbox`](crate::sandbox).
 //! - [`agent`]: one agent process in a container, speaking the line protocol.
 //! - [`agents`]: the agents a worker's operator registered, and each process's environment and user.
+//! - [`agent_env`]: the worker's variables an agent process inherits, and a process's whole environment.
 //! - [`mini_swe_agent`]: the `mini-swe-agent` runner kind on top of the agent process runner.
 //! - [`task_session`]: a whole multi-turn session of an agent on a task, each checkpoint's patch
 //!   judged (the task-state study).
@@ -19,6 +20,7 @@
 //! seam never depends on a runner.
 
 pub mod agent;
+pub mod agent_env;
 pub mod agent_runner;
 pub mod agents;
 pub mod evaluate;

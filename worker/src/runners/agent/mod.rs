@@ -427,7 +427,7 @@ async fn run_process(
     command
         .args(args)
         .env_clear()
-        .envs(crate::runners::agents::process_environment(&start.command.env))
+        .envs(crate::runners::agent_env::process_environment(&start.command.env))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

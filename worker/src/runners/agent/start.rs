@@ -14,7 +14,7 @@ pub struct AgentCommand {
     /// The argument vector, e.g. `["python3", "-m", "vcurve_agents.scripted"]`.
     pub argv: Vec<String>,
     /// Variables added to the few the process takes from the worker's environment (`PATH`,
-    /// `HOME`, the locale: [`crate::runners::agents::process_environment`]); it gets no other.
+    /// `HOME`, the locale: [`crate::runners::agent_env::process_environment`]); it gets no other.
     pub env: BTreeMap<String, String>,
     /// The working directory; `None` is the worker's.
     pub cwd: Option<PathBuf>,
