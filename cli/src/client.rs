@@ -31,6 +31,11 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+/// Context for an error of a call to the coordinator: names it.
+pub(crate) fn at(connection: &Connection) -> impl Fn() -> String + '_ {
+    move || format!("the coordinator at {}", connection.url)
+}
+
 /// Adds `authorization: Bearer <token>` to every request.
 #[derive(Clone)]
 pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);

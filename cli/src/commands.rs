@@ -32,10 +32,4 @@ pub use serving::shutdown_signal;
 pub use status::{ProgressBars, checks_text};
 pub use worker::{WorkerMetricsSettings, WorkerRunners, agent_runner, run_worker};
 
-use crate::client::Connection;
 pub use crate::store_url::{redact_url, split_password};
-
-/// Context for an error of a call to the coordinator: names it.
-fn at(connection: &Connection) -> impl Fn() -> String + '_ {
-    move || format!("the coordinator at {}", connection.url)
-}

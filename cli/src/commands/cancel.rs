@@ -3,7 +3,7 @@
 use anyhow::Context;
 use vcurve_proto::v1;
 
-use super::at;
+use crate::client::at;
 use crate::client::{self, Connection, Remote};
 use crate::output;
 

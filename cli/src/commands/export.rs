@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use vcurve_proto::v1;
 
-use super::at;
+use crate::client::at;
 use crate::client::{self, Connection, Remote};
 use crate::output;
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use vcurve_coordinator::spec;
 
-use super::at;
+use crate::client::at;
 use crate::client::{self, Connection, Remote};
 use crate::output;
 

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use super::at;
 use super::export::write_files;
+use crate::client::at;
 use crate::client::{self, Remote};
 use crate::output;
 

@@ -5,7 +5,7 @@ use anyhow::Context;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use vcurve_proto::v1;
 
-use super::at;
+use crate::client::at;
 use crate::client::{self, Connection, Remote};
 use crate::output;
 

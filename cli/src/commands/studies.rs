@@ -3,8 +3,8 @@
 use anyhow::Context;
 use vcurve_proto::v1;
 
-use super::at;
 use super::status::progress_json;
+use crate::client::at;
 use crate::client::{self, Connection, Remote};
 use crate::output;
 
