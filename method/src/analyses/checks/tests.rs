@@ -28,8 +28,7 @@ fn sanity_uses_the_two_sided_fisher_test() {
 #[test]
 fn retest_median_and_counts() {
     let row = |t, a, b| RetestInput { trajectory: "r".into(), t, first: ratio(a, 8), second: ratio(b, 8) };
-    let report =
-        retest_control(&[row(0, 4, 4), row(5, 2, 4), row(10, 0, 3), row(15, 1, 1)], &Thresholds::default());
+    let report = retest_control(&[row(0, 4, 4), row(5, 2, 4), row(10, 0, 3), row(15, 1, 1)], &Thresholds::default());
     assert_eq!(report.anchors, 4);
     // Gaps 0, 0.25, 0.375, 0 → sorted 0, 0, 0.25, 0.375 → median 0.125.
     assert!(close(report.median_gap.unwrap(), 0.125));
@@ -135,8 +134,7 @@ fn checks_pass_fail_and_not_measured() {
     );
     inputs.cache = Some(CacheUse { evaluations: 10, through_cache: 9, unique_patches: 9 });
     let report = checks(&inputs, &criteria, &params);
-    let failed: Vec<&str> =
-        report.checks.iter().filter(|c| c.status == Status::Fail).map(|c| c.id.as_str()).collect();
+    let failed: Vec<&str> = report.checks.iter().filter(|c| c.status == Status::Fail).map(|c| c.id.as_str()).collect();
     assert_eq!(failed, ["t0_sanity", "test_retest", "cache"]);
 
     // A synthetic study: replay not measured, nothing else wrong → incomplete.
