@@ -839,9 +839,7 @@ async fn a_fork_bomb_is_bounded_and_never_an_engine_message_recorded_as_output()
 #[tokio::test]
 async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image() {
     use vcurve_method::analyses::Observation;
-    use vcurve_record::trajectory::{EndType, Evaluator, FORMAT, Interpreter, Step, Task};
-    use vcurve_record::{Action, Trajectory};
-    use vcurve_worker::sandbox::exec::run_command;
+    use vcurve_record::trajectory::{Evaluator, Task};
     use vcurve_worker::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
     use vcurve_worker::sandbox::replay_job::replay_trajectory;
     use vcurve_worker::sandbox::snapshots::SnapshotCache;
@@ -878,37 +876,8 @@ async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image(
         "python3 -c 'raise ValueError(\"again\")'",
     ];
     let container = Container::start(scope.dyn_runtime(), &limits.spec(&task.image)).await.unwrap();
-    let mut trajectory = Trajectory {
-        format: FORMAT.into(),
-        task: task.clone(),
-        interpreter: Interpreter::default(),
-        messages: vec![serde_json::json!({"role": "system"}), serde_json::json!({"role": "user"})],
-        initial_messages: 2,
-        steps: Vec::new(),
-        end_type: EndType::StepCap,
-        submission: None,
-        policy: None,
-    };
-    for command in commands {
-        let o = run_command(&container, &task, &trajectory.interpreter, command, 60.0).await.unwrap();
-        trajectory.messages.push(serde_json::json!({"role": "assistant"}));
-        trajectory.messages.push(serde_json::json!({"role": "user"}));
-        trajectory.steps.push(Step {
-            actions: vec![Action {
-                command: command.into(),
-                timeout_s: 60.0,
-                output: o.output,
-                returncode: o.returncode,
-                timed_out: o.timed_out,
-                exception: None,
-                omitted: None,
-            }],
-            messages_end: trajectory.messages.len(),
-            fingerprint: None,
-        });
-    }
+    let trajectory = crate::support::record_commands(&container, &task, &commands, 60.0).await;
     container.remove().await.unwrap();
-    trajectory.validate().unwrap();
     assert_eq!(trajectory.steps[6].actions[0].returncode, Some(1), "the traceback's run fails");
 
     let cache = SnapshotCache::open(scope.dyn_runtime(), 1 << 40).await.unwrap();

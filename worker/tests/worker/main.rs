@@ -17,4 +17,5 @@ mod network;
 mod reaping;
 mod recorded_environment;
 mod snapshot_registry;
+mod support;
 mod swebench;

@@ -11,11 +11,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use crate::support::{calc_task, record_commands};
 use std::process::Command;
 use std::sync::Arc;
 
-use vcurve_record::trajectory::{EndType, FORMAT, Interpreter, Step, Task};
-use vcurve_record::{Action, Trajectory};
+use vcurve_record::Trajectory;
+use vcurve_record::trajectory::{Interpreter, Task};
 use vcurve_testkit::require::Service;
 use vcurve_worker::DockerRuntime;
 use vcurve_worker::sandbox::container::{Container, ContainerNetwork, ContainerRuntime, labels};
@@ -26,10 +28,6 @@ use vcurve_worker::sandbox::snapshots::SnapshotCache;
 const TEST_LABEL: &str = "vcurve.test";
 /// The index's name on the network, as the operator's `--proxy-env` names it.
 const INDEX_HOST: &str = "pkgindex";
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the worker crate sits in the repository").to_path_buf()
-}
 
 fn docker(args: &[&str]) -> Result<String, String> {
     let out = Command::new("docker").args(args).output().map_err(|e| format!("docker {args:?}: {e}"))?;
@@ -139,14 +137,6 @@ os.chdir("/srv")
 os.execvp("python3", ["python3", "-m", "http.server", "8000"])
 "#;
 
-fn task(image: &str) -> Task {
-    let path = repo().join("deploy/images/task-calc/task.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let mut value: serde_json::Value = serde_json::from_str(&text).expect("task.json is JSON");
-    value["image"] = image.into();
-    serde_json::from_value(value).expect("task.json is a vcurve Task")
-}
-
 /// The task image with pip installed from Debian's wheel, committed as the test's own image.
 async fn pip_image(runtime: &Arc<dyn ContainerRuntime>, task_image: &str, scope: &Scope) -> String {
     let wheel = pip_wheel();
@@ -157,7 +147,7 @@ async fn pip_image(runtime: &Arc<dyn ContainerRuntime>, task_image: &str, scope:
     container.put_file(&format!("/tmp/{name}"), &bytes, 0o644).await.unwrap();
     let install = run_command(
         &container,
-        &task(task_image),
+        &calc_task(task_image),
         &Interpreter::default(),
         // As in a SWE-bench image's environment, pip may install: no EXTERNALLY-MANAGED marker.
         &format!(
@@ -183,37 +173,8 @@ async fn record(runtime: &Arc<dyn ContainerRuntime>, task: &Task, scope: &Scope)
     ];
     let proxy = limits(scope, ContainerNetwork::Named(scope.network.clone()));
     let container = Container::start(runtime.clone(), &proxy.spec(&task.image)).await.unwrap();
-    let mut trajectory = Trajectory {
-        format: FORMAT.into(),
-        task: task.clone(),
-        interpreter: Interpreter::default(),
-        messages: vec![serde_json::json!({"role": "system"}), serde_json::json!({"role": "user"})],
-        initial_messages: 2,
-        steps: Vec::new(),
-        end_type: EndType::StepCap,
-        submission: None,
-        policy: None,
-    };
-    for command in commands {
-        let o = run_command(&container, task, &trajectory.interpreter, &command, 120.0).await.unwrap();
-        trajectory.messages.push(serde_json::json!({"role": "assistant"}));
-        trajectory.messages.push(serde_json::json!({"role": "user"}));
-        trajectory.steps.push(Step {
-            actions: vec![Action {
-                command,
-                timeout_s: 120.0,
-                output: o.output,
-                returncode: o.returncode,
-                timed_out: o.timed_out,
-                exception: None,
-                omitted: None,
-            }],
-            messages_end: trajectory.messages.len(),
-            fingerprint: None,
-        });
-    }
+    let trajectory = record_commands(&container, task, &commands, 120.0).await;
     container.remove().await.unwrap();
-    trajectory.validate().unwrap();
     trajectory
 }
 
@@ -253,7 +214,7 @@ async fn docker_a_recorded_install_from_the_proxy_index_replays_and_continues_an
     assert!(e.contains("not internal"), "{e}");
     let runtime: Arc<dyn ContainerRuntime> = Arc::new(docker_runtime);
     let image = pip_image(&runtime, &task_image, &scope).await;
-    let task = task(&image);
+    let task = calc_task(&image);
 
     // The index needs a moment to listen: the first recorded install is retried until it does.
     let mut trajectory = record(&runtime, &task, &scope).await;

@@ -9,10 +9,9 @@
 //! mini-swe-agent's container is its own (`docker run -d … sleep 2h`, removed at the end).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
-use vcurve_record::trajectory::{Interpreter, Task};
+use vcurve_record::trajectory::Interpreter;
 use vcurve_testkit::require::Service;
 use vcurve_worker::DockerRuntime;
 use vcurve_worker::sandbox::container::{Container, ContainerRuntime, ContainerSpec, labels};
@@ -40,14 +39,6 @@ finally:
 with open(out, "w") as f:  # mini-swe-agent logs on stdout
     json.dump(results, f)
 "#;
-
-fn task(image: &str) -> Task {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository");
-    let text = std::fs::read_to_string(root.join("deploy/images/task-calc/task.json")).expect("task.json");
-    let mut value: serde_json::Value = serde_json::from_str(&text).expect("task.json is JSON");
-    value["image"] = image.into();
-    serde_json::from_value(value).expect("task.json is a vcurve Task")
-}
 
 #[tokio::test]
 async fn docker_mini_swe_agent_observations_are_those_of_its_own_docker_environment() {
@@ -79,7 +70,7 @@ async fn docker_mini_swe_agent_observations_are_those_of_its_own_docker_environm
         vec!["bash".into(), "-c".into()],
         BTreeMap::from([("PAGER".to_owned(), "cat".to_owned())]),
     );
-    let task = task(&image);
+    let task = crate::support::calc_task(&image);
     let mut ours = Vec::new();
     for (command, timeout) in COMMANDS {
         ours.push(run_command(&container, &task, &interpreter, command, *timeout as f64).await.unwrap());

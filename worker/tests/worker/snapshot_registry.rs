@@ -17,11 +17,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vcurve_testkit::require::Service;
 
-use vcurve_record::trajectory::{EndType, FORMAT, Interpreter, Step, Task};
-use vcurve_record::{Action, Trajectory};
+use vcurve_record::Trajectory;
+use vcurve_record::trajectory::Task;
 use vcurve_worker::DockerRuntime;
 use vcurve_worker::sandbox::container::{Container, ContainerRuntime, ExecRequest, labels};
-use vcurve_worker::sandbox::exec::run_command;
 use vcurve_worker::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
 use vcurve_worker::sandbox::replay_job::replay_trajectory;
 use vcurve_worker::sandbox::snapshots::{Prepared, RegistrySnapshot, SnapshotCache, StartedFrom};
@@ -31,10 +30,6 @@ const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 const TEST_LABEL: &str = "vcurve.test";
 /// No eviction: the engine may hold other workers' snapshots, which these caches also index.
 const BUDGET: u64 = 1 << 50;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the worker crate sits in the repository").to_path_buf()
-}
 
 /// What is needed, or why the test cannot run here.
 fn prerequisites() -> Result<String, String> {
@@ -164,11 +159,7 @@ impl Drop for Cleanup {
 }
 
 fn task(image: &str) -> Task {
-    let path = repo().join("deploy/images/task-calc/task.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let mut value: serde_json::Value = serde_json::from_str(&text).expect("task.json is JSON");
-    value["image"] = image.into();
-    serde_json::from_value(value).expect("task.json is a vcurve Task")
+    crate::support::calc_task(image)
 }
 
 fn limits(key: &str) -> ContainerLimits {
@@ -190,37 +181,8 @@ async fn record(runtime: &Arc<dyn ContainerRuntime>, task: &Task, key: &str) -> 
         "echo three >> vcurve-registry-test.txt; wc -l < vcurve-registry-test.txt".to_owned(),
     ];
     let container = Container::start(runtime.clone(), &limits(key).spec(&task.image)).await.unwrap();
-    let mut trajectory = Trajectory {
-        format: FORMAT.into(),
-        task: task.clone(),
-        interpreter: Interpreter::default(),
-        messages: vec![serde_json::json!({"role": "system"}), serde_json::json!({"role": "user"})],
-        initial_messages: 2,
-        steps: Vec::new(),
-        end_type: EndType::StepCap,
-        submission: None,
-        policy: None,
-    };
-    for command in commands {
-        let o = run_command(&container, task, &trajectory.interpreter, &command, 30.0).await.unwrap();
-        trajectory.messages.push(serde_json::json!({"role": "assistant"}));
-        trajectory.messages.push(serde_json::json!({"role": "user"}));
-        trajectory.steps.push(Step {
-            actions: vec![Action {
-                command,
-                timeout_s: 30.0,
-                output: o.output,
-                returncode: o.returncode,
-                timed_out: o.timed_out,
-                exception: None,
-                omitted: None,
-            }],
-            messages_end: trajectory.messages.len(),
-            fingerprint: None,
-        });
-    }
+    let trajectory = crate::support::record_commands(&container, task, &commands, 30.0).await;
     container.remove().await.unwrap();
-    trajectory.validate().unwrap();
     trajectory
 }
 
