@@ -57,6 +57,7 @@ mod lines;
 
 pub(crate) use lines::last_bytes;
 mod messages;
+mod process;
 #[cfg(test)]
 mod protocol_props;
 mod session;
@@ -88,6 +89,9 @@ use messages::{
 };
 
 pub use messages::PROTOCOL;
+pub use process::AgentExit;
+pub(crate) use process::GroupGuard;
+use process::{MarkGuard, exit_of, kill, kill_group, signal_name};
 pub use start::{AgentCommand, AgentStart};
 
 /// The longest line the agent may write (before its `\n`).
@@ -103,8 +107,7 @@ pub const STDERR_TAIL_BYTES: usize = 64 << 10;
 pub const EXIT_GRACE: Duration = Duration::from_secs(10);
 /// How much of the stderr tail a failure's reason carries.
 const REASON_STDERR_BYTES: usize = 4 << 10;
-/// How long to wait for a killed process to be reaped, and for its stderr to drain.
-const REAP_WAIT: Duration = Duration::from_secs(5);
+/// How long to wait for a killed agent's stderr to drain.
 const STDERR_DRAIN_WAIT: Duration = Duration::from_secs(1);
 
 /// The bounds of one run.
@@ -142,29 +145,6 @@ impl AgentLimits {
             exit_grace: EXIT_GRACE,
             max_line_bytes: MAX_LINE_BYTES,
             stderr_tail_bytes: STDERR_TAIL_BYTES,
-        }
-    }
-}
-
-/// How the agent process ended after its `final`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AgentExit {
-    /// It exited with this status (0 is what the protocol asks for).
-    Exited(i32),
-    /// A signal ended it.
-    Signaled(i32),
-    /// It had not exited within the grace and was killed.
-    KilledAfterGrace,
-}
-
-impl std::fmt::Display for AgentExit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AgentExit::Exited(code) => write!(f, "exited with status {code}"),
-            AgentExit::Signaled(sig) => write!(f, "was killed by {}", signal_name(*sig)),
-            AgentExit::KilledAfterGrace => {
-                f.write_str("had not exited within the grace after its final and was killed")
-            }
         }
     }
 }
@@ -790,74 +770,4 @@ fn failure(stop: Stop, limits: &AgentLimits, stderr_tail: &str) -> AgentFailure 
             _ => AgentFailure::Protocol { reason: with_stderr(what) },
         },
     }
-}
-
-fn exit_of(status: ExitStatus) -> AgentExit {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => AgentExit::Exited(code),
-        (None, Some(sig)) => AgentExit::Signaled(sig),
-        (None, None) => AgentExit::Exited(-1),
-    }
-}
-
-/// Kill the agent and its process group (`group`: the agent's pid, taken at spawn, since a reaped
-/// child no longer has one), and reap it.
-async fn kill(child: &mut Child, group: Option<u32>) {
-    let _ = child.start_kill();
-    kill_group(group);
-    let _ = tokio::time::timeout(REAP_WAIT, child.wait()).await;
-}
-
-/// Kills what is left of a child's process group when dropped (`kill_on_drop` kills the child
-/// alone, not what it started: the agent's commands, the harness's `docker` calls).
-pub(crate) struct GroupGuard(pub(crate) Option<u32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        kill_group(self.0);
-    }
-}
-
-/// Kills every process carrying an agent's mark when dropped (what left the agent's group too).
-struct MarkGuard(Option<AgentMark>);
-
-impl Drop for MarkGuard {
-    fn drop(&mut self) {
-        if let Some(mark) = &self.0 {
-            let killed = mark.kill();
-            if killed > 0 {
-                tracing::info!(killed, mark = mark.value(), "killed what the agent process left running");
-            }
-        }
-    }
-}
-
-/// SIGKILL whatever is left of a child's process group (the child made it, with
-/// `process_group(0)`).
-fn kill_group(group: Option<u32>) {
-    if let Some(pid) = group.and_then(|id| i32::try_from(id).ok()).and_then(rustix::process::Pid::from_raw) {
-        // The group may be empty by now; that is not an error worth reporting.
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-    }
-}
-
-fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        24 => "SIGXCPU",
-        25 => "SIGXFSZ",
-        _ => return format!("signal {sig}"),
-    };
-    format!("signal {sig} ({name})")
 }
