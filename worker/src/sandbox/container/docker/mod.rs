@@ -511,7 +511,9 @@ impl DockerRuntime {
         match self.run_plain(container, argv).await {
             Ok((_, Some(0))) => Ok(()),
             Ok((output, code)) => {
-                if !self.running(container).await? {
+                // A container being killed refuses execs ("cannot exec in a stopped state") a
+                // moment before the engine reports it stopped: give it the grace to say so.
+                if self.dies_soon(container).await? {
                     return Err(RuntimeError::Gone(container.to_owned()));
                 }
                 Err(RuntimeError::Engine(format!(
@@ -520,7 +522,7 @@ impl DockerRuntime {
                     String::from_utf8_lossy(&output).trim()
                 )))
             }
-            Err(RuntimeError::Engine(_)) if !self.running(container).await? => {
+            Err(RuntimeError::Engine(_)) if self.dies_soon(container).await? => {
                 Err(RuntimeError::Gone(container.to_owned()))
             }
             Err(e) => Err(e),
