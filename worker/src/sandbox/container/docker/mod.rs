@@ -174,6 +174,8 @@ const EXIT_POLL_FIRST: Duration = Duration::from_millis(50);
 const EXIT_POLL_MAX: Duration = Duration::from_secs(1);
 /// How long a command killed by SIGKILL waits to see whether its container is dying as a whole.
 const DEATH_GRACE: Duration = Duration::from_millis(500);
+/// How long the kill of a command's leftovers is tried again when its exec cannot start.
+const KILL_RETRY: Duration = Duration::from_secs(5);
 /// Per-request timeout of the client (headers of a response; streams are not cut by it).
 const REQUEST_TIMEOUT_S: u64 = 600;
 /// How long [`DockerRuntime::connect`] waits for the engine to answer.
@@ -508,24 +510,36 @@ impl DockerRuntime {
             header.pgid.to_string(),
             header.pipe.as_deref().map_or_else(|| "-".to_owned(), glob_escape),
         ];
-        match self.run_plain(container, argv).await {
-            Ok((_, Some(0))) => Ok(()),
-            Ok((output, code)) => {
-                // A container being killed refuses execs ("cannot exec in a stopped state") a
-                // moment before the engine reports it stopped: give it the grace to say so.
-                if self.dies_soon(container).await? {
+        // A container at its pids limit (a fork bomb) cannot start the kill's exec ("OCI runtime
+        // exec failed"); processes of the bomb die and free a slot now and then, so the kill is
+        // tried again for a while before it is an engine error (and the job a no-outcome, whose
+        // container is removed).
+        let give_up = Instant::now() + KILL_RETRY;
+        loop {
+            let failure = match self.run_plain(container, argv.clone()).await {
+                Ok((_, Some(0))) => return Ok(()),
+                Ok((output, code)) => {
+                    // A container being killed refuses execs ("cannot exec in a stopped state") a
+                    // moment before the engine reports it stopped: give it the grace to say so.
+                    if self.dies_soon(container).await? {
+                        return Err(RuntimeError::Gone(container.to_owned()));
+                    }
+                    RuntimeError::Engine(format!(
+                        "cannot kill what is left of a command's process group {} in container {container} (exit {code:?}): {}",
+                        header.pgid,
+                        String::from_utf8_lossy(&output).trim()
+                    ))
+                }
+                Err(RuntimeError::Engine(_)) if self.dies_soon(container).await? => {
                     return Err(RuntimeError::Gone(container.to_owned()));
                 }
-                Err(RuntimeError::Engine(format!(
-                    "cannot kill what is left of a command's process group {} in container {container} (exit {code:?}): {}",
-                    header.pgid,
-                    String::from_utf8_lossy(&output).trim()
-                )))
+                Err(e @ RuntimeError::Engine(_)) => e,
+                Err(e) => return Err(e),
+            };
+            if Instant::now() >= give_up {
+                return Err(failure);
             }
-            Err(RuntimeError::Engine(_)) if self.dies_soon(container).await? => {
-                Err(RuntimeError::Gone(container.to_owned()))
-            }
-            Err(e) => Err(e),
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
