@@ -51,7 +51,7 @@ class OutageTest(unittest.TestCase):
     def run_ending_on(self, error, t):
         """`run` with an agent whose resume stopped on `error`, from a prefix of `t` steps."""
         finals = []
-        start = types.SimpleNamespace(model={"model_name": "m"}, seed=5, t=t, budget=10,
+        start = types.SimpleNamespace(model={"model_name": "m"}, seed=5, t=t, budget=10, turns=False,
                                       messages=[{"role": "system", "content": "s"}] * (2 + 2 * t),
                                       task={"id": "x", "problem_statement": "p"})
         channel = types.SimpleNamespace(start=lambda: start, steps=0,
