@@ -117,6 +117,7 @@ pub async fn run(store_url: &str, workers: u32, continuations: u64) -> anyhow::R
                     protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
                     agents: vec![],
                     networks: vec![],
+                    model_endpoints: vec![],
                 })
                 .await?
                 .into_inner()

@@ -235,6 +235,7 @@ async fn drive(url: String, i: u32, slots: u32, finished: Arc<AtomicU64>, stop: 
             protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
             agents: vec![],
             networks: vec![],
+            model_endpoints: vec![],
         })
         .await?
         .into_inner()

@@ -38,7 +38,8 @@ pub fn key_from_wire(key: Option<v1::JobKey>) -> Result<JobKey, Status> {
         }
         JobKey::Evaluation { task, .. } if task.is_empty() => Some("task"),
         JobKey::Evaluation { patch_sha256, .. } => patch_sha256.is_empty().then_some("patch_sha256"),
-        JobKey::BaseRun { task, .. } => task.is_empty().then_some("task"),
+        JobKey::BaseRun { task, .. } | JobKey::Session { task, .. } => task.is_empty().then_some("task"),
+        JobKey::ModelCall { call, .. } => call.is_empty().then_some("call"),
     };
     match missing {
         Some(field) => Err(required(field)),
@@ -137,6 +138,15 @@ fn replay_observations(
     }
 }
 
+/// A digest a report must carry.
+fn digest_field(field: &str, digest: String) -> Result<String, Status> {
+    if vcurve_record::trajectory::is_digest(&digest) {
+        Ok(digest)
+    } else {
+        Err(Status::invalid_argument(format!("{field} {digest:?} is not a SHA-256 digest")))
+    }
+}
+
 pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<JobReport, Status> {
     use v1::report_request::Result as R;
     match result {
@@ -183,6 +193,12 @@ pub fn report_from_wire(result: Option<v1::report_request::Result>) -> Result<Jo
             }))
         }
         Some(R::Evaluated(e)) => Ok(JobReport::Evaluated { resolved: e.resolved }),
+        Some(R::SessionRecorded(r)) => {
+            Ok(JobReport::SessionRecorded { recorded: digest_field("recorded_digest", r.recorded_digest)? })
+        }
+        Some(R::CallAnswered(c)) => {
+            Ok(JobReport::CallAnswered { output: digest_field("output_digest", c.output_digest)? })
+        }
         None => Err(Status::invalid_argument("a report needs a result")),
     }
 }

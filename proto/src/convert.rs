@@ -42,6 +42,8 @@ pub fn key_from_wire(key: v1::JobKey) -> Result<JobKey, KeyError> {
             JobKey::Evaluation { study, task: key.task, patch_sha256: key.patch_sha256, round: key.seed }
         }
         Ok(v1::JobKind::BaseRun) => JobKey::BaseRun { study, task: key.task, seed: key.seed },
+        Ok(v1::JobKind::Session) => JobKey::Session { study, task: key.task },
+        Ok(v1::JobKind::ModelCall) => JobKey::ModelCall { study, call: key.call },
         Ok(v1::JobKind::Unspecified) | Err(_) => return Err(KeyError::UnknownKind(key.kind)),
     })
 }
@@ -71,6 +73,14 @@ pub fn key_to_wire(key: &JobKey) -> v1::JobKey {
             wire.task = task.clone();
             wire.seed = *seed;
         }
+        JobKey::Session { task, .. } => {
+            wire.kind = v1::JobKind::Session.into();
+            wire.task = task.clone();
+        }
+        JobKey::ModelCall { call, .. } => {
+            wire.kind = v1::JobKind::ModelCall.into();
+            wire.call = call.clone();
+        }
     }
     wire
 }
@@ -82,6 +92,8 @@ pub fn retired_to_wire(retired: &RetiredJobs) -> v1::RetiredJobs {
         JobKind::Replay => v1::JobKind::Replay,
         JobKind::Evaluation => v1::JobKind::Evaluation,
         JobKind::BaseRun => v1::JobKind::BaseRun,
+        JobKind::Session => v1::JobKind::Session,
+        JobKind::ModelCall => v1::JobKind::ModelCall,
     };
     v1::RetiredJobs {
         kind: kind as i32,
@@ -101,6 +113,8 @@ pub fn retired_from_wire(retired: v1::RetiredJobs) -> Option<RetiredJobs> {
         v1::JobKind::Replay => JobKind::Replay,
         v1::JobKind::Evaluation => JobKind::Evaluation,
         v1::JobKind::BaseRun => JobKind::BaseRun,
+        v1::JobKind::Session => JobKind::Session,
+        v1::JobKind::ModelCall => JobKind::ModelCall,
         v1::JobKind::Unspecified => return None,
     };
     Some(RetiredJobs {

@@ -20,8 +20,10 @@ pub mod v1 {
 /// worker registers the agents it offers (`RegisterRequest.agents`); a 3.x worker would refuse
 /// every such job's options, and would run a 3.x study's host command. 4.1: a worker registers
 /// the networks its operator lets agent containers have (`RegisterRequest.networks`); a 4.0
-/// worker offers none beyond `none`, so it gets no study on another network.
-pub const PROTOCOL_VERSION: &str = "4.1";
+/// worker offers none beyond `none`, so it gets no study on another network. 4.2: the task-state
+/// study's `session` and `model_call` jobs, their reports, and the model endpoints a worker offers
+/// (`RegisterRequest.model_endpoints`); a 4.1 worker offers none, so it gets no model call.
+pub const PROTOCOL_VERSION: &str = "4.2";
 
 /// The largest piece of a file or payload one message carries.
 pub const CHUNK_BYTES: usize = 1 << 20;

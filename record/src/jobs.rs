@@ -22,6 +22,11 @@ pub enum JobKind {
     Evaluation,
     /// A full run from `h_0` that records a new trajectory.
     BaseRun,
+    /// A task-state study's multi-turn session of the agent on one task (docs/task-state.md).
+    Session,
+    /// One call of a task-state study's model stages, keyed by its
+    /// [`crate::task_state::CallKey`].
+    ModelCall,
 }
 
 impl JobKind {
@@ -31,6 +36,8 @@ impl JobKind {
             JobKind::Replay => "replay",
             JobKind::Evaluation => "evaluation",
             JobKind::BaseRun => "base_run",
+            JobKind::Session => "session",
+            JobKind::ModelCall => "model_call",
         }
     }
 }
@@ -73,6 +80,16 @@ pub enum JobKey {
         task: String,
         seed: u32,
     },
+    /// A task-state study's session of the agent on `task`.
+    Session {
+        study: String,
+        task: String,
+    },
+    /// A task-state study's model call; `call` is its [`crate::task_state::CallKey`]'s subject.
+    ModelCall {
+        study: String,
+        call: String,
+    },
 }
 
 impl JobKey {
@@ -82,13 +99,19 @@ impl JobKey {
             JobKey::Replay { .. } => JobKind::Replay,
             JobKey::Evaluation { .. } => JobKind::Evaluation,
             JobKey::BaseRun { .. } => JobKind::BaseRun,
+            JobKey::Session { .. } => JobKind::Session,
+            JobKey::ModelCall { .. } => JobKind::ModelCall,
         }
     }
 
     pub fn study(&self) -> &str {
         match self {
             JobKey::Continuation(k) => &k.study,
-            JobKey::Replay { study, .. } | JobKey::Evaluation { study, .. } | JobKey::BaseRun { study, .. } => study,
+            JobKey::Replay { study, .. }
+            | JobKey::Evaluation { study, .. }
+            | JobKey::BaseRun { study, .. }
+            | JobKey::Session { study, .. }
+            | JobKey::ModelCall { study, .. } => study,
         }
     }
 
@@ -97,7 +120,9 @@ impl JobKey {
         match self {
             JobKey::Continuation(k) => Some(&k.trajectory),
             JobKey::Replay { trajectory, .. } => Some(trajectory),
-            JobKey::Evaluation { .. } | JobKey::BaseRun { .. } => None,
+            JobKey::Evaluation { .. } | JobKey::BaseRun { .. } | JobKey::Session { .. } | JobKey::ModelCall { .. } => {
+                None
+            }
         }
     }
 
@@ -125,6 +150,8 @@ impl fmt::Display for JobKey {
                 write!(f, "{study}/{task}/evaluation/{patch_sha256}/{round}")
             }
             JobKey::BaseRun { study, task, seed } => write!(f, "{study}/{task}/base_run/{seed}"),
+            JobKey::Session { study, task } => write!(f, "{study}/{task}/session"),
+            JobKey::ModelCall { study, call } => write!(f, "{study}/call/{call}"),
         }
     }
 }
@@ -388,6 +415,10 @@ impl RetiredJobs {
             (JobKind::Evaluation, _) => "evaluations",
             (JobKind::BaseRun, 1) => "base run",
             (JobKind::BaseRun, _) => "base runs",
+            (JobKind::Session, 1) => "session",
+            (JobKind::Session, _) => "sessions",
+            (JobKind::ModelCall, 1) => "model call",
+            (JobKind::ModelCall, _) => "model calls",
         };
         let reasons: Vec<String> = self.reasons.iter().map(|r| format!("{}× {:?}", r.count, r.reason)).collect();
         let listed: u64 = self.reasons.iter().map(|r| r.count).sum();
@@ -442,6 +473,13 @@ pub enum JobReport {
     Replayed(Replayed),
     /// An evaluation's verdict.
     Evaluated { resolved: bool },
+    /// A session ended with every turn: the [`crate::task_state::RecordedSession`] uploaded by
+    /// its SHA-256.
+    SessionRecorded { recorded: String },
+    /// A model call ended, answered, malformed or failed: the [`crate::task_state::CallOutput`]
+    /// uploaded by its SHA-256. A malformed or failed call is recorded, never scored, and not
+    /// asked again.
+    CallAnswered { output: String },
 }
 
 impl JobReport {
@@ -467,6 +505,8 @@ impl JobReport {
                 | (JobReport::NonReplayable(_), JobKind::Continuation | JobKind::Replay)
                 | (JobReport::Replayed(_), JobKind::Replay)
                 | (JobReport::Evaluated { .. }, JobKind::Evaluation)
+                | (JobReport::SessionRecorded { .. } | JobReport::Capped { .. }, JobKind::Session)
+                | (JobReport::CallAnswered { .. }, JobKind::ModelCall)
         )
     }
 }

@@ -14,6 +14,8 @@
 //! - [`jobs`]: the kinds of work a coordinator hands out and the typed reports that come back.
 //! - [`session`]: a multi-turn session of an agent (turns, tool calls, reasoning, reports), the
 //!   JSON format sessions recorded elsewhere are read from, and the views of a checkpoint.
+//! - [`task_state`]: the task-state study's settings, call keys, call inputs and outputs, and
+//!   recorded sessions.
 //! - [`snapshot`]: a trajectory state pushed to a snapshot registry ([`snapshot::RegistrySnapshot`]).
 //! - [`study`]: a study as data — the validated [`StudySpec`] it runs from and the
 //!   [`StudyRecord`] the store hands out (every trajectory's state and outcomes).
@@ -32,6 +34,7 @@ pub mod runner;
 pub mod session;
 pub mod snapshot;
 pub mod study;
+pub mod task_state;
 pub mod trajectory;
 
 pub use ids::{Digest, InvalidDigest, StudyId, TrajectoryId};

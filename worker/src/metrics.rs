@@ -194,6 +194,8 @@ impl WorkerMetrics {
             Some(JobReport::NonReplayable(_)) => "non_replayable",
             Some(JobReport::Replayed(_)) => "replayed",
             Some(JobReport::Evaluated { .. }) => "evaluated",
+            Some(JobReport::SessionRecorded { .. }) => "session_recorded",
+            Some(JobReport::CallAnswered { .. }) => "call_answered",
             None => "cancelled",
         };
         let kind = kind.as_str().to_string();

@@ -44,7 +44,8 @@ pub struct ChatMessage {
 }
 
 /// The templates vcurve ships.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TemplateName {
     /// Atom extraction from the full context of a checkpoint.
     ExtractAtoms,

@@ -73,6 +73,7 @@ async fn clients_and_workers_need_their_own_tokens() {
         protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
         agents: vec![],
         networks: vec![],
+        model_endpoints: vec![],
     };
     for (token, ok) in [(Some("worker-secret"), true), (Some("client-secret"), false), (None, false)] {
         let mut w = WorkerServiceClient::with_interceptor(channel.clone(), client::bearer(token).unwrap());
@@ -434,6 +435,7 @@ async fn a_lease_request_tells_pushed_snapshots_and_its_jobs_name_them_over_grpc
         protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
         agents: vec![],
         networks: vec![],
+        model_endpoints: vec![],
     };
     let worker_id = w.register(register).await.unwrap().into_inner().worker_id;
     let lease = |registry: &str, pushed: Vec<v1::RegistrySnapshot>| v1::LeaseRequest {
@@ -593,6 +595,7 @@ async fn a_problem_statement_is_uploaded_kept_and_fetched_in_pieces() {
             protocol_version: vcurve_proto::PROTOCOL_VERSION.into(),
             agents: vec!["agent".into()],
             networks: vec![],
+            model_endpoints: vec![],
         })
         .await
         .unwrap()

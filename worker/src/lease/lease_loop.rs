@@ -347,6 +347,7 @@ impl Shared {
             capabilities: self.runners.capabilities(),
             agents: self.runners.agents(),
             networks: self.runners.networks(),
+            model_endpoints: Vec::new(),
             protocol_version: vcurve_proto::PROTOCOL_VERSION.to_owned(),
         };
         let mut backoff = Backoff::new();

@@ -97,6 +97,10 @@ pub(crate) fn report_to_wire(
             first_symptom: observation_to_wire(r.first_symptom),
         }),
         JobReport::Evaluated { resolved } => R::Evaluated(v1::Evaluated { resolved: *resolved }),
+        JobReport::SessionRecorded { recorded } => {
+            R::SessionRecorded(v1::SessionRecorded { recorded_digest: recorded.clone() })
+        }
+        JobReport::CallAnswered { output } => R::CallAnswered(v1::CallAnswered { output_digest: output.clone() }),
     };
     v1::ReportRequest {
         worker_id: worker_id.to_owned(),

@@ -325,6 +325,8 @@ pub fn run_seed(study_seed: u64, key: &JobKey) -> u64 {
         JobKey::BaseRun { task, seed, .. } => format!("{study_seed}/{task}/base_run/{seed}"),
         JobKey::Replay { trajectory, .. } => format!("{study_seed}/{trajectory}/replay"),
         JobKey::Evaluation { task, patch_sha256, round, .. } => format!("{study_seed}/{task}/{patch_sha256}/{round}"),
+        JobKey::Session { task, .. } => format!("{study_seed}/{task}/session"),
+        JobKey::ModelCall { call, .. } => format!("{study_seed}/call/{call}"),
     };
     let digest = Sha256::digest(text.as_bytes());
     let mut first = [0u8; 8];
@@ -533,6 +535,9 @@ impl Inner {
                     evaluate_command(self.runtime.clone(), task, &patch, &spec, &self.swebench(), cancel.clone())
                         .await?;
                 Ok(JobReport::Evaluated { resolved: verdict.resolved })
+            }
+            JobKey::Session { .. } | JobKey::ModelCall { .. } => {
+                Err(bad_job("this worker does not run task-state jobs yet"))
             }
         }
     }

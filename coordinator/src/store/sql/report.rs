@@ -179,7 +179,10 @@ impl SqlStore {
                 // The study may be over, or another trajectory admitted.
                 return Ok(Reported::accepted(true));
             }
-            JobReport::Replayed(_) | JobReport::Evaluated { .. } => unreachable!("checked by JobReport::fits"),
+            JobReport::Replayed(_)
+            | JobReport::Evaluated { .. }
+            | JobReport::SessionRecorded { .. }
+            | JobReport::CallAnswered { .. } => unreachable!("checked by JobReport::fits"),
         };
         // A no-outcome puts its key back, a re-check is new work: either wakes a waiting worker.
         let mut wakes = matches!(report, JobReport::NoOutcome { .. }) || rechecks;

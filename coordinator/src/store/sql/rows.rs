@@ -31,6 +31,8 @@ pub(super) fn job_row(key: &JobKey) -> Option<(String, &'static str, String, Str
         JobKey::BaseRun { study, task, seed } => {
             (study.clone(), "base_run", task.clone(), String::new(), i64::from(*seed))
         }
+        JobKey::Session { study, task } => (study.clone(), "session", task.clone(), String::new(), 0),
+        JobKey::ModelCall { study, call } => (study.clone(), "model_call", call.clone(), String::new(), 0),
     })
 }
 
@@ -46,6 +48,8 @@ pub(super) fn job_key_of(row: &AnyRow) -> Result<JobKey, StoreError> {
             JobKey::Evaluation { study, task: subject, patch_sha256: row.try_get("patch_sha256")?, round: seq }
         }
         "base_run" => JobKey::BaseRun { study, task: subject, seed: seq },
+        "session" => JobKey::Session { study, task: subject },
+        "model_call" => JobKey::ModelCall { study, call: subject },
         other => return Err(corrupt(format!("unknown job kind {other:?}"))),
     })
 }

@@ -1,0 +1,254 @@
+//! The task-state study as recorded data (the CTXGAP study, docs/task-state.md): its settings, the
+//! keys of its model calls, what a worker is asked to send ([`CallInput`]) and what comes back
+//! ([`CallOutput`]), and a recorded session with its checkpoints ([`RecordedSession`]).
+//!
+//! The study runs as durable jobs: one `session` job per task, then one `model_call` job per call,
+//! each keyed by its [`CallKey`], so a call whose answer is stored is never repeated. The
+//! coordinator plans the calls that follow a finished job with the pure functions of [`plan`];
+//! the export assembles the estimators' input with [`assemble`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use vcurve_method::task_state::View;
+use vcurve_method::task_state::usage::{Purpose, Stage};
+
+use crate::llm::answers::{self, MalformedAnswer};
+use crate::llm::{ModelCall, TemplateName};
+use crate::session::Session;
+
+/// An OpenAI-compatible endpoint and model a stage calls. The worker reads the key from
+/// `api_key_env` in its own environment, only for an endpoint its operator offers with that
+/// variable (docs/task-state.md, "Endpoints").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRef {
+    /// The base URL up to `/v1`.
+    pub base_url: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Requests in flight at once on this endpoint, per worker.
+    pub concurrency: u32,
+    /// The longest one request may take.
+    pub request_timeout_s: u32,
+    /// Send `chat_template_kwargs` to disable thinking (vLLM, SGLang); false for servers that
+    /// refuse unknown fields (the OpenAI API).
+    pub thinking_kwargs: bool,
+}
+
+/// The sampling parameters of one stage; `None` is not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSampling {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Ask the server not to think (Table 7: thinking disabled).
+    pub disable_thinking: bool,
+}
+
+/// One model stage: which endpoint and how it samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageModel {
+    pub endpoint: ModelRef,
+    pub sampling: StageSampling,
+}
+
+/// The study's settings, fixed at launch (the spec's `task_state:` section, validated).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskStateSettings {
+    /// The settings' name and version (`ctxgap-1`).
+    pub version: String,
+    /// Instruction `k` opens turn `k` (Table 6).
+    pub instructions: Vec<String>,
+    /// The text views read (every one of `View::ALL` but the actor, by default).
+    pub views: Vec<View>,
+    /// Whether the actor fork is asked.
+    pub actor: bool,
+    /// Answer samples per view and per actor probe (Table 7: 3).
+    pub samples: u32,
+    /// Atoms below this importance are dropped before probes are generated (Table 7: 2).
+    pub min_importance: u32,
+    pub atoms: StageModel,
+    pub probes: StageModel,
+    pub reader: StageModel,
+    /// The executing agent's own model, answering from its history.
+    pub actor_model: StageModel,
+    pub judge: StageModel,
+}
+
+/// The key of one model call of a task-state study (a `model_call` job's subject).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "stage", rename_all = "snake_case")]
+pub enum CallKey {
+    /// Atom extraction from `T` at checkpoint `k` of `task`'s session.
+    Atoms { task: String, k: u32 },
+    /// Probes for the kept atoms of checkpoint `k`.
+    Probes { task: String, k: u32 },
+    /// A reader answering every probe of checkpoint `k` from `view`, answer sample `sample`
+    /// (0-based).
+    Reader { task: String, k: u32, view: View, sample: u32 },
+    /// The actor fork answering probe `probe` of checkpoint `k`, sample `sample`.
+    Actor { task: String, k: u32, probe: String, sample: u32 },
+    /// The judge of the answers one reader or actor call gave (`of`).
+    Judge { of: Box<CallKey> },
+}
+
+impl CallKey {
+    pub fn stage(&self) -> Stage {
+        match self {
+            CallKey::Atoms { .. } => Stage::Atoms,
+            CallKey::Probes { .. } => Stage::Probes,
+            CallKey::Reader { .. } => Stage::Reader,
+            CallKey::Actor { .. } => Stage::Actor,
+            CallKey::Judge { .. } => Stage::Judge,
+        }
+    }
+
+    /// The task and checkpoint the call belongs to.
+    pub fn checkpoint(&self) -> (&str, u32) {
+        match self {
+            CallKey::Atoms { task, k }
+            | CallKey::Probes { task, k }
+            | CallKey::Reader { task, k, .. }
+            | CallKey::Actor { task, k, .. } => (task, *k),
+            CallKey::Judge { of } => of.checkpoint(),
+        }
+    }
+
+    /// The key as one string, the job's subject: `TASK/k2/atoms`, `TASK/k2/probes`,
+    /// `TASK/k2/reader/reports/s0`, `TASK/k2/actor/PROBE/s1`, `judge:` + the judged call's key.
+    /// [`CallKey::parse`] reads it back.
+    pub fn as_subject(&self) -> String {
+        match self {
+            CallKey::Atoms { task, k } => format!("{task}/k{k}/atoms"),
+            CallKey::Probes { task, k } => format!("{task}/k{k}/probes"),
+            CallKey::Reader { task, k, view, sample } => format!("{task}/k{k}/reader/{}/s{sample}", view.key()),
+            CallKey::Actor { task, k, probe, sample } => format!("{task}/k{k}/actor/{probe}/s{sample}"),
+            CallKey::Judge { of } => format!("judge:{}", of.as_subject()),
+        }
+    }
+
+    /// Reads [`CallKey::as_subject`]'s form back. Task ids and probe ids never contain `/`.
+    pub fn parse(subject: &str) -> Result<CallKey, String> {
+        if let Some(of) = subject.strip_prefix("judge:") {
+            let of = CallKey::parse(of)?;
+            return match of {
+                CallKey::Reader { .. } | CallKey::Actor { .. } => Ok(CallKey::Judge { of: Box::new(of) }),
+                _ => Err(format!("call key {subject:?}: a judge judges a reader or actor call")),
+            };
+        }
+        let bad = || format!("call key {subject:?} is not TASK/kN/atoms|probes|reader/VIEW/sN|actor/PROBE/sN");
+        let parts: Vec<&str> = subject.split('/').collect();
+        if parts.len() < 3 || parts[0].is_empty() {
+            return Err(bad());
+        }
+        let task = parts[0].to_string();
+        let k: u32 = parts[1].strip_prefix('k').and_then(|k| k.parse().ok()).filter(|k| *k > 0).ok_or_else(bad)?;
+        let sample = |s: &str| s.strip_prefix('s').and_then(|s| s.parse::<u32>().ok()).ok_or_else(bad);
+        match &parts[2..] {
+            ["atoms"] => Ok(CallKey::Atoms { task, k }),
+            ["probes"] => Ok(CallKey::Probes { task, k }),
+            ["reader", view, s] => {
+                let view: View = serde_json::from_value(Value::String((*view).to_string())).map_err(|_| bad())?;
+                if view == View::Actor {
+                    return Err(bad());
+                }
+                Ok(CallKey::Reader { task, k, view, sample: sample(s)? })
+            }
+            ["actor", probe, s] if !probe.is_empty() => {
+                Ok(CallKey::Actor { task, k, probe: (*probe).to_string(), sample: sample(s)? })
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl fmt::Display for CallKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_subject())
+    }
+}
+
+/// How a worker checks an answer before it accepts it (a malformed answer is retried under the
+/// client's budget, then recorded as malformed, never scored): the stage's parser with what the
+/// call asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "parser", rename_all = "snake_case")]
+pub enum AnswerCheck {
+    Atoms { checkpoint: u32 },
+    Probes { atoms: Vec<String> },
+    Reader { probes: Vec<String> },
+    Actor,
+    Judge { items: Vec<String> },
+}
+
+impl AnswerCheck {
+    pub fn check(&self, text: &str) -> Result<(), MalformedAnswer> {
+        fn ids(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
+        match self {
+            AnswerCheck::Atoms { checkpoint } => answers::parse_atoms(text, *checkpoint).map(drop),
+            AnswerCheck::Probes { atoms } => answers::parse_probes(text, &ids(atoms)).map(drop),
+            AnswerCheck::Reader { probes } => answers::parse_reader(text, &ids(probes)).map(drop),
+            AnswerCheck::Actor => answers::parse_actor(text).map(drop),
+            AnswerCheck::Judge { items } => answers::parse_judge(text, &ids(items)).map(drop),
+        }
+    }
+}
+
+/// What a worker sends for one `model_call` job: everything the request needs, rendered by the
+/// coordinator (stored by digest; the job names it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallInput {
+    pub key: CallKey,
+    pub purpose: Purpose,
+    pub template: TemplateName,
+    /// The chat messages as sent (`{"role", "content"}` objects; the actor's are the agent's own
+    /// history with the template's message appended).
+    pub messages: Vec<Value>,
+    pub model: StageModel,
+    pub check: AnswerCheck,
+}
+
+/// What a worker reports for one `model_call` job (stored by digest): the accepted answer's text,
+/// if any, and the call's log, whatever its outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallOutput {
+    /// `None` when the call ended malformed or failed (`log.status` says which).
+    pub answer: Option<String>,
+    pub log: ModelCall,
+}
+
+/// The code state at one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointState {
+    pub k: u32,
+    pub patch_sha256: String,
+    /// The task's evaluator on the checkpoint's patch; `None`: not judged.
+    pub fixed: Option<bool>,
+}
+
+/// A finished `session` job, as a worker uploads it: the session, each checkpoint's code state,
+/// and the agent's own message history (as its adapter sends it to the model) with where each
+/// checkpoint's history ends, for the actor fork.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordedSession {
+    pub session: Session,
+    pub checkpoints: Vec<CheckpointState>,
+    pub messages: Vec<Value>,
+    /// `history_ends[k - 1]`: the agent's history at checkpoint `k` is `messages[..end]`.
+    pub history_ends: Vec<usize>,
+}
