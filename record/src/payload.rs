@@ -34,6 +34,9 @@ pub struct TrajectoryPayload {
     /// ([`TrajectoryPayload::fill_problem_statement`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem_statement_sha256: Option<String>,
+    /// A task-state study's session job: instruction `k` opens turn `k` (docs/task-state.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<Vec<String>>,
 }
 
 impl TrajectoryPayload {
@@ -46,6 +49,7 @@ impl TrajectoryPayload {
             recorded: None,
             task_def: Some(task.clone()),
             problem_statement_sha256: None,
+            instructions: None,
         }
     }
 
@@ -62,6 +66,7 @@ impl TrajectoryPayload {
         };
         TrajectoryPayload {
             problem_statement_sha256: Some(digest.to_string()),
+            instructions: None,
             ..TrajectoryPayload::of_task(&task_def)
         }
     }
@@ -129,6 +134,7 @@ mod tests {
             recorded: None,
             task_def: None,
             problem_statement_sha256: None,
+            instructions: None,
         };
         let bytes = p.canonical_bytes();
         assert_eq!(TrajectoryPayload::from_fetched(&bytes, &p.digest()).unwrap(), p);

@@ -25,6 +25,7 @@ impl Launch {
                 recorded: t.recorded.as_ref().and_then(|d| self.recorded.get(d)).cloned(),
                 task_def: None,
                 problem_statement_sha256: None,
+                instructions: None,
             })
             .collect()
     }

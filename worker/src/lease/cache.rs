@@ -144,6 +144,7 @@ mod tests {
             recorded: None,
             task_def: None,
             problem_statement_sha256: None,
+            instructions: None,
         };
         (p.digest(), p.canonical_bytes())
     }

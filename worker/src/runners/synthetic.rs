@@ -207,6 +207,7 @@ mod tests {
                 recorded: None,
                 task_def: None,
                 problem_statement_sha256: None,
+                instructions: None,
             })),
             anchors: vec![],
             registry_snapshot: None,
@@ -369,6 +370,7 @@ mod tests {
             recorded: None,
             task_def: None,
             problem_statement_sha256: None,
+            instructions: None,
         }));
         assert!(reason(synthetic_result(&j)).contains("no curve"));
         j.trajectory = None;

@@ -324,6 +324,7 @@ fn curve_payload() -> TrajectoryPayload {
         recorded: None,
         task_def: None,
         problem_statement_sha256: None,
+        instructions: None,
     }
 }
 

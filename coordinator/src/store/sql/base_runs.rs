@@ -286,6 +286,7 @@ impl SqlStore {
                 recorded: recorded.as_ref().ok().map(|(run, _)| run.clone()),
                 task_def: None,
                 problem_statement_sha256: None,
+                instructions: None,
             };
             let plan = TrajectoryPlan { length, labels: Vec::new(), controls };
             self.insert_trajectory(tx, study, &trajectory, &id.task, state, &plan, &payload, digest.as_deref(), now)
@@ -471,6 +472,7 @@ impl SqlStore {
                 recorded: Some(recorded),
                 task_def: None,
                 problem_statement_sha256: None,
+                instructions: None,
             };
             self.insert_trajectory(tx, study, &id, task, state, &plan, &payload, Some(&digest), now).await?;
             spec.trajectories.push(TrajectorySpec {

@@ -126,6 +126,7 @@ fn payload_of(recorded: &Trajectory) -> TrajectoryPayload {
         recorded: Some(recorded.clone()),
         task_def: None,
         problem_statement_sha256: None,
+        instructions: None,
     }
 }
 
