@@ -45,6 +45,10 @@ pub struct StudySpec {
     /// budgets, one row per trajectory of another study with a restart point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_check: Option<RestartCheckSpec>,
+    /// Set on a task-state study (docs/task-state.md): a session of each task, then the model
+    /// stages; it has no trajectories, base runs or selection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_state: Option<crate::task_state::TaskStateSettings>,
 }
 
 /// The `selection:` block: the seed of the fixed order and the size of the study set.

@@ -295,6 +295,7 @@ mod tests {
                 tasks: Vec::new(),
                 selection: None,
                 restart_check: Some(RestartCheckSpec { of: "paper".into(), runs: 4, rows }),
+                task_state: None,
             },
             trajectories: Vec::new(),
             evaluation: EvaluationStats::default(),

@@ -80,6 +80,7 @@ pub mod restart_check;
 mod study;
 mod swebench;
 mod task;
+pub mod task_state;
 mod tasks;
 mod trajectory;
 mod value;

@@ -32,6 +32,7 @@ pub(crate) struct RawStudy {
     pub base_runs: Option<Value>,
     pub selection: Option<Value>,
     pub swebench: Option<Value>,
+    pub task_state: Option<Value>,
 }
 
 /// One entry of `trajectories`.
@@ -243,7 +244,8 @@ mod tests {
                 "tasks",
                 "base_runs",
                 "selection",
-                "swebench"
+                "swebench",
+                "task_state"
             ]
         );
         assert_eq!(fields_of::<RawTrajectory>(), ["id", "task", "length", "curve", "labels", "base_runs", "recorded"]);

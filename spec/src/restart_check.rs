@@ -114,5 +114,6 @@ pub fn complete(
         tasks,
         selection: None,
         restart_check: Some(RestartCheckSpec { of: request.of.clone(), runs: request.runs, rows }),
+        task_state: None,
     })
 }

@@ -42,7 +42,27 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
 
     let runner = parse_runner(required(&raw.runner, "runner").map_err(top_error)?)?;
 
+    let task_state = match &raw.task_state {
+        None => None,
+        Some(section) => {
+            crate::task_state::check_alone(top).map_err(top_error)?;
+            if !runner.runs_containers() {
+                return Err(top_error(problem(
+                    "runner.kind",
+                    "must run an agent in containers (agent or mini-swe-agent) in a task-state study: its sessions \
+                     are the agent's own runs on its tasks",
+                )));
+            }
+            Some(crate::task_state::parse(section).map_err(top_error)?)
+        }
+    };
     let mut task_entries = tasks::parse_tasks(raw.tasks.as_ref(), &runner, file)?;
+    if task_state.is_some() && task_entries.is_empty() && raw.swebench.is_none() {
+        return Err(top_error(problem(
+            "tasks",
+            "is missing: a task-state study records a session of each of its tasks",
+        )));
+    }
     let dataset = swebench::parse(raw.swebench.as_ref(), raw.trajectories.is_some(), &runner, file, &mut task_entries)?;
     // The trajectory count bounds the control counts, so look at the list's shape first. Every
     // base run may fail and become a trajectory.
@@ -64,11 +84,24 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
             )));
         }
     };
+    if task_state.is_some()
+        && let Some((i, _)) = task_entries.iter().enumerate().find(|(_, e)| e.base_runs.is_some())
+    {
+        return Err(top_error(problem(
+            format!("tasks[{i}].base_runs"),
+            "is not a field of a task-state study's task: it records one session of each task",
+        )));
+    }
     let (thresholds, controls, admission, selection) = parse_parameters(&raw, entries.len(), &task_entries, seed)?;
     let budget = thresholds.budget;
+    // A task-state study makes no base runs and selects nothing: its jobs are sessions.
+    let selection = if task_state.is_some() { None } else { selection };
     let tasks: Vec<TaskRuns> = task_entries
         .into_iter()
-        .map(|e| TaskRuns { base_runs: e.base_runs.unwrap_or(thresholds.base_runs_per_task), task: e.task })
+        .map(|e| TaskRuns {
+            base_runs: if task_state.is_some() { 0 } else { e.base_runs.unwrap_or(thresholds.base_runs_per_task) },
+            task: e.task,
+        })
         .collect();
 
     let synthetic = matches!(runner, RunnerSpec::Synthetic(_));
@@ -159,6 +192,7 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
         tasks,
         selection,
         restart_check: None,
+        task_state,
     };
     Ok(Launch { spec, recorded })
 }

@@ -118,6 +118,7 @@ pub(crate) fn study(
             tasks: Vec::new(),
             selection: None,
             restart_check: None,
+            task_state: None,
         },
         trajectories: records,
         evaluation,
