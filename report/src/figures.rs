@@ -42,7 +42,7 @@ pub const HEIGHT: u32 = 400;
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 /// The font's family name, which the rasterizer also answers for the SVG's `sans-serif`.
 const FONT_NAME: &str = "DejaVu Sans";
-const FAMILY: &str = "sans-serif";
+pub(crate) const FAMILY: &str = "sans-serif";
 
 // Layout, in pixels. The plot's frame is derived from these in `Frame::of`, the same numbers
 // plotters lays the chart out with.
@@ -176,7 +176,7 @@ impl CurveFigure {
     /// The figure as a PNG image of `WIDTH × HEIGHT` pixels: the SVG, rasterized by resvg with the
     /// embedded font.
     pub fn png(&self) -> Result<Vec<u8>, FigureError> {
-        rasterize(&self.svg())
+        rasterize(&self.svg(), WIDTH, HEIGHT)
     }
 
     /// The title: the trajectory and Table 9's quantities.
@@ -466,12 +466,13 @@ fn fit_width<DB: DrawingBackend>(
     }
 }
 
-fn draw_error<E: std::fmt::Display>(e: E) -> FigureError {
+pub(crate) fn draw_error<E: std::fmt::Display>(e: E) -> FigureError {
     FigureError::Draw(e.to_string())
 }
 
-/// Rasterize a figure's SVG to PNG with the embedded font as every family the SVG names.
-fn rasterize(svg: &str) -> Result<Vec<u8>, FigureError> {
+/// Rasterize a figure's SVG of `width × height` to PNG with the embedded font as every family the
+/// SVG names.
+pub(crate) fn rasterize(svg: &str, width: u32, height: u32) -> Result<Vec<u8>, FigureError> {
     static FONTS: OnceLock<Arc<fontdb::Database>> = OnceLock::new();
     let fonts = FONTS.get_or_init(|| {
         let mut db = fontdb::Database::new();
@@ -481,13 +482,13 @@ fn rasterize(svg: &str) -> Result<Vec<u8>, FigureError> {
     });
     let options = usvg::Options { font_family: FONT_NAME.to_owned(), fontdb: Arc::clone(fonts), ..Default::default() };
     let tree = usvg::Tree::from_str(svg, &options)?;
-    let mut pixmap = tiny_skia::Pixmap::new(WIDTH, HEIGHT).ok_or_else(|| FigureError::Encode("empty image".into()))?;
+    let mut pixmap = tiny_skia::Pixmap::new(width, height).ok_or_else(|| FigureError::Encode("empty image".into()))?;
     resvg::render(&tree, tiny_skia::Transform::identity(), &mut pixmap.as_mut());
     pixmap.encode_png().map_err(|e| FigureError::Encode(e.to_string()))
 }
 
 /// Register the embedded font with plotters once per process.
-fn register_font() -> Result<(), FigureError> {
+pub(crate) fn register_font() -> Result<(), FigureError> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED.get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
     if ok { Ok(()) } else { Err(FigureError::Font) }

@@ -15,6 +15,7 @@
 //!   `notes.csv` (`trajectory,note` and each clause's value).
 //! - [`replay_table`]: replay as Appendix L reports it (Tables 14–15), and the kinds of commands.
 //! - [`selection_export`]: the base-run pool (Table 8) and the selection of the study set.
+//! - [`task_state`]: a task-state study's Figure 2 and tables (SVG, PNG, Markdown, HTML).
 //! - [`table`]: a table as HTML, CSV and text, aligned text for any rows ([`table::aligned`], which
 //!   `vcurve labels` prints with), and the helpers of the CSV files.
 
@@ -28,3 +29,4 @@ pub mod restart_check;
 pub mod results;
 pub mod selection_export;
 pub mod table;
+pub mod task_state;

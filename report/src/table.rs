@@ -74,6 +74,22 @@ impl Table {
         out
     }
 
+    /// The table as Markdown: a heading, the caption, and a pipe table (an empty table says
+    /// [`NOT_MEASURED`] or "nothing to show" under its header).
+    pub fn markdown(&self) -> String {
+        let cell = |c: &str| c.replace('|', "\\|").replace('\n', " ");
+        let mut out = format!("## {}\n\n{}\n\n", self.title, self.caption);
+        let _ = writeln!(out, "| {} |", self.headers.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(out, "|{}", "---|".repeat(self.headers.len()));
+        for row in &self.rows {
+            let _ = writeln!(out, "| {} |", row.iter().map(|c| cell(c)).collect::<Vec<_>>().join(" | "));
+        }
+        if self.rows.is_empty() {
+            let _ = writeln!(out, "\n({})", self.empty());
+        }
+        out
+    }
+
     pub fn html(&self) -> String {
         let mut out = format!(
             "<h2 id=\"{}\">{}</h2>\n<p class=\"caption\">{}</p>\n<table>\n<tr>",
