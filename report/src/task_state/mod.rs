@@ -3,7 +3,7 @@
 //!
 //! - [`figure`]: Figure 2, accuracy by reading depth, as SVG and PNG ([`figure_svg`],
 //!   [`figure_png`]).
-//! - [`tables`]: Tables 1, 4, 5, 10, 13, 14, 15, the task-equal means and usage by stage, as
+//! - [`tables`](mod@tables): Tables 1, 4, 5, 10, 13, 14, 15, the task-equal means and usage by stage, as
 //!   [`Table`]s ([`tables()`]) and as Markdown ([`tables_markdown`]).
 //! - [`html_section`]: the figure and the tables as one section of an HTML page.
 //!

@@ -137,7 +137,7 @@ fn views(report: &TaskStateReport) -> Table {
         t.row(vec![
             view.symbol().into(),
             r.and_then(|r| r.mean_chars).map_or_else(|| NOT_MEASURED.into(), |c| thousands(c, 1)),
-            e(|r| &r.accuracy).probes.to_string(),
+            r.map_or_else(|| NOT_MEASURED.into(), |r| r.accuracy.probes.to_string()),
             f3(e(|r| &r.accuracy).value),
             est_ci(e(|r| &r.accuracy)),
             est(e(|r| &r.gap_view)),

@@ -65,7 +65,8 @@ fn input(views: &[View]) -> StudyInput {
                     task: format!("task-{task}"),
                     checkpoint: k,
                     category: vcurve_method::task_state::Category::Facts,
-                    importance: 2 + i % 2,
+                    // One atom below the minimum importance: left out of every estimate.
+                    importance: if (task, k, i) == (0, 1, 5) { 1 } else { 2 + i % 2 },
                     origin_turn: if i % 3 == 0 { k } else { k - 1 },
                     flags: EligibilityFlags { well_formed: true, excluded: None },
                     credits,
@@ -264,9 +265,11 @@ fn the_markdown_carries_the_numbers_analyze_gave() {
         format!("| U | {} | {} | {:.3} | [{:.3}, {:.3}] |", thousands(u.mean_chars.unwrap(), 1), u.accuracy.probes, u.accuracy.value.unwrap(), ci.lo, ci.hi),
         format!("| Gap_view | {:.3} | [{:.3}, {:.3}] |", gap.value.unwrap(), gap.ci.unwrap().lo, gap.ci.unwrap().hi),
         format!("| Gap_actor | {:.3} |", u.gap_actor.value.unwrap()),
-        "| U + narration | not measured | 0 | not measured | not measured | not measured | not measured | not measured |"
+        "| U + narration | not measured | not measured | not measured | not measured | not measured | not measured | not measured |"
             .to_string(),
-        "| probes eligible | 48 |".to_string(),
+        "| probes generated | 48 |".to_string(),
+        "| probes eligible | 47 |".to_string(),
+        "| left out: below min importance | 1 |".to_string(),
         "| scored samples: U + last 3 outputs | not measured |".to_string(),
     ] {
         assert!(md.contains(&needle), "{needle}\n{md}");
