@@ -9,8 +9,9 @@
 //!
 //! ## Flow
 //!
-//! 1. **Register** with the worker's name, slots, capabilities (the kinds of its [`Runners`]) and
-//!    [`PROTOCOL_VERSION`]. While the coordinator is unreachable (it may be restarting) the worker
+//! 1. **Register** with the worker's name, slots, capabilities (the kinds of its [`Runners`]), the
+//!    model endpoints its operator offers (each the capability `model:BASE_URL` at the
+//!    coordinator) and [`PROTOCOL_VERSION`]. While the coordinator is unreachable (it may be restarting) the worker
 //!    retries with capped exponential backoff, logging at `warn`.
 //! 2. **Lease** up to the number of free slots, waiting up to `lease_wait` for work (long poll).
 //!    Each job runs on its own tokio task and holds its slot until its result is reported.
@@ -42,8 +43,9 @@
 //! - [`runners`]: the agent-runner seam ([`AgentRunner`], [`Runners`], [`JobSpec`],
 //!   [`JobReport`], [`JobServices`]) and the runners: [`SyntheticRunner`] (outcomes a pure
 //!   function of the key), [`AgentProcessRunner`] (agent processes in containers: base runs,
-//!   replays, continuations, evaluations), [`MiniSweAgent`], and the evaluators
-//!   ([`runners::evaluate`]).
+//!   replays, continuations, evaluations, task-state sessions), [`MiniSweAgent`],
+//!   [`ModelCallRunner`] (a task-state study's model calls, routed by their job kind, on the
+//!   endpoints of [`ModelEndpoints`]) and the evaluators ([`runners::evaluate`]).
 //! - [`sandbox`]: the container runtime seam and the Docker Engine behind it ([`DockerRuntime`]),
 //!   the one exec path, replay with its checks, and the snapshot images of trajectory states
 //!   (on this host and across hosts through a registry).
@@ -72,7 +74,8 @@ pub use lease::{WorkerConfig, WorkerError, WorkerSummary, run, run_with_metrics}
 pub use runners::evaluate::SwebenchHarness;
 pub use runners::{
     AgentProcessRunner, AgentRegistry, AgentRunner, AgentUser, ContinuationKey, HeldJob, JobKey, JobKind, JobReport,
-    JobServices, JobSpec, MiniSweAgent, NoOutcome, RegisteredAgent, Runners, SyntheticRunner,
+    JobServices, JobSpec, MiniSweAgent, ModelCallRunner, ModelEndpoints, NoOutcome, RegisteredAgent, Runners,
+    SyntheticRunner,
 };
 pub use sandbox::container::ContainerRuntime;
 pub use sandbox::container::docker::DockerRuntime;

@@ -43,7 +43,7 @@ use crate::lease::error::WorkerError;
 use crate::lease::wire;
 use crate::metrics::WorkerMetrics;
 use crate::runners::no_outcome::NoOutcome;
-use crate::runners::seam::{HeldJob, JobReport, JobSpec, Runners};
+use crate::runners::seam::{HeldJob, JobKind, JobReport, JobSpec, Runners};
 
 /// How long a cancelled runner may take to return before its future is dropped.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
@@ -347,7 +347,7 @@ impl Shared {
             capabilities: self.runners.capabilities(),
             agents: self.runners.agents(),
             networks: self.runners.networks(),
-            model_endpoints: Vec::new(),
+            model_endpoints: self.runners.model_endpoints(),
             protocol_version: vcurve_proto::PROTOCOL_VERSION.to_owned(),
         };
         let mut backoff = Backoff::new();
@@ -369,6 +369,7 @@ impl Shared {
                         name = %self.config.name,
                         slots = self.config.slots,
                         capabilities = ?request.capabilities,
+                        model_endpoints = ?request.model_endpoints,
                         heartbeat_ms = interval.as_millis() as u64,
                         lease_timeout_ms = response.lease_timeout_ms,
                         "registered"
@@ -453,12 +454,18 @@ impl Shared {
 
     /// Run a job through its runner; `None` when it was cancelled (its result is then moot).
     async fn run_job(&self, mut spec: JobSpec, cancel: &CancellationToken) -> Option<JobReport> {
-        let Some(runner) = self.runners.get(spec.runner.kind()).cloned() else {
-            let no = NoOutcome::UnsupportedRunner(spec.runner.kind().to_owned());
+        let model_call = spec.key.kind() == JobKind::ModelCall;
+        let Some(runner) = self.runners.for_job(&spec).cloned() else {
+            let no = if model_call {
+                NoOutcome::ModelEndpoint("this worker offers no model endpoint: it runs no model calls".to_owned())
+            } else {
+                NoOutcome::UnsupportedRunner(spec.runner.kind().to_owned())
+            };
             tracing::warn!(reason = %no, "cannot run job");
             return Some(no.report());
         };
-        if let Some(digest) = spec.trajectory_digest.clone() {
+        // A model call's digest names its call input, which its runner fetches as a file.
+        if let Some(digest) = spec.trajectory_digest.clone().filter(|_| !model_call) {
             let fetch = self.cache.get(&digest, |file| async move {
                 self.coordinator.get_trajectory(&file).await.map_err(|e| e.to_string())
             });

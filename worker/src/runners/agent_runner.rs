@@ -10,7 +10,10 @@
 //!   and its patch judged through the study's patch cache;
 //! - **base run**: the agent from `h_0` in a fresh container with budget `B`, recorded as a
 //!   `vcurve.trajectory.v1` trajectory and uploaded, its patch judged the same way;
-//! - **evaluation**: a flake re-check of a patch the cache holds ([`crate::runners::evaluate`]).
+//! - **evaluation**: a flake re-check of a patch the cache holds ([`crate::runners::evaluate`]);
+//! - **session** (a task-state study's): the agent through every turn of a session from `h_0` in
+//!   a fresh container, each checkpoint's patch judged, recorded and uploaded
+//!   (`agent_runner/session_job.rs`).
 //!
 //! Judging a patch: an empty patch fails without evaluation (`empty_patch`); a patch the study
 //! judged before takes its verdict (`cached`); any other is evaluated in a fresh container of the
@@ -219,26 +222,8 @@ impl AgentProcessRunner {
         (study, job): (&str, &str),
         cancel: CancellationToken,
     ) -> Result<crate::runners::task_session::SessionRecord, NoOutcome> {
-        use crate::runners::task_session::{SessionPlan, run_session};
-        let inner = &self.inner;
-        let start = AgentStart {
-            command: inner.command(options).map_err(NoOutcome::BadJob)?,
-            task: task.clone(),
-            interpreter: inner.base_interpreter.clone(),
-            messages: Vec::new(),
-            t: 0,
-            budget: budget_per_turn,
-            seed,
-            model: options.model.clone(),
-        };
-        let limits = inner.labelled_limits(study, job, options)?;
-        let plan = SessionPlan {
-            instructions: instructions.to_vec(),
-            limits: AgentLimits::from_options(options),
-            evaluate: Some(inner.swebench()),
-        };
-        let mark = Some(inner.instance.agent_mark());
-        run_session(inner.runtime.clone(), &limits.spec(&task.image), start, &plan, mark, cancel).await
+        let limits = self.inner.labelled_limits(study, job, options)?;
+        self.inner.session(task, options, instructions, budget_per_turn, seed, &limits, &cancel).await
     }
 
     /// The snapshots this worker holds, `(payload digest, t)`.
@@ -536,8 +521,9 @@ impl Inner {
                         .await?;
                 Ok(JobReport::Evaluated { resolved: verdict.resolved })
             }
-            JobKey::Session { .. } | JobKey::ModelCall { .. } => {
-                Err(bad_job("this worker does not run task-state jobs yet"))
+            JobKey::Session { .. } => self.session_job(job, options, payload, &limits, cancel).await,
+            JobKey::ModelCall { .. } => {
+                Err(bad_job("a model call is run by the worker's model-call runner, not by the agent runner"))
             }
         }
     }
@@ -640,5 +626,6 @@ impl Inner {
     }
 }
 
+mod session_job;
 #[cfg(test)]
 mod tests;

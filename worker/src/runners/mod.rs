@@ -10,6 +10,8 @@
 //! - [`agents`]: the agents a worker's operator registered, and each process's environment and user.
 //! - [`agent_env`]: the worker's variables an agent process inherits, and a process's whole environment.
 //! - [`mini_swe_agent`]: the `mini-swe-agent` runner kind on top of the agent process runner.
+//! - [`model_call`]: [`ModelCallRunner`], the runner of a task-state study's `model_call` jobs on
+//!   the model endpoints a worker's operator offers ([`ModelEndpoints`]); no container runtime.
 //! - [`task_session`]: a whole multi-turn session of an agent on a task, each checkpoint's patch
 //!   judged (the task-state study).
 //! - [`evaluate`]: the evaluators (a command, SWE-bench's harness).
@@ -25,6 +27,7 @@ pub mod agent_runner;
 pub mod agents;
 pub mod evaluate;
 pub mod mini_swe_agent;
+pub mod model_call;
 pub mod networks;
 pub mod no_outcome;
 mod python_env;
@@ -36,6 +39,7 @@ pub mod task_session;
 pub use agent_runner::AgentProcessRunner;
 pub use agents::{AgentRegistry, AgentUser, RegisteredAgent};
 pub use mini_swe_agent::MiniSweAgent;
+pub use model_call::{ModelCallRunner, ModelEndpoints};
 pub use no_outcome::NoOutcome;
 pub use seam::{AgentRunner, ContinuationKey, HeldJob, JobKey, JobKind, JobReport, JobSpec, Runners};
 pub use services::JobServices;

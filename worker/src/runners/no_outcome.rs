@@ -42,6 +42,11 @@ pub enum NoOutcome {
     /// The evaluator could not judge the patch (see [`EvalFailure`]).
     #[error(transparent)]
     Evaluator(#[from] EvalFailure),
+    /// This worker cannot call a model call's endpoint: its operator does not offer it, offers it
+    /// with another key variable than the study names, or the key variable is unset. Run again,
+    /// the call may land on a worker that fits.
+    #[error("{0}")]
+    ModelEndpoint(String),
     /// What the run produced cannot be encoded or stored (a transcript over the store's limit
     /// even after its cuts, JSON that does not encode).
     #[error("{0}")]

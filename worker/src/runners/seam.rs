@@ -98,6 +98,13 @@ pub trait AgentRunner: Send + Sync {
         let _ = pushed;
     }
 
+    /// The model endpoints this runner calls (the model-call runner's, as its operator offered
+    /// them: `BASE_URL` or `BASE_URL=KEY_ENV`); the worker registers them with the coordinator.
+    /// Others call none.
+    fn model_endpoints(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Hand the runner the coordinator's services (verdicts, files), once, when the worker
     /// starts. Runners that need none ignore it.
     fn attach(&self, services: Arc<dyn JobServices>) {
@@ -106,10 +113,12 @@ pub trait AgentRunner: Send + Sync {
 }
 
 /// The runners a worker offers, by kind. Their kinds are the capabilities the worker registers
-/// with.
+/// with. Beside them, the runner of model calls ([`Runners::set_model_calls`]), which runs every
+/// `model_call` job whatever its study's runner.
 #[derive(Clone, Default)]
 pub struct Runners {
     by_kind: BTreeMap<&'static str, Arc<dyn AgentRunner>>,
+    model_calls: Option<Arc<dyn AgentRunner>>,
 }
 
 impl Runners {
@@ -132,6 +141,32 @@ impl Runners {
     /// The runner for `kind`.
     pub fn get(&self, kind: &str) -> Option<&Arc<dyn AgentRunner>> {
         self.by_kind.get(kind)
+    }
+
+    /// Run `model_call` jobs with `runner` (builder style; see [`Runners::set_model_calls`]).
+    pub fn with_model_calls(mut self, runner: impl AgentRunner + 'static) -> Self {
+        self.set_model_calls(Arc::new(runner));
+        self
+    }
+
+    /// Run `model_call` jobs with `runner`, replacing any earlier one. Model calls need no
+    /// container runtime: they are routed by their job kind, never by the study's runner kind.
+    pub fn set_model_calls(&mut self, runner: Arc<dyn AgentRunner>) {
+        self.model_calls = Some(runner);
+    }
+
+    /// The runner of `job`: the model-call runner for a `model_call` job, else the runner of its
+    /// study's runner kind.
+    pub fn for_job(&self, job: &JobSpec) -> Option<&Arc<dyn AgentRunner>> {
+        match job.key.kind() {
+            JobKind::ModelCall => self.model_calls.as_ref(),
+            _ => self.get(job.runner.kind()),
+        }
+    }
+
+    /// The model endpoints offered ([`AgentRunner::model_endpoints`] of the model-call runner).
+    pub fn model_endpoints(&self) -> Vec<String> {
+        self.model_calls.as_ref().map(|r| r.model_endpoints()).unwrap_or_default()
     }
 
     /// The kinds offered, sorted.
@@ -157,19 +192,22 @@ impl Runners {
         self.kinds().into_iter().filter(|k| *k != vcurve_record::runner::AGENT).map(str::to_owned).collect()
     }
 
-    /// Every runner, for handing them the coordinator's services.
+    /// Every runner, the model-call runner included, for handing them the coordinator's services.
     pub fn all(&self) -> impl Iterator<Item = &Arc<dyn AgentRunner>> {
-        self.by_kind.values()
+        self.by_kind.values().chain(self.model_calls.as_ref())
     }
 
-    /// Whether no runner is registered.
+    /// Whether no runner is registered (not even a model-call runner).
     pub fn is_empty(&self) -> bool {
-        self.by_kind.is_empty()
+        self.by_kind.is_empty() && self.model_calls.is_none()
     }
 }
 
 impl fmt::Debug for Runners {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Runners").field("kinds", &self.kinds()).finish()
+        f.debug_struct("Runners")
+            .field("kinds", &self.kinds())
+            .field("model_endpoints", &self.model_endpoints())
+            .finish()
     }
 }

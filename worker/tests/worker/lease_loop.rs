@@ -42,7 +42,10 @@ type Held = (String, u32);
 
 fn held_of(key: Option<&v1::JobKey>, attempt: u32) -> Held {
     let k = key.expect("every message names its key");
-    (format!("{}/{}/{}/{}", k.trajectory, k.series, k.t, k.seed), attempt)
+    match k.call.as_str() {
+        "" => (format!("{}/{}/{}/{}", k.trajectory, k.series, k.t, k.seed), attempt),
+        call => (format!("call/{call}"), attempt),
+    }
 }
 
 #[derive(Default)]
@@ -86,6 +89,8 @@ struct Fake {
     fetches: Mutex<BTreeMap<String, u32>>,
     /// Wakes a waiting Lease when jobs are added.
     work: Notify,
+    /// Files by digest: uploaded with PutFile, or given by a test; GetTrajectory serves them.
+    files: Mutex<BTreeMap<String, Vec<u8>>>,
 }
 
 impl Fake {
@@ -230,9 +235,17 @@ impl WorkerService for FakeService {
 
     async fn put_file(
         &self,
-        _: Request<tonic::Streaming<v1::UploadChunk>>,
+        request: Request<tonic::Streaming<v1::UploadChunk>>,
     ) -> Result<Response<v1::UploadResponse>, Status> {
-        Err(Status::unimplemented("the synthetic runner uploads no file"))
+        Fake::check_token(&request)?;
+        let mut stream = request.into_inner();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.message().await? {
+            bytes.extend_from_slice(&chunk.data);
+        }
+        let digest = vcurve_record::trajectory::sha256_hex(&bytes);
+        self.0.files.lock().unwrap().insert(digest, bytes);
+        Ok(Response::new(v1::UploadResponse::default()))
     }
 
     async fn lookup_verdict(&self, _: Request<v1::VerdictRequest>) -> Result<Response<v1::VerdictResponse>, Status> {
@@ -247,6 +260,9 @@ impl WorkerService for FakeService {
         let digest = request.into_inner().digest;
         *self.0.fetches.lock().unwrap().entry(digest.clone()).or_default() += 1;
         tokio::time::sleep(self.0.fetch_delay).await;
+        if let Some(file) = self.0.files.lock().unwrap().get(&digest) {
+            return Ok(Response::new(Box::pin(futures::stream::iter(vec![Ok(v1::Chunk { data: file.clone() })]))));
+        }
         let payload = curve_payload();
         if digest != payload.digest() {
             return Err(Status::not_found(format!("no trajectory {digest}")));
@@ -1098,4 +1114,95 @@ async fn pushed_snapshots_reach_the_coordinator_once_even_when_a_lease_fails_and
     assert_eq!(told.len(), 1, "told once, after the failed requests: {localities:?}");
     assert_eq!((told[0].t, told[0].image_id.as_str()), (2, "sha256:abc"));
     assert_eq!(*runner.named.lock().unwrap(), vec![Some(snapshot)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_call_job_runs_on_a_worker_offering_only_a_model_endpoint() {
+    use super::task_state_jobs::{fast_retry, reader_input};
+    use vcurve_record::task_state::CallOutput;
+    use vcurve_worker::{ModelCallRunner, ModelEndpoints};
+
+    let model = vcurve_testkit::model_server::ModelServer::start().await.unwrap();
+    let input = reader_input(&model.base_url(), None);
+    let bytes = serde_json::to_vec(&input).unwrap();
+    let digest = vcurve_record::trajectory::sha256_hex(&bytes);
+    let call = input.key.as_subject();
+    let model_call = |call: &str, attempt: u32| v1::Job {
+        key: Some(v1::JobKey {
+            kind: v1::JobKind::ModelCall.into(),
+            study: "study-1".into(),
+            call: call.into(),
+            ..Default::default()
+        }),
+        attempt,
+        budget: 0,
+        // The study's runner, which this worker does not offer: a model call does not need it.
+        runner: Some(v1::RunnerSpec {
+            kind: "agent".into(),
+            options_json: r#"{"agent": "scripted"}"#.into(),
+            study_seed: 7,
+        }),
+        trajectory_digest: digest.clone(),
+        anchors: vec![],
+        registry_snapshot: None,
+    };
+    let fake = Fake::new(vec![model_call(&call, 1)]);
+    fake.files.lock().unwrap().insert(digest.clone(), bytes);
+    let (fake, addr, server) = start_fake(fake).await;
+    // No container runtime, no runner of any kind: the model endpoint alone.
+    let endpoints = ModelEndpoints::from_flags(&[model.base_url()]).unwrap();
+    let runners = Runners::new().with_model_calls(ModelCallRunner::with_retry(endpoints, fast_retry()));
+    let (shutdown, worker) = spawn_worker(config(addr, 2), runners);
+    eventually("the call is reported", Duration::from_secs(10), || !fake.ledger().reports.is_empty()).await;
+    shutdown.cancel();
+    let summary = finish(worker).await.unwrap();
+    server.stop().await;
+
+    let ledger = fake.ledger();
+    assert_eq!(ledger.registrations[0].model_endpoints, [model.base_url()]);
+    assert!(ledger.registrations[0].capabilities.is_empty(), "{:?}", ledger.registrations[0].capabilities);
+    assert_eq!((summary.reported, summary.accepted, summary.no_outcomes), (1, 1, 0));
+    assert_eq!(summary.trajectories_fetched, 0, "the call's input is a file, not a trajectory payload");
+    let report = &ledger.reports[0];
+    assert_eq!(held_of(report.key.as_ref(), report.attempt), (format!("call/{call}"), 1));
+    let Some(v1::report_request::Result::CallAnswered(answered)) = &report.result else {
+        panic!("not call_answered: {:?}", report.result)
+    };
+    let output: CallOutput =
+        serde_json::from_slice(&fake.files.lock().unwrap()[&answered.output_digest]).expect("the uploaded output");
+    assert_eq!(output.log.call, call);
+    assert!(output.answer.is_some(), "{:?}", output.log.status);
+    assert_eq!(model.requests("task_state.reader.v1"), 1);
+    assert_eq!(fake.fetches.lock().unwrap().get(&digest), Some(&1), "the input was fetched once, by its digest");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_call_on_a_worker_without_model_endpoints_is_a_no_outcome() {
+    let call = v1::Job {
+        key: Some(v1::JobKey {
+            kind: v1::JobKind::ModelCall.into(),
+            study: "study-1".into(),
+            call: "calc-1/k1/atoms".into(),
+            ..Default::default()
+        }),
+        attempt: 1,
+        budget: 0,
+        runner: Some(v1::RunnerSpec { kind: "synthetic".into(), options_json: "{}".into(), study_seed: 7 }),
+        trajectory_digest: "ab".repeat(32),
+        anchors: vec![],
+        registry_snapshot: None,
+    };
+    let (fake, addr, server) = start_fake(Fake::new(vec![call])).await;
+    let (shutdown, worker) = spawn_worker(config(addr, 1), Runners::new().with(SyntheticRunner));
+    eventually("the call is reported", Duration::from_secs(10), || !fake.ledger().reports.is_empty()).await;
+    shutdown.cancel();
+    finish(worker).await.unwrap();
+    server.stop().await;
+    let ledger = fake.ledger();
+    assert!(ledger.registrations[0].model_endpoints.is_empty());
+    let Some(v1::report_request::Result::NoOutcome(no)) = &ledger.reports[0].result else {
+        panic!("not a no-outcome: {:?}", ledger.reports[0].result)
+    };
+    assert_eq!(no.reason, "this worker offers no model endpoint: it runs no model calls");
+    assert!(fake.fetches.lock().unwrap().is_empty(), "nothing was fetched");
 }

@@ -4,8 +4,8 @@
 //! registry (`snapshot_registry`), the SWE-bench evaluator (`swebench`), what an agent process
 //! sees of its worker (`agent_environment`), what a dead worker leaves behind (`reaping`), the
 //! agent's network (`network`), mini-swe-agent's own environment side by side
-//! (`recorded_environment`) and the model call layer against the deterministic model server
-//! (`model_calls`). Tests that need Docker, an image or a registry say so in their first line
+//! (`recorded_environment`), the model call layer against the deterministic model server
+//! (`model_calls`) and a task-state study's session and model-call jobs (`task_state_jobs`). Tests that need Docker, an image or a registry say so in their first line
 //! (`vcurve_testkit::require!`).
 
 mod agent_environment;
@@ -19,3 +19,4 @@ mod recorded_environment;
 mod snapshot_registry;
 mod support;
 mod swebench;
+mod task_state_jobs;

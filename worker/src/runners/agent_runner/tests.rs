@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use vcurve_method::schedule::Series;
@@ -463,4 +463,76 @@ async fn an_engine_error_during_an_exec_is_a_no_outcome_never_an_observation() {
     assert!(reason.contains("infrastructure failure") && reason.contains(engine), "{reason}");
     assert!(services.files.lock().unwrap().is_empty(), "nothing recorded or uploaded");
     assert!(runtime.running().is_empty(), "the run's container is removed");
+}
+
+fn session_job(options: serde_json::Value, instructions: Option<Vec<String>>) -> JobSpec {
+    let key = JobKey::Session { study: "s".into(), task: "calc-1".into() };
+    let payload = TrajectoryPayload { instructions, ..TrajectoryPayload::of_task(&task()) };
+    let mut spec = job(key, payload, 10);
+    spec.runner = RunnerSpec::parse(AGENT, options).unwrap();
+    spec
+}
+
+fn paper_instructions() -> Option<Vec<String>> {
+    Some(crate::runners::task_session::PAPER_INSTRUCTIONS.map(str::to_owned).to_vec())
+}
+
+#[tokio::test]
+async fn a_session_job_uploads_its_recorded_session() {
+    let (runner, runtime, services) = runner(false).await;
+    let options = serde_json::json!({"agent": "scripted", "model": {"session": {"fix": "correct"}}});
+    let report = runner.run(session_job(options, paper_instructions()), CancellationToken::new()).await;
+    let JobReport::SessionRecorded { recorded } = &report else { panic!("{report:?}") };
+    let bytes = services.files.lock().unwrap()[recorded].clone();
+    let recorded: vcurve_record::task_state::RecordedSession = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(recorded.session.checkpoints(), 4);
+    assert_eq!(recorded.checkpoints.iter().map(|c| c.k).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert!(recorded.checkpoints.iter().all(|c| c.fixed.is_some()), "every checkpoint judged");
+    assert_eq!(recorded.history_ends.len(), 4);
+    assert!(recorded.history_ends.windows(2).all(|w| w[0] < w[1]));
+    for (k, end) in recorded.history_ends.iter().enumerate() {
+        assert_eq!(recorded.messages[end - 1]["content"], recorded.session.turns[k].report.text.as_str());
+    }
+    let jobs: BTreeSet<String> = runtime
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Create { labels, .. } => labels.get(labels::JOB).cloned(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(jobs, BTreeSet::from(["s/calc-1/session".to_string()]), "its containers carry its key");
+    assert_eq!(runtime.running().len(), 0, "its containers are removed");
+}
+
+#[tokio::test]
+async fn a_session_job_needs_its_instructions_and_is_capped_by_the_studys_cap() {
+    let (runner, runtime, _) = runner(false).await;
+    let options = serde_json::json!({"agent": "scripted"});
+    let report = runner.run(session_job(options, None), CancellationToken::new()).await;
+    assert_eq!(report, JobReport::no_outcome("a session's payload carries no instructions"));
+    assert_eq!(runtime.count(Op::Create), 0, "nothing started");
+
+    let runtime = Arc::new(FakeRuntime::with_handler(handler(false)));
+    runtime.add_image(IMAGE, [("/testbed/README.md", "calc")]);
+    let runner = AgentProcessRunner::start(runtime.clone(), "w1", 1 << 30).await.unwrap();
+    let mut registry = AgentRegistry::new();
+    registry.register_flag("sleeper=sleep 30", std::path::Path::new(".")).unwrap();
+    assert!(runner.use_agents(registry));
+    runner.attach(Arc::new(Services::default()));
+    let options = serde_json::json!({"agent": "sleeper", "run_timeout_s": 1});
+    let report = runner.run(session_job(options, paper_instructions()), CancellationToken::new()).await;
+    let JobReport::Capped { reason } = &report else { panic!("{report:?}") };
+    assert!(reason.contains("longer than its 1 s"), "{reason}");
+    assert_eq!(runtime.running().len(), 0, "its container is removed");
+}
+
+#[tokio::test]
+async fn a_model_call_is_not_the_agent_runners() {
+    let (runner, _, _) = runner(false).await;
+    let mut spec = base_run();
+    spec.key = JobKey::ModelCall { study: "s".into(), call: "calc-1/k1/atoms".into() };
+    let report = runner.run(spec, CancellationToken::new()).await;
+    let JobReport::NoOutcome { reason } = &report else { panic!("{report:?}") };
+    assert!(reason.contains("model-call runner"), "{reason}");
 }
