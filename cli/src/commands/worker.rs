@@ -1,7 +1,7 @@
 //! `vcurve worker`: run continuations leased from a coordinator, with the runners it is asked to
 //! offer (`synthetic` always; with `--docker` the `agent` runner with the agents its operator
-//! registers, and `mini-swe-agent` where its environment is), and its own Prometheus endpoint
-//! when asked.
+//! registers, and `mini-swe-agent` where its environment is; with `--model-endpoint` the model
+//! calls of task-state studies on those endpoints), and its own Prometheus endpoint when asked.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -86,6 +86,12 @@ pub struct WorkerArgs {
     /// for several.
     #[arg(long = "proxy-env", value_name = "NAME=VALUE")]
     pub proxy_env: Vec<String>,
+    /// Offer this OpenAI-compatible model endpoint (its base URL up to /v1) for the model calls of
+    /// task-state studies whose stages name it; `=KEY_ENV` names the environment variable holding
+    /// its API key, the only one the worker reads for it (a study naming another variable is
+    /// refused). Needs no Docker. Repeat for several.
+    #[arg(long = "model-endpoint", value_name = "BASE_URL[=KEY_ENV]")]
+    pub model_endpoint: Vec<String>,
     /// Also serve Prometheus metrics at http://ADDR/metrics (the client token as a bearer token
     /// when one is set; required on a non-loopback address).
     #[arg(long, env = "VCURVE_METRICS", value_name = "ADDR")]
@@ -119,6 +125,8 @@ pub struct WorkerRunners {
     pub networks: Vec<String>,
     /// `--proxy-env`, each.
     pub proxy_env: Vec<String>,
+    /// `--model-endpoint`, each.
+    pub model_endpoints: Vec<String>,
 }
 
 impl WorkerArgs {
@@ -135,6 +143,7 @@ impl WorkerArgs {
             agent_user: self.agent_user.clone(),
             networks: self.network.clone(),
             proxy_env: self.proxy_env.clone(),
+            model_endpoints: self.model_endpoint.clone(),
         }
     }
 }
@@ -253,6 +262,12 @@ pub async fn run_worker(
         None => (None, None),
     };
     let mut runners = vcurve_worker::Runners::new().with(vcurve_worker::SyntheticRunner);
+    let endpoints = vcurve_worker::ModelEndpoints::from_flags(&offer.model_endpoints).map_err(anyhow::Error::msg)?;
+    if !endpoints.is_empty() {
+        endpoints.check_keys().map_err(anyhow::Error::msg)?;
+        tracing::info!(endpoints = ?endpoints.wire(), "offering these model endpoints for task-state model calls");
+        runners.set_model_calls(Arc::new(vcurve_worker::ModelCallRunner::new(endpoints)));
+    }
     let located =
         vcurve_worker::MiniSweAgent::locate(offer.mini_swe_agent_python.as_deref(), offer.agents_dir.as_deref());
     match offer.docker {

@@ -18,3 +18,4 @@ mod metrics;
 mod notes_cli;
 mod report_cli;
 mod schedule_reference;
+mod worker_cli;
