@@ -18,7 +18,7 @@ use super::{Inner, bad_job, run_seed};
 use crate::runners::agent::{AgentFailure, AgentLimits, AgentStart};
 use crate::runners::evaluate::is_empty_patch;
 use crate::runners::no_outcome::NoOutcome;
-use crate::runners::seam::{JobReport, JobSpec};
+use crate::runners::seam::{JobKey, JobReport, JobSpec};
 use crate::runners::task_session::{SessionPlan, SessionRecord, run_session};
 use crate::sandbox::replay::ContainerLimits;
 
@@ -33,6 +33,11 @@ impl Inner {
         cancel: &CancellationToken,
     ) -> Result<JobReport, NoOutcome> {
         let task = payload.task_def().ok_or_else(|| bad_job("a session's payload carries no task"))?;
+        if let JobKey::Session { task: key_task, .. } = &job.key
+            && key_task != &task.id
+        {
+            return Err(NoOutcome::BadJob(format!("session {} has the payload of task {}", job.key, task.id)));
+        }
         let instructions = payload
             .instructions
             .as_deref()
