@@ -4,7 +4,10 @@
 //!
 //! Its truth comes from markers in the session text:
 //! `[[STATE id=S1 category=failures importance=3 fact=the test suite needs TZ=UTC]]` (the fact runs
-//! to the closing `]]`). The rules:
+//! to the closing `]]`; `fact="…"` is the text between the quotes), read by
+//! `vcurve_record::task_state::markers`, which holds the extraction and judge rules too, so that
+//! `vcurve_record::task_state::truth` computes what a study against this server must measure
+//! without asking it. The rules:
 //!
 //! - `task_state.extract_atoms.v1`: one atom per marker id in the context (its first occurrence),
 //!   the statement its fact, the origin turn the `## Turn j` block it is in (0 before any turn),
@@ -40,6 +43,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use vcurve_record::llm::templates::find_template_line;
+pub use vcurve_record::task_state::markers::{Marker, markers};
+use vcurve_record::task_state::markers::{extraction_answer, judge_credit, message_text};
 
 /// The marker a trajectory step carries where the judge's truth puts its first mistake.
 pub const MISTAKE_MARKER: &str = "[[MISTAKE]]";
@@ -188,7 +193,7 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: String)
     else {
         return error(StatusCode::BAD_REQUEST, "a request needs \"model\" and \"messages\"".into());
     };
-    let texts: Vec<String> = messages.iter().map(content_text).collect();
+    let texts: Vec<String> = messages.iter().map(message_text).collect();
     let template = find_template_line(texts.iter().map(String::as_str)).unwrap_or_else(|| "(none)".into());
     let cached = {
         let mut counts = inner.counts.lock().expect("not poisoned");
@@ -198,8 +203,8 @@ async fn chat(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: String)
         match messages.first().filter(|m| m.get("role").and_then(Value::as_str) == Some("system")) {
             Some(m) => {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
-                content_text(m).hash(&mut h);
-                if counts.seen_system.insert(h.finish()) { 0 } else { tokens(&content_text(m)) }
+                message_text(m).hash(&mut h);
+                if counts.seen_system.insert(h.finish()) { 0 } else { tokens(&message_text(m)) }
             }
             None => 0,
         }
@@ -265,64 +270,6 @@ pub fn tokens(text: &str) -> u64 {
     (text.len() as u64).div_ceil(4)
 }
 
-/// A message's text: its string content, or its text parts joined.
-fn content_text(m: &Value) -> String {
-    match m.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect(),
-        _ => String::new(),
-    }
-}
-
-/// One `[[STATE …]]` marker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Marker {
-    pub id: String,
-    pub category: String,
-    pub importance: u8,
-    pub fact: String,
-    /// Its byte offset in the text.
-    pub at: usize,
-}
-
-/// The markers of `text`, in order, every occurrence; text between `[[STATE ` and `]]` that is not
-/// `id=… category=… importance=1..3 fact=…` is not a marker.
-pub fn markers(text: &str) -> Vec<Marker> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(rel) = text[from..].find("[[STATE ") {
-        let at = from + rel;
-        let body_start = at + "[[STATE ".len();
-        let Some(end) = text[body_start..].find("]]") else { break };
-        let body = &text[body_start..body_start + end];
-        from = body_start + end + 2;
-        let Some((head, fact)) = body.split_once(" fact=") else { continue };
-        let mut fields = BTreeMap::new();
-        for part in head.split_whitespace() {
-            if let Some((k, v)) = part.split_once('=') {
-                fields.insert(k, v);
-            }
-        }
-        let (Some(id), Some(category), Some(importance)) =
-            (fields.get("id"), fields.get("category"), fields.get("importance"))
-        else {
-            continue;
-        };
-        let Ok(importance) = importance.parse::<u8>() else { continue };
-        if !(1..=3).contains(&importance) || fact.trim().is_empty() {
-            continue;
-        }
-        out.push(Marker {
-            id: id.to_string(),
-            category: category.to_string(),
-            importance,
-            fact: fact.trim().into(),
-            at,
-        });
-    }
-    out
-}
-
 fn between<'a>(text: &'a str, open: &str, close: &str) -> Result<&'a str, String> {
     let start = text.find(open).ok_or_else(|| format!("no {open:?} in the request"))? + open.len();
     let end = text.rfind(close).filter(|e| *e >= start).ok_or_else(|| format!("no {close:?} after {open:?}"))?;
@@ -360,53 +307,11 @@ fn recall(question: &str, text: &str) -> String {
     }
 }
 
-/// The block a position of a rendered view is in, as an atom's provenance, and its turn.
-fn place(context: &str, at: usize) -> (&'static str, u32) {
-    let before = &context[..at];
-    let mut provenance = None;
-    let mut turn = 0;
-    for line in before.lines().rev() {
-        if provenance.is_none() {
-            provenance = match line {
-                l if l.starts_with("$ ") => Some("command"),
-                "[output]" => Some("tool_output"),
-                "[assistant]" => Some("assistant_text"),
-                "[assistant reasoning]" => Some("reasoning"),
-                "[report]" => Some("report"),
-                "[system]" => Some("system"),
-                "[user]" => Some("instruction"),
-                l if l.starts_with("# ") => Some("task"),
-                _ => None,
-            };
-        }
-        if let Some(j) = line.strip_prefix("## Turn ").and_then(|j| j.trim().parse::<u32>().ok()) {
-            turn = j;
-            break;
-        }
-    }
-    (provenance.unwrap_or("task"), turn)
-}
-
-fn normalise(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase()
-}
-
 /// The rule's answer to a request of `template` whose messages' texts are `texts`.
 fn answer(template: &str, texts: &[String]) -> Result<Value, String> {
     match template {
         "task_state.extract_atoms.v1" => {
-            let context = between(last_user(texts)?, "<context>\n", "\n</context>")?;
-            let mut seen = HashSet::new();
-            let atoms: Vec<Value> = markers(context)
-                .into_iter()
-                .filter(|m| seen.insert(m.id.clone()))
-                .map(|m| {
-                    let (provenance, origin_turn) = place(context, m.at);
-                    json!({"id": m.id, "category": m.category, "importance": m.importance, "statement": m.fact,
-                           "provenance": provenance, "origin_turn": origin_turn})
-                })
-                .collect();
-            Ok(json!({"atoms": atoms}))
+            Ok(extraction_answer(between(last_user(texts)?, "<context>\n", "\n</context>")?))
         }
         "task_state.generate_probes.v1" => {
             let atoms: Vec<Value> = serde_json::from_str(between(last_user(texts)?, "<atoms>\n", "\n</atoms>")?)
@@ -451,18 +356,12 @@ fn answer(template: &str, texts: &[String]) -> Result<Value, String> {
                 .map(|i| {
                     let field =
                         |k: &str| i.get(k).and_then(Value::as_str).ok_or_else(|| format!("an item without {k:?}"));
-                    let (id, reference, answer) =
-                        (field("id")?, normalise(field("reference")?), normalise(field("answer")?));
-                    let credit = if answer == reference {
-                        json!(1)
-                    } else if !answer.is_empty()
-                        && answer != "unknown"
-                        && (reference.contains(&answer) || answer.contains(&reference))
-                    {
-                        json!(0.5)
-                    } else {
-                        json!(0)
+                    // 1 and 0 as integers, as a model writes them.
+                    let credit = match judge_credit(field("reference")?, field("answer")?).value() {
+                        0.5 => json!(0.5),
+                        c => json!(c as u8),
                     };
+                    let id = field("id")?;
                     Ok(json!({"id": id, "credit": credit}))
                 })
                 .collect::<Result<Vec<_>, String>>()?;

@@ -166,6 +166,15 @@ pub fn parse_probes(text: &str, atoms: &[&str]) -> Result<Vec<GeneratedProbe>, M
     Ok(answer.probes)
 }
 
+/// Parses a probe-generation answer whose atoms were checked when it was accepted
+/// ([`parse_probes`]), reading the atoms it names: a non-empty question and reference per probe,
+/// each atom once.
+pub fn parse_probes_accepted(text: &str) -> Result<Vec<GeneratedProbe>, MalformedAnswer> {
+    let answer: ProbesAnswer = parse_json("probes", text)?;
+    let atoms: Vec<&str> = answer.probes.iter().map(|p| p.atom.as_str()).collect();
+    parse_probes(text, &atoms)
+}
+
 /// One answer of a reader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,9 +5,23 @@
 //! The study runs as durable jobs: one `session` job per task, then one `model_call` job per call,
 //! each keyed by its [`CallKey`], so a call whose answer is stored is never repeated. The
 //! coordinator plans the calls that follow a finished job with the pure functions of [`plan`];
-//! the export assembles the estimators' input with [`assemble`].
+//! the export assembles the estimators' input with [`assemble()`]; [`truth`] computes what a
+//! study against the deterministic model server must measure, from the `[[STATE …]]` markers
+//! ([`markers`]) of its sessions.
 
 use std::fmt;
+
+pub mod assemble;
+pub mod markers;
+pub mod plan;
+pub mod truth;
+
+#[cfg(test)]
+mod tests;
+
+pub use assemble::{AnswerRow, Assembled, ProbeRow, ScoreRow, assemble};
+pub use plan::{CheckpointAnswers, PlanError, after_call, after_session};
+pub use truth::marker_truth;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
