@@ -15,9 +15,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde::Serialize;
 use serde_json::{Value, json};
-use vcurve_method::task_state::View;
 use vcurve_method::task_state::usage::Purpose;
+use vcurve_method::task_state::{Category, View};
 
 use super::{AnswerCheck, CallInput, CallKey, CallOutput, RecordedSession, StageModel, TaskStateSettings};
 use crate::llm::answers::{self, ExtractedAtom, GeneratedProbe};
@@ -189,13 +190,43 @@ fn call(
     })
 }
 
-/// A JSON array with one compact object per line: valid JSON a model reads item by item.
-fn json_lines(items: &[Value]) -> String {
+/// A JSON array with one compact object per line, each object's fields in the order its struct
+/// declares them (the order a template's documentation gives): valid JSON a model reads item by
+/// item.
+fn json_lines<T: Serialize>(items: &[T]) -> String {
     if items.is_empty() {
         return "[]".into();
     }
-    let lines: Vec<String> = items.iter().map(|v| format!("  {v}")).collect();
+    let lines: Vec<String> = items
+        .iter()
+        .map(|v| format!("  {}", serde_json::to_string(v).expect("plain structs of strings and numbers serialize")))
+        .collect();
     format!("[\n{}\n]", lines.join(",\n"))
+}
+
+/// An atom as probe generation is given it.
+#[derive(Serialize)]
+struct AtomItem<'a> {
+    id: &'a str,
+    category: Category,
+    importance: u8,
+    statement: &'a str,
+}
+
+/// A question as a reader is given it.
+#[derive(Serialize)]
+struct QuestionItem<'a> {
+    id: &'a str,
+    question: &'a str,
+}
+
+/// An answer as the judge is given it.
+#[derive(Serialize)]
+struct JudgeItem<'a> {
+    id: &'a str,
+    question: &'a str,
+    reference: &'a str,
+    answer: &'a str,
 }
 
 /// The calls a recorded session starts: one atom extraction per checkpoint `k`, from `T` at `k`.
@@ -336,9 +367,9 @@ fn probes_call(
     k: u32,
     kept: &[ExtractedAtom],
 ) -> Result<CallInput, PlanError> {
-    let atoms: Vec<Value> = kept
+    let atoms: Vec<AtomItem> = kept
         .iter()
-        .map(|a| json!({"id": a.id, "category": a.category, "importance": a.importance, "statement": a.statement}))
+        .map(|a| AtomItem { id: &a.id, category: a.category, importance: a.importance, statement: &a.statement })
         .collect();
     call(
         CallKey::Probes { task: task.to_string(), k },
@@ -358,8 +389,8 @@ fn answer_calls(
 ) -> Result<Vec<CallInput>, PlanError> {
     let task = &rec.session.task.id;
     let ids: Vec<String> = probes.iter().map(|p| probe_id(&p.atom)).collect();
-    let questions: Vec<Value> =
-        probes.iter().zip(&ids).map(|(p, id)| json!({"id": id, "question": p.question})).collect();
+    let questions: Vec<QuestionItem> =
+        probes.iter().zip(&ids).map(|(p, id)| QuestionItem { id, question: &p.question }).collect();
     let questions = json_lines(&questions);
     let mut calls = Vec::new();
     for &view in &settings.views {
@@ -397,15 +428,15 @@ fn answer_calls(
     Ok(calls)
 }
 
-fn judge_item(id: &str, probe: &GeneratedProbe, answer: &str) -> Value {
-    json!({"id": id, "question": probe.question, "reference": probe.reference, "answer": answer})
+fn judge_item<'a>(id: &'a str, probe: &'a GeneratedProbe, answer: &'a str) -> JudgeItem<'a> {
+    JudgeItem { id, question: &probe.question, reference: &probe.reference, answer }
 }
 
 fn judge_call(
     settings: &TaskStateSettings,
     of: &CallKey,
     ids: Vec<String>,
-    items: &[Value],
+    items: &[JudgeItem],
 ) -> Result<CallInput, PlanError> {
     call(
         CallKey::Judge { of: Box::new(of.clone()) },

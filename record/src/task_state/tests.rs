@@ -349,7 +349,12 @@ fn the_planner_follows_each_stage_with_the_next() {
     assert_eq!(judges[0].key, CallKey::Judge { of: Box::new(reader.key.clone()) });
     assert_eq!(judges[0].check, AnswerCheck::Judge { items: ids.clone() });
     assert_eq!(judges[0].model, s.judge);
-    let items: Value = serde_json::from_str(between(content(&judges[0], 1), "<items>\n", "\n</items>")).unwrap();
+    let items_text = between(content(&judges[0], 1), "<items>\n", "\n</items>");
+    assert!(
+        items_text.starts_with("[\n  {\"id\":\"a1\",\"question\":\"What is broken?\",\"reference\":"),
+        "one item per line, fields in the template's order: {items_text}"
+    );
+    let items: Value = serde_json::from_str(items_text).unwrap();
     assert_eq!(
         items,
         json!([{"id": "a1", "question": "What is broken?", "reference": "alpha is broken", "answer": "alpha"},
