@@ -544,6 +544,14 @@ impl<S: Store> Coordinator<S> {
     /// `restart_check.json` (the check's own export has them, with its page).
     pub async fn export(&self, study: &StudyId) -> Result<BTreeMap<String, Vec<u8>>, CoordinatorError> {
         let mut files = self.export_files(study).await?;
+        if let Some(data) = self.store.task_state_data(study).await? {
+            let renderer = self.renderer.clone();
+            let task_state = tokio::task::spawn_blocking(move || renderer.task_state_export(&data))
+                .await
+                .map_err(|e| CoordinatorError::Internal(format!("rendering panicked: {e}")))?
+                .map_err(CoordinatorError::Render)?;
+            files.extend(task_state);
+        }
         if let Some(check) = self.store.restart_checks_of(study).await?.first() {
             let of_check = self.export_files(check).await?;
             files.extend(of_check.into_iter().filter(|(name, _)| name.starts_with("restart_check.")));
@@ -643,6 +651,20 @@ pub fn capabilities_offered(
         }
     }
     Ok(capabilities)
+}
+
+/// The capabilities of the model endpoints a worker offers (`BASE_URL` or `BASE_URL=KEY_ENV`,
+/// protocol 4.2): `model:BASE_URL` each, the capability a task-state study's model calls on that
+/// endpoint need.
+pub fn model_capabilities(endpoints: &[String]) -> Result<Vec<String>, CoordinatorError> {
+    endpoints
+        .iter()
+        .map(|e| {
+            let (url, _) = vcurve_record::task_state::parse_offered_endpoint(e)
+                .map_err(|e| CoordinatorError::InvalidArgument(format!("the worker offers the {e}")))?;
+            Ok(vcurve_record::task_state::endpoint_capability(&url))
+        })
+        .collect()
 }
 
 /// Check an uploaded file against the per-file limit and the digest it was announced under.

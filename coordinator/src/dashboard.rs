@@ -234,6 +234,9 @@ async function refresh() {
         (p.waiting_for_runner ? "<p class=\"waiting\"><b>waiting for a worker offering <code>" + esc(p.waiting_for_runner) + "</code></b>: no live worker offers it</p>" : "") +
         "<p>continuations: <span class=\"done\">" + p.done + "</span> done, " + p.running + " running, " + p.pending + " pending, " + p.retired + " retired · throughput " + p.throughput_per_min.toFixed(1) + "/min · ETA " + eta(p.eta_seconds) + " · " +
         (p.lease_latency ? "lease latency p50 " + p.lease_latency.p50_ms.toFixed(1) + " ms, p99 " + p.lease_latency.p99_ms.toFixed(1) + " ms" : "lease latency not measured") + "</p>" +
+        (p.call_stages.length ? "<table class=\"call-stages\"><tr><th>task-state stage</th><th>done / expected</th><th>running</th><th>pending</th><th>retired</th><th>malformed</th><th>failed</th><th>tokens in / out / cached</th></tr>" +
+          p.call_stages.map(s => "<tr data-stage=\"" + esc(s.stage) + "\"><td>" + esc(s.stage) + "</td><td>" + s.done + " / " + (s.expected === null ? "not known yet" : s.expected) + "</td><td>" + s.running + "</td><td>" + s.pending + "</td><td>" + s.retired + "</td><td>" + s.malformed + "</td><td>" + s.failed + "</td><td>" + s.input_tokens + " / " + s.output_tokens + " / " + s.cached_tokens + "</td></tr>").join("") + "</table>" : "") +
+        p.waiting_for_endpoints.map(e => "<p class=\"waiting\"><b>waiting for a worker offering the model endpoint <code>" + esc(e.replace(/^model:/, "")) + "</code></b>: no live worker offers it</p>").join("") +
         p.retired_jobs.map(r => "<p class=\"retired\">retired without an outcome: " + r.count + " " + esc(r.kind) + ": " + r.reasons.map(x => x.count + "× " + esc(x.reason)).join(", ") + "</p>").join("") +
         "<table>" + workers + "</table><div class=\"gallery\">" + gallery + "</div></div>");
     }

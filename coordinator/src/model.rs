@@ -124,6 +124,34 @@ pub struct Progress {
     /// How the study's patches were judged (the patch cache); `None` for a runner that judges
     /// none (synthetic). `empty_patches` is not counted here (exports count it).
     pub evaluation: Option<vcurve_record::EvaluationStats>,
+    /// A task-state study's jobs by stage (sessions, then each model stage); empty for a curve
+    /// study.
+    pub call_stages: Vec<StageProgress>,
+    /// Endpoints a task-state study's pending model calls need that no live worker offers.
+    pub waiting_for_endpoints: Vec<String>,
+}
+
+/// A task-state study's jobs of one stage.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct StageProgress {
+    /// `session`, `atoms`, `probes`, `reader`, `actor`, `judge`.
+    pub stage: String,
+    /// Answered (or recorded, for sessions), whatever their status.
+    pub done: u64,
+    pub running: u64,
+    pub pending: u64,
+    /// Retired after repeated no-outcomes (no answer recorded).
+    pub retired: u64,
+    /// Done calls whose answer was malformed, or that failed: recorded, never scored.
+    pub malformed: u64,
+    pub failed: u64,
+    /// Tokens of the done calls (their final successful requests).
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+    /// The calls this stage will have made when the study ends, as far as is known now
+    /// (`vcurve_record::task_state::expected`); `None`: not known yet.
+    pub expected: Option<u64>,
 }
 
 /// Latency of leases that handed out work (request to answer, long-poll waiting included).

@@ -49,6 +49,16 @@ pub trait Renderer: Send + Sync + 'static {
     /// restart point `t_r`, in processing order, with `R̂(x, B − t_r)` and `V(h_{t_r})`.
     fn restart_check_rows(&self, study: &StudyRecord) -> Result<Vec<RestartCheckRow>, RenderError>;
 
+    /// A task-state study's own export files (its probes, answers, scores, calls, views and
+    /// tables; docs/task-state.md), beside [`Renderer::export`]'s. None by default.
+    fn task_state_export(
+        &self,
+        data: &vcurve_record::task_state::TaskStateData,
+    ) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
+        let _ = data;
+        Ok(BTreeMap::new())
+    }
+
     /// [`Renderer::export`] of a study read in parts: `head` is its record without its
     /// trajectories, which `trajectories` yields in processing order (a renderer that can should
     /// not hold them all at once). The same bytes as [`Renderer::export`] of the whole record; by

@@ -209,7 +209,8 @@ struct WorkerApi<S> {
 impl<S: Store> WorkerService for WorkerApi<S> {
     async fn register(&self, request: Request<v1::RegisterRequest>) -> Result<Response<v1::RegisterResponse>, Status> {
         let r = request.into_inner();
-        let capabilities = crate::core::capabilities_offered(&r.capabilities, &r.agents, &r.networks)?;
+        let mut capabilities = crate::core::capabilities_offered(&r.capabilities, &r.agents, &r.networks)?;
+        capabilities.extend(crate::core::model_capabilities(&r.model_endpoints)?);
         let id = self.coordinator.register(&r.name, r.slots, &capabilities, &r.protocol_version).await?;
         let timing = self.coordinator.timing();
         Ok(Response::new(v1::RegisterResponse {

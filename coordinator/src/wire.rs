@@ -248,6 +248,24 @@ pub fn progress_to_wire(p: &Progress) -> v1::Progress {
             flake_checks: e.flake_checks,
             flakes: e.flakes,
         }),
+        call_stages: p
+            .call_stages
+            .iter()
+            .map(|s| v1::CallStage {
+                stage: s.stage.clone(),
+                done: s.done,
+                running: s.running,
+                pending: s.pending,
+                retired: s.retired,
+                malformed: s.malformed,
+                failed: s.failed,
+                input_tokens: s.input_tokens,
+                output_tokens: s.output_tokens,
+                cached_tokens: s.cached_tokens,
+                expected: s.expected,
+            })
+            .collect(),
+        waiting_for_endpoints: p.waiting_for_endpoints.clone(),
     }
 }
 

@@ -253,6 +253,8 @@ mod tests {
             waiting_for_runner: None,
             lease_latency: None,
             evaluation: None,
+            call_stages: Vec::new(),
+            waiting_for_endpoints: Vec::new(),
         }
     }
 

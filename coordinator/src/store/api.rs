@@ -171,6 +171,13 @@ pub trait Store: Send + Sync + 'static {
     /// never queued from outside.
     fn enqueue(&self, keys: &[JobKey], now: i64) -> impl Future<Output = Result<u32, StoreError>> + Send;
 
+    /// A task-state study's recorded sessions and ended model calls (their inputs without their
+    /// messages); `None` for a curve study.
+    fn task_state_data(
+        &self,
+        study: &StudyId,
+    ) -> impl Future<Output = Result<Option<vcurve_record::task_state::TaskStateData>, StoreError>> + Send;
+
     /// A study's replays, evaluations and base runs with their state and result.
     fn task_jobs(&self, study: &StudyId) -> impl Future<Output = Result<Vec<TaskJob>, StoreError>> + Send;
 

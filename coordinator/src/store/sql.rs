@@ -36,6 +36,7 @@ macro_rules! job_is {
 mod admission;
 mod base_runs;
 mod bench;
+mod call_progress;
 mod dispatch;
 mod export;
 mod files;
@@ -49,6 +50,7 @@ mod report;
 mod retired;
 mod rows;
 mod studies;
+mod task_state;
 mod verdicts;
 mod workers;
 
@@ -195,6 +197,13 @@ impl Store for SqlStore {
 
     async fn enqueue(&self, keys: &[JobKey], now: i64) -> Result<u32, StoreError> {
         jobs::enqueue(self, keys, now).await
+    }
+
+    async fn task_state_data(
+        &self,
+        study: &StudyId,
+    ) -> Result<Option<vcurve_record::task_state::TaskStateData>, StoreError> {
+        self.task_state_data(study).await
     }
 
     async fn task_jobs(&self, study: &StudyId) -> Result<Vec<TaskJob>, StoreError> {

@@ -15,6 +15,7 @@ mod replays;
 mod studies;
 mod studies_from_tasks;
 mod swebench_spec;
+mod task_state;
 mod uploads;
 mod verdicts;
 

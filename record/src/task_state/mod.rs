@@ -266,3 +266,98 @@ pub struct RecordedSession {
     /// `history_ends[k - 1]`: the agent's history at checkpoint `k` is `messages[..end]`.
     pub history_ends: Vec<usize>,
 }
+
+/// The capability a worker offering the model endpoint `base_url` registers (and a model call on
+/// it needs): `model:` + the base URL without a trailing `/`.
+pub fn endpoint_capability(base_url: &str) -> String {
+    format!("model:{}", base_url.trim_end_matches('/'))
+}
+
+/// A worker's `--model-endpoint` entry, `BASE_URL` or `BASE_URL=KEY_ENV`: the base URL (without a
+/// trailing `/`) and the variable its key is read from. Refuses what is not an http(s) base URL
+/// or not a variable's name.
+pub fn parse_offered_endpoint(entry: &str) -> Result<(String, Option<String>), String> {
+    let (url, var) = match entry.split_once('=') {
+        Some((url, var)) => (url, Some(var)),
+        None => (entry, None),
+    };
+    let url = url.trim_end_matches('/');
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("model endpoint {entry:?}: not an http:// or https:// base URL"))?;
+    if rest.split('/').next().is_none_or(str::is_empty)
+        || url.contains(['?', '#', ',', '@'])
+        || url.chars().any(char::is_whitespace)
+    {
+        return Err(format!(
+            "model endpoint {entry:?}: a base URL up to /v1 with a host, without credentials, query, commas or blanks"
+        ));
+    }
+    if let Some(var) = var
+        && (var.is_empty()
+            || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || var.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        return Err(format!("model endpoint {entry:?}: {var:?} is not an environment variable's name"));
+    }
+    Ok((url.to_string(), var.map(str::to_string)))
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn call_keys_read_back_as_written() {
+        let reader = CallKey::Reader { task: "calc-1".into(), k: 2, view: View::Reports, sample: 1 };
+        let keys = [
+            CallKey::Atoms { task: "calc-1".into(), k: 1 },
+            CallKey::Probes { task: "calc-1".into(), k: 4 },
+            reader.clone(),
+            CallKey::Actor { task: "calc-1".into(), k: 3, probe: "S1".into(), sample: 0 },
+            CallKey::Judge { of: Box::new(reader) },
+        ];
+        for key in keys {
+            assert_eq!(CallKey::parse(&key.as_subject()), Ok(key.clone()), "{key}");
+        }
+        assert_eq!(
+            CallKey::Reader { task: "t".into(), k: 2, view: View::Full, sample: 0 }.as_subject(),
+            "t/k2/reader/full/s0"
+        );
+        for bad in [
+            "t/k0/atoms",
+            "t/k1/reader/actor/s0",
+            "t/k1/reader/reportz/s0",
+            "judge:t/k1/atoms",
+            "/k1/atoms",
+            "t/1/atoms",
+        ] {
+            assert!(CallKey::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn offered_endpoints_are_base_urls_with_an_optional_key_variable() {
+        assert_eq!(parse_offered_endpoint("http://vllm:8000/v1/"), Ok(("http://vllm:8000/v1".into(), None)));
+        assert_eq!(
+            parse_offered_endpoint("https://api.example/v1=OPENAI_API_KEY"),
+            Ok(("https://api.example/v1".into(), Some("OPENAI_API_KEY".into())))
+        );
+        assert_eq!(endpoint_capability("http://vllm:8000/v1/"), "model:http://vllm:8000/v1");
+        for bad in ["vllm:8000", "http://", "http://u:p@h/v1", "http://h/v1=1KEY", "http://h/v1=A-B", "http://h/v1?x=1"]
+        {
+            assert!(parse_offered_endpoint(bad).is_err(), "{bad}");
+        }
+    }
+}
+
+/// What a task-state study stored, as its export reads it: its settings, each recorded session by
+/// task, and each ended model call with its input (whose `messages` the store may leave empty:
+/// the export needs the key and the check, and the log carries what was sent) and output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStateData {
+    pub settings: TaskStateSettings,
+    pub sessions: std::collections::BTreeMap<String, RecordedSession>,
+    pub calls: std::collections::BTreeMap<CallKey, (CallInput, CallOutput)>,
+}

@@ -51,6 +51,9 @@ pub(super) struct StudyConfig {
     /// own, named by the task's payload, and left out of the stored spec.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub(super) problem_statements: std::collections::BTreeMap<String, String>,
+    /// A task-state study's settings (its spec's `task_state:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) task_state: Option<vcurve_record::task_state::TaskStateSettings>,
 }
 
 /// [`StudyConfig::runner`] as it is stored: the fields `runner_kind` and `runner_options` (a JSON

@@ -40,8 +40,8 @@ impl SqlStore {
         format!("IN ({})", placeholders.join(", "))
     }
 
-    /// Lease up to `max` pending replays, evaluations and base runs of running studies whose
-    /// runner the worker offers.
+    /// Lease up to `max` pending replays, evaluations, base runs, sessions and model calls of
+    /// running studies whose runner the worker offers (a model call: whose endpoint it offers).
     pub(super) async fn claim_jobs(
         &self,
         tx: &mut Transaction<'_, Any>,
@@ -57,7 +57,7 @@ impl SqlStore {
              FROM jobs j \
              JOIN studies s ON s.id = j.study \
              LEFT JOIN trajectories tr ON j.kind = 'replay' AND tr.study = j.study AND tr.id = j.subject \
-             WHERE j.state = 'pending' AND s.state = 'running' AND s.runner_kind {} \
+             WHERE j.state = 'pending' AND s.state = 'running' AND COALESCE(j.needs, s.runner_kind) {} \
              ORDER BY s.created_ms, j.created_ms, j.kind, j.subject, j.seq \
              LIMIT $1{}",
             Self::kinds_in(kinds, 2),

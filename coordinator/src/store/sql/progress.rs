@@ -26,6 +26,10 @@ const LEASED_IN_STUDY: &str = "SELECT COUNT(*) AS n FROM continuations WHERE stu
 const DONE_BETWEEN: &str =
     "SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND done_ms >= $2 AND done_ms <= $3";
 
+/// How many jobs of `jobs` of study `$1` were done in `$2 ..= $3`.
+const JOBS_DONE_BETWEEN: &str =
+    "SELECT COUNT(*) AS n FROM jobs WHERE study = $1 AND state = 'done' AND done_ms >= $2 AND done_ms <= $3";
+
 /// The pending continuations of study `$1` by their trajectory's stage.
 const PENDING_BY_STAGE: &str = "SELECT t.stage AS stage, COUNT(*) AS n FROM continuations c \
      JOIN trajectories t ON t.study = c.study AND t.id = c.trajectory \
@@ -72,6 +76,13 @@ pub(super) async fn progress(
     let running = sqlx::query(LEASED_IN_STUDY).bind(study).fetch_one(&mut *tx).await?.try_get::<i64, _>("n")? as u64;
     let pending = requested.saturating_sub(done + retired + dropped + running);
     let trajectories: u32 = by_state.values().sum();
+    let recent_jobs: i64 = sqlx::query(JOBS_DONE_BETWEEN)
+        .bind(study)
+        .bind(window.start_ms)
+        .bind(window.end_ms)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("n")?;
     let recent: i64 = sqlx::query(DONE_BETWEEN)
         .bind(study)
         .bind(window.start_ms)
@@ -86,19 +97,36 @@ pub(super) async fn progress(
     };
     let retired_jobs = super::retired::retired_jobs(&mut tx, study).await?;
     let workers = workers::live_workers(&mut tx, now, policy).await?;
+    let calls = match store.config(&mut tx, study).await?.task_state.clone() {
+        Some(settings) => Some(super::call_progress::call_stages(&mut tx, study, &settings, &workers).await?),
+        None => None,
+    };
     tx.commit().await?;
-    let throughput_per_min = window.per_minute(recent as u64);
+    let mut throughput_per_min = window.per_minute(recent as u64);
     let offered = workers.iter().any(|w| w.capabilities.contains(&runner_kind));
     let waiting_for_runner = (state == StudyState::Running && !offered).then_some(runner_kind);
     let waiting = by_state.get("waiting").copied().unwrap_or(0);
     let per_trajectory =
         if admitted > 0 { (done + running + pending + retired) as f64 / f64::from(admitted) } else { 300.0 };
     let remaining = (pending + running) as f64 + f64::from(waiting) * per_trajectory;
-    let eta_seconds = match state {
+    let mut eta_seconds = match state {
         StudyState::Running if throughput_per_min > 0.0 => Some(remaining / (throughput_per_min / 60.0)),
         StudyState::Running => None,
         _ => Some(0.0),
     };
+    // A task-state study: sessions and calls per minute, and the calls still to make.
+    if let Some(calls) = &calls {
+        throughput_per_min = window.per_minute(recent_jobs as u64);
+        let left: Option<u64> =
+            calls.stages.iter().map(|s| s.expected.map(|e| e.saturating_sub(s.done + s.retired))).sum();
+        eta_seconds = match (state, left) {
+            (StudyState::Running, Some(left)) if throughput_per_min > 0.0 => {
+                Some(left as f64 / (throughput_per_min / 60.0))
+            }
+            (StudyState::Running, _) => None,
+            _ => Some(0.0),
+        };
+    }
     Ok(Progress {
         study: study.into(),
         name,
@@ -120,6 +148,8 @@ pub(super) async fn progress(
         waiting_for_runner,
         lease_latency: None,
         evaluation,
+        call_stages: calls.as_ref().map(|c| c.stages.clone()).unwrap_or_default(),
+        waiting_for_endpoints: calls.map(|c| c.waiting_for_endpoints).unwrap_or_default(),
     })
 }
 

@@ -282,6 +282,20 @@ impl SqlStore {
                 self.finish_if_done(tx, study, now).await?;
                 Ok(Reported::accepted(wakes))
             }
+            (JobKey::Session { .. }, JobReport::SessionRecorded { recorded }) => {
+                let settings =
+                    config.task_state.as_ref().ok_or_else(|| corrupt("a session of a study without task_state"))?;
+                let wakes = self.session_recorded(tx, settings, key, recorded, now).await?;
+                self.finish_if_done(tx, study, now).await?;
+                Ok(Reported::accepted(wakes))
+            }
+            (JobKey::ModelCall { .. }, JobReport::CallAnswered { output }) => {
+                let settings =
+                    config.task_state.as_ref().ok_or_else(|| corrupt("a model call of a study without task_state"))?;
+                let wakes = self.call_answered(tx, settings, key, output, now).await?;
+                self.finish_if_done(tx, study, now).await?;
+                Ok(Reported::accepted(wakes))
+            }
             (JobKey::Evaluation { task, patch_sha256, .. }, JobReport::Evaluated { resolved }) => {
                 self.add_evaluation(tx, study, task, patch_sha256, *resolved, true).await?;
                 self.finish_if_done(tx, study, now).await?;

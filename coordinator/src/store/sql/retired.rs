@@ -27,6 +27,8 @@ pub(super) async fn retired_jobs(conn: &mut sqlx::AnyConnection, study: &str) ->
             "replay" => JobKind::Replay,
             "evaluation" => JobKind::Evaluation,
             "base_run" => JobKind::BaseRun,
+            "session" => JobKind::Session,
+            "model_call" => JobKind::ModelCall,
             other => return Err(corrupt(format!("job kind {other:?}"))),
         };
         let n = r.try_get::<i64, _>("n")?.max(0) as u64;

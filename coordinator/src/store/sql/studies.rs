@@ -128,6 +128,7 @@ pub(super) async fn create_study(
         admission: spec.admission,
         base_run_subjects: base_runs::base_run_subjects(spec),
         problem_statements,
+        task_state: spec.task_state.clone(),
     };
     sqlx::query(INSERT_STUDY)
         .bind(&id)
@@ -176,7 +177,10 @@ pub(super) async fn create_study(
             .execute(&mut *tx)
             .await?;
     }
-    store.queue_base_runs(&mut tx, &id, spec, &config.problem_statements, now).await?;
+    match &spec.task_state {
+        Some(settings) => store.queue_sessions(&mut tx, &id, spec, settings, &config.problem_statements, now).await?,
+        None => store.queue_base_runs(&mut tx, &id, spec, &config.problem_statements, now).await?,
+    }
     drop_uploads(&mut tx, &inputs.uploads).await?;
     if doomed.iter().all(|&d| d) && spec.tasks.is_empty() {
         sqlx::query(END_STUDY).bind(now).bind(&id).execute(&mut *tx).await?;
