@@ -197,7 +197,10 @@ fn draw<DB: DrawingBackend>(report: &TaskStateReport, root: &DrawingArea<DB, Shi
 
     let actor_y = plan.actor.and_then(|a| a.accuracy.value).map(|a| px(0.0, a).1);
     if let Some(actor) = plan.actor {
-        if let Some(ci) = actor.accuracy.ci {
+        // A degenerate interval (every resample the same) has no band: the line alone shows it.
+        if let Some(ci) = actor.accuracy.ci
+            && px(0.0, ci.lo).1 > px(0.0, ci.hi).1
+        {
             let (lo, hi) = (px(0.0, ci.lo).1, px(0.0, ci.hi).1);
             root.draw(&Rectangle::new([(left, hi), (right, lo)], ACTOR.mix(ACTOR_BAND_OPACITY).filled()))
                 .map_err(draw_error)?;

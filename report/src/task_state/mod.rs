@@ -10,6 +10,7 @@
 //! A value the study has not measured is never drawn or printed as 0: the figure leaves the view
 //! out and its legend names it, the tables print "not measured".
 
+pub mod export;
 pub mod figure;
 pub mod tables;
 
@@ -45,3 +46,41 @@ pub fn html_section(report: &TaskStateReport, usage_by_stage: Option<&[UsageRow]
 
 #[cfg(test)]
 mod tests;
+
+/// A task-state study's report page from its export's `task_state.json`: the figure and every
+/// table as one self-contained HTML file, with the tables as CSV and the figure as SVG and PNG
+/// beside it (file name → bytes).
+pub fn report_files(task_state_json: &[u8]) -> Result<std::collections::BTreeMap<String, Vec<u8>>, String> {
+    #[derive(serde::Deserialize)]
+    struct Export {
+        report: TaskStateReport,
+        #[serde(default)]
+        usage_by_stage: Option<Vec<UsageRow>>,
+        #[serde(default)]
+        settings: Option<serde_json::Value>,
+    }
+    let export: Export = serde_json::from_slice(task_state_json)
+        .map_err(|e| format!("task_state.json is not a task-state export: {e}"))?;
+    let usage = export.usage_by_stage.as_deref();
+    let section = html_section(&export.report, usage).map_err(|e| e.to_string())?;
+    let name = export
+        .settings
+        .as_ref()
+        .and_then(|s| s.get("version"))
+        .and_then(serde_json::Value::as_str)
+        .map_or_else(|| "task-state study".to_string(), |v| format!("task-state study ({v})"));
+    let page = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>vcurve report: {}</title><style>{}</style></head><body>\n<h1>vcurve report: {}</h1>\n{section}\n</body></html>\n",
+        esc(&name),
+        crate::table::STYLE,
+        esc(&name)
+    );
+    let mut files = std::collections::BTreeMap::new();
+    files.insert("report.html".to_string(), page.into_bytes());
+    for t in tables(&export.report, usage) {
+        files.insert(format!("{}.csv", t.name), t.csv().into_bytes());
+    }
+    files.insert("figures/task_state.svg".into(), figure_svg(&export.report).map_err(|e| e.to_string())?.into_bytes());
+    files.insert("figures/task_state.png".into(), figure_png(&export.report).map_err(|e| e.to_string())?);
+    Ok(files)
+}

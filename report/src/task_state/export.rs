@@ -1,0 +1,165 @@
+//! A task-state study's export files, from what its store holds
+//! ([`TaskStateData`]): the estimators' input assembled from the sessions and the calls
+//! (`vcurve_record::task_state::assemble`), every table, Figure 2, and the rows behind them.
+//!
+//! - `task_state.json`: the settings, the `accuracy` of every measured view by key (`"reports"`,
+//!   `"full"`, …, `"actor"`), every table (`report`), the estimators' `input`, the `views`
+//!   index (task, checkpoint, view → the digest of its text, its characters and tokens), each
+//!   probe's question and reference (`probes`), and usage by stage.
+//! - `probes.csv`, `answers.csv`, `scores.csv`: a row per probe, per answer sample, per credit.
+//! - `calls.csv`: a row per request of every model call (its stage, template and hash, sampling,
+//!   tokens, latency, outcome).
+//! - `views/DIGEST.txt`: each rendered view's text, once per distinct text.
+//! - `task_state_*.csv`: the tables; `figures/task_state.svg` and `.png`: Figure 2.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use vcurve_method::task_state::usage::{GroupBy, usage};
+use vcurve_method::task_state::{EstimatorSettings, analyze};
+use vcurve_record::session::views::render;
+use vcurve_record::task_state::TaskStateData;
+use vcurve_record::task_state::assemble::{assemble, views_read};
+
+use super::{figure_png, figure_svg, tables};
+
+/// Why an export could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("the task-state study's records do not assemble: {0}")]
+    Assemble(String),
+    #[error("the task-state estimators refused the study's records: {0}")]
+    Estimate(String),
+    #[error("Figure 2: {0}")]
+    Figure(String),
+    #[error("{0}")]
+    Write(String),
+}
+
+/// The estimator settings of a study: `ctxgap-1` with the study's samples per view and minimum
+/// importance.
+pub fn estimator_settings(data: &TaskStateData) -> EstimatorSettings {
+    EstimatorSettings {
+        samples_per_view: data.settings.samples,
+        min_importance: data.settings.min_importance,
+        ..EstimatorSettings::ctxgap_1()
+    }
+}
+
+fn csv_of<T: Serialize>(rows: &[T]) -> Result<Vec<u8>, ExportError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        w.serialize(row).map_err(|e| ExportError::Write(e.to_string()))?;
+    }
+    w.into_inner().map_err(|e| ExportError::Write(e.to_string()))
+}
+
+/// Every export file of a task-state study, by name.
+pub fn files(data: &TaskStateData) -> Result<BTreeMap<String, Vec<u8>>, ExportError> {
+    let assembled =
+        assemble(&data.settings, &data.sessions, &data.calls).map_err(|e| ExportError::Assemble(e.to_string()))?;
+    let settings = estimator_settings(data);
+    let report = analyze(&assembled.input, &settings).map_err(|e| ExportError::Estimate(e.to_string()))?;
+    let requests: Vec<_> = assembled.calls.iter().flat_map(|c| c.requests()).collect();
+    let usage_by_stage = usage(&requests, GroupBy::Stage).map_err(|e| ExportError::Estimate(e.to_string()))?;
+
+    let mut files = BTreeMap::new();
+    // The views each checkpoint's calls read, by task: the index of their texts, each stored once.
+    let mut views = Vec::new();
+    for (task, rec) in &data.sessions {
+        for k in 1..=rec.session.checkpoints() {
+            for view in views_read(&data.settings) {
+                let v =
+                    render(&rec.session, view, k).map_err(|e| ExportError::Assemble(format!("task {task}: {e}")))?;
+                views.push(serde_json::json!({"task": task, "checkpoint": k, "view": v.view, "version": v.version,
+                    "digest": v.sha256, "chars": v.chars, "tokens": v.tokens}));
+                files.entry(format!("views/{}.txt", v.sha256)).or_insert_with(|| v.text.into_bytes());
+            }
+        }
+    }
+    let probes: Vec<serde_json::Value> = assembled
+        .probes
+        .iter()
+        .map(|p| serde_json::json!({"probe": p.probe, "question": p.question, "reference": p.reference}))
+        .collect();
+    let json = serde_json::json!({
+        "format": "vcurve.task-state.v1",
+        "settings": data.settings,
+        "estimator_settings": settings,
+        "accuracy": report.accuracy(),
+        "report": report,
+        "usage_by_stage": usage_by_stage,
+        "input": assembled.input,
+        "views": views,
+        "probes": probes,
+    });
+    files.insert(
+        "task_state.json".into(),
+        serde_json::to_vec_pretty(&json).map_err(|e| ExportError::Write(e.to_string()))?,
+    );
+    files.insert("probes.csv".into(), csv_of(&assembled.probes)?);
+    files.insert("answers.csv".into(), csv_of(&assembled.answers)?);
+    files.insert("scores.csv".into(), csv_of(&assembled.scores)?);
+    files.insert("calls.csv".into(), calls_csv(&requests)?);
+    for t in tables(&report, Some(&usage_by_stage)) {
+        files.insert(format!("{}.csv", t.name), t.csv().into_bytes());
+    }
+    files.insert(
+        "figures/task_state.svg".into(),
+        figure_svg(&report).map_err(|e| ExportError::Figure(e.to_string()))?.into_bytes(),
+    );
+    files.insert("figures/task_state.png".into(), figure_png(&report).map_err(|e| ExportError::Figure(e.to_string()))?);
+    Ok(files)
+}
+
+/// `calls.csv`: a row per request.
+fn calls_csv(requests: &[vcurve_method::task_state::CallRecord]) -> Result<Vec<u8>, ExportError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let header = [
+        "call",
+        "attempt",
+        "stage",
+        "purpose",
+        "model",
+        "endpoint",
+        "template",
+        "template_hash",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "latency_ms",
+        "outcome",
+    ];
+    w.write_record(header).map_err(|e| ExportError::Write(e.to_string()))?;
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
+    for r in requests {
+        let outcome = serde_json::to_value(&r.outcome).map_err(|e| ExportError::Write(e.to_string()))?;
+        let outcome = match outcome {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        };
+        w.write_record([
+            r.call.clone(),
+            r.attempt.to_string(),
+            r.stage.key().to_string(),
+            r.purpose.key().to_string(),
+            r.model.clone(),
+            r.endpoint.clone(),
+            r.template.clone(),
+            r.template_hash.clone(),
+            opt(r.sampling.temperature.map(|v| v.to_string())),
+            opt(r.sampling.top_p.map(|v| v.to_string())),
+            opt(r.sampling.max_tokens.map(|v| v.to_string())),
+            r.tokens.map_or_else(|| "not reported".into(), |t| t.input.to_string()),
+            r.tokens.map_or_else(|| "not reported".into(), |t| t.output.to_string()),
+            r.tokens.map_or_else(|| "not reported".into(), |t| t.cached.to_string()),
+            r.latency_ms.to_string(),
+            outcome,
+        ])
+        .map_err(|e| ExportError::Write(e.to_string()))?;
+    }
+    w.into_inner().map_err(|e| ExportError::Write(e.to_string()))
+}
