@@ -28,6 +28,10 @@ pub enum Command {
     Labels(commands::labels::LabelsArgs),
     /// Write the paper's diagnostic note of every curve (Appendix W) from files, as CSV.
     Notes(commands::notes::NotesArgs),
+    /// Human annotation of a task-state study's gap atoms: sample them for two annotators, then
+    /// score their labels (κ, shares of the gap mass by state).
+    #[command(subcommand)]
+    Annotate(commands::annotate::AnnotateCommand),
     /// Benchmarks: measure a part of vcurve on this machine.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -77,6 +81,14 @@ pub enum BenchCommand {
 
 async fn run_async(command: Command) -> anyhow::Result<()> {
     match command {
+        Command::Demo(a) if a.task_state => {
+            crate::demo_task_state::run(crate::demo_task_state::TaskStateDemoArgs {
+                out: a.out,
+                slots: a.slots.min(8),
+                progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            })
+            .await?;
+        }
         Command::Demo(a) if a.docker => {
             crate::demo_docker::run(crate::demo_docker::DockerDemoArgs {
                 out: a.out,
@@ -115,6 +127,7 @@ async fn run_async(command: Command) -> anyhow::Result<()> {
         Command::Analyze(_)
         | Command::Labels(_)
         | Command::Notes(_)
+        | Command::Annotate(_)
         | Command::Import(_)
         | Command::Inspect(_)
         | Command::Bench(BenchCommand::Schedule(_)) => {
@@ -157,6 +170,12 @@ pub fn main() -> ExitCode {
         Command::Bench(BenchCommand::Schedule(args)) => crate::bench_schedule::run_command(&args),
         Command::Import(commands::import::ImportCommand::MiniSweAgent(args)) => commands::import::run(&args),
         Command::Inspect(args) => commands::inspect::run(&args),
+        Command::Annotate(commands::annotate::AnnotateCommand::Sample(args)) => {
+            commands::annotate::sample(&args).and_then(output::println)
+        }
+        Command::Annotate(commands::annotate::AnnotateCommand::Score(args)) => {
+            commands::annotate::score(&args).and_then(output::print)
+        }
         command => {
             let server = matches!(command, Command::Coordinator(_) | Command::Worker(_));
             crate::telemetry::init(if server { "info" } else { "warn" });

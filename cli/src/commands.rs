@@ -10,6 +10,7 @@
 
 pub mod analyses;
 pub mod analyze;
+pub mod annotate;
 pub mod cancel;
 pub mod coordinator;
 pub mod export;

@@ -308,4 +308,10 @@ pub struct DemoCommand {
     /// With --docker: the paper's thresholds instead of the reduced ones.
     #[arg(long)]
     pub paper_thresholds: bool,
+    /// The task-state study instead (CTXGAP, docs/task-state.md): the scripted agent's four-turn
+    /// sessions on two variants of the test task in Docker, the model stages on the deterministic
+    /// model server shipped with the tests; prints each view's accuracy measured beside its known
+    /// truth and writes truth.json beside the export.
+    #[arg(long, conflicts_with = "docker")]
+    pub task_state: bool,
 }

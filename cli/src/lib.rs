@@ -26,6 +26,7 @@ pub mod client;
 pub mod commands;
 pub mod demo;
 pub mod demo_docker;
+pub mod demo_task_state;
 pub mod input;
 pub mod output;
 pub mod render;

@@ -30,6 +30,10 @@ fn failed(e: impl std::fmt::Display) -> RenderError {
 
 impl Renderer for ReportRenderer {
     fn export(&self, study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
+        // A task-state study has no curves: its files are `task_state_export`'s.
+        if study.spec.task_state.is_some() {
+            return Ok(BTreeMap::new());
+        }
         if study.spec.restart_check.is_some() {
             return restart_check::files(study).map_err(failed);
         }
@@ -41,12 +45,22 @@ impl Renderer for ReportRenderer {
         head: StudyRecord,
         trajectories: &mut dyn Iterator<Item = TrajectoryRecord>,
     ) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
+        if head.spec.task_state.is_some() {
+            return Ok(BTreeMap::new());
+        }
         if head.spec.restart_check.is_some() {
             let mut study = head;
             study.trajectories.extend(trajectories);
             return restart_check::files(&study).map_err(failed);
         }
         export::files_from(&head, trajectories).map_err(failed)
+    }
+
+    fn task_state_export(
+        &self,
+        data: &vcurve_record::task_state::TaskStateData,
+    ) -> Result<BTreeMap<String, Vec<u8>>, RenderError> {
+        vcurve_report::task_state::export::files(data).map_err(failed)
     }
 
     fn summaries(&self, study: &StudyRecord) -> Result<Vec<TrajectorySummary>, RenderError> {

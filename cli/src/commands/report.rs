@@ -38,6 +38,33 @@ pub async fn run(a: &ReportArgs) -> anyhow::Result<()> {
     output::println(path.display().to_string())
 }
 
+/// A task-state study's `task_state.json`, when the source is one: the export folder's, or the
+/// coordinator's export of a study whose progress has task-state stages.
+async fn task_state_export(source: &StudySource) -> anyhow::Result<Option<Vec<u8>>> {
+    match (source.study.as_deref(), source.from.as_deref()) {
+        (_, Some(dir)) => {
+            let path = dir.join("task_state.json");
+            if !path.exists() {
+                return Ok(None);
+            }
+            Ok(Some(crate::input::read_export_json(&path).with_context(|| format!("cannot read {}", path.display()))?))
+        }
+        (Some(study), None) => {
+            let connection = source.remote.connection()?;
+            let mut client = client::study_client(&connection).await?;
+            let request = vcurve_proto::v1::ProgressRequest { study: study.to_string() };
+            let progress = client.get_progress(request).await.with_context(at(&connection))?.into_inner();
+            if progress.call_stages.is_empty() {
+                return Ok(None);
+            }
+            let files = client::export(&mut client, study).await.with_context(at(&connection))?;
+            let found = files.into_iter().find(|(n, _)| n == "task_state.json").map(|(_, bytes)| bytes);
+            found.map(Some).context("the task-state study's export has no task_state.json")
+        }
+        (None, None) => Ok(None),
+    }
+}
+
 /// What a report is built from: a study's results and analyses, and its online restart check
 /// when its export holds one (`restart_check.json`).
 pub(super) type ReportInputs = (
@@ -85,6 +112,11 @@ pub(super) async fn results_and_analyses(source: &StudySource) -> anyhow::Result
 }
 
 pub async fn report(source: &StudySource, out: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(task_state) = task_state_export(source).await? {
+        let files = vcurve_report::task_state::report_files(&task_state).map_err(anyhow::Error::msg)?;
+        write_files(out, files)?;
+        return Ok(out.join("report.html"));
+    }
     let (results, analyses, check) = results_and_analyses(source).await?;
     let report = vcurve_report::html::build(&results, &analyses, check.as_ref())?;
     write_files(out, report.files)?;

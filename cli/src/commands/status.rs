@@ -52,6 +52,12 @@ pub(super) fn progress_json(p: &v1::Progress) -> serde_json::Value {
             "p50": p.lease_p50_ms, "p99": p.lease_p99_ms, "leases": p.leases_measured,
         })),
         "eta_seconds": (p.eta_seconds >= 0.0).then_some(p.eta_seconds),
+        "call_stages": p.call_stages.iter().map(|s| serde_json::json!({
+            "stage": s.stage, "done": s.done, "running": s.running, "pending": s.pending, "retired": s.retired,
+            "malformed": s.malformed, "failed": s.failed, "expected": s.expected,
+            "tokens": {"input": s.input_tokens, "output": s.output_tokens, "cached": s.cached_tokens},
+        })).collect::<Vec<_>>(),
+        "waiting_for_endpoints": p.waiting_for_endpoints,
         "evaluation": p.evaluation.as_ref().map(|e| serde_json::json!({
             "evaluated_runs": e.evaluated_runs, "cache_hits": e.cache_hits, "unique_patches": e.unique_patches,
             "evaluations": e.evaluations, "flake_checks": e.flake_checks, "flakes": e.flakes,
@@ -92,7 +98,54 @@ fn eta(p: &v1::Progress) -> String {
     format!("{}h{:02}m{:02}s", s / 3600, s / 60 % 60, s % 60)
 }
 
+/// A task-state study's progress: a line per stage with its jobs, failures, tokens and expected
+/// total, and the endpoints its calls wait for.
+fn task_state_text(p: &v1::Progress) -> String {
+    let mut out = String::from(
+        "  task state by stage (jobs done / expected; running, pending, retired; malformed, failed; tokens in / out / cached):\n",
+    );
+    for s in &p.call_stages {
+        let expected = s.expected.map_or_else(|| "not known yet".to_string(), |e| e.to_string());
+        out.push_str(&format!(
+            "    {:<8} {} / {expected}; {} running, {} pending, {} retired; {} malformed, {} failed; {} / {} / {}\n",
+            s.stage,
+            s.done,
+            s.running,
+            s.pending,
+            s.retired,
+            s.malformed,
+            s.failed,
+            s.input_tokens,
+            s.output_tokens,
+            s.cached_tokens
+        ));
+        // The tokens at the end, at the mean of the calls done so far.
+        if let Some(expected) = s.expected
+            && s.done > 0
+            && s.stage != "session"
+            && expected > s.done
+        {
+            let scale = expected as f64 / s.done as f64;
+            out.push_str(&format!(
+                "             at this rate ≈ {:.0} / {:.0} tokens in / out when its {expected} calls are done\n",
+                s.input_tokens as f64 * scale,
+                s.output_tokens as f64 * scale
+            ));
+        }
+    }
+    for endpoint in &p.waiting_for_endpoints {
+        let url = endpoint.strip_prefix("model:").unwrap_or(endpoint);
+        out.push_str(&format!(
+            "  waiting for a worker offering the model endpoint {url}: no live worker offers it (vcurve worker --model-endpoint {url}[=KEY_ENV])\n"
+        ));
+    }
+    out
+}
+
 fn progress_text(p: &v1::Progress) -> String {
+    if !p.call_stages.is_empty() {
+        return task_state_progress_text(p);
+    }
     let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
     let slots: u32 = p.workers.iter().map(|w| w.slots).sum();
     let latency = if p.leases_measured > 0 {
@@ -151,6 +204,32 @@ fn progress_text(p: &v1::Progress) -> String {
         p.retired,
         retired_text(p),
         evaluation_text(p),
+        p.workers.len(),
+        slots,
+        p.throughput_per_min,
+        eta(p)
+    )
+}
+
+/// [`progress_text`] of a task-state study: its sessions and calls instead of trajectories and
+/// continuations.
+fn task_state_progress_text(p: &v1::Progress) -> String {
+    let slots: u32 = p.workers.iter().map(|w| w.slots).sum();
+    let waiting = if p.waiting_for_runner.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "  waiting for a worker offering `{}` to record the sessions: no live worker offers it\n",
+            p.waiting_for_runner
+        )
+    };
+    format!(
+        "study {} ({}): {} — a task-state study\n{waiting}{}{}  workers: {} with {} slots; {:.1} jobs/min; ETA {}\n",
+        p.name,
+        p.study,
+        p.state,
+        task_state_text(p),
+        retired_text(p),
         p.workers.len(),
         slots,
         p.throughput_per_min,

@@ -5,6 +5,7 @@
 mod common;
 
 mod analyze_cli;
+mod annotate_cli;
 mod bad_inputs;
 mod bench_dispatch;
 mod bench_schedule_cli;

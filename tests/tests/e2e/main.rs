@@ -9,3 +9,4 @@ mod containers;
 mod fault_tolerance;
 mod images;
 mod mini_swe_agent;
+mod task_state;
