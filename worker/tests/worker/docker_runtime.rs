@@ -900,3 +900,72 @@ async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image(
     eprintln!("replay of {} steps measuring the first edit: {:.2} s", commands.len(), started.elapsed().as_secs_f64());
     assert_eq!((replay.replayed.first_edit, replay.replayed.first_symptom), (Observation::At(5), Observation::At(7)));
 }
+
+/// The changes read from the writable layer are the set `docker diff` gives, case by case:
+/// additions, writes, copy-ups that change nothing the engine compares, deletions of files and
+/// trees, directories deleted and made again (opaque), whiteouts of what the container made
+/// itself, type changes, special files, and a state reached from a committed snapshot.
+#[tokio::test]
+async fn the_diff_read_from_the_writable_layer_is_the_engines() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
+    let scope = Scope::new("layer-diff").await;
+    let cases = [
+        "echo hello > /root/hello.txt && rm /etc/issue && echo x >> /etc/hostname.bak",
+        "chmod 644 /etc/passwd; chown root /etc/group; mkdir /tmp/d1 && rmdir /tmp/d1",
+        "cp -p /etc/passwd /tmp/p; cat /tmp/p > /etc/passwd; touch -r /tmp/p /etc/passwd; rm /tmp/p",
+        "rm -rf /usr/share/perl5 2>/dev/null; rm -rf /etc/apt && mkdir /etc/apt && echo y > /etc/apt/new",
+        "rm -rf /var/lib/dpkg/info && mkdir -p /var/lib/dpkg/info/sub && touch /var/lib/dpkg/info/sub/f",
+        "rm /etc/hostname.x 2>/dev/null; rm -f /etc/debian_version && mkdir /etc/debian_version && touch /etc/debian_version/f",
+        "mkfifo /tmp/fifo; ln -s /nowhere /tmp/link; ln /etc/passwd /root/hard; touch /usr/bin/env; chmod 700 /root",
+        "mkdir -p /a/b/c && echo 1 > /a/b/c/f && rm -rf /a/b && echo 2 > /a/g",
+    ];
+    for case in cases {
+        let c = scope.start().await;
+        run(&c, case).await;
+        let read = c.diff().await.expect("diff");
+        let engine = scope.runtime.engine_diff(c.id()).await.expect("the engine's diff");
+        assert_eq!(read, engine, "after {case:?}");
+        let (_, stamp) = c.diff_stamped().await.expect("diff");
+        assert!(stamp.is_some(), "this engine's writable layer is readable here (run the tests as root)");
+        c.remove().await.expect("removed");
+    }
+    // From a snapshot: the diff is against the snapshot.
+    let c = scope.start().await;
+    run(&c, "echo 1 > /root/one && rm /etc/issue && mkdir /srv/x && echo 2 > /srv/x/two").await;
+    let reference = scope.reference(1);
+    let mut image_labels = scope.labels_for("w");
+    image_labels.insert("vcurve.snapshot.t".to_owned(), "1".to_owned());
+    c.commit(&reference, &image_labels).await.expect("committed");
+    c.remove().await.expect("removed");
+    let mut spec = scope.spec();
+    spec.image = reference;
+    let c = scope.start_with(&spec).await;
+    run(&c, "rm /root/one && echo 3 >> /srv/x/two && rm -rf /srv/x && mkdir /srv/x && touch /etc/issue").await;
+    let engine = scope.runtime.engine_diff(c.id()).await.expect("the engine's diff");
+    assert_eq!(c.diff().await.expect("diff"), engine);
+    c.remove().await.expect("removed");
+}
+
+/// The stamp of the writable layer stays while commands only read, and moves with a write that
+/// leaves size, time and output alone.
+#[tokio::test]
+async fn the_layer_stamp_moves_with_every_write_and_only_then() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
+    let scope = Scope::new("layer-stamp").await;
+    let c = scope.start().await;
+    run(&c, "echo 1 > /root/f").await;
+    let (_, first) = c.diff_stamped().await.expect("diff");
+    run(&c, "cat /root/f; ls -R /etc > /dev/null; python3 -c 'print(1)'").await;
+    let (_, same) = c.diff_stamped().await.expect("diff");
+    assert_eq!(first, same, "reading wrote to the layer");
+    run(&c, "touch -r /root/f /tmp/r; echo 2 > /root/f; touch -r /tmp/r /root/f; rm /tmp/r").await;
+    let (_, moved) = c.diff_stamped().await.expect("diff");
+    assert_ne!(first, moved);
+    // The engine-only runtime has no stamp.
+    let engine_only = Arc::new(DockerRuntime::connect().await.expect("connects").engine_diff_only());
+    let rt: Arc<dyn ContainerRuntime> = engine_only;
+    let (changes, stamp) = rt.diff_stamped(c.id()).await.expect("diff");
+    assert_eq!(stamp, None);
+    assert_eq!(changes, c.diff().await.expect("diff"));
+    c.remove().await.expect("removed");
+}

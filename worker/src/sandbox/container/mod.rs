@@ -181,6 +181,16 @@ pub trait ContainerRuntime: Send + Sync {
     /// The container's changes against its image, sorted by path.
     fn diff<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<Vec<Change>, RuntimeError>>;
 
+    /// [`ContainerRuntime::diff`] with a stamp of the container's writable layer, where the
+    /// runtime reads the layer itself: the stamp changes whenever anything is written to the
+    /// layer, so two equal stamps mean the same state. `None` where it asks the engine.
+    fn diff_stamped<'a>(
+        &'a self,
+        container: &'a str,
+    ) -> BoxFuture<'a, Result<(Vec<Change>, Option<String>), RuntimeError>> {
+        Box::pin(async move { Ok((self.diff(container).await?, None)) })
+    }
+
     /// Commit the container as the image `reference` (`repo:tag`) with `labels`; the container
     /// keeps running. Returns the image id.
     fn commit<'a>(
@@ -270,6 +280,11 @@ impl Container {
 
     pub async fn diff(&self) -> Result<Vec<Change>, RuntimeError> {
         self.runtime.diff(self.id()).await
+    }
+
+    /// [`ContainerRuntime::diff_stamped`].
+    pub async fn diff_stamped(&self) -> Result<(Vec<Change>, Option<String>), RuntimeError> {
+        self.runtime.diff_stamped(self.id()).await
     }
 
     pub async fn commit(&self, reference: &str, labels: &BTreeMap<String, String>) -> Result<String, RuntimeError> {

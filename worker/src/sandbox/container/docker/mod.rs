@@ -94,8 +94,9 @@
 //! refused by the engine ([`RuntimeError::Engine`], "cannot be forced"). An image that only
 //! stopped containers use is deleted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
@@ -113,6 +114,7 @@ use futures::future::BoxFuture;
 use super::{Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
 
 mod engine;
+pub mod layer;
 mod output;
 mod registry;
 
@@ -186,7 +188,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct DockerRuntime {
     docker: Docker,
     socket: String,
+    /// Each container's writable layer on this host ([`layer`]), once looked up; `None` where
+    /// the driver has none or this process cannot read it (the engine's diff is used there).
+    layers: Arc<Mutex<HashMap<String, Option<layer::Layers>>>>,
+    /// Whether to read writable layers at all ([`DockerRuntime::engine_diff_only`]).
+    read_layers: bool,
 }
+
+/// The storage drivers whose `GraphDriver.Data` name an upper directory of overlay form.
+const OVERLAY_DRIVERS: &[&str] = &["overlay2", "overlay", "fuse-overlayfs"];
 
 /// The socket bollard's local defaults use: `DOCKER_HOST` when it is `unix://…`, else
 /// [`DEFAULT_SOCKET`].
@@ -206,7 +216,7 @@ impl DockerRuntime {
         let docker = Docker::connect_with_local_defaults()
             .map_err(|e| RuntimeError::Engine(format!("cannot use the Docker Engine socket {socket}: {e}")))?
             .with_timeout(Duration::from_secs(REQUEST_TIMEOUT_S));
-        Ok(DockerRuntime { docker, socket })
+        Ok(DockerRuntime { docker, socket, layers: Arc::default(), read_layers: true })
     }
 
     /// Connect to the local engine and check that it answers (`/_ping`), settling on the API
@@ -262,6 +272,69 @@ impl DockerRuntime {
             }
             Err(e) => Err(engine(e)),
         }
+    }
+
+    /// This runtime, asking the engine for every diff instead of reading writable layers (what
+    /// a worker that cannot read the engine's data directory does anyway).
+    pub fn engine_diff_only(mut self) -> DockerRuntime {
+        self.read_layers = false;
+        self
+    }
+
+    /// The writable layer of `container` and its image's layers, if the storage driver has them
+    /// in overlay form and this process can read them; looked up once per container.
+    async fn layers_of(&self, container: &str) -> Result<Option<layer::Layers>, RuntimeError> {
+        if !self.read_layers {
+            return Ok(None);
+        }
+        if let Some(known) = self.layers.lock().unwrap_or_else(|e| e.into_inner()).get(container) {
+            return Ok(known.clone());
+        }
+        let inspect =
+            self.docker.inspect_container(container, None).await.map_err(|e| container_error(container, e))?;
+        let found = inspect.graph_driver.and_then(|driver| {
+            if !OVERLAY_DRIVERS.contains(&driver.name.as_str()) {
+                return None;
+            }
+            let upper = std::path::PathBuf::from(driver.data.get("UpperDir")?);
+            let lowers: Vec<std::path::PathBuf> = driver
+                .data
+                .get("LowerDir")
+                .map(|l| l.split(':').filter(|p| !p.is_empty()).map(std::path::PathBuf::from).collect())
+                .unwrap_or_default();
+            // Unreadable here (a worker in a container given only the socket): the engine's diff.
+            if std::fs::read_dir(&upper).is_err() || lowers.iter().any(|l| std::fs::read_dir(l).is_err()) {
+                tracing::debug!(container, driver = %driver.name, "the writable layer is not readable here; using the engine's diff");
+                return None;
+            }
+            Some(layer::Layers { upper, lowers })
+        });
+        self.layers.lock().unwrap_or_else(|e| e.into_inner()).insert(container.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    /// The engine's own diff of `container` (`docker diff`), sorted by path.
+    pub async fn engine_diff(&self, container: &str) -> Result<Vec<Change>, RuntimeError> {
+        self.diff_impl(container).await
+    }
+
+    /// The diff read from the writable layer where it can be, with its stamp; else the engine's.
+    async fn diff_stamped_impl(&self, container: &str) -> Result<(Vec<Change>, Option<String>), RuntimeError> {
+        if let Some(layers) = self.layers_of(container).await? {
+            let read = tokio::task::spawn_blocking(move || layers.changes()).await;
+            match read {
+                Ok(Ok(state)) => return Ok((state.changes, Some(state.stamp))),
+                Ok(Err(e)) => {
+                    // A container removed meanwhile takes its layer with it: the engine says so.
+                    if self.running(container).await? {
+                        tracing::warn!(container, error = %e, "cannot read the writable layer; using the engine's diff for this container");
+                        self.layers.lock().unwrap_or_else(|e| e.into_inner()).insert(container.to_owned(), None);
+                    }
+                }
+                Err(e) => return Err(RuntimeError::Engine(format!("reading the writable layer of {container}: {e}"))),
+            }
+        }
+        Ok((self.diff_impl(container).await?, None))
     }
 
     /// The socket this runtime talks to.
@@ -618,6 +691,7 @@ impl DockerRuntime {
     }
 
     async fn remove_impl(&self, container: &str) -> Result<(), RuntimeError> {
+        self.layers.lock().unwrap_or_else(|e| e.into_inner()).remove(container);
         let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         match self.docker.remove_container(container, Some(options)).await {
             Ok(()) => Ok(()),
@@ -716,7 +790,14 @@ impl ContainerRuntime for DockerRuntime {
     }
 
     fn diff<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<Vec<Change>, RuntimeError>> {
-        Box::pin(self.diff_impl(container))
+        Box::pin(async move { Ok(self.diff_stamped_impl(container).await?.0) })
+    }
+
+    fn diff_stamped<'a>(
+        &'a self,
+        container: &'a str,
+    ) -> BoxFuture<'a, Result<(Vec<Change>, Option<String>), RuntimeError>> {
+        Box::pin(self.diff_stamped_impl(container))
     }
 
     fn commit<'a>(
