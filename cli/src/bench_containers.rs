@@ -4,6 +4,14 @@
 //! against a replay from the task image to the same `t` (the ratio; the target is ≤ 0.2 at
 //! `t ≥ 20`). The trajectory is a base run of the scripted agent on the test task, recorded here
 //! with a late decision step so that it is long enough.
+//!
+//! It also sets a verified replay — observations compared and a fingerprint measured at every
+//! step, every fifth step committed as an anchor, the first edit looked for: the `replay` job —
+//! against re-executing the same commands in a fresh container without any check
+//! ([`Verified`]), on the test task image and on a task image with a large repository and an
+//! installed package, built here from the test task image ([`LARGE_DOCKERFILE`]: a few thousand
+//! files copied into the task's git repository and committed, the copy registered with Python as
+//! an editable install, offline). The target is ≤ 1.2 ×.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,10 +60,45 @@ fn figure(what: &str, mut samples: Vec<Duration>) -> Figure {
     Figure { what: what.to_string(), runs: samples.len(), median_ms: at(0.5), p90_ms: at(0.9) }
 }
 
+/// A verified replay against re-execution on one image (medians over the runs).
+#[derive(Debug, Clone, Serialize)]
+pub struct Verified {
+    pub image: String,
+    /// Steps of the trajectory, and files in the image's repository.
+    pub steps: u32,
+    pub repository_files: u64,
+    pub replay_verified_ms: f64,
+    pub reexecute_ms: f64,
+    /// `replay_verified_ms / reexecute_ms`.
+    pub ratio: f64,
+    /// Anchors committed by one verified replay (an anchor whose layer did not change since the
+    /// previous one still costs a commit).
+    pub anchors: usize,
+}
+
+/// The large task image: the test task's repository with a few thousand more files (three
+/// copies of the Python standard library's tree, `__pycache__` left out) committed into it, and
+/// the copy registered as an editable install (a `.pth` file and its `dist-info`, what
+/// `pip install -e .` leaves; the image has no pip and the bench no network). `{image}` is the
+/// test task image.
+pub const LARGE_DOCKERFILE: &str = r#"FROM {image}
+RUN set -e; cd /testbed; mkdir -p vendor/biglib \
+ && for i in 1 2 3; do mkdir -p vendor/biglib/part$i && cp -r /usr/lib/python3.11/. vendor/biglib/part$i/; done \
+ && find vendor -name __pycache__ -prune -exec rm -rf {} + \
+ && printf '[project]\nname = "biglib"\nversion = "0.1"\n' > vendor/pyproject.toml \
+ && git add -A && git -c user.email=bench@vcurve -c user.name=bench commit -qm "vendor biglib" \
+ && site=$(python3 -c 'import site; print(site.getsitepackages()[0])') && mkdir -p "$site/biglib-0.1.dist-info" \
+ && echo /testbed/vendor > "$site/__editable__.biglib-0.1.pth" \
+ && printf 'Metadata-Version: 2.1\nName: biglib\nVersion: 0.1\n' > "$site/biglib-0.1.dist-info/METADATA" \
+ && echo pip > "$site/biglib-0.1.dist-info/INSTALLER" && : > "$site/biglib-0.1.dist-info/RECORD"
+"#;
+
 /// The measurements and the ratio.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub figures: Vec<Figure>,
+    /// Verified replay against re-execution, per image.
+    pub verified: Vec<Verified>,
     pub t: u32,
     pub anchor: u32,
     /// Median start from the anchor over median replay from the task image.
@@ -245,7 +288,156 @@ async fn measure(
     let ratio = near.median_ms / image.median_ms;
     figures.push(image);
     figures.push(near);
-    Ok(Report { figures, t, anchor, ratio })
+
+    // Verified replay against re-execution, on the test task image and the large one.
+    let mut verified = vec![verify(args, repo, task, runtime, limits, &trajectory).await?];
+    let large_image = build_large(&task.image)?;
+    let large_task = Task { image: large_image.clone(), ..task.clone() };
+    let large_run = verify_on(args, repo, &large_task, runtime, limits).await;
+    let _ = std::process::Command::new("docker").args(["rmi", "-f", &large_image]).output();
+    verified.push(large_run?);
+    Ok(Report { figures, verified, t, anchor, ratio })
+}
+
+/// Build [`LARGE_DOCKERFILE`] over `image`; its tag.
+fn build_large(image: &str) -> anyhow::Result<String> {
+    use std::io::Write;
+    let tag = format!("vcurve-bench-large:{}", std::process::id());
+    let mut child = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &tag, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running docker build for the large task image")?;
+    child
+        .stdin
+        .take()
+        .context("docker build's stdin")?
+        .write_all(LARGE_DOCKERFILE.replace("{image}", image).as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("docker build of the large task image failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(tag)
+}
+
+/// A scripted base run on `task`'s image, then [`verify`].
+async fn verify_on(
+    args: &BenchContainersArgs,
+    repo: &std::path::Path,
+    task: &Task,
+    runtime: &Arc<dyn ContainerRuntime>,
+    limits: &ContainerLimits,
+) -> anyhow::Result<Verified> {
+    let trajectory = base_run(repo, task, runtime, limits, args.t.max(8)).await?;
+    verify(args, repo, task, runtime, limits, &trajectory).await
+}
+
+/// A base run of the scripted agent on `task` with its decision at `decision_step`.
+async fn base_run(
+    repo: &std::path::Path,
+    task: &Task,
+    runtime: &Arc<dyn ContainerRuntime>,
+    limits: &ContainerLimits,
+    decision_step: u32,
+) -> anyhow::Result<vcurve_record::Trajectory> {
+    let options = AgentOptions::from_json(&serde_json::json!({
+        "agent": vcurve_worker::runners::agents::SCRIPTED,
+        "model": {"decision_step": decision_step},
+    }))
+    .map_err(anyhow::Error::msg)?;
+    let mut agents = vcurve_worker::AgentRegistry::new();
+    agents.register_flag(vcurve_worker::runners::agents::SCRIPTED, &repo.join("agents")).map_err(anyhow::Error::msg)?;
+    let container = Container::start(runtime.clone(), &limits.spec(&task.image)).await?;
+    let start = AgentStart {
+        command: agents.command(&options).map_err(anyhow::Error::msg)?,
+        task: task.clone(),
+        interpreter: Interpreter::default(),
+        messages: Vec::new(),
+        t: 0,
+        budget: 100,
+        seed: 1,
+        model: options.model.clone(),
+    };
+    let ran = run_agent(&container, start, AgentLimits::from_options(&options), CancellationToken::new()).await;
+    container.remove().await?;
+    Ok(ran
+        .map_err(|e| anyhow::anyhow!("the scripted agent's base run on {}: {}", task.image, e.reason()))?
+        .into_trajectory(task.clone(), Interpreter::default(), Vec::new())?)
+}
+
+/// The median verified replay (the `replay` job: fingerprints recorded at every step, anchors
+/// every 5 steps committed) against the median re-execution of the same commands, each run in a
+/// fresh container of the task image (its start counted in both).
+async fn verify(
+    args: &BenchContainersArgs,
+    _repo: &std::path::Path,
+    task: &Task,
+    runtime: &Arc<dyn ContainerRuntime>,
+    limits: &ContainerLimits,
+    trajectory: &vcurve_record::Trajectory,
+) -> anyhow::Result<Verified> {
+    let digest = trajectory.digest();
+    let normalizer = Normalizer::default();
+    let anchors: Vec<u32> = (5..=trajectory.length()).step_by(5).collect();
+    let cache = SnapshotCache::open(runtime.clone(), 1 << 34).await?;
+    let (mut verified, mut plain) = (Vec::new(), Vec::new());
+    let mut committed = 0;
+    for _ in 0..args.runs {
+        let started = Instant::now();
+        let container = Container::start(runtime.clone(), &limits.spec(&task.image)).await?;
+        for step in &trajectory.steps {
+            for action in &step.actions {
+                vcurve_worker::sandbox::exec::run_command(
+                    &container,
+                    task,
+                    &trajectory.interpreter,
+                    &action.command,
+                    action.timeout_s,
+                )
+                .await?;
+            }
+        }
+        container.remove().await?;
+        plain.push(started.elapsed());
+
+        let started = Instant::now();
+        let verdict = vcurve_worker::sandbox::replay_job::replay_trajectory(
+            &cache,
+            trajectory,
+            &digest,
+            &anchors,
+            &normalizer,
+            FingerprintMode::RecordMissing,
+            limits,
+        )
+        .await?;
+        verified.push(started.elapsed());
+        match verdict {
+            Verdict::Reproduced(done) => committed = done.replayed.anchors.len(),
+            Verdict::NonReplayable(why) => {
+                bail!("the bench trajectory on {} did not replay: step {}: {}", task.image, why.step, why.reason)
+            }
+        }
+        cache.remove_all().await;
+    }
+    let count = Container::start(runtime.clone(), &limits.spec(&task.image)).await?;
+    let files =
+        vcurve_worker::sandbox::exec::run_command(&count, task, &trajectory.interpreter, "git ls-files | wc -l", 60.0)
+            .await?;
+    count.remove().await?;
+    let replay_verified_ms = figure("verified", verified).median_ms;
+    let reexecute_ms = figure("plain", plain).median_ms;
+    Ok(Verified {
+        image: task.image.clone(),
+        steps: trajectory.length(),
+        repository_files: files.output.trim().parse().unwrap_or(0),
+        replay_verified_ms,
+        reexecute_ms,
+        ratio: replay_verified_ms / reexecute_ms,
+        anchors: committed,
+    })
 }
 
 /// The report as a table.
@@ -258,6 +450,17 @@ pub fn table(report: &Report) -> String {
         "start from the nearest anchor / replay from the task image at t = {}: {:.3} (target ≤ 0.2 at t ≥ 20)\n",
         report.t, report.ratio
     ));
+    out.push_str(&format!(
+        "\n{:<36} {:>5} {:>7} {:>8} {:>13} {:>13} {:>7}\n",
+        "verified replay vs re-execution", "steps", "files", "anchors", "verified ms", "re-exec ms", "ratio"
+    ));
+    for v in &report.verified {
+        out.push_str(&format!(
+            "{:<36} {:>5} {:>7} {:>8} {:>13.1} {:>13.1} {:>7.2}\n",
+            v.image, v.steps, v.repository_files, v.anchors, v.replay_verified_ms, v.reexecute_ms, v.ratio
+        ));
+    }
+    out.push_str("(target ≤ 1.2 × on both)\n");
     out
 }
 

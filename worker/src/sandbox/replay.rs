@@ -19,11 +19,14 @@
 //! ([`ChangeSet::then`]) whenever the state is measured. A file the snapshot added and the replay
 //! deleted is then no change at all, as a diff of one container from the task image would say.
 //!
-//! Measuring costs a container diff (seconds on a real engine), so it happens only at steps whose
-//! fingerprint is compared, at every step when the caller asks for fingerprints to be recorded
-//! ([`FingerprintMode::RecordMissing`]), and when an anchor is committed; `git diff` and
-//! `git status` run through the exec path too, with git's optional locks off so that measuring
-//! writes nothing, and they are not steps.
+//! Measuring costs a container diff, so it happens only at steps whose fingerprint is compared,
+//! at every step when the caller asks for fingerprints to be recorded
+//! ([`FingerprintMode::RecordMissing`]), and when an anchor is committed. The Docker runtime reads
+//! the diff from the container's writable layer on this host (milliseconds; the engine's own diff,
+//! seconds, where it cannot: [`crate::sandbox::container::docker::layer`]) and stamps it; `git diff`
+//! and `git status` run in one exec through the exec path, with git's optional locks off so that
+//! measuring writes nothing, and they are not steps. They run again only when the layer's stamp
+//! moved since they last ran: an unchanged layer is an unchanged working tree.
 //!
 //! Errors of the container runtime are [`ReplayError`]s: infrastructure, the job has no outcome
 //! and is run again. A mismatch is an outcome: [`Verdict::NonReplayable`].
@@ -301,8 +304,12 @@ pub struct Replay<'a> {
     /// The changes of the container's image against the task image.
     base: ChangeSet,
     t: u32,
-    /// The cumulative changes measured at step `.0`.
-    measured: Option<(u32, ChangeSet)>,
+    /// The cumulative changes measured at step `.0`, with the stamp of the writable layer they
+    /// were read from (where the runtime reads it).
+    measured: Option<(u32, ChangeSet, Option<String>)>,
+    /// `git diff` and `git status` as last measured, with the layer's stamp then: a state whose
+    /// stamp is the same has the same working tree, so they are not run again.
+    git: Option<(String, (String, String))>,
     levels: Vec<CompareLevel>,
     fingerprints: BTreeMap<u32, Fingerprint>,
     /// The failure signal of the step just replayed (see [`Replay::failure_signal`]).
@@ -344,6 +351,7 @@ impl<'a> Replay<'a> {
             base,
             t: from,
             measured: None,
+            git: None,
             levels: Vec::new(),
             fingerprints: BTreeMap::new(),
             signal: None,
@@ -373,23 +381,41 @@ impl<'a> Replay<'a> {
     /// The container's changes against the task image at `h_t`, measured once per step (one
     /// container diff).
     pub async fn changes(&mut self) -> Result<ChangeSet, RuntimeError> {
-        if let Some((t, changes)) = &self.measured
-            && *t == self.t
-        {
-            return Ok(changes.clone());
-        }
-        let diff = self.container.diff().await?;
-        let changes = self.base.then(&diff);
-        self.measured = Some((self.t, changes.clone()));
-        Ok(changes)
+        Ok(self.changes_stamped().await?.0)
     }
 
-    /// Measure the state: the changed paths, `returncode`, `git diff` and `git status`.
+    /// [`Replay::changes`] with the stamp of the writable layer at `h_t`, where the runtime reads
+    /// the layer itself ([`Container::diff_stamped`]): equal stamps, the same state.
+    pub async fn changes_stamped(&mut self) -> Result<(ChangeSet, Option<String>), RuntimeError> {
+        if let Some((t, changes, stamp)) = &self.measured
+            && *t == self.t
+        {
+            return Ok((changes.clone(), stamp.clone()));
+        }
+        let (diff, stamp) = self.container.diff_stamped().await?;
+        let changes = self.base.then(&diff);
+        self.measured = Some((self.t, changes.clone(), stamp.clone()));
+        Ok((changes, stamp))
+    }
+
+    /// Measure the state: the changed paths, `returncode`, `git diff` and `git status`. The two
+    /// git commands run (in one exec) only when the writable layer changed since they last ran,
+    /// or when its stamp is unknown.
     async fn fingerprint(&mut self, returncode: Option<i32>) -> Result<Fingerprint, RuntimeError> {
-        let changed_paths = self.changes().await?.fingerprint_paths();
-        let task = &self.trajectory.task;
-        let interpreter = &self.trajectory.interpreter;
-        let (git_diff, git_status) = git_state(self.container, task, interpreter).await?;
+        let (changes, stamp) = self.changes_stamped().await?;
+        let changed_paths = changes.fingerprint_paths();
+        let (git_diff, git_status) = match (&stamp, &self.git) {
+            (Some(now), Some((then, state))) if now == then => state.clone(),
+            _ => {
+                let task = &self.trajectory.task;
+                let interpreter = &self.trajectory.interpreter;
+                let state = git_state(self.container, task, interpreter).await?;
+                if let Some(now) = stamp {
+                    self.git = Some((now, state.clone()));
+                }
+                state
+            }
+        };
         Ok(Fingerprint { changed_paths, returncode, git_diff, git_status })
     }
 

@@ -129,6 +129,10 @@ pub enum ChangeKind {
     Deleted,
 }
 
+/// A diff with the stamp of the writable layer it was read from, if it was
+/// ([`ContainerRuntime::diff_stamped`]).
+pub type StampedDiff = (Vec<Change>, Option<String>);
+
 /// An image vcurve made, as listed by [`ContainerRuntime::images`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageInfo {
@@ -184,10 +188,7 @@ pub trait ContainerRuntime: Send + Sync {
     /// [`ContainerRuntime::diff`] with a stamp of the container's writable layer, where the
     /// runtime reads the layer itself: the stamp changes whenever anything is written to the
     /// layer, so two equal stamps mean the same state. `None` where it asks the engine.
-    fn diff_stamped<'a>(
-        &'a self,
-        container: &'a str,
-    ) -> BoxFuture<'a, Result<(Vec<Change>, Option<String>), RuntimeError>> {
+    fn diff_stamped<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<StampedDiff, RuntimeError>> {
         Box::pin(async move { Ok((self.diff(container).await?, None)) })
     }
 
@@ -283,7 +284,7 @@ impl Container {
     }
 
     /// [`ContainerRuntime::diff_stamped`].
-    pub async fn diff_stamped(&self) -> Result<(Vec<Change>, Option<String>), RuntimeError> {
+    pub async fn diff_stamped(&self) -> Result<StampedDiff, RuntimeError> {
         self.runtime.diff_stamped(self.id()).await
     }
 

@@ -111,7 +111,9 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 use futures::future::BoxFuture;
 
-use super::{Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError};
+use super::{
+    Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError, StampedDiff,
+};
 
 mod engine;
 pub mod layer;
@@ -319,7 +321,7 @@ impl DockerRuntime {
     }
 
     /// The diff read from the writable layer where it can be, with its stamp; else the engine's.
-    async fn diff_stamped_impl(&self, container: &str) -> Result<(Vec<Change>, Option<String>), RuntimeError> {
+    async fn diff_stamped_impl(&self, container: &str) -> Result<StampedDiff, RuntimeError> {
         if let Some(layers) = self.layers_of(container).await? {
             let read = tokio::task::spawn_blocking(move || layers.changes()).await;
             match read {
@@ -793,10 +795,7 @@ impl ContainerRuntime for DockerRuntime {
         Box::pin(async move { Ok(self.diff_stamped_impl(container).await?.0) })
     }
 
-    fn diff_stamped<'a>(
-        &'a self,
-        container: &'a str,
-    ) -> BoxFuture<'a, Result<(Vec<Change>, Option<String>), RuntimeError>> {
+    fn diff_stamped<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<StampedDiff, RuntimeError>> {
         Box::pin(self.diff_stamped_impl(container))
     }
 
