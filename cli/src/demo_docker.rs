@@ -141,11 +141,17 @@ pub fn docker_spec(
     let _ = writeln!(yaml, "tasks:");
     let _ = writeln!(yaml, "  - task: tasks/calc-1.json");
     let _ = writeln!(yaml, "  - task: tasks/{TOKEN_TASK}.json");
-    let files = BTreeMap::from([
-        ("tasks/calc-1.json".to_string(), serde_json::to_string_pretty(task)?),
-        (format!("tasks/{TOKEN_TASK}.json"), serde_json::to_string_pretty(&variant)?),
-    ]);
-    Ok((yaml, files))
+    Ok((yaml, task_files(task, &variant)?))
+}
+
+/// The files of a demo's two tasks, the test task and its variant: `tasks/ID.json` each.
+pub fn task_files(task: &serde_json::Value, variant: &serde_json::Value) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut files = BTreeMap::new();
+    for t in [task, variant] {
+        let id = t["id"].as_str().context("the task JSON has no id")?;
+        files.insert(format!("tasks/{id}.json"), serde_json::to_string_pretty(t)?);
+    }
+    Ok(files)
 }
 
 /// What the scripted agent's recorded run says of itself.

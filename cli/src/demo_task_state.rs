@@ -58,11 +58,7 @@ pub fn task_state_spec(
     let _ = writeln!(yaml, "task_state:\n  samples: 3\n  models:");
     let _ = writeln!(yaml, "    default: {{base_url: \"{model_url}\", model: vcurve-deterministic, thinking: none}}");
     let _ = writeln!(yaml, "tasks:\n  - task: tasks/calc-1.json\n  - task: tasks/{QUIET_TASK}.json");
-    let files = BTreeMap::from([
-        ("tasks/calc-1.json".to_string(), serde_json::to_string_pretty(task)?),
-        (format!("tasks/{QUIET_TASK}.json"), serde_json::to_string_pretty(&quiet)?),
-    ]);
-    Ok((yaml, files))
+    Ok((yaml, crate::demo_docker::task_files(task, &quiet)?))
 }
 
 /// Run the demo; returns the table it printed (measured beside truth).

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use vcurve_method::task_state::{Category, CheckpointRecord, Credit, EligibilityFlags, ProbeRecord, StudyInput, View};
 
-use super::plan::{self, PlanError, check_session, check_settings, kept_atoms, probe_id};
+use super::plan::{self, PlanError, check_sessions, kept_atoms, probe_id};
 use super::{AnswerCheck, CallInput, CallKey, CallOutput, RecordedSession, TaskStateSettings};
 use crate::llm::ModelCall;
 use crate::llm::answers::{self, GeneratedProbe, Provenance};
@@ -129,16 +129,7 @@ pub fn assemble(
     sessions: &BTreeMap<String, RecordedSession>,
     outputs: &BTreeMap<CallKey, (CallInput, CallOutput)>,
 ) -> Result<Assembled, PlanError> {
-    check_settings(settings)?;
-    for (task, rec) in sessions {
-        if *task != rec.session.task.id {
-            return Err(PlanError::Session {
-                task: task.clone(),
-                reason: format!("stored under task {task} but its session is of task {}", rec.session.task.id),
-            });
-        }
-        check_session(settings, rec)?;
-    }
+    check_sessions(settings, sessions)?;
     for (key, (input, _)) in outputs {
         check_key(settings, sessions, key, input)?;
     }

@@ -109,6 +109,25 @@ fn check_task_id(task: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses settings no study can be planned with, and any session [`check_session`] refuses or
+/// stored under another task than its own.
+pub fn check_sessions(
+    settings: &TaskStateSettings,
+    sessions: &std::collections::BTreeMap<String, RecordedSession>,
+) -> Result<(), PlanError> {
+    check_settings(settings)?;
+    for (task, rec) in sessions {
+        if *task != rec.session.task.id {
+            return Err(PlanError::Session {
+                task: task.clone(),
+                reason: format!("stored under task {task} but its session is of task {}", rec.session.task.id),
+            });
+        }
+        check_session(settings, rec)?;
+    }
+    Ok(())
+}
+
 /// Refuses a recorded session the planner cannot read: an invalid session or task id, checkpoints
 /// other than `1..=K` for its `K` turns, or a history whose ends are not `K` increasing positions
 /// within its messages (a session recorded without the agent's history has none, and then the

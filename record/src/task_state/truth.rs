@@ -16,7 +16,7 @@ use vcurve_method::task_state::{
 
 use super::assemble::{checkpoint_record, render_views, views_read};
 use super::markers::{extraction_answer, history_text, judge_credit};
-use super::plan::{PlanError, check_session, check_settings, probe_id, study_probe_id};
+use super::plan::{PlanError, check_sessions, probe_id, study_probe_id};
 use super::{RecordedSession, TaskStateSettings};
 use crate::llm::answers;
 
@@ -25,17 +25,10 @@ pub fn marker_study(
     settings: &TaskStateSettings,
     sessions: &BTreeMap<String, RecordedSession>,
 ) -> Result<StudyInput, PlanError> {
-    check_settings(settings)?;
+    check_sessions(settings, sessions)?;
     let mut input = StudyInput::default();
     let read = views_read(settings);
     for (task, rec) in sessions {
-        if *task != rec.session.task.id {
-            return Err(PlanError::Session {
-                task: task.clone(),
-                reason: format!("stored under task {task} but its session is of task {}", rec.session.task.id),
-            });
-        }
-        check_session(settings, rec)?;
         for k in 1..=rec.session.checkpoints() {
             let rendered = render_views(rec, &read, k)?;
             let text = |view: View| rendered.iter().find(|r| r.view == view).map(|r| r.text.as_str()).unwrap_or("");
