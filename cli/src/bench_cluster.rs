@@ -4,7 +4,7 @@
 
 use anyhow::{Context, bail};
 use vcurve_coordinator::store::SqlStore;
-use vcurve_testkit::sim::{self, ClusterReport, ClusterSettings, Durations};
+use vcurve_testkit::sim::{self, ClusterReport, ClusterSettings, DurationModel, Durations};
 
 use crate::output;
 
@@ -27,10 +27,14 @@ pub struct BenchClusterArgs {
     /// Trajectories of the simulated study (synthetic curves of every family in turn).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub trajectories: u32,
-    /// Median continuation duration, minutes.
+    /// The continuation duration model: realistic (a speed per task, steps up to the budget
+    /// left, failures more often to the cap, noise) or blind (lognormal of the key alone).
+    #[arg(long, default_value = "realistic", value_name = "MODEL")]
+    pub durations: String,
+    /// Median continuation duration of the blind model, minutes.
     #[arg(long, default_value_t = 3.0)]
     pub median_min: f64,
-    /// 99th percentile of the continuation duration, minutes.
+    /// 99th percentile of the continuation duration of the blind model, minutes.
     #[arg(long, default_value_t = 30.0)]
     pub p99_min: f64,
     /// Seed of the curves, their outcomes and the durations.
@@ -54,7 +58,8 @@ pub async fn run_command(args: &BenchClusterArgs) -> anyhow::Result<()> {
     let [schedule] = schedules[..] else {
         bail!("--schedule {:?}: the cluster simulation runs one schedule at a time", args.schedule);
     };
-    let durations = Durations::new(args.median_min * 60.0, args.p99_min * 60.0, args.seed)?;
+    let model = DurationModel::parse(&args.durations)?;
+    let durations = Durations::with_model(model, args.median_min * 60.0, args.p99_min * 60.0, args.seed)?;
     let progress =
         std::io::IsTerminal::is_terminal(&std::io::stderr()) || std::env::var_os("VCURVE_PROGRESS").is_some();
     let mut reports = Vec::new();

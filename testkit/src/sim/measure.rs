@@ -19,17 +19,64 @@ const Z_99: f64 = 2.326_347_874_040_841;
 /// Buckets of the utilization over time: each a twentieth (5%) of the makespan.
 pub const BUCKETS: usize = 20;
 
-/// Lognormal continuation durations, a function of the key.
+/// Which duration model a simulation draws from (`vcurve bench cluster --durations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DurationModel {
+    /// What a real study has (the module docs): a speed per task, steps up to the budget left,
+    /// failures more often to the cap, lognormal noise.
+    Realistic,
+    /// Lognormal with `--median-min` and `--p99-min`, independent of everything a coordinator sees.
+    Blind,
+}
+
+impl DurationModel {
+    pub fn parse(name: &str) -> anyhow::Result<Self> {
+        match name {
+            "realistic" => Ok(DurationModel::Realistic),
+            "blind" => Ok(DurationModel::Blind),
+            other => anyhow::bail!("--durations {other:?}: expected realistic or blind"),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DurationModel::Realistic => "realistic",
+            DurationModel::Blind => "blind",
+        }
+    }
+}
+
+/// The realistic model's median seconds per agent step, across tasks.
+pub const STEP_MEDIAN_S: f64 = 5.0;
+/// The realistic model's `σ` of a task's log seconds per step (a task's steps cost what its
+/// tests cost: 0.5 puts the 10% and 90% tasks 2.6× apart).
+pub const TASK_SIGMA: f64 = 0.5;
+/// The realistic model's `σ` of one continuation's lognormal noise around steps × speed.
+pub const NOISE_SIGMA: f64 = 0.25;
+/// The realistic model's share of failed continuations that run to the step cap.
+pub const FAILURE_TO_CAP: f64 = 0.6;
+/// The realistic model's latest step of a success, as a share of the budget left.
+pub const SUCCESS_SPAN: f64 = 0.7;
+
+/// Continuation durations, a function of the key (and, in the realistic model, of the key's
+/// budget and outcome, themselves functions of the key).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Durations {
+    model: DurationModel,
     median_s: f64,
     sigma: f64,
     seed: u64,
 }
 
 impl Durations {
-    /// Durations with median `median_s` and 99th percentile `p99_s` seconds.
+    /// Blind lognormal durations with median `median_s` and 99th percentile `p99_s` seconds.
     pub fn new(median_s: f64, p99_s: f64, seed: u64) -> anyhow::Result<Self> {
+        Self::with_model(DurationModel::Blind, median_s, p99_s, seed)
+    }
+
+    /// Durations of `model`; `median_s` and `p99_s` shape the blind model only.
+    pub fn with_model(model: DurationModel, median_s: f64, p99_s: f64, seed: u64) -> anyhow::Result<Self> {
         if !(median_s.is_finite() && median_s > 0.0) {
             anyhow::bail!("--median-min must be a positive number of minutes (got {})", median_s / 60.0);
         }
@@ -40,22 +87,63 @@ impl Durations {
                 median_s / 60.0
             );
         }
-        Ok(Durations { median_s, sigma: (p99_s / median_s).ln() / Z_99, seed })
+        Ok(Durations { model, median_s, sigma: (p99_s / median_s).ln() / Z_99, seed })
     }
 
-    /// The `q`-quantile in seconds (`0 < q < 1`).
+    pub fn model(&self) -> DurationModel {
+        self.model
+    }
+
+    /// The blind model's `q`-quantile in seconds (`0 < q < 1`).
     pub fn quantile_s(&self, q: f64) -> f64 {
         let z = Normal::standard().inverse_cdf(q);
         self.median_s * (self.sigma * z).exp()
     }
 
-    /// The duration of a continuation of `trajectory`, in milliseconds.
-    pub fn of(&self, trajectory: &str, key: Key) -> i64 {
-        let u =
-            unit_hash(&format!("{}/duration/{trajectory}/{}/{}/{}", self.seed, key.series.as_str(), key.t, key.seed));
-        // u is in [0, 1); keep it off 0, where the quantile is 0.
-        let u = u.max(f64::EPSILON);
-        ((self.quantile_s(u) * 1000.0).round() as i64).max(1)
+    fn unit(&self, what: &str, trajectory: &str, key: Key) -> f64 {
+        let u = unit_hash(&format!("{}/{what}/{trajectory}/{}/{}/{}", self.seed, key.series.as_str(), key.t, key.seed));
+        // u is in [0, 1); keep it off 0, where the normal quantile is -inf.
+        u.max(f64::EPSILON)
+    }
+
+    /// The realistic model's seconds per step of `trajectory`'s task (each simulated trajectory
+    /// is its own task).
+    pub fn step_s(&self, trajectory: &str) -> f64 {
+        let u = unit_hash(&format!("{}/speed/{trajectory}", self.seed)).max(f64::EPSILON);
+        STEP_MEDIAN_S * (TASK_SIGMA * Normal::standard().inverse_cdf(u)).exp()
+    }
+
+    /// The realistic model's steps of a continuation with `budget` steps left and outcome
+    /// `success`: a failure runs to the cap with probability [`FAILURE_TO_CAP`], else uniformly
+    /// in `1..=budget`; a success ends uniformly in `1..=⌈SUCCESS_SPAN · budget⌉`.
+    pub fn steps(&self, trajectory: &str, key: Key, budget: u32, success: bool) -> u32 {
+        if budget == 0 {
+            return 0;
+        }
+        let u = self.unit("steps", trajectory, key);
+        let uniform = |span: u32| 1 + ((u * f64::from(span)) as u32).min(span - 1);
+        if success {
+            uniform(((SUCCESS_SPAN * f64::from(budget)).ceil() as u32).max(1))
+        } else if self.unit("cap", trajectory, key) < FAILURE_TO_CAP {
+            budget
+        } else {
+            uniform(budget)
+        }
+    }
+
+    /// The duration of a continuation of `trajectory` in milliseconds, given its budget (steps
+    /// left) and outcome (both ignored by the blind model). A continuation with no step left
+    /// still costs one step's time (its start and evaluation).
+    pub fn of(&self, trajectory: &str, key: Key, budget: u32, success: bool) -> i64 {
+        let seconds = match self.model {
+            DurationModel::Blind => self.quantile_s(self.unit("duration", trajectory, key)),
+            DurationModel::Realistic => {
+                let steps = self.steps(trajectory, key, budget, success).max(1);
+                let noise = (NOISE_SIGMA * Normal::standard().inverse_cdf(self.unit("noise", trajectory, key))).exp();
+                f64::from(steps) * self.step_s(trajectory) * noise
+            }
+        };
+        ((seconds * 1000.0).round() as i64).max(1)
     }
 }
 
@@ -130,6 +218,8 @@ pub struct ClusterReport {
     pub workers: u32,
     pub slots_per_worker: u32,
     pub trajectories: u32,
+    /// The duration model: `realistic` or `blind`.
+    pub durations: String,
     pub continuations: u64,
     pub median_min: f64,
     pub p99_min: f64,
@@ -254,13 +344,16 @@ pub fn table(reports: &[ClusterReport]) -> String {
     if let Some(r) = reports.first() {
         let _ = writeln!(
             out,
-            "\ncontinuations lognormal, median {} min, p99 {} min, seed {}; virtual time, lease timeout {:.0} days \
+            "\ncontinuations {}, seed {}; virtual time, lease timeout {:.0} days \
              (no lease expires, heartbeats not simulated);\nbound = max(work / slots, longest trajectory with \
              unlimited workers); ratio = makespan / bound; obliv: the same continuations without barriers in a random \
              order (mean of {} orders),\nwhat a scheduler not knowing durations can expect even without barriers; \
              first: first trajectory done.",
-            r.median_min,
-            r.p99_min,
+            if r.durations == "blind" {
+                format!("lognormal (blind), median {} min, p99 {} min", r.median_min, r.p99_min)
+            } else {
+                "realistic (steps up to the budget left × the task's speed × noise)".to_string()
+            },
             r.seed,
             r.lease_timeout_s / 86_400.0,
             OBLIVIOUS_SHUFFLES

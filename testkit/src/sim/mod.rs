@@ -21,11 +21,23 @@
 //!
 //! # Durations
 //!
-//! A continuation's duration is lognormal with median `m = --median-min` and 99th percentile
-//! `p = --p99-min`: `σ = ln(p/m) / z₀.₉₉` (`z₀.₉₉ = 2.3263`) and `d = m · exp(σ · Φ⁻¹(u))`, where
-//! `u` is the synthetic runner's hash of `"{seed}/duration/{trajectory}/{series}/{t}/{key seed}"`.
-//! A duration is a function of the key alone, so every run — any number of workers, any order —
-//! gives each continuation the same duration (rounded to the millisecond, at least 1 ms).
+//! `--durations realistic` (the default) draws what a real study has. Each trajectory is its own
+//! task with a speed, seconds per agent step, lognormal across tasks (median [`STEP_MEDIAN_S`],
+//! `σ` [`TASK_SIGMA`]). A continuation's steps depend on its budget `b` (`B − t`, or `B` on
+//! `full_budget`) and on its outcome, which the synthetic runner draws from the curve's own `V`:
+//! a failure runs to the cap `b` with probability [`FAILURE_TO_CAP`] and otherwise stops uniformly
+//! in `1..=b`; a success stops uniformly in `1..=⌈SUCCESS_SPAN · b⌉`. The duration is steps
+//! (at least 1) × speed × lognormal noise (`σ` [`NOISE_SIGMA`]). Its draws are hashes of
+//! `"{seed}/{what}/{trajectory}/{series}/{t}/{key seed}"`, the speed of `"{seed}/speed/{trajectory}"`.
+//!
+//! `--durations blind` is the earlier model: lognormal with median `m = --median-min` and 99th
+//! percentile `p = --p99-min`: `σ = ln(p/m) / z₀.₉₉` (`z₀.₉₉ = 2.3263`) and `d = m · exp(σ ·
+//! Φ⁻¹(u))`, where `u` is the synthetic runner's hash of
+//! `"{seed}/duration/{trajectory}/{series}/{t}/{key seed}"`, independent of everything a
+//! coordinator sees before the continuation ends.
+//!
+//! Either way a duration is a function of the key alone, so every run — any number of workers,
+//! any order — gives each continuation the same duration (rounded to the millisecond, at least 1 ms).
 //!
 //! # The lower bound
 //!
@@ -71,7 +83,7 @@ mod run;
 mod tests;
 
 pub use measure::{
-    BUCKETS, ClusterReport, ClusterSettings, Durations, LEASE_TIMEOUT_MS, OBLIVIOUS_SHUFFLES, critical_path,
-    oblivious_makespan, table, utilization,
+    BUCKETS, ClusterReport, ClusterSettings, DurationModel, Durations, FAILURE_TO_CAP, LEASE_TIMEOUT_MS, NOISE_SIGMA,
+    OBLIVIOUS_SHUFFLES, STEP_MEDIAN_S, SUCCESS_SPAN, TASK_SIGMA, critical_path, oblivious_makespan, table, utilization,
 };
 pub use run::run;

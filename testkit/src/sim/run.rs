@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use vcurve_coordinator::model::{ContinuationKey, HeldJob, JobKey, JobReport, LeasedJob, Locality, StudyState};
 use vcurve_coordinator::store::{LeasePolicy, SqlStore, Store};
 use vcurve_method::Thresholds;
-use vcurve_method::schedule::{Controls, Key, Outcome, TrajectoryPlan, TrajectorySchedule, Variant};
+use vcurve_method::schedule::{Controls, Key, Outcome, Series, TrajectoryPlan, TrajectorySchedule, Variant};
 use vcurve_method::synthetic::{Family, SyntheticCurve};
 use vcurve_record::TrajectoryPayload;
 use vcurve_worker::runners::seam::JobSpec;
@@ -56,6 +56,15 @@ fn synthetic_outcome(study_seed: u64, trajectory: &Trajectory, key: Key) -> anyh
     }
 }
 
+/// The step budget of a continuation at `key`: `B − t` floored at 0, `B` on `full_budget`
+/// (docs/method.md §1).
+fn key_budget(study_budget: u32, key: Key) -> u32 {
+    match key.series {
+        Series::FullBudget => study_budget,
+        Series::Main | Series::Retest => study_budget.saturating_sub(key.t),
+    }
+}
+
 /// Run a trajectory's schedule alone with unlimited workers: its chain and its keys.
 fn chain_of(
     trajectory: &mut Trajectory,
@@ -63,6 +72,7 @@ fn chain_of(
     params: &Thresholds,
     variant: &'static dyn Variant,
     study_seed: u64,
+    study_budget: u32,
     durations: &Durations,
 ) -> anyhow::Result<()> {
     let mut schedule = TrajectorySchedule::new(plan, params, variant);
@@ -72,7 +82,11 @@ fn chain_of(
         let t: &Trajectory = trajectory;
         critical_path(
             initial,
-            |key| durations.of(&t.id, key),
+            |key| {
+                // An outcome the runner cannot give fails the run in `record`, for the same key.
+                let success = matches!(synthetic_outcome(study_seed, t, key), Ok(Outcome::Success));
+                durations.of(&t.id, key, key_budget(study_budget, key), success)
+            },
             |key| match synthetic_outcome(study_seed, t, key) {
                 Ok(outcome) => {
                     if let Err(e) = schedule.record(key, outcome) {
@@ -170,7 +184,15 @@ pub async fn run(store: &SqlStore, settings: &ClusterSettings) -> anyhow::Result
             labels: t.labels.iter().filter_map(|l| l.step).collect(),
             controls: Controls::default(),
         };
-        chain_of(&mut trajectory, plan, &spec.thresholds, settings.schedule, spec.seed, &settings.durations)?;
+        chain_of(
+            &mut trajectory,
+            plan,
+            &spec.thresholds,
+            settings.schedule,
+            spec.seed,
+            spec.budget,
+            &settings.durations,
+        )?;
         if let Some((key, d)) = trajectory.keys.iter().find(|(_, d)| **d >= LEASE_TIMEOUT_MS) {
             bail!(
                 "{} {key:?} would run {:.0} days, longer than the simulation's lease timeout; lower --p99-min",
@@ -330,6 +352,7 @@ pub async fn run(store: &SqlStore, settings: &ClusterSettings) -> anyhow::Result
         workers: settings.workers,
         slots_per_worker: settings.slots,
         trajectories: settings.trajectories,
+        durations: settings.durations.model().as_str().to_string(),
         continuations: reports,
         median_min: settings.median_min,
         p99_min: settings.p99_min,

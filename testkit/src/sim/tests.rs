@@ -15,15 +15,46 @@ fn durations_have_the_asked_median_and_p99() {
     let d = Durations::new(180.0, 1800.0, 3).unwrap();
     assert!((d.quantile_s(0.5) - 180.0).abs() < 1e-9);
     assert!((d.quantile_s(0.99) - 1800.0).abs() < 1e-6);
-    let mut sample: Vec<i64> = (0..40_000).map(|i| d.of("traj", key(i % 100, i / 100))).collect();
+    let mut sample: Vec<i64> = (0..40_000).map(|i| d.of("traj", key(i % 100, i / 100), 100 - i % 100, false)).collect();
     sample.sort_unstable();
     let q = |p: f64| sample[(p * (sample.len() - 1) as f64).round() as usize] as f64 / 1000.0;
     assert!((q(0.5) / 180.0 - 1.0).abs() < 0.03, "median {}", q(0.5));
     assert!((q(0.99) / 1800.0 - 1.0).abs() < 0.12, "p99 {}", q(0.99));
     // A function of the key.
-    assert_eq!(d.of("traj", key(4, 2)), d.of("traj", key(4, 2)));
+    assert_eq!(d.of("traj", key(4, 2), 96, false), d.of("traj", key(4, 2), 7, true));
     assert!(Durations::new(0.0, 10.0, 1).is_err());
     assert!(Durations::new(10.0, 5.0, 1).is_err());
+}
+
+#[test]
+fn realistic_durations_follow_the_budget_left_and_the_outcome() {
+    let d = Durations::with_model(DurationModel::Realistic, 180.0, 1800.0, 3).unwrap();
+    let keys: Vec<Key> = (0..4000).map(|i| key(i % 90, i / 90)).collect();
+    // Failures: about FAILURE_TO_CAP of them at the cap, none beyond it; successes earlier.
+    let at_cap = keys.iter().filter(|k| d.steps("traj", **k, 100 - k.t, false) == 100 - k.t).count();
+    let share = at_cap as f64 / keys.len() as f64;
+    assert!((share - FAILURE_TO_CAP).abs() < 0.04, "{share}");
+    for k in &keys {
+        let b = 100 - k.t;
+        assert!((1..=b).contains(&d.steps("traj", *k, b, false)));
+        assert!((1..=(SUCCESS_SPAN * f64::from(b)).ceil() as u32).contains(&d.steps("traj", *k, b, true)));
+    }
+    assert_eq!(d.steps("traj", key(100, 0), 0, false), 0);
+    // Duration is steps × the task's speed × noise: a failure from t = 0 takes longer than a
+    // success from t = 80 on the median, and a slow task is slow throughout.
+    let median = |mut v: Vec<i64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let early = median(keys.iter().map(|k| d.of("traj", key(0, k.seed + 1000 * k.t), 100, false)).collect());
+    let late = median(keys.iter().map(|k| d.of("traj", key(80, k.seed + 1000 * k.t), 20, true)).collect());
+    assert!(early > 5 * late, "{early} {late}");
+    let speeds: Vec<f64> = (0..2000).map(|i| d.step_s(&format!("task-{i}"))).collect();
+    let mut sorted = speeds.clone();
+    sorted.sort_by(f64::total_cmp);
+    assert!((sorted[1000] / STEP_MEDIAN_S - 1.0).abs() < 0.05, "{}", sorted[1000]);
+    assert!(DurationModel::parse("oracle").is_err());
+    assert_eq!(DurationModel::parse("blind").unwrap(), DurationModel::Blind);
 }
 
 /// c once a and b are in, d once c is.
@@ -89,7 +120,7 @@ async fn a_small_cluster_finishes_every_trajectory_above_the_bound() {
         workers: 20,
         slots: 1,
         trajectories: 5,
-        durations: Durations::new(180.0, 1800.0, 1).unwrap(),
+        durations: Durations::with_model(DurationModel::Realistic, 180.0, 1800.0, 1).unwrap(),
         median_min: 3.0,
         p99_min: 30.0,
         seed: 1,
@@ -98,6 +129,7 @@ async fn a_small_cluster_finishes_every_trajectory_above_the_bound() {
     let store = vcurve_coordinator::store::SqlStore::connect(&settings.store_url).await.unwrap();
     let r = run(&store, &settings).await.unwrap();
     assert!(r.continuations > 5 * 72, "{r:?}");
+    assert_eq!(r.durations, "realistic");
     assert!(r.makespan_s >= r.lower_bound_s, "{r:?}");
     assert!(r.ratio >= 1.0);
     assert!(r.first_curve_s > 0.0 && r.first_curve_s <= r.makespan_s);
