@@ -76,13 +76,6 @@ pub(super) async fn progress(
     let running = sqlx::query(LEASED_IN_STUDY).bind(study).fetch_one(&mut *tx).await?.try_get::<i64, _>("n")? as u64;
     let pending = requested.saturating_sub(done + retired + dropped + running);
     let trajectories: u32 = by_state.values().sum();
-    let recent_jobs: i64 = sqlx::query(JOBS_DONE_BETWEEN)
-        .bind(study)
-        .bind(window.start_ms)
-        .bind(window.end_ms)
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get("n")?;
     let recent: i64 = sqlx::query(DONE_BETWEEN)
         .bind(study)
         .bind(window.start_ms)
@@ -98,7 +91,17 @@ pub(super) async fn progress(
     let retired_jobs = super::retired::retired_jobs(&mut tx, study).await?;
     let workers = workers::live_workers(&mut tx, now, policy).await?;
     let calls = match store.config(&mut tx, study).await?.task_state.clone() {
-        Some(settings) => Some(super::call_progress::call_stages(&mut tx, study, &settings, &workers).await?),
+        Some(settings) => {
+            let stages = super::call_progress::call_stages(&mut tx, study, &settings, &workers).await?;
+            let recent_jobs: i64 = sqlx::query(JOBS_DONE_BETWEEN)
+                .bind(study)
+                .bind(window.start_ms)
+                .bind(window.end_ms)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get("n")?;
+            Some((stages, recent_jobs))
+        }
         None => None,
     };
     tx.commit().await?;
@@ -115,8 +118,8 @@ pub(super) async fn progress(
         _ => Some(0.0),
     };
     // A task-state study: sessions and calls per minute, and the calls still to make.
-    if let Some(calls) = &calls {
-        throughput_per_min = window.per_minute(recent_jobs as u64);
+    if let Some((calls, recent_jobs)) = &calls {
+        throughput_per_min = window.per_minute(*recent_jobs as u64);
         let left: Option<u64> =
             calls.stages.iter().map(|s| s.expected.map(|e| e.saturating_sub(s.done + s.retired))).sum();
         eta_seconds = match (state, left) {
@@ -148,8 +151,8 @@ pub(super) async fn progress(
         waiting_for_runner,
         lease_latency: None,
         evaluation,
-        call_stages: calls.as_ref().map(|c| c.stages.clone()).unwrap_or_default(),
-        waiting_for_endpoints: calls.map(|c| c.waiting_for_endpoints).unwrap_or_default(),
+        call_stages: calls.as_ref().map(|(c, _)| c.stages.clone()).unwrap_or_default(),
+        waiting_for_endpoints: calls.map(|(c, _)| c.waiting_for_endpoints).unwrap_or_default(),
     })
 }
 
