@@ -139,7 +139,9 @@ impl SqlStore {
             },
         });
         bind_job(sqlx::query(CALL_RESULT), key).bind(summary.to_string()).execute(&mut **tx).await?;
-        if output.answer.is_none() {
+        // A judge's answer ends its chain, and an unanswered call plans nothing: neither loads the
+        // session or the checkpoint's answers (judges are half of a study's calls).
+        if output.answer.is_none() || matches!(input.key, CallKey::Judge { .. }) {
             return Ok(false);
         }
         let (task, k) = input.key.checkpoint();
@@ -148,8 +150,18 @@ impl SqlStore {
             Some(digest) => self.recorded_session(tx, &digest).await?,
             None => Err(format!("the session of task {task} has no recording")),
         };
-        let atoms = self.answered(tx, study, &CallKey::Atoms { task: task.to_string(), k }).await?;
-        let probes = self.answered(tx, study, &CallKey::Probes { task: task.to_string(), k }).await?;
+        // Only what the planner reads: a probe call checks the extraction it came from; a reader
+        // or actor answer is judged against the checkpoint's probes.
+        let atoms = match input.key {
+            CallKey::Probes { .. } => self.answered(tx, study, &CallKey::Atoms { task: task.to_string(), k }).await?,
+            _ => None,
+        };
+        let probes = match input.key {
+            CallKey::Reader { .. } | CallKey::Actor { .. } => {
+                self.answered(tx, study, &CallKey::Probes { task: task.to_string(), k }).await?
+            }
+            _ => None,
+        };
         let answers = CheckpointAnswers { atoms: atoms.as_ref(), probes: probes.as_ref() };
         let calls =
             rec.and_then(|rec| plan::after_call(settings, &rec, &input, &output, &answers).map_err(|e| e.to_string()));
