@@ -7,7 +7,7 @@
 //! (`vcurve_testkit::model_server`): it extracts the markers as atoms, writes one probe per atom,
 //! answers a probe with its fact exactly when the fact is in the text it was given, and judges by
 //! comparison. So every accuracy is known from the recorded sessions alone
-//! (`vcurve_record::task_state::truth::marker_truth`): the demo prints it beside what the study
+//! (`vcurve_record::task_state::truth::marker_report`): the demo prints it beside what the study
 //! measured and writes it as `truth.json` beside the export's `task_state.json`.
 
 use std::collections::BTreeMap;
@@ -126,14 +126,14 @@ pub async fn run(args: TaskStateDemoArgs) -> anyhow::Result<String> {
     if data.sessions.is_empty() {
         bail!("no session of study {study} was recorded; see the worker's messages above");
     }
-    let truth = vcurve_record::task_state::truth::marker_truth(&data.settings, &data.sessions)
+    // Every table of the truth (the estimators on the credits the markers imply), once; its
+    // accuracy object is the truth each view is printed beside.
+    let truth_report = vcurve_record::task_state::truth::marker_report(&data.settings, &data.sessions)
         .map_err(|e| anyhow::anyhow!("the demo's truth cannot be computed: {e}"))?;
+    let truth = truth_report.accuracy();
     let measured: serde_json::Value = serde_json::from_slice(
         &std::fs::read(args.out.join("task_state.json")).context("the export wrote no task_state.json")?,
     )?;
-    // Every table too: the estimators on the truth's credits, as the export's `report`.
-    let truth_report = vcurve_record::task_state::truth::marker_report(&data.settings, &data.sessions)
-        .map_err(|e| anyhow::anyhow!("the demo's truth cannot be computed: {e}"))?;
     let truth_report = serde_json::to_value(&truth_report)?;
     let tables_equal = measured["report"] == truth_report;
     let truth_path = args.out.join("truth.json");

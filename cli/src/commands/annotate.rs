@@ -68,6 +68,9 @@ pub struct ScoreArgs {
 #[derive(Deserialize)]
 struct Export {
     input: StudyInput,
+    /// The estimators' settings the export used (`ctxgap-1` when it names none).
+    #[serde(default)]
+    estimator_settings: Option<EstimatorSettings>,
     #[serde(default)]
     views: Vec<ViewFile>,
     #[serde(default)]
@@ -101,7 +104,7 @@ fn read_export(dir: &Path) -> anyhow::Result<Export> {
 
 /// The gap atoms of the export's eligible probes: `T` above `U`.
 fn gap_atoms_of(export: &Export) -> anyhow::Result<Vec<vcurve_method::task_state::annotation::GapAtom>> {
-    let settings = EstimatorSettings::ctxgap_1();
+    let settings = export.estimator_settings.clone().unwrap_or_else(EstimatorSettings::ctxgap_1);
     let population = Population::eligible(&export.input, &settings, |_| true).map_err(anyhow::Error::msg)?;
     Ok(gap_atoms(&population, View::Full, View::Reports))
 }
@@ -228,7 +231,7 @@ pub fn score(a: &ScoreArgs) -> anyhow::Result<String> {
     }
     let labels: Vec<BTreeMap<String, Label>> = a.labels.iter().map(|p| read_labels(p)).collect::<Result<_, _>>()?;
     let agree = agreement(&labels[0], &labels[1]);
-    let settings = EstimatorSettings::ctxgap_1();
+    let settings = export.estimator_settings.clone().unwrap_or_else(EstimatorSettings::ctxgap_1);
     let mut shares = Vec::new();
     for (path, l) in a.labels.iter().zip(&labels) {
         let s = state_shares(&sample, l, a.draws, settings.seed, settings.confidence)

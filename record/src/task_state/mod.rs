@@ -267,6 +267,16 @@ pub struct RecordedSession {
     pub history_ends: Vec<usize>,
 }
 
+/// The estimators' settings of a study: `ctxgap-1` with the study's answer samples per view and
+/// minimum importance. The export and the known truth of a study both take them from here.
+pub fn estimator_settings(settings: &TaskStateSettings) -> vcurve_method::task_state::EstimatorSettings {
+    vcurve_method::task_state::EstimatorSettings {
+        samples_per_view: settings.samples,
+        min_importance: settings.min_importance,
+        ..vcurve_method::task_state::EstimatorSettings::ctxgap_1()
+    }
+}
+
 /// The capability a worker offering the model endpoint `base_url` registers (and a model call on
 /// it needs): `model:` + the base URL without a trailing `/`.
 pub fn endpoint_capability(base_url: &str) -> String {

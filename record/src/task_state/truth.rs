@@ -10,9 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use vcurve_method::task_state::{
-    Credit, EligibilityFlags, EstimatorSettings, ProbeRecord, StudyInput, TaskStateReport, View, analyze,
-};
+use vcurve_method::task_state::{Credit, EligibilityFlags, ProbeRecord, StudyInput, TaskStateReport, View, analyze};
 
 use super::assemble::{checkpoint_record, render_views, views_read};
 use super::markers::{extraction_answer, history_text, judge_credit};
@@ -69,13 +67,13 @@ pub fn marker_study(
     Ok(input)
 }
 
-/// The tables of [`marker_study`] under `ctxgap-1`.
+/// The tables of [`marker_study`] under the study's estimator settings ([`super::estimator_settings`]).
 pub fn marker_report(
     settings: &TaskStateSettings,
     sessions: &BTreeMap<String, RecordedSession>,
 ) -> Result<TaskStateReport, PlanError> {
     let input = marker_study(settings, sessions)?;
-    analyze(&input, &EstimatorSettings::ctxgap_1()).map_err(|e| PlanError::Estimators(e.to_string()))
+    analyze(&input, &super::estimator_settings(settings)).map_err(|e| PlanError::Estimators(e.to_string()))
 }
 
 /// The accuracy per view key (`"reports"`, `"full"`, …, `"actor"`) the pipeline must measure.

@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use vcurve_method::task_state::analyze;
 use vcurve_method::task_state::usage::{GroupBy, usage};
-use vcurve_method::task_state::{EstimatorSettings, analyze};
 use vcurve_record::session::views::render;
 use vcurve_record::task_state::TaskStateData;
 use vcurve_record::task_state::assemble::{assemble, views_read};
@@ -36,16 +36,6 @@ pub enum ExportError {
     Write(String),
 }
 
-/// The estimator settings of a study: `ctxgap-1` with the study's samples per view and minimum
-/// importance.
-pub fn estimator_settings(data: &TaskStateData) -> EstimatorSettings {
-    EstimatorSettings {
-        samples_per_view: data.settings.samples,
-        min_importance: data.settings.min_importance,
-        ..EstimatorSettings::ctxgap_1()
-    }
-}
-
 fn csv_of<T: Serialize>(rows: &[T]) -> Result<Vec<u8>, ExportError> {
     let mut w = csv::Writer::from_writer(Vec::new());
     for row in rows {
@@ -58,7 +48,7 @@ fn csv_of<T: Serialize>(rows: &[T]) -> Result<Vec<u8>, ExportError> {
 pub fn files(data: &TaskStateData) -> Result<BTreeMap<String, Vec<u8>>, ExportError> {
     let assembled =
         assemble(&data.settings, &data.sessions, &data.calls).map_err(|e| ExportError::Assemble(e.to_string()))?;
-    let settings = estimator_settings(data);
+    let settings = vcurve_record::task_state::estimator_settings(&data.settings);
     let report = analyze(&assembled.input, &settings).map_err(|e| ExportError::Estimate(e.to_string()))?;
     let requests: Vec<_> = assembled.calls.iter().flat_map(|c| c.requests()).collect();
     let usage_by_stage = usage(&requests, GroupBy::Stage).map_err(|e| ExportError::Estimate(e.to_string()))?;
