@@ -263,15 +263,7 @@ impl AgentRunner for AgentProcessRunner {
 
     fn run(&self, job: JobSpec, cancel: CancellationToken) -> BoxFuture<'static, JobReport> {
         let inner = self.inner.clone();
-        Box::pin(async move {
-            match inner.run(&job, &cancel).await {
-                Ok(report) => report,
-                Err(no) => {
-                    tracing::warn!(key = %job.key, attempt = job.attempt, reason = %no, "no outcome");
-                    no.report()
-                }
-            }
-        })
+        Box::pin(async move { NoOutcome::or_report(inner.run(&job, &cancel).await, &job.key, job.attempt) })
     }
 
     fn snapshot_trajectories(&self) -> Vec<String> {

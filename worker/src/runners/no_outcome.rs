@@ -73,6 +73,19 @@ impl NoOutcome {
     pub fn report(&self) -> JobReport {
         JobReport::no_outcome(self.to_string())
     }
+
+    /// A runner's report of attempt `attempt` of `key`: `result`'s report, or its no-outcome's,
+    /// logged.
+    pub fn or_report(
+        result: Result<JobReport, NoOutcome>,
+        key: &vcurve_record::jobs::JobKey,
+        attempt: u32,
+    ) -> JobReport {
+        result.unwrap_or_else(|no| {
+            tracing::warn!(key = %key, attempt, reason = %no, "no outcome");
+            no.report()
+        })
+    }
 }
 
 impl From<NoOutcome> for JobReport {
