@@ -76,7 +76,7 @@ pub const SEED: u64 = 77;
 pub const REDUCED_THRESHOLDS: &str = "{k_confirm: 16, k_pnr: 16, k_label: 8, k_label_raised: 16}";
 
 /// The repository the binary was built from: the image build script and the agents live there.
-fn repository() -> PathBuf {
+pub(crate) fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).to_path_buf()
 }
 
@@ -110,6 +110,23 @@ pub fn build_images(repo: &Path) -> anyhow::Result<serde_json::Value> {
         bail!("{} --print-task failed ({})", script.display(), task.status);
     }
     serde_json::from_slice(&task.stdout).context("deploy/images/build --print-task printed no task JSON")
+}
+
+/// A demo worker's agent runner: its state (instance locks, snapshot lineage) in `out`'s
+/// `worker-state` folder, so that its snapshots are its own and removed at the end, offering the
+/// shipped scripted agent from `repo`, run as this user (the demo is local).
+pub(crate) async fn scripted_runner(
+    runtime: Arc<dyn vcurve_worker::ContainerRuntime>,
+    out: &Path,
+    name: &str,
+    repo: &Path,
+) -> anyhow::Result<vcurve_worker::AgentProcessRunner> {
+    let instance = vcurve_worker::sandbox::instance::Instance::open(&out.join("worker-state"), name)?;
+    let runner = vcurve_worker::AgentProcessRunner::start_in(runtime, instance, 4 << 30, None).await?;
+    let mut agents = vcurve_worker::AgentRegistry::new();
+    agents.register_flag(vcurve_worker::runners::agents::SCRIPTED, &repo.join("agents")).map_err(anyhow::Error::msg)?;
+    runner.use_agents(agents);
+    Ok(runner)
 }
 
 /// The demo study: its spec and the task files it names.
@@ -255,14 +272,7 @@ pub async fn run(args: DockerDemoArgs) -> anyhow::Result<String> {
     let study = client::upload_and_launch(&mut client, yaml, &files).await?;
 
     let name = "demo-docker-worker";
-    // The demo's worker keeps its state (instance locks, snapshot lineage) in the output
-    // folder: its snapshots are its own, and removed at the end.
-    let instance = vcurve_worker::sandbox::instance::Instance::open(&args.out.join("worker-state"), name)?;
-    let runner = vcurve_worker::AgentProcessRunner::start_in(runtime.clone(), instance, 4 << 30, None).await?;
-    // The demo's worker offers the shipped scripted agent, run as this user (the demo is local).
-    let mut agents = vcurve_worker::AgentRegistry::new();
-    agents.register_flag(vcurve_worker::runners::agents::SCRIPTED, &repo.join("agents")).map_err(anyhow::Error::msg)?;
-    runner.use_agents(agents);
+    let runner = scripted_runner(runtime.clone(), &args.out, name, &repo).await?;
     let runners = vcurve_worker::Runners::new().with(runner.clone());
     let worker = local.spawn_worker(name.to_string(), args.slots, runners, stop_worker.clone());
 

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client;
 use crate::commands::{export_into, write_files};
 use crate::demo::{LocalCoordinator, watch};
-use crate::demo_docker::build_images;
+use crate::demo_docker::{build_images, repository, scripted_runner};
 use vcurve_coordinator::core::Timing;
 use vcurve_coordinator::store::{LeasePolicy, Store};
 
@@ -64,7 +64,7 @@ pub fn task_state_spec(
 /// Run the demo; returns the table it printed (measured beside truth).
 pub async fn run(args: TaskStateDemoArgs) -> anyhow::Result<String> {
     let started = Instant::now();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).to_path_buf();
+    let repo = repository();
     std::fs::create_dir_all(&args.out).with_context(|| format!("cannot create {}", args.out.display()))?;
     let task = tokio::task::spawn_blocking({
         let repo = repo.clone();
@@ -98,11 +98,7 @@ pub async fn run(args: TaskStateDemoArgs) -> anyhow::Result<String> {
     let study = client::upload_and_launch(&mut client, yaml, &files).await?;
 
     let name = "demo-task-state-worker";
-    let instance = vcurve_worker::sandbox::instance::Instance::open(&args.out.join("worker-state"), name)?;
-    let runner = vcurve_worker::AgentProcessRunner::start_in(runtime.clone(), instance, 4 << 30, None).await?;
-    let mut agents = vcurve_worker::AgentRegistry::new();
-    agents.register_flag(vcurve_worker::runners::agents::SCRIPTED, &repo.join("agents")).map_err(anyhow::Error::msg)?;
-    runner.use_agents(agents);
+    let runner = scripted_runner(runtime.clone(), &args.out, name, &repo).await?;
     // The demo's worker offers the deterministic server's endpoint (no key) beside the agent.
     let endpoints =
         vcurve_worker::ModelEndpoints::from_flags(std::slice::from_ref(&model_url)).map_err(anyhow::Error::msg)?;
