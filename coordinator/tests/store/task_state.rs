@@ -262,3 +262,37 @@ async fn a_coordinator_reopened_mid_study_asks_no_stored_call_again() {
     assert_eq!(rest.iter().filter(|k| stage_of(k) == "probes").count(), 2, "the lost probe calls, once each");
     assert_eq!(c.progress(&study).await.unwrap().state, StudyState::Done);
 }
+
+/// The last two jobs of a study reported at the same moment, in concurrent transactions, end it:
+/// each report counts the study's open work under the study's lock, so the second to count sees
+/// the first one's commit (on PostgreSQL without the lock, each counted the other as still open
+/// and the study never ended).
+#[tokio::test]
+async fn the_last_two_jobs_of_a_study_reported_at_once_end_it() {
+    for ts in TestStore::both().await {
+        let c = coordinator(&ts.store);
+        let (yaml, mut files) = spec();
+        let yaml = yaml.replace(
+            "tasks:\n  - task: tasks/calc.json\n",
+            "tasks:\n  - task: tasks/calc.json\n  - task: tasks/calc2.json\n",
+        );
+        let task = serde_json::json!({"id": "calc2", "image": "vcurve-task-calc:test", "workdir": "/testbed",
+            "evaluator": {"kind": "command", "command": "python3 -m unittest", "timeout_s": 60}});
+        files.insert("tasks/calc2.json".into(), task.to_string());
+        let agent = c.register("agent", 8, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        // A recording the planner cannot read retires its session: nothing follows it.
+        let unreadable = upload(&c, b"not a recorded session").await;
+        let report = JobReport::SessionRecorded { recorded: unreadable };
+        for round in 0..12 {
+            let study = c.launch(&yaml, &files).await.unwrap();
+            let jobs = c.lease(&agent, 8, Duration::ZERO).await.unwrap();
+            assert_eq!(jobs.len(), 2, "{}: round {round}: both sessions", ts.name);
+            let (a, b) = (held(&jobs[0]), held(&jobs[1]));
+            let (ra, rb) = tokio::join!(c.report(&agent, &a, &report), c.report(&agent, &b, &report));
+            assert_eq!((ra.unwrap(), rb.unwrap()), (ReportVerdict::Accepted, ReportVerdict::Accepted));
+            let p = c.progress(&study).await.unwrap();
+            assert_eq!(p.state, StudyState::Done, "{}: round {round}: nothing is open, the study is not done", ts.name);
+        }
+        ts.finish().await;
+    }
+}

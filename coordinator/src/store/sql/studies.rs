@@ -19,6 +19,10 @@ use crate::store::api::{LaunchInputs, StoreError};
 const OPEN_IN_STUDY: &str = "SELECT (SELECT COUNT(*) FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')) \
      + (SELECT COUNT(*) FROM jobs WHERE study = $1 AND state IN ('pending', 'leased')) AS n";
 
+/// Study `$1`'s row, read to lock it (with the backend's `FOR UPDATE`) before its open work is
+/// counted.
+const STUDY_ROW: &str = "SELECT id FROM studies WHERE id = $1";
+
 /// Mark the running study `$2` done at `$1`.
 const END_RUNNING_STUDY: &str =
     "UPDATE studies SET state = 'done', finished_ms = $1 WHERE id = $2 AND state = 'running'";
@@ -50,13 +54,23 @@ const CANCEL_STUDY: &str =
 const STUDY_STATE: &str = "SELECT state FROM studies WHERE id = $1";
 
 impl SqlStore {
-    /// Mark a study done once none of its trajectories is waiting, replaying or running.
+    /// Mark a study done once none of its trajectories is waiting, replaying or running and none
+    /// of its jobs is still to run.
+    ///
+    /// On PostgreSQL the study's row is locked first. Two reports that end a study's last two
+    /// pieces of work in concurrent transactions would otherwise each count the other's as still
+    /// open (neither has committed) and neither would end the study. With the lock, the second
+    /// to take it counts after the first has committed (READ COMMITTED takes a new snapshot for
+    /// each statement), so the last report always sees that nothing is open. SQLite runs one
+    /// writer at a time and needs no lock.
     pub(super) async fn finish_if_done(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         now: i64,
     ) -> Result<(), StoreError> {
+        let lock = format!("{STUDY_ROW}{}", self.for_update());
+        sqlx::query(sqlx::AssertSqlSafe(lock)).bind(study).fetch_optional(&mut **tx).await?;
         // Open trajectories, and jobs still to run (flake re-checks, base runs).
         let open: i64 = sqlx::query(OPEN_IN_STUDY).bind(study).fetch_one(&mut **tx).await?.try_get("n")?;
         if open == 0 {
