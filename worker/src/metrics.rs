@@ -31,7 +31,7 @@ use tokio::net::TcpListener;
 
 use crate::runners::seam::{JobKind, JobReport};
 use crate::sandbox::container::{
-    Change, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError,
+    Change, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError, StampedDiff,
 };
 use crate::sandbox::snapshots::SnapshotStats;
 
@@ -319,6 +319,10 @@ impl ContainerRuntime for MeteredRuntime {
         self.timed("diff", self.inner.diff(container))
     }
 
+    fn diff_stamped<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<StampedDiff, RuntimeError>> {
+        self.timed("diff", self.inner.diff_stamped(container))
+    }
+
     fn commit<'a>(
         &'a self,
         container: &'a str,
@@ -326,6 +330,10 @@ impl ContainerRuntime for MeteredRuntime {
         labels: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<String, RuntimeError>> {
         self.timed("commit", self.inner.commit(container, reference, labels))
+    }
+
+    fn tag<'a>(&'a self, source: &'a str, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        self.timed("tag", self.inner.tag(source, reference))
     }
 
     fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {

@@ -31,14 +31,24 @@ pub struct TrajectoryReplay {
     /// The fingerprints measured where the trajectory had none
     /// ([`FingerprintMode::RecordMissing`]).
     pub fingerprints: BTreeMap<u32, Fingerprint>,
+    /// Of the anchors, how many were the anchor before them named again (their writable layer had
+    /// not changed) rather than committed.
+    pub aliased: usize,
 }
 
-/// Commits the anchors a whole-trajectory replay passes.
+/// Commits the anchors a whole-trajectory replay passes. An anchor whose writable layer has the
+/// stamp it had at the anchor committed before it (nothing was written in between: the steps only
+/// read, searched, ran tests that leave nothing) is that anchor's image named again
+/// ([`SnapshotCache::alias`]), not committed.
 struct CommitAnchors<'c> {
     cache: &'c SnapshotCache,
     digest: &'c str,
     anchors: BTreeSet<u32>,
     committed: Vec<u32>,
+    /// The last anchor this replay committed or named, with its layer's stamp.
+    last: Option<(u32, String)>,
+    /// Anchors named again instead of committed.
+    aliased: usize,
 }
 
 impl OnStep for CommitAnchors<'_> {
@@ -48,9 +58,24 @@ impl OnStep for CommitAnchors<'_> {
             if !self.anchors.contains(&t) {
                 return Ok(());
             }
-            if !self.cache.holds(self.digest, t) {
-                let changes = replay.changes().await?;
-                self.cache.commit(replay.container(), self.digest, t, &changes).await?;
+            if self.cache.holds(self.digest, t) {
+                self.last = None;
+            } else {
+                let (changes, stamp) = replay.changes_stamped().await?;
+                let unchanged = match (&self.last, &stamp) {
+                    (Some((from, before)), Some(now)) if before == now => Some(*from),
+                    _ => None,
+                };
+                let named = match unchanged {
+                    Some(from) => self.cache.alias(self.digest, t, from).await?,
+                    None => false,
+                };
+                if named {
+                    self.aliased += 1;
+                } else {
+                    self.cache.commit(replay.container(), self.digest, t, &changes).await?;
+                }
+                self.last = stamp.map(|s| (t, s));
             }
             self.committed.push(t);
             Ok(())
@@ -166,6 +191,8 @@ pub async fn replay_trajectory(
             digest,
             anchors: anchors.iter().copied().filter(|&t| t > 0).collect(),
             committed: Vec::new(),
+            last: None,
+            aliased: 0,
         },
     };
     let verdict =
@@ -185,6 +212,7 @@ pub async fn replay_trajectory(
                     first_symptom,
                 },
                 fingerprints: steps.fingerprints,
+                aliased: hook.anchors.aliased,
             })
         }
         Verdict::NonReplayable(mismatch) => {
@@ -253,6 +281,55 @@ mod tests {
             .unwrap();
         assert_eq!(again.reproduced().unwrap().replayed.anchors, vec![2, 4]);
         assert_eq!(rt.count(Op::Commit), 2);
+    }
+
+    /// An anchor whose writable layer has not changed since the anchor before it (the steps in
+    /// between only read) is that anchor's image named again: no commit, one image in the budget,
+    /// and a cache reopened on the engine finds both steps.
+    #[tokio::test]
+    async fn an_anchor_whose_layer_did_not_change_is_the_previous_image_named_again() {
+        let rt = runtime();
+        rt.set_stamps(true);
+        let steps: &[&[(&str, f64)]] = &[
+            &[("echo 1 > one", 10.0)],
+            &[("cat one", 10.0)],
+            &[("cat one", 10.0)],
+            &[("cat one", 10.0)],
+            &[("echo 5 > five", 10.0)],
+            &[("cat five", 10.0)],
+        ];
+        let t = record(&rt, steps, false).await;
+        let digest = t.digest();
+        let engine: Arc<dyn ContainerRuntime> = rt.clone();
+        let cache = SnapshotCache::open(engine.clone(), 1 << 30).await.unwrap();
+        let n = Normalizer::default();
+        let out = replay_trajectory(&cache, &t, &digest, &[2, 4, 6], &n, FingerprintMode::CompareOnly, &limits())
+            .await
+            .unwrap();
+        let Verdict::Reproduced(done) = out else { panic!("{out:?}") };
+        assert_eq!(done.replayed.anchors, vec![2, 4, 6]);
+        assert_eq!(done.aliased, 1, "h_4 is h_2: steps 3 and 4 only read");
+        assert_eq!((rt.count(Op::Commit), rt.count(Op::Tag)), (2, 1));
+        let image = |s: u32| rt.image(&SnapshotCache::reference(&digest, s).unwrap()).unwrap();
+        assert_eq!(image(4).id, image(2).id);
+        assert_ne!(image(6).id, image(2).id);
+        assert!(image(6).files.contains_key("/testbed/five") && !image(4).files.contains_key("/testbed/five"));
+        let bytes = image(2).size_bytes + image(6).size_bytes;
+        assert_eq!(cache.total_bytes(), bytes, "the named-again image counts once");
+        // A worker restarted on the same engine finds every anchor, at its own step.
+        let reopened = SnapshotCache::open(engine, 1 << 30).await.unwrap();
+        assert_eq!(reopened.held(), vec![(digest.clone(), 2), (digest.clone(), 4), (digest.clone(), 6)]);
+        assert_eq!(reopened.total_bytes(), bytes);
+        // Without stamps (a runtime that asks the engine for diffs) every anchor is committed.
+        let rt = runtime();
+        let t = record(&rt, steps, false).await;
+        let engine: Arc<dyn ContainerRuntime> = rt.clone();
+        let cache = SnapshotCache::open(engine, 1 << 30).await.unwrap();
+        let out = replay_trajectory(&cache, &t, &t.digest(), &[2, 4, 6], &n, FingerprintMode::CompareOnly, &limits())
+            .await
+            .unwrap();
+        let Verdict::Reproduced(done) = out else { panic!("{out:?}") };
+        assert_eq!((done.aliased, rt.count(Op::Commit), rt.count(Op::Tag)), (0, 3, 0));
     }
 
     #[tokio::test]

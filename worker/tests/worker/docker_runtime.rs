@@ -901,6 +901,68 @@ async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image(
     assert_eq!((replay.replayed.first_edit, replay.replayed.first_symptom), (Observation::At(5), Observation::At(7)));
 }
 
+/// On the engine, an anchor whose writable layer did not change since the anchor before it (the
+/// steps in between only read) is that anchor's image named again, not committed; a cache reopened
+/// on the engine holds it at its own step, and a container started from it is the state there.
+#[tokio::test]
+async fn an_unchanged_anchor_is_the_previous_snapshot_named_again_on_the_engine() {
+    use vcurve_record::trajectory::{Evaluator, Task};
+    use vcurve_worker::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
+    use vcurve_worker::sandbox::replay_job::replay_trajectory;
+    use vcurve_worker::sandbox::snapshots::SnapshotCache;
+
+    let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
+    let scope = Scope::new("alias").await;
+    let task = Task {
+        id: "calc-1".into(),
+        image: task_image,
+        workdir: "/testbed".into(),
+        evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
+        problem_statement: None,
+    };
+    let limits = ContainerLimits {
+        memory_bytes: 512 << 20,
+        pids_limit: 256,
+        labels: scope.labels_for(&format!("worker-{}", scope.key)),
+        network: Default::default(),
+        exec_env: Default::default(),
+    };
+    let commands =
+        ["printf 'one\\n' > notes.txt", "cat README.md", "grep -c . notes.txt", "printf 'two\\n' >> notes.txt"];
+    let container = Container::start(scope.dyn_runtime(), &limits.spec(&task.image)).await.unwrap();
+    let trajectory = crate::support::record_commands(&container, &task, &commands, 60.0).await;
+    container.remove().await.unwrap();
+
+    let cache = SnapshotCache::open(scope.dyn_runtime(), 1 << 40).await.unwrap();
+    let digest = trajectory.digest();
+    let run = replay_trajectory(
+        &cache,
+        &trajectory,
+        &digest,
+        &[1, 3, 4],
+        &Normalizer::default(),
+        FingerprintMode::CompareOnly,
+        &limits,
+    )
+    .await
+    .unwrap();
+    let Verdict::Reproduced(replay) = run else { panic!("non-replayable: {run:?}") };
+    assert_eq!(replay.replayed.anchors, vec![1, 3, 4]);
+    assert_eq!(replay.aliased, 1, "h_3 is h_1: steps 2 and 3 only read");
+    let ours =
+        |c: &SnapshotCache| c.held().into_iter().filter(|(d, _)| *d == digest).map(|(_, t)| t).collect::<Vec<_>>();
+    let reopened = SnapshotCache::open(scope.dyn_runtime(), 1 << 40).await.unwrap();
+    assert_eq!(ours(&reopened), vec![1, 3, 4], "a restarted worker finds every anchor at its own step");
+    // A container from h_3 holds what the trajectory had written by then.
+    let spec = limits.spec(&SnapshotCache::reference(&digest, 3).unwrap());
+    let c = Container::start(scope.dyn_runtime(), &spec).await.unwrap();
+    let out = c.exec(&bash("cat /testbed/notes.txt", Duration::from_secs(10))).await.unwrap();
+    assert_eq!(text(&out), "one\n");
+    c.remove().await.unwrap();
+    reopened.remove_all().await;
+    cache.remove_all().await;
+}
+
 /// The changes read from the writable layer are the set `docker diff` gives, case by case:
 /// additions, writes, copy-ups that change nothing the engine compares, deletions of files and
 /// trees, directories deleted and made again (opaque), whiteouts of what the container made

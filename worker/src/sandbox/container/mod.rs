@@ -138,6 +138,8 @@ pub type StampedDiff = (Vec<Change>, Option<String>);
 pub struct ImageInfo {
     /// The reference it was committed under, e.g. `vcurve-snapshot:abc…-15`.
     pub reference: String,
+    /// The image's id: one image listed under two references has the same id.
+    pub id: String,
     /// Its own size on disk in bytes (the layer it adds over its parent).
     pub size_bytes: u64,
     pub labels: BTreeMap<String, String>,
@@ -201,6 +203,9 @@ pub trait ContainerRuntime: Send + Sync {
         labels: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<String, RuntimeError>>;
 
+    /// Name the local image `source` also `reference` (`repo:tag`): the same image, no new layer.
+    fn tag<'a>(&'a self, source: &'a str, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
+
     /// Kill and remove a container with its anonymous volumes; a container already gone is not an
     /// error.
     fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
@@ -208,7 +213,8 @@ pub trait ContainerRuntime: Send + Sync {
     /// Whether an image exists locally.
     fn image_exists<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, Result<bool, RuntimeError>>;
 
-    /// Remove an image; one already gone is not an error.
+    /// Remove an image; one already gone is not an error. An image listed under other references
+    /// too loses only this one.
     fn remove_image<'a>(&'a self, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
 
     /// The ids of the containers (running or not) carrying every label of `filter`.

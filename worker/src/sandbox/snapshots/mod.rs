@@ -70,6 +70,15 @@ fn lineage_prefix(lineage: &str) -> String {
     format!("{SNAPSHOT_REPOSITORY}:{}-", &lineage[..LINEAGE_CHARS.min(lineage.len())])
 }
 
+/// The step `t` a snapshot reference of the trajectory with `digest` names: its tag ends with
+/// `<digest[..16]>-<t>` ([`SnapshotCache::reference`], [`SnapshotCache::local_reference`]).
+fn step_of_reference(reference: &str, digest: &str) -> Option<u32> {
+    let tag = reference.strip_prefix(SNAPSHOT_REPOSITORY)?.strip_prefix(':')?;
+    let (name, t) = tag.rsplit_once('-')?;
+    (name.ends_with(digest.get(..16)?) && !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| t.parse().ok())?
+}
+
 /// Pushes to the registry at once (the rest wait their turn).
 pub const PUSH_CONCURRENCY: usize = 1;
 /// How long one push may take before it is given up (logged and counted as failed).
@@ -109,6 +118,9 @@ type Key = (String, u32);
 #[derive(Debug, Clone)]
 struct Entry {
     reference: String,
+    /// The image's id: an anchor whose writable layer did not change since the previous one is
+    /// that one's image under a second reference ([`SnapshotCache::alias`]), and the two share it.
+    image_id: String,
     size_bytes: u64,
     /// A tick of [`Index::clock`]: higher is more recent.
     last_used: u64,
@@ -128,8 +140,10 @@ impl Index {
         self.clock
     }
 
+    /// The bytes of the images held, each image once however many references it has.
     fn total_bytes(&self) -> u64 {
-        self.entries.values().map(|e| e.size_bytes).sum()
+        let mut seen = BTreeSet::new();
+        self.entries.values().filter(|e| seen.insert(e.image_id.as_str())).map(|e| e.size_bytes).sum()
     }
 }
 
@@ -262,10 +276,13 @@ impl SnapshotCache {
             else {
                 continue; // a managed image that is no snapshot
             };
-            let Ok(t) = t.parse::<u32>() else {
+            let Ok(labelled) = t.parse::<u32>() else {
                 tracing::warn!(image = %image.reference, t = %t, "snapshot image with an unreadable step label; not used");
                 continue;
             };
+            // An alias ([`SnapshotCache::alias`]) carries the labels of the image it names again;
+            // its own step is in its reference.
+            let t = step_of_reference(&image.reference, digest).unwrap_or(labelled);
             let changes = match image.labels.get(CHANGES_LABEL).map(|l| ChangeSet::from_label(l)) {
                 Some(Ok(changes)) => changes,
                 Some(Err(e)) => {
@@ -280,7 +297,14 @@ impl SnapshotCache {
             let last_used = index.tick();
             index.entries.insert(
                 (digest.clone(), t),
-                Entry { reference: image.reference, size_bytes: image.size_bytes, last_used, pins: 0, changes },
+                Entry {
+                    reference: image.reference,
+                    image_id: image.id,
+                    size_bytes: image.size_bytes,
+                    last_used,
+                    pins: 0,
+                    changes,
+                },
             );
         }
         tracing::info!(
@@ -458,7 +482,7 @@ impl SnapshotCache {
         if let Some(lineage) = &self.inner.lineage {
             image_labels.insert(labels::LINEAGE.to_owned(), lineage.clone());
         }
-        container.commit(&reference, &image_labels).await?;
+        let image_id = container.commit(&reference, &image_labels).await?;
         let filter = BTreeMap::from([
             (labels::SNAPSHOT_TRAJECTORY.to_owned(), digest.to_owned()),
             (labels::SNAPSHOT_T.to_owned(), t.to_string()),
@@ -476,12 +500,68 @@ impl SnapshotCache {
             let last_used = index.tick();
             index.entries.insert(
                 (digest.to_owned(), t),
-                Entry { reference: reference.clone(), size_bytes, last_used, pins: 0, changes: changes.clone() },
+                Entry {
+                    reference: reference.clone(),
+                    image_id,
+                    size_bytes,
+                    last_used,
+                    pins: 0,
+                    changes: changes.clone(),
+                },
             );
         }
         tracing::info!(image = %reference, trajectory = %digest, t, size_bytes, "snapshot committed");
         self.push_in_background(digest, t);
         self.evict().await;
+        Ok(true)
+    }
+
+    /// Hold `h_t` of the trajectory with `digest` as the image of `h_from`, a snapshot of the same
+    /// container at an earlier step whose writable layer has not changed since (equal layer
+    /// stamps): the image is named a second time instead of committed again (a commit costs a
+    /// second or more, a name nothing), and counts once in the budget. Returns whether it named
+    /// it: not when the cache holds `h_t` already or no longer holds `h_from`.
+    ///
+    /// An alias is not pushed to a registry: its labels name `h_from`, so no other host could
+    /// check it as `h_t`; a host that needs `h_t` pulls `h_from` and replays the steps between,
+    /// which changed nothing.
+    pub async fn alias(&self, digest: &str, t: u32, from: u32) -> Result<bool, ReplayError> {
+        let key = (digest.to_owned(), t);
+        let lock = self.key_lock(&key);
+        let result = {
+            let _building = lock.lock().await;
+            self.alias_locked(digest, t, from).await
+        };
+        self.release_key_lock(&key, lock);
+        result
+    }
+
+    /// [`SnapshotCache::alias`] with the key's lock held.
+    async fn alias_locked(&self, digest: &str, t: u32, from: u32) -> Result<bool, ReplayError> {
+        let reference = self.local_reference(digest, t)?;
+        let source = {
+            let mut index = self.inner.index();
+            let now = index.tick();
+            if let Some(entry) = index.entries.get_mut(&(digest.to_owned(), t)) {
+                entry.last_used = now;
+                return Ok(false);
+            }
+            match index.entries.get(&(digest.to_owned(), from)) {
+                Some(entry) => entry.clone(),
+                None => return Ok(false),
+            }
+        };
+        // Pinned while it is named, so that it is not evicted in between.
+        let _pin = self.pin(digest, from);
+        self.inner.runtime.tag(&source.reference, &reference).await?;
+        {
+            let mut index = self.inner.index();
+            let last_used = index.tick();
+            index
+                .entries
+                .insert((digest.to_owned(), t), Entry { reference: reference.clone(), last_used, pins: 0, ..source });
+        }
+        tracing::info!(image = %reference, trajectory = %digest, t, from, "snapshot named again: the layer did not change");
         Ok(true)
     }
 

@@ -129,7 +129,14 @@ impl SnapshotCache {
             None => return Err("no changes label".to_owned()),
         };
         let last_used = self.inner.index().tick();
-        Ok(Entry { reference: reference.to_owned(), size_bytes: image.size_bytes, last_used, pins: 0, changes })
+        Ok(Entry {
+            reference: reference.to_owned(),
+            image_id: image.id,
+            size_bytes: image.size_bytes,
+            last_used,
+            pins: 0,
+            changes,
+        })
     }
 
     /// Pull `in_registry` when it is nearer to `t` than any snapshot held; the step pulled.

@@ -756,10 +756,10 @@ impl DockerRuntime {
             let labels: BTreeMap<String, String> = image.labels.into_iter().collect();
             let tags: Vec<String> = image.repo_tags.into_iter().filter(|t| t != "<none>:<none>").collect();
             if tags.is_empty() {
-                images.push(ImageInfo { reference: image.id.clone(), size_bytes, labels });
+                images.push(ImageInfo { reference: image.id.clone(), id: image.id.clone(), size_bytes, labels });
             } else {
                 for reference in tags {
-                    images.push(ImageInfo { reference, size_bytes, labels: labels.clone() });
+                    images.push(ImageInfo { reference, id: image.id.clone(), size_bytes, labels: labels.clone() });
                 }
             }
         }
@@ -806,6 +806,10 @@ impl ContainerRuntime for DockerRuntime {
         labels: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(self.commit_impl(container, reference, labels))
+    }
+
+    fn tag<'a>(&'a self, source: &'a str, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(DockerRuntime::tag(self, source, reference))
     }
 
     fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {

@@ -12,6 +12,9 @@
 //!   ([`FakeRuntime::with_handler`]); the default, [`fake_shell`], is a tiny explicit interpreter
 //!   (`echo`, `cat`, `printf`, redirections, `sleep` against the timeout, `git diff`/`git status`,
 //!   and a few commands that print on purpose what differs from run to run).
+//! - With [`FakeRuntime::set_stamps`], [`ContainerRuntime::diff_stamped`] stamps the writable
+//!   layer as the Docker runtime does where it reads it: a hash of the container's files (equal
+//!   content, equal stamp — stricter than a real layer, whose stamp moves on every write).
 //! - A registry ([`FakeRegistry`]) holds pushed images by remote reference; runtimes that share
 //!   one ([`FakeRuntime::use_registry`]) are hosts of one deployment. Tests can corrupt an image
 //!   in it, remove one, or take the registry down.
@@ -24,10 +27,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use sha2::{Digest, Sha256};
 
 use super::{
     Change, ChangeKind, ContainerNetwork, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo,
-    RuntimeError,
+    RuntimeError, StampedDiff,
 };
 
 mod fs;
@@ -42,6 +46,7 @@ pub enum Op {
     PutFile,
     Diff,
     Commit,
+    Tag,
     Remove,
     ImageExists,
     RemoveImage,
@@ -59,6 +64,7 @@ pub enum Call {
     PutFile { container: String, path: String },
     Diff { container: String },
     Commit { container: String, reference: String },
+    Tag { source: String, reference: String },
     Remove { container: String },
     ImageExists { reference: String },
     RemoveImage { reference: String },
@@ -76,6 +82,7 @@ impl Call {
             Call::PutFile { .. } => Op::PutFile,
             Call::Diff { .. } => Op::Diff,
             Call::Commit { .. } => Op::Commit,
+            Call::Tag { .. } => Op::Tag,
             Call::Remove { .. } => Op::Remove,
             Call::ImageExists { .. } => Op::ImageExists,
             Call::RemoveImage { .. } => Op::RemoveImage,
@@ -165,6 +172,7 @@ struct State {
     calls: Vec<Call>,
     next_id: u64,
     commit_size: Option<u64>,
+    stamps: bool,
     failures: VecDeque<(Op, RuntimeError)>,
     registry: FakeRegistry,
 }
@@ -225,6 +233,12 @@ impl FakeRuntime {
 
     /// The size of every image committed from now on; `None`: the bytes of the layer's added and
     /// modified files.
+    /// Whether [`ContainerRuntime::diff_stamped`] stamps the writable layer (off: `None`, as the
+    /// Docker runtime where it asks the engine for the diff).
+    pub fn set_stamps(&self, on: bool) {
+        self.state().stamps = on;
+    }
+
     pub fn set_commit_size(&self, size_bytes: Option<u64>) {
         self.state().commit_size = size_bytes;
     }
@@ -355,6 +369,23 @@ impl FakeRuntime {
         Ok(diff_files(&image.files, c.fs.files()))
     }
 
+    fn do_diff_stamped(&self, container: &str) -> Result<StampedDiff, RuntimeError> {
+        let diff = self.do_diff(container)?;
+        let st = self.state();
+        if !st.stamps {
+            return Ok((diff, None));
+        }
+        let c = st.containers.get(container).ok_or_else(|| RuntimeError::Gone(container.to_owned()))?;
+        let mut hash = Sha256::new();
+        for (path, content) in c.fs.files() {
+            hash.update((path.len() as u64).to_le_bytes());
+            hash.update(path.as_bytes());
+            hash.update((content.len() as u64).to_le_bytes());
+            hash.update(content);
+        }
+        Ok((diff, Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())))
+    }
+
     fn do_commit(
         &self,
         container: &str,
@@ -394,6 +425,14 @@ impl FakeRuntime {
         let mut st = self.state();
         self.enter(&mut st, Call::ImageExists { reference: reference.to_owned() })?;
         Ok(st.images.contains_key(reference))
+    }
+
+    fn do_tag(&self, source: &str, reference: &str) -> Result<(), RuntimeError> {
+        let mut st = self.state();
+        self.enter(&mut st, Call::Tag { source: source.to_owned(), reference: reference.to_owned() })?;
+        let image = st.images.get(source).ok_or_else(|| RuntimeError::NoImage(source.to_owned()))?.clone();
+        st.images.insert(reference.to_owned(), image);
+        Ok(())
     }
 
     fn do_remove_image(&self, reference: &str) -> Result<(), RuntimeError> {
@@ -454,7 +493,12 @@ impl FakeRuntime {
             .images
             .iter()
             .filter(|(_, i)| has_labels(&i.labels, filter))
-            .map(|(r, i)| ImageInfo { reference: r.clone(), size_bytes: i.size_bytes, labels: i.labels.clone() })
+            .map(|(r, i)| ImageInfo {
+                reference: r.clone(),
+                id: i.id.clone(),
+                size_bytes: i.size_bytes,
+                labels: i.labels.clone(),
+            })
             .collect())
     }
 }
@@ -526,6 +570,10 @@ impl ContainerRuntime for FakeRuntime {
         Box::pin(async move { self.do_diff(container) })
     }
 
+    fn diff_stamped<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<StampedDiff, RuntimeError>> {
+        Box::pin(async move { self.do_diff_stamped(container) })
+    }
+
     fn commit<'a>(
         &'a self,
         container: &'a str,
@@ -536,6 +584,10 @@ impl ContainerRuntime for FakeRuntime {
             tokio::task::yield_now().await;
             self.do_commit(container, reference, labels)
         })
+    }
+
+    fn tag<'a>(&'a self, source: &'a str, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move { self.do_tag(source, reference) })
     }
 
     fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
