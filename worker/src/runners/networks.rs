@@ -115,7 +115,9 @@ pub fn check_network_name(name: &str) -> Result<(), String> {
     if !ok {
         return Err(format!("{name:?} is not a Docker network name"));
     }
-    if matches!(name, "none" | "bridge" | "host" | "default") || name.starts_with("container") {
+    // The Engine's `container:NAME` mode has a colon, which no network name has (refused above):
+    // a name that only starts with "container" is a network like any other.
+    if matches!(name, "none" | "bridge" | "host" | "default") {
         return Err(format!("{name:?} is the Engine's own mode, not a network the deployment made"));
     }
     Ok(())
@@ -161,5 +163,8 @@ mod tests {
             let e = NetworkOffer::from_flags(&flags(networks), &flags(env)).unwrap_err();
             assert!(e.contains(named), "{networks:?} {env:?}: {e}");
         }
+        // A name that starts like the Engine's `container:` mode is a network name all the same.
+        assert_eq!(check_network_name("containers-proxy"), Ok(()));
+        assert!(check_network_name("container:abc").unwrap_err().contains("not a Docker network name"));
     }
 }
