@@ -287,6 +287,18 @@ fn the_scripted_agent_study_recovers_the_known_truth_on_real_containers() {
         assert!(pnr >= d, "{id}: the point of no return {pnr} is before D = {d}, where V(h_t) is still q·r: {row:?}");
     }
 
+    // Base runs record their fingerprints (the worker reads the writable layer here): a replay of
+    // a trajectory drawn from one compares them with the original run's and records none itself.
+    let replayed: Vec<_> =
+        by_id.iter().filter_map(|(id, r)| Some((id, r.get("replay").filter(|p| !p.is_null())?))).collect();
+    assert!(!replayed.is_empty(), "no trajectory was replayed");
+    for (id, replay) in replayed {
+        assert!(
+            replay["fingerprints"].is_null(),
+            "{id}: the replay recorded fingerprints, so its base run had none: {replay}"
+        );
+    }
+
     // Every random-token trajectory: refused at the token's step, never continued.
     let token: Vec<_> = truth.iter().filter(|t| !t["random_token_step"].is_empty()).collect();
     assert!(!token.is_empty(), "no trajectory of the random-token variant failed: nothing refused to check\n{summary}");

@@ -426,7 +426,7 @@ impl Inner {
                     seed: run_seed(job.study_seed, &job.key),
                     model: self.resumed_model(options, recorded),
                 };
-                let run = match self.run_agent_in(prepared.container, start, options, cancel).await? {
+                let run = match self.run_agent_in(prepared.container, start, options, false, cancel).await? {
                     Ok(run) => run,
                     Err(capped) => return Ok(capped),
                 };
@@ -472,14 +472,17 @@ impl Inner {
                     seed: run_seed(job.study_seed, &job.key),
                     model: options.model.clone(),
                 };
-                let run = match self.run_agent_in(container, start, options, cancel).await? {
+                // A base run records its states for the replays of its trajectory to compare.
+                let measure = options.fingerprints == FingerprintPolicy::Record;
+                let mut run = match self.run_agent_in(container, start, options, measure, cancel).await? {
                     Ok(run) => run,
                     Err(capped) => return Ok(capped),
                 };
                 let (submission, steps, end_type) = (run.submission.clone(), run.steps_used, run.end_type);
                 // A run too large for the store is cut to fit, each cut recorded in its action
                 // (issue 24: it failed at every upload and the base run was retired).
-                let recorded = match run.into_trajectory(task.clone(), interpreter, Vec::new()).and_then(|mut t| {
+                let fingerprints = std::mem::take(&mut run.fingerprints);
+                let recorded = match run.into_trajectory(task.clone(), interpreter, fingerprints).and_then(|mut t| {
                     let cuts = t.fit_within(vcurve_record::MAX_FILE_BYTES)?;
                     Ok((t, cuts))
                 }) {
@@ -557,16 +560,20 @@ impl Inner {
         })
     }
 
-    /// Run the agent in `container`, and remove the container afterwards whatever happened.
+    /// Run the agent in `container`, measuring its states after each step when `fingerprints`
+    /// ([`AgentLimits::record_fingerprints`]), and remove the container afterwards whatever
+    /// happened.
     async fn run_agent_in(
         &self,
         container: Container,
         start: AgentStart,
         options: &AgentOptions,
+        fingerprints: bool,
         cancel: &CancellationToken,
     ) -> Result<Result<crate::runners::agent::AgentRun, JobReport>, NoOutcome> {
         let mark = Some(self.instance.agent_mark());
-        let run = run_agent_marked(&container, start, AgentLimits::from_options(options), mark, cancel.clone()).await;
+        let limits = AgentLimits { record_fingerprints: fingerprints, ..AgentLimits::from_options(options) };
+        let run = run_agent_marked(&container, start, limits, mark, cancel.clone()).await;
         if let Err(e) = container.remove().await {
             tracing::warn!(error = %e, "cannot remove a finished run's container");
         }

@@ -294,6 +294,69 @@ impl ContainerLimits {
     }
 }
 
+/// Measures the states of one container step after step: its changes against the task image and
+/// its fingerprints. Used by a replay, and by a base run that records its own.
+pub struct Fingerprinter<'a> {
+    container: &'a Container,
+    task: &'a vcurve_record::Task,
+    interpreter: &'a vcurve_record::Interpreter,
+    /// The changes of the container's image against the task image.
+    base: ChangeSet,
+    /// The cumulative changes measured at step `.0`, with the stamp of the writable layer they
+    /// were read from (where the runtime reads it).
+    measured: Option<(u32, ChangeSet, Option<String>)>,
+    /// `git diff` and `git status` as last measured, with the layer's stamp then: a state whose
+    /// stamp is the same has the same working tree, so they are not run again.
+    git: Option<(String, (String, String))>,
+}
+
+impl<'a> Fingerprinter<'a> {
+    /// Measures `container`, whose image's changes against the task image are `base` (empty for
+    /// the task image); its commands run as `interpreter` in `task`'s working directory.
+    pub fn new(
+        container: &'a Container,
+        task: &'a vcurve_record::Task,
+        interpreter: &'a vcurve_record::Interpreter,
+        base: ChangeSet,
+    ) -> Fingerprinter<'a> {
+        Fingerprinter { container, task, interpreter, base, measured: None, git: None }
+    }
+
+    /// The container's changes against the task image at step `t`, measured once per step (one
+    /// container diff), with the stamp of the writable layer where the runtime reads the layer
+    /// itself ([`Container::diff_stamped`]): equal stamps, the same state.
+    pub async fn changes_stamped(&mut self, t: u32) -> Result<(ChangeSet, Option<String>), RuntimeError> {
+        if let Some((at, changes, stamp)) = &self.measured
+            && *at == t
+        {
+            return Ok((changes.clone(), stamp.clone()));
+        }
+        let (diff, stamp) = self.container.diff_stamped().await?;
+        let changes = self.base.then(&diff);
+        self.measured = Some((t, changes.clone(), stamp.clone()));
+        Ok((changes, stamp))
+    }
+
+    /// Measure the state at step `t`: the changed paths, `returncode`, `git diff` and `git
+    /// status`. The two git commands run (in one exec) only when the writable layer changed since
+    /// they last ran, or when its stamp is unknown.
+    pub async fn fingerprint(&mut self, t: u32, returncode: Option<i32>) -> Result<Fingerprint, RuntimeError> {
+        let (changes, stamp) = self.changes_stamped(t).await?;
+        let changed_paths = changes.fingerprint_paths();
+        let (git_diff, git_status) = match (&stamp, &self.git) {
+            (Some(now), Some((then, state))) if now == then => state.clone(),
+            _ => {
+                let state = git_state(self.container, self.task, self.interpreter).await?;
+                if let Some(now) = stamp {
+                    self.git = Some((now, state.clone()));
+                }
+                state
+            }
+        };
+        Ok(Fingerprint { changed_paths, returncode, git_diff, git_status })
+    }
+}
+
 /// A replay in progress over one container: [`Replay::step`] replays the next step. The state
 /// stands at `h_t` ([`Replay::t`]) after every step that reproduced the record.
 pub struct Replay<'a> {
@@ -301,15 +364,8 @@ pub struct Replay<'a> {
     trajectory: &'a Trajectory,
     normalizer: &'a Normalizer,
     mode: FingerprintMode,
-    /// The changes of the container's image against the task image.
-    base: ChangeSet,
     t: u32,
-    /// The cumulative changes measured at step `.0`, with the stamp of the writable layer they
-    /// were read from (where the runtime reads it).
-    measured: Option<(u32, ChangeSet, Option<String>)>,
-    /// `git diff` and `git status` as last measured, with the layer's stamp then: a state whose
-    /// stamp is the same has the same working tree, so they are not run again.
-    git: Option<(String, (String, String))>,
+    measure: Fingerprinter<'a>,
     levels: Vec<CompareLevel>,
     fingerprints: BTreeMap<u32, Fingerprint>,
     /// The failure signal of the step just replayed (see [`Replay::failure_signal`]).
@@ -348,10 +404,8 @@ impl<'a> Replay<'a> {
             trajectory,
             normalizer,
             mode,
-            base,
             t: from,
-            measured: None,
-            git: None,
+            measure: Fingerprinter::new(container, &trajectory.task, &trajectory.interpreter, base),
             levels: Vec::new(),
             fingerprints: BTreeMap::new(),
             signal: None,
@@ -387,36 +441,7 @@ impl<'a> Replay<'a> {
     /// [`Replay::changes`] with the stamp of the writable layer at `h_t`, where the runtime reads
     /// the layer itself ([`Container::diff_stamped`]): equal stamps, the same state.
     pub async fn changes_stamped(&mut self) -> Result<(ChangeSet, Option<String>), RuntimeError> {
-        if let Some((t, changes, stamp)) = &self.measured
-            && *t == self.t
-        {
-            return Ok((changes.clone(), stamp.clone()));
-        }
-        let (diff, stamp) = self.container.diff_stamped().await?;
-        let changes = self.base.then(&diff);
-        self.measured = Some((self.t, changes.clone(), stamp.clone()));
-        Ok((changes, stamp))
-    }
-
-    /// Measure the state: the changed paths, `returncode`, `git diff` and `git status`. The two
-    /// git commands run (in one exec) only when the writable layer changed since they last ran,
-    /// or when its stamp is unknown.
-    async fn fingerprint(&mut self, returncode: Option<i32>) -> Result<Fingerprint, RuntimeError> {
-        let (changes, stamp) = self.changes_stamped().await?;
-        let changed_paths = changes.fingerprint_paths();
-        let (git_diff, git_status) = match (&stamp, &self.git) {
-            (Some(now), Some((then, state))) if now == then => state.clone(),
-            _ => {
-                let task = &self.trajectory.task;
-                let interpreter = &self.trajectory.interpreter;
-                let state = git_state(self.container, task, interpreter).await?;
-                if let Some(now) = stamp {
-                    self.git = Some((now, state.clone()));
-                }
-                state
-            }
-        };
-        Ok(Fingerprint { changed_paths, returncode, git_diff, git_status })
+        self.measure.changes_stamped(self.t).await
     }
 
     /// Replay step `t + 1`: `Ok(None)` when it reproduced the record (the state is now at
@@ -456,7 +481,7 @@ impl<'a> Replay<'a> {
         self.signal = signal;
         let measure = step.fingerprint.is_some() || self.mode == FingerprintMode::RecordMissing;
         if measure {
-            let measured = self.fingerprint(last_code).await?;
+            let measured = self.measure.fingerprint(self.t, last_code).await?;
             match &step.fingerprint {
                 Some(recorded) => {
                     if let Err(mismatch) = self.normalizer.check_fingerprint(recorded, &measured) {

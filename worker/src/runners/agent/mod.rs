@@ -82,6 +82,7 @@ use vcurve_record::{Action, EndType, Fingerprint, Interpreter, Step, Task, Traje
 use crate::sandbox::container::Container;
 use crate::sandbox::exec::{MAX_TIMEOUT_S, run_command};
 use crate::sandbox::instance::AgentMark;
+use crate::sandbox::replay::{ChangeSet, Fingerprinter};
 use lines::{LineError, LineReader, Tail};
 use messages::{
     AgentMessage, end_message, exec_result_message, instruction_message, locate_steps, locate_turn, parse_message,
@@ -122,6 +123,9 @@ pub struct AgentLimits {
     pub max_line_bytes: usize,
     /// How much stderr is kept ([`STDERR_TAIL_BYTES`]).
     pub stderr_tail_bytes: usize,
+    /// Whether a base run (from `t = 0`, not a session) measures a fingerprint of the container
+    /// after each step ([`AgentRun::fingerprints`]), where the runtime reads the writable layer.
+    pub record_fingerprints: bool,
 }
 
 impl AgentLimits {
@@ -145,6 +149,7 @@ impl AgentLimits {
             exit_grace: EXIT_GRACE,
             max_line_bytes: MAX_LINE_BYTES,
             stderr_tail_bytes: STDERR_TAIL_BYTES,
+            record_fingerprints: false,
         }
     }
 }
@@ -173,6 +178,9 @@ pub struct AgentRun {
     pub exit: AgentExit,
     /// The last bytes of the agent's stderr ([`AgentLimits::stderr_tail_bytes`]).
     pub stderr_tail: String,
+    /// The state after each step, measured as the run went ([`AgentLimits::record_fingerprints`]):
+    /// one per step, or none.
+    pub fingerprints: Vec<Option<Fingerprint>>,
 }
 
 impl AgentRun {
@@ -188,6 +196,7 @@ impl AgentRun {
             t,
             exit,
             stderr_tail,
+            fingerprints: collected.fingerprints,
         }
     }
 
@@ -284,6 +293,8 @@ struct Collected {
     trailing_actions: Vec<Action>,
     /// A session's completed turns (none for a single run).
     turns: Vec<CollectedTurn>,
+    /// One fingerprint per step, or none ([`AgentLimits::record_fingerprints`]).
+    fingerprints: Vec<Option<Fingerprint>>,
 }
 
 struct AgentIo {
@@ -593,6 +604,12 @@ async fn converse(
     let mut turn_first_step = 0usize;
     let mut checkpoint: Vec<Value> = start.messages.clone();
     let mut ended = false;
+    // A base run measures its states as it goes (a replay compares them later), but only where
+    // the worker reads the writable layer: it stops, and keeps none, at the first step whose
+    // layer has no stamp (each step would cost a diff from the engine, seconds).
+    let mut fingerprinter = (limits.record_fingerprints && start.t == 0 && turns.is_none())
+        .then(|| Fingerprinter::new(container, &start.task, &start.interpreter, ChangeSet::new()));
+    let mut fingerprints: Vec<Option<Fingerprint>> = Vec::new();
     loop {
         let Some(line) = io.next_line(limits.max_line_bytes).await? else {
             let what = match turns {
@@ -654,8 +671,20 @@ async fn converse(
                         }
                     }));
                 }
+                let returncode = pending.last().and_then(|a| a.returncode);
                 step_actions.push(std::mem::take(&mut pending));
                 step_messages.push(messages);
+                if let Some(measure) = fingerprinter.as_mut() {
+                    let t = step_actions.len() as u32;
+                    let failed = |e| Stop::Infrastructure(format!("measuring the state after step {t}: {e}"));
+                    let (_, stamp) = measure.changes_stamped(t).await.map_err(failed)?;
+                    if stamp.is_some() {
+                        fingerprints.push(Some(measure.fingerprint(t, returncode).await.map_err(failed)?));
+                    } else {
+                        fingerprinter = None;
+                        fingerprints.clear();
+                    }
+                }
             }
             AgentMessage::TurnEnd { report, messages } => {
                 let Some(turns) = turns else {
@@ -726,6 +755,7 @@ async fn converse(
                     submission,
                     trailing_actions: pending,
                     turns: completed,
+                    fingerprints,
                 });
             }
         }

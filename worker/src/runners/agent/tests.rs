@@ -511,3 +511,69 @@ async fn a_setsid_child_of_the_agent_dies_with_its_run() {
     assert!(protocol_reason(result).contains("exited with status 3"));
     assert_dead(&pid_file);
 }
+
+/// [`shell`], where `echo N` also writes `N` to `/testbed/out`, and the one exec of a
+/// fingerprint's git state prints a diff naming the file's content, the separator and a status.
+fn shell_with_git(fs: &mut FakeFs, request: &ExecRequest) -> ExecOutput {
+    let command = request.argv.last().cloned().unwrap_or_default();
+    if let Some(line) = command.lines().find(|l| l.contains(crate::sandbox::replay::GIT_STATE_SEPARATOR)) {
+        let separator = line.trim_start_matches("echo ");
+        let out = fs.files().get("/testbed/out").map(|c| String::from_utf8_lossy(c).into_owned()).unwrap_or_default();
+        let output = format!("+{out}{separator}\n M out\n");
+        return ExecOutput { output: output.into_bytes(), exit_code: Some(0), timed_out: false };
+    }
+    if let Some(text) = command.strip_prefix("echo ") {
+        fs.write("/testbed/out", format!("{text}\n").into_bytes());
+    }
+    shell(fs, request)
+}
+
+/// A base run told to record fingerprints measures the state after each step where the runtime
+/// stamps the writable layer, and its trajectory carries them; where it does not (a diff from the
+/// engine at every step), and in a continuation, none are measured.
+#[tokio::test]
+async fn a_base_run_records_a_fingerprint_after_each_step_where_the_layer_is_stamped() {
+    let f = fixture().await;
+    let runtime = Arc::new(FakeRuntime::with_handler(shell_with_git));
+    runtime.add_image("img", [("/testbed/README", "")]);
+    runtime.set_stamps(true);
+    let spec = ContainerSpec {
+        image: "img".into(),
+        memory_bytes: 1 << 30,
+        pids_limit: 64,
+        labels: BTreeMap::new(),
+        network: Default::default(),
+        exec_env: BTreeMap::new(),
+    };
+    let measuring = AgentLimits { record_fingerprints: true, ..limits() };
+    let container = Container::start(runtime.clone(), &spec).await.unwrap();
+    let run = run_agent(&container, start(&f.script, "ok", &[]), measuring, CancellationToken::new()).await.unwrap();
+    assert_eq!(run.fingerprints.len(), 2, "one per step");
+    let second = run.fingerprints[1].clone().expect("measured");
+    assert_eq!(second.changed_paths, vec!["/testbed/out".to_string()]);
+    assert_eq!(
+        (second.returncode, second.git_diff.as_str(), second.git_status.as_str()),
+        (Some(0), "+4\n", " M out\n")
+    );
+    assert_eq!(run.fingerprints[0].as_ref().unwrap().git_diff, "+2\n", "the state after step 1, not after the run");
+    let mut run = run;
+    let fingerprints = std::mem::take(&mut run.fingerprints);
+    let trajectory = run.into_trajectory(task(), Interpreter::default(), fingerprints).unwrap();
+    assert_eq!(trajectory.steps[1].fingerprint.as_ref(), Some(&second));
+
+    // A continuation (t > 0) measures nothing.
+    let mut from_prefix = start(&f.script, "ok", &[]);
+    from_prefix.messages = vec![json!({"role": "system", "content": "s"}), json!({"role": "user", "content": "u"})];
+    from_prefix.t = 1;
+    let run = run_agent(&container, from_prefix, measuring, CancellationToken::new()).await.unwrap();
+    assert!(run.fingerprints.is_empty());
+    container.remove().await.unwrap();
+
+    // Without a stamp, nothing is measured: not even the git state.
+    runtime.set_stamps(false);
+    let container = Container::start(runtime.clone(), &spec).await.unwrap();
+    let before = runtime.count(Op::Exec);
+    let run = run_agent(&container, start(&f.script, "ok", &[]), measuring, CancellationToken::new()).await.unwrap();
+    assert!(run.fingerprints.is_empty());
+    assert_eq!(runtime.count(Op::Exec) - before, 2, "the agent's two commands only");
+}

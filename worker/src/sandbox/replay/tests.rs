@@ -54,7 +54,6 @@ pub(crate) async fn record(rt: &Arc<FakeRuntime>, steps: &[&[(&str, f64)]], fing
         submission: None,
         policy: None,
     };
-    let normalizer = Normalizer::default();
     for commands in steps {
         let mut actions = Vec::new();
         for (command, timeout_s) in *commands {
@@ -76,11 +75,11 @@ pub(crate) async fn record(rt: &Arc<FakeRuntime>, steps: &[&[(&str, f64)]], fing
         let messages_end = trajectory.messages.len();
         trajectory.steps.push(Step { actions, messages_end, fingerprint: None });
         if fingerprints {
-            let mut replay =
-                Replay::new(&container, &trajectory, &normalizer, FingerprintMode::CompareOnly, 0, ChangeSet::new())
-                    .unwrap();
+            let t = trajectory.steps.len() as u32;
+            let mut measure =
+                Fingerprinter::new(&container, &trajectory.task, &trajectory.interpreter, ChangeSet::new());
             let code = trajectory.steps.last().unwrap().actions.last().and_then(|a| a.returncode);
-            let fp = replay.fingerprint(code).await.unwrap();
+            let fp = measure.fingerprint(t, code).await.unwrap();
             trajectory.steps.last_mut().unwrap().fingerprint = Some(fp);
         }
     }
