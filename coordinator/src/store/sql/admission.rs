@@ -76,7 +76,7 @@ impl SqlStore {
             }
             let sql = format!(
                 "SELECT admitted, controls_at_launch FROM studies WHERE id = $1 AND state = 'running'{}",
-                self.for_update()
+                self.for_no_key_update()
             );
             let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(&study).fetch_optional(&mut **tx).await? else {
                 continue; // cancelled or ended meanwhile

@@ -179,6 +179,18 @@ impl SqlStore {
         }
     }
 
+    /// ` FOR NO KEY UPDATE` where the backend has row locks: for a study's row, which the
+    /// transactions that lock it never change the key of. Unlike ` FOR UPDATE` it does not wait
+    /// for the `KEY SHARE` locks PostgreSQL's foreign-key checks take on the study (a job row
+    /// updated twice in one transaction is checked again): two reports that each hold one and then
+    /// both asked for ` FOR UPDATE` deadlocked.
+    pub(super) fn for_no_key_update(&self) -> &'static str {
+        match self.backend {
+            Backend::Postgres => " FOR NO KEY UPDATE",
+            Backend::Sqlite => "",
+        }
+    }
+
     pub(super) async fn config(
         &self,
         tx: &mut Transaction<'_, Any>,

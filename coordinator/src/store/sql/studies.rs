@@ -19,8 +19,8 @@ use crate::store::api::{LaunchInputs, StoreError};
 const OPEN_IN_STUDY: &str = "SELECT (SELECT COUNT(*) FROM trajectories WHERE study = $1 AND state IN ('waiting', 'replaying', 'running')) \
      + (SELECT COUNT(*) FROM jobs WHERE study = $1 AND state IN ('pending', 'leased')) AS n";
 
-/// Study `$1`'s row, read to lock it (with the backend's `FOR UPDATE`) before its open work is
-/// counted.
+/// Study `$1`'s row, read to lock it (with the backend's `FOR NO KEY UPDATE`) before its open
+/// work is counted.
 const STUDY_ROW: &str = "SELECT id FROM studies WHERE id = $1";
 
 /// Mark the running study `$2` done at `$1`.
@@ -69,7 +69,7 @@ impl SqlStore {
         study: &str,
         now: i64,
     ) -> Result<(), StoreError> {
-        let lock = format!("{STUDY_ROW}{}", self.for_update());
+        let lock = format!("{STUDY_ROW}{}", self.for_no_key_update());
         sqlx::query(sqlx::AssertSqlSafe(lock)).bind(study).fetch_optional(&mut **tx).await?;
         // Open trajectories, and jobs still to run (flake re-checks, base runs).
         let open: i64 = sqlx::query(OPEN_IN_STUDY).bind(study).fetch_one(&mut **tx).await?.try_get("n")?;
