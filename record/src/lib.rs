@@ -23,6 +23,7 @@
 pub mod ids;
 pub mod import;
 pub mod jobs;
+pub mod judge_labels;
 pub mod json;
 pub mod llm;
 pub mod omitted;

@@ -73,6 +73,7 @@ pub use vcurve_record::study::{
 pub mod bounds;
 mod error;
 mod fields;
+mod judges;
 pub mod folder;
 mod launch;
 mod raw;
