@@ -124,7 +124,8 @@ mod tests {
     use crate::trajectory::{Action, EndType, Evaluator, FORMAT, Interpreter, Step, Task};
 
     fn run(mistake: Option<usize>) -> Trajectory {
-        let mut messages = vec![json!({"role": "system", "content": "agent"}), json!({"role": "user", "content": "Fix parse."})];
+        let mut messages =
+            vec![json!({"role": "system", "content": "agent"}), json!({"role": "user", "content": "Fix parse."})];
         let mut steps = Vec::new();
         for i in 0..3 {
             let marker = if Some(i) == mistake { " [[MISTAKE]]" } else { "" };

@@ -23,8 +23,8 @@
 pub mod ids;
 pub mod import;
 pub mod jobs;
-pub mod judge_labels;
 pub mod json;
+pub mod judge_labels;
 pub mod llm;
 pub mod omitted;
 pub mod oversize;

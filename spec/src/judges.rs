@@ -30,7 +30,10 @@ pub(crate) fn parse(
     let Value::Mapping(map) = value else {
         return Err(top_error(problem(
             "judges",
-            format!("must be a mapping from a judge's name to its model, like {{o3: {{base_url: …, model: o3}}}}; found {}", show(value)),
+            format!(
+                "must be a mapping from a judge's name to its model, like {{o3: {{base_url: …, model: o3}}}}; found {}",
+                show(value)
+            ),
         )));
     };
     if map.is_empty() {
@@ -67,7 +70,9 @@ pub(crate) fn parse(
             .iter()
             .find(|t| t.labels.iter().any(|l| l.source == name))
             .map(|t| format!("trajectory {}", t.id))
-            .or_else(|| decoys.iter().find(|d| d.labels.iter().any(|l| l.source == name)).map(|d| format!("decoy {}", d.id)));
+            .or_else(|| {
+                decoys.iter().find(|d| d.labels.iter().any(|l| l.source == name)).map(|d| format!("decoy {}", d.id))
+            });
         if let Some(owner) = labelled {
             return Err(top_error(problem(
                 field,

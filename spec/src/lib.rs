@@ -73,8 +73,8 @@ pub use vcurve_record::study::{
 pub mod bounds;
 mod error;
 mod fields;
-mod judges;
 pub mod folder;
+mod judges;
 mod launch;
 mod raw;
 pub mod restart_check;

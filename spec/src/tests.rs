@@ -1508,7 +1508,10 @@ fn bad_judges_are_refused_naming_the_field_and_trajectory() {
     let mut both = files.clone();
     both.insert("c.csv".into(), curve_csv(5, |_| 0.5));
     let cases = [
-        (JUDGED.replace("sol: 4", "o3: 4"), "judges.o3 is also a label source given in the spec (trajectory r: labels.o3)"),
+        (
+            JUDGED.replace("sol: 4", "o3: 4"),
+            "judges.o3 is also a label source given in the spec (trajectory r: labels.o3)",
+        ),
         (JUDGED.replace("  o3: {", "  o/3: {"), "judges has a judge name that is not a name: \"o/3\""),
         (JUDGED.replace("model: o3, ", ""), "judges.o3.model is missing"),
         (JUDGED.replace("temperature: 0.3", "temperature: 3"), "judges.qwen.v2.temperature"),
@@ -1518,7 +1521,10 @@ fn bad_judges_are_refused_naming_the_field_and_trajectory() {
             JUDGED.replace("  - id: r\n", "  - {id: plain, length: 5, curve: c.csv}\n  - id: r\n"),
             "trajectory \"plain\": recorded is missing: the study has judges",
         ),
-        (RECORDED.replace("trajectories:", "judges: [o3]\ntrajectories:"), "judges must be a mapping from a judge's name"),
+        (
+            RECORDED.replace("trajectories:", "judges: [o3]\ntrajectories:"),
+            "judges must be a mapping from a judge's name",
+        ),
         (RECORDED.replace("trajectories:", "judges: {}\ntrajectories:"), "judges is empty"),
     ];
     for (yaml, expected) in cases {

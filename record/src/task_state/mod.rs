@@ -213,13 +213,23 @@ impl fmt::Display for CallKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "parser", rename_all = "snake_case")]
 pub enum AnswerCheck {
-    Atoms { checkpoint: u32 },
-    Probes { atoms: Vec<String> },
-    Reader { probes: Vec<String> },
+    Atoms {
+        checkpoint: u32,
+    },
+    Probes {
+        atoms: Vec<String>,
+    },
+    Reader {
+        probes: Vec<String>,
+    },
     Actor,
-    Judge { items: Vec<String> },
+    Judge {
+        items: Vec<String>,
+    },
     /// A judge label: a step index below `steps`, or -1.
-    FirstMistake { steps: u32 },
+    FirstMistake {
+        steps: u32,
+    },
 }
 
 impl AnswerCheck {
