@@ -391,6 +391,19 @@ mod tests {
     }
 
     #[test]
+    fn a_curve_study_with_judges_shows_its_continuations_and_its_label_calls() {
+        let mut p = v1::Progress { study: "s".into(), name: "n".into(), state: "running".into(), ..Default::default() };
+        p.call_stages =
+            vec![v1::CallStage { stage: "label".into(), done: 3, pending: 1, expected: Some(4), ..Default::default() }];
+        p.waiting_for_endpoints = vec!["model:http://vllm:8000/v1".into()];
+        let text = progress_text(&p);
+        assert!(text.contains("continuations: 0 done") && !text.contains("a task-state study"), "{text}");
+        assert!(text.contains("  judge labels (calls done / expected;"), "{text}");
+        assert!(text.contains("    label    3 / 4; 0 running, 1 pending"), "{text}");
+        assert!(text.contains("--model-endpoint http://vllm:8000/v1"), "{text}");
+    }
+
+    #[test]
     fn a_study_waiting_for_its_agent_says_which_and_how_a_worker_offers_it() {
         let mut p = v1::Progress { study: "s".into(), name: "n".into(), state: "running".into(), ..Default::default() };
         p.waiting_for_runner = "agent:my-agent".into();

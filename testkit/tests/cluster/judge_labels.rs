@@ -18,6 +18,9 @@ use vcurve_worker::{AgentRunner, JobKey, JobReport, JobSpec, ModelCallRunner, Mo
 
 const DOUBLE: &str = "double";
 
+/// A trajectory's labels: `(source, m)`.
+type Labels = Vec<(String, Option<u32>)>;
+
 /// Replays every recorded run exactly and continues with a step curve at step 12.
 struct Double;
 
@@ -90,7 +93,7 @@ async fn judges_label_the_first_marked_step_and_the_label_probes_and_analyses_us
 
     // The labels: marker index 9 → m = 10; no marker → no mistake; under the judges' names.
     let record = server.store().study(&study.as_str().into()).await.unwrap();
-    let labels: Vec<(String, Vec<(String, Option<u32>)>)> = record
+    let labels: Vec<(String, Labels)> = record
         .spec
         .trajectories
         .iter()
