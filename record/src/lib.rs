@@ -24,6 +24,7 @@ pub mod ids;
 pub mod import;
 pub mod jobs;
 pub mod json;
+pub mod judge_labels;
 pub mod llm;
 pub mod omitted;
 pub mod oversize;

@@ -4,6 +4,8 @@
 //! (`vcurve_coordinator::spec`), stores it, and hands out a [`StudyRecord`] — the spec with every
 //! trajectory's state and outcomes — to whatever renders results (`vcurve-report`).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use vcurve_method::schedule::{Outcome, Series, Stage, TrajectoryPlan};
 use vcurve_method::{BaseRuns, Thresholds};
@@ -49,6 +51,10 @@ pub struct StudySpec {
     /// stages; it has no trajectories, base runs or selection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_state: Option<crate::task_state::TaskStateSettings>,
+    /// The judge models that label the first mistake of every trajectory (`judges:`,
+    /// docs/spec.md "Judge labels"), by name: each name is a label source.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub judges: BTreeMap<String, crate::task_state::StageModel>,
 }
 
 /// The `selection:` block: the seed of the fixed order and the size of the study set.

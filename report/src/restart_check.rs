@@ -296,6 +296,7 @@ mod tests {
                 selection: None,
                 restart_check: Some(RestartCheckSpec { of: "paper".into(), runs: 4, rows }),
                 task_state: None,
+                judges: Default::default(),
             },
             trajectories: Vec::new(),
             evaluation: EvaluationStats::default(),

@@ -74,6 +74,7 @@ pub mod bounds;
 mod error;
 mod fields;
 pub mod folder;
+mod judges;
 mod launch;
 mod raw;
 pub mod restart_check;

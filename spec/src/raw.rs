@@ -33,6 +33,7 @@ pub(crate) struct RawStudy {
     pub selection: Option<Value>,
     pub swebench: Option<Value>,
     pub task_state: Option<Value>,
+    pub judges: Option<Value>,
 }
 
 /// One entry of `trajectories`.
@@ -245,7 +246,8 @@ mod tests {
                 "base_runs",
                 "selection",
                 "swebench",
-                "task_state"
+                "task_state",
+                "judges"
             ]
         );
         assert_eq!(fields_of::<RawTrajectory>(), ["id", "task", "length", "curve", "labels", "base_runs", "recorded"]);

@@ -115,5 +115,6 @@ pub fn complete(
         selection: None,
         restart_check: Some(RestartCheckSpec { of: request.of.clone(), runs: request.runs, rows }),
         task_state: None,
+        judges: Default::default(),
     })
 }

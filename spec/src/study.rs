@@ -178,6 +178,11 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
         }
     };
 
+    let judges = match &raw.judges {
+        None => Default::default(),
+        Some(value) => crate::judges::parse(value, &trajectories, &decoys, &tasks)?,
+    };
+
     let spec = StudySpec {
         name,
         seed,
@@ -193,6 +198,7 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
         selection,
         restart_check: None,
         task_state,
+        judges,
     };
     Ok(Launch { spec, recorded })
 }

@@ -147,7 +147,7 @@ pub(crate) fn parse(value: &Value) -> Result<TaskStateSettings, Problem> {
     })
 }
 
-fn parse_model(value: &Value, at: &str, temperature: f64) -> Result<StageModel, Problem> {
+pub(crate) fn parse_model(value: &Value, at: &str, temperature: f64) -> Result<StageModel, Problem> {
     let Value::Mapping(map) = value else {
         return Err(problem(at, format!("must be a mapping with base_url and model; found {}", show(value))));
     };
@@ -227,7 +227,7 @@ fn check_base_url(url: &str) -> Result<(), String> {
 /// A task-state study's section exists alongside what it refuses: it records sessions of its
 /// tasks, so it has no trajectories, decoys or selection of its own.
 pub(crate) fn check_alone(top: &Mapping) -> Result<(), Problem> {
-    for field in ["trajectories", "decoys", "selection", "base_runs"] {
+    for field in ["trajectories", "decoys", "selection", "base_runs", "judges"] {
         if top.get(field).is_some_and(|v| !v.is_null()) {
             return Err(problem(
                 field,

@@ -1480,3 +1480,58 @@ fn a_text_format_run_is_refused_by_the_tool_call_runner() {
     // The agent runner takes it: its adapter is the study's own.
     assert!(parse_with(RECORDED, &files).is_ok());
 }
+
+const JUDGED: &str = "name: rec\nseed: 1\nrunner: {kind: docker}\n\
+     judges:\n  o3: {base_url: \"http://127.0.0.1:9/v1\", model: o3, api_key_env: OPENAI_KEY}\n  \
+     qwen.v2: {base_url: \"http://127.0.0.1:10/v1\", model: qwen, temperature: 0.3}\n\
+     trajectories:\n  - id: r\n    recorded: runs/r.json\n    labels: {sol: 4}\n";
+
+#[test]
+fn judges_are_label_sources_with_a_model_each_at_temperature_0() {
+    let files = recorded_files(12);
+    let spec = parse_with(JUDGED, &files).unwrap();
+    assert_eq!(spec.judges.keys().collect::<Vec<_>>(), ["o3", "qwen.v2"]);
+    let o3 = &spec.judges["o3"];
+    assert_eq!((o3.endpoint.model.as_str(), o3.endpoint.api_key_env.as_deref()), ("o3", Some("OPENAI_KEY")));
+    assert_eq!(o3.sampling.temperature, Some(0.0));
+    assert_eq!(spec.judges["qwen.v2"].sampling.temperature, Some(0.3));
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<StudySpec>(&json).unwrap(), spec);
+    // A spec without judges stores none (and its JSON has no `judges`).
+    let plain = parse_with(RECORDED, &files).unwrap();
+    assert!(plain.judges.is_empty() && !serde_json::to_string(&plain).unwrap().contains("judges"));
+}
+
+#[test]
+fn bad_judges_are_refused_naming_the_field_and_trajectory() {
+    let files = recorded_files(12);
+    let mut both = files.clone();
+    both.insert("c.csv".into(), curve_csv(5, |_| 0.5));
+    let cases = [
+        (
+            JUDGED.replace("sol: 4", "o3: 4"),
+            "judges.o3 is also a label source given in the spec (trajectory r: labels.o3)",
+        ),
+        (JUDGED.replace("  o3: {", "  o/3: {"), "judges has a judge name that is not a name: \"o/3\""),
+        (JUDGED.replace("model: o3, ", ""), "judges.o3.model is missing"),
+        (JUDGED.replace("temperature: 0.3", "temperature: 3"), "judges.qwen.v2.temperature"),
+        (JUDGED.replace("api_key_env: OPENAI_KEY", "keys: x"), "judges.o3.keys"),
+        (JUDGED.replace("http://127.0.0.1:9/v1", "ftp://x"), "judges.o3.base_url"),
+        (
+            JUDGED.replace("  - id: r\n", "  - {id: plain, length: 5, curve: c.csv}\n  - id: r\n"),
+            "trajectory \"plain\": recorded is missing: the study has judges",
+        ),
+        (
+            RECORDED.replace("trajectories:", "judges: [o3]\ntrajectories:"),
+            "judges must be a mapping from a judge's name",
+        ),
+        (RECORDED.replace("trajectories:", "judges: {}\ntrajectories:"), "judges is empty"),
+    ];
+    for (yaml, expected) in cases {
+        let err = parse_with(&yaml, &both).unwrap_err().to_string();
+        assert!(err.contains(expected), "expected {expected:?} in {err:?}");
+    }
+    let decoy = format!("{JUDGED}decoys:\n  - {{id: d, task: task-r, length: 5, labels: {{qwen.v2: 2}}}}\n");
+    let err = parse_with(&decoy, &files).unwrap_err().to_string();
+    assert!(err.contains("judges.qwen.v2 is also a label source given in the spec (decoy d: labels.qwen.v2)"), "{err}");
+}

@@ -54,7 +54,9 @@ async fn task_state_export(source: &StudySource) -> anyhow::Result<Option<Vec<u8
             let mut client = client::study_client(&connection).await?;
             let request = vcurve_proto::v1::ProgressRequest { study: study.to_string() };
             let progress = client.get_progress(request).await.with_context(at(&connection))?.into_inner();
-            if progress.call_stages.is_empty() {
+            // A curve study with judges has the one call stage `label`; a task-state study's
+            // stages begin with its sessions.
+            if !progress.call_stages.iter().any(|s| s.stage == "session") {
                 return Ok(None);
             }
             let files = client::export(&mut client, study).await.with_context(at(&connection))?;

@@ -101,8 +101,9 @@ fn eta(p: &v1::Progress) -> String {
 /// A task-state study's progress: a line per stage with its jobs, failures, tokens and expected
 /// total, and the endpoints its calls wait for.
 fn task_state_text(p: &v1::Progress) -> String {
-    let mut out = String::from(
-        "  task state by stage (jobs done / expected; running, pending, retired; malformed, failed; tokens in / out / cached):\n",
+    let what = if is_task_state(p) { "task state by stage (jobs" } else { "judge labels (calls" };
+    let mut out = format!(
+        "  {what} done / expected; running, pending, retired; malformed, failed; tokens in / out / cached):\n",
     );
     for s in &p.call_stages {
         let expected = s.expected.map_or_else(|| "not known yet".to_string(), |e| e.to_string());
@@ -142,10 +143,17 @@ fn task_state_text(p: &v1::Progress) -> String {
     out
 }
 
+/// Whether the progress is a task-state study's (its call stages begin with its sessions); a
+/// curve study with judges has the one call stage `label`.
+fn is_task_state(p: &v1::Progress) -> bool {
+    p.call_stages.iter().any(|s| s.stage == "session")
+}
+
 fn progress_text(p: &v1::Progress) -> String {
-    if !p.call_stages.is_empty() {
+    if is_task_state(p) {
         return task_state_progress_text(p);
     }
+    let labels = if p.call_stages.is_empty() { String::new() } else { task_state_text(p) };
     let stages: Vec<String> = p.stages.iter().map(|s| format!("{} {}", s.stage, s.trajectories)).collect();
     let slots: u32 = p.workers.iter().map(|w| w.slots).sum();
     let latency = if p.leases_measured > 0 {
@@ -190,7 +198,7 @@ fn progress_text(p: &v1::Progress) -> String {
         String::new()
     };
     format!(
-        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n{}{}  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
+        "study {} ({}): {}\n{waiting}  trajectories: {} done, {} admitted, {} in all{dropped}; in progress by stage: {}\n  continuations: {} done, {} running, {} pending, {} retired\n{labels}{}{}  workers: {} with {} slots; throughput {:.1}/min; ETA {}; {latency}\n",
         p.name,
         p.study,
         p.state,
@@ -380,6 +388,19 @@ mod tests {
         assert_eq!(json["retired_jobs"][0]["kind"], "base_run");
         assert_eq!(json["retired_jobs"][0]["count"], 3);
         assert_eq!(json["retired_jobs"][0]["reasons"][1]["reason"], "killed");
+    }
+
+    #[test]
+    fn a_curve_study_with_judges_shows_its_continuations_and_its_label_calls() {
+        let mut p = v1::Progress { study: "s".into(), name: "n".into(), state: "running".into(), ..Default::default() };
+        p.call_stages =
+            vec![v1::CallStage { stage: "label".into(), done: 3, pending: 1, expected: Some(4), ..Default::default() }];
+        p.waiting_for_endpoints = vec!["model:http://vllm:8000/v1".into()];
+        let text = progress_text(&p);
+        assert!(text.contains("continuations: 0 done") && !text.contains("a task-state study"), "{text}");
+        assert!(text.contains("  judge labels (calls done / expected;"), "{text}");
+        assert!(text.contains("    label    3 / 4; 0 running, 1 pending"), "{text}");
+        assert!(text.contains("--model-endpoint http://vllm:8000/v1"), "{text}");
     }
 
     #[test]

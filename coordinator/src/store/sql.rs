@@ -42,6 +42,7 @@ mod export;
 mod files;
 mod handle;
 mod jobs;
+mod judge_labels;
 mod known;
 mod lease;
 mod progress;

@@ -8,6 +8,7 @@
 
 mod admission;
 mod base_runs;
+mod judge_labels;
 mod leases;
 mod locality;
 mod progress;

@@ -27,6 +27,8 @@ pub enum Stage {
     Actor,
     /// The judge crediting answers.
     Judge,
+    /// A judge model labelling the first mistake of a curve study's trajectory (`judges:`).
+    Label,
 }
 
 impl Stage {
@@ -39,6 +41,7 @@ impl Stage {
             Stage::Reader => "reader",
             Stage::Actor => "actor",
             Stage::Judge => "judge",
+            Stage::Label => "label",
         }
     }
 

@@ -254,6 +254,9 @@ pub fn assemble(
                 }
             }
             CallKey::Atoms { .. } | CallKey::Probes { .. } => {}
+            CallKey::Label { .. } => {
+                return Err(call_error(key, "a curve study's label call is not a task-state call"));
+            }
         }
     }
     for ((at, view), by_sample) in credits {

@@ -113,6 +113,9 @@ pub enum CallKey {
     Actor { task: String, k: u32, probe: String, sample: u32 },
     /// The judge of the answers one reader or actor call gave (`of`).
     Judge { of: Box<CallKey> },
+    /// Judge `judge` of a curve study labelling the first mistake of trajectory `trajectory`
+    /// (`judges:`, [`crate::judge_labels`]).
+    Label { trajectory: String, judge: String },
 }
 
 impl CallKey {
@@ -123,10 +126,12 @@ impl CallKey {
             CallKey::Reader { .. } => Stage::Reader,
             CallKey::Actor { .. } => Stage::Actor,
             CallKey::Judge { .. } => Stage::Judge,
+            CallKey::Label { .. } => Stage::Label,
         }
     }
 
-    /// The task and checkpoint the call belongs to.
+    /// The task and checkpoint the call belongs to; a label call belongs to no checkpoint:
+    /// its trajectory and `0` (checkpoints count from 1).
     pub fn checkpoint(&self) -> (&str, u32) {
         match self {
             CallKey::Atoms { task, k }
@@ -134,11 +139,13 @@ impl CallKey {
             | CallKey::Reader { task, k, .. }
             | CallKey::Actor { task, k, .. } => (task, *k),
             CallKey::Judge { of } => of.checkpoint(),
+            CallKey::Label { trajectory, .. } => (trajectory, 0),
         }
     }
 
     /// The key as one string, the job's subject: `TASK/k2/atoms`, `TASK/k2/probes`,
-    /// `TASK/k2/reader/reports/s0`, `TASK/k2/actor/PROBE/s1`, `judge:` + the judged call's key.
+    /// `TASK/k2/reader/reports/s0`, `TASK/k2/actor/PROBE/s1`, `judge:` + the judged call's key,
+    /// `label:TRAJECTORY/JUDGE` (a judge's name has no `/`).
     /// [`CallKey::parse`] reads it back.
     pub fn as_subject(&self) -> String {
         match self {
@@ -147,11 +154,20 @@ impl CallKey {
             CallKey::Reader { task, k, view, sample } => format!("{task}/k{k}/reader/{}/s{sample}", view.key()),
             CallKey::Actor { task, k, probe, sample } => format!("{task}/k{k}/actor/{probe}/s{sample}"),
             CallKey::Judge { of } => format!("judge:{}", of.as_subject()),
+            CallKey::Label { trajectory, judge } => format!("label:{trajectory}/{judge}"),
         }
     }
 
     /// Reads [`CallKey::as_subject`]'s form back. Task ids and probe ids never contain `/`.
     pub fn parse(subject: &str) -> Result<CallKey, String> {
+        if let Some(rest) = subject.strip_prefix("label:") {
+            return match rest.rsplit_once('/') {
+                Some((trajectory, judge)) if !trajectory.is_empty() && !judge.is_empty() => {
+                    Ok(CallKey::Label { trajectory: trajectory.to_string(), judge: judge.to_string() })
+                }
+                _ => Err(format!("call key {subject:?} is not label:TRAJECTORY/JUDGE")),
+            };
+        }
         if let Some(of) = subject.strip_prefix("judge:") {
             let of = CallKey::parse(of)?;
             return match of {
@@ -197,11 +213,23 @@ impl fmt::Display for CallKey {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "parser", rename_all = "snake_case")]
 pub enum AnswerCheck {
-    Atoms { checkpoint: u32 },
-    Probes { atoms: Vec<String> },
-    Reader { probes: Vec<String> },
+    Atoms {
+        checkpoint: u32,
+    },
+    Probes {
+        atoms: Vec<String>,
+    },
+    Reader {
+        probes: Vec<String>,
+    },
     Actor,
-    Judge { items: Vec<String> },
+    Judge {
+        items: Vec<String>,
+    },
+    /// A judge label: a step index below `steps`, or -1.
+    FirstMistake {
+        steps: u32,
+    },
 }
 
 impl AnswerCheck {
@@ -215,6 +243,7 @@ impl AnswerCheck {
             AnswerCheck::Reader { probes } => answers::parse_reader(text, &ids(probes)).map(drop),
             AnswerCheck::Actor => answers::parse_actor(text).map(drop),
             AnswerCheck::Judge { items } => answers::parse_judge(text, &ids(items)).map(drop),
+            AnswerCheck::FirstMistake { steps } => answers::parse_first_mistake(text, *steps).map(drop),
         }
     }
 }
@@ -327,6 +356,7 @@ mod key_tests {
             reader.clone(),
             CallKey::Actor { task: "calc-1".into(), k: 3, probe: "S1".into(), sample: 0 },
             CallKey::Judge { of: Box::new(reader) },
+            CallKey::Label { trajectory: "astropy/run-1".into(), judge: "gpt-5.5".into() },
         ];
         for key in keys {
             assert_eq!(CallKey::parse(&key.as_subject()), Ok(key.clone()), "{key}");
@@ -342,6 +372,9 @@ mod key_tests {
             "judge:t/k1/atoms",
             "/k1/atoms",
             "t/1/atoms",
+            "label:t",
+            "label:/j",
+            "label:t/",
         ] {
             assert!(CallKey::parse(bad).is_err(), "{bad}");
         }

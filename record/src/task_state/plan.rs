@@ -362,6 +362,7 @@ pub fn after_call(
             Ok(vec![judge_call(settings, key, vec![probe.clone()], &[judge_item(probe, p, &given)])?])
         }
         CallKey::Judge { .. } => Ok(Vec::new()),
+        CallKey::Label { .. } => Err(call_error(key, "a curve study's label call is not a task-state call")),
     }
 }
 

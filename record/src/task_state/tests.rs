@@ -425,6 +425,7 @@ fn respond(input: &CallInput) -> String {
                 .collect();
             json!({ "scores": scores })
         }
+        CallKey::Label { .. } => unreachable!("a task-state study asks no label call"),
     };
     answer.to_string()
 }

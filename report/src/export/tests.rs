@@ -119,6 +119,7 @@ pub(crate) fn study(
             selection: None,
             restart_check: None,
             task_state: None,
+            judges: Default::default(),
         },
         trajectories: records,
         evaluation,

@@ -12,6 +12,7 @@
 mod dashboard;
 mod grpc;
 mod hot_paths;
+mod judge_labels;
 mod memory;
 mod metrics;
 mod nothing_lost;

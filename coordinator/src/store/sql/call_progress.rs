@@ -1,8 +1,10 @@
 //! A task-state study's progress by stage: its sessions and model calls counted by state and
-//! status, their tokens, and the calls each stage will have made when the study ends.
+//! status, their tokens, and the calls each stage will have made when the study ends; a curve
+//! study's judges' label calls as the one stage `label` ([`label_stage`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 use vcurve_record::task_state::{CallKey, TaskStateSettings};
 
@@ -23,6 +25,71 @@ pub(super) struct CallProgress {
     pub(super) waiting_for_endpoints: Vec<String>,
 }
 
+/// The label calls of study `$1` (a curve study's judges) with their state, result and need.
+const LABEL_JOBS: &str = "SELECT state, result_json, needs FROM jobs \
+     WHERE study = $1 AND kind = 'model_call' AND subject LIKE 'label:%'";
+
+/// Count one job row of [`CALL_JOBS`] or [`LABEL_JOBS`] into its stage: by state, its endpoint
+/// when it waits for one, and when it is done, its status and tokens. Returns a done job's stored
+/// result.
+fn tally(
+    s: &mut StageProgress,
+    row: &AnyRow,
+    needed: &mut BTreeSet<String>,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let state: String = row.try_get("state")?;
+    match state.as_str() {
+        "done" => s.done += 1,
+        "leased" => s.running += 1,
+        "pending" => {
+            s.pending += 1;
+            if let Some(need) = row.try_get::<Option<String>, _>("needs")? {
+                needed.insert(need);
+            }
+        }
+        _ => s.retired += 1,
+    }
+    if state != "done" {
+        return Ok(None);
+    }
+    let Some(result) = row.try_get::<Option<String>, _>("result_json")? else { return Ok(None) };
+    let result: serde_json::Value = serde_json::from_str(&result).map_err(corrupt)?;
+    match status_of(&result) {
+        Some("malformed") => s.malformed += 1,
+        Some("failed") => s.failed += 1,
+        _ => {}
+    }
+    if let Some(tokens) = result.get("tokens") {
+        let t = |k: &str| tokens.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        s.input_tokens += t("input");
+        s.output_tokens += t("output");
+        s.cached_tokens += t("cached");
+    }
+    Ok(Some(result))
+}
+
+fn status_of(result: &serde_json::Value) -> Option<&str> {
+    result.get("status").and_then(serde_json::Value::as_str)
+}
+
+/// A curve study's judges as one stage, `label`: every label call is queued at launch, so all
+/// of them are expected.
+pub(super) async fn label_stage(
+    tx: &mut Transaction<'_, Any>,
+    study: &str,
+    workers: &[WorkerInfo],
+) -> Result<CallProgress, StoreError> {
+    let mut s = StageProgress { stage: "label".to_string(), ..Default::default() };
+    let mut needed = BTreeSet::new();
+    for row in sqlx::query(LABEL_JOBS).bind(study).fetch_all(&mut **tx).await? {
+        tally(&mut s, &row, &mut needed)?;
+    }
+    s.expected = Some(s.done + s.running + s.pending + s.retired);
+    let waiting_for_endpoints =
+        needed.into_iter().filter(|need| !workers.iter().any(|w| w.capabilities.contains(need))).collect();
+    Ok(CallProgress { stages: vec![s], waiting_for_endpoints })
+}
+
 pub(super) async fn call_stages(
     tx: &mut Transaction<'_, Any>,
     study: &str,
@@ -37,48 +104,18 @@ pub(super) async fn call_stages(
     for row in sqlx::query(CALL_JOBS).bind(study).fetch_all(&mut **tx).await? {
         let kind: String = row.try_get("kind")?;
         let subject: String = row.try_get("subject")?;
-        let state: String = row.try_get("state")?;
         let stage = match kind.as_str() {
             "session" => "session",
             _ => CallKey::parse(&subject).map_err(corrupt)?.stage().key(),
         };
         let s = by_stage.get_mut(stage).ok_or_else(|| corrupt(format!("unknown stage {stage}")))?;
-        match state.as_str() {
-            "done" => s.done += 1,
-            "leased" => s.running += 1,
-            "pending" => {
-                s.pending += 1;
-                if let Some(need) = row.try_get::<Option<String>, _>("needs")? {
-                    needed.insert(need);
-                }
-            }
-            _ => s.retired += 1,
-        }
-        if state != "done" {
-            continue;
-        }
-        let Some(result) = row.try_get::<Option<String>, _>("result_json")? else { continue };
-        let result: serde_json::Value = serde_json::from_str(&result).map_err(corrupt)?;
+        let Some(result) = tally(s, &row, &mut needed)? else { continue };
         let count = |k: &str| result.get(k).and_then(serde_json::Value::as_u64);
         if stage == "session" {
             checkpoints += count("checkpoints").unwrap_or(settings.instructions.len() as u64);
-            continue;
-        }
-        match result.get("status").and_then(serde_json::Value::as_str) {
-            Some("malformed") => s.malformed += 1,
-            Some("failed") => s.failed += 1,
-            _ => {
-                if stage == "probes" {
-                    probes_answered += 1;
-                    probes_generated += count("items").unwrap_or(0);
-                }
-            }
-        }
-        if let Some(tokens) = result.get("tokens") {
-            let t = |k: &str| tokens.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
-            s.input_tokens += t("input");
-            s.output_tokens += t("output");
-            s.cached_tokens += t("cached");
+        } else if stage == "probes" && !matches!(status_of(&result), Some("malformed" | "failed")) {
+            probes_answered += 1;
+            probes_generated += count("items").unwrap_or(0);
         }
     }
     let waiting_for_endpoints =

@@ -134,6 +134,14 @@ impl SqlStore {
         if let Some(only) = only {
             spec.trajectories.retain(|t| t.id == only);
         }
+        // The judges' labels join the spec's, each under its judge's name (docs/spec.md, "Judge
+        // labels"): what reads a trajectory's labels reads both alike.
+        if !spec.judges.is_empty() {
+            let mut labels = self.judge_labels(tx, study).await?;
+            for t in &mut spec.trajectories {
+                t.labels.extend(labels.remove(&t.id).unwrap_or_default());
+            }
+        }
         let mut evaluation = self.verdict_totals(&mut **tx, study).await?;
         evaluation.empty_patches = sqlx::query(
             "SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND state = 'done' AND judged = 'empty_patch'",

@@ -54,6 +54,10 @@ pub(super) struct StudyConfig {
     /// A task-state study's settings (its spec's `task_state:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) task_state: Option<vcurve_record::task_state::TaskStateSettings>,
+    /// The names of a curve study's judges (its spec's `judges:`), whose label calls each
+    /// trajectory's schedule waits for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) judges: Vec<String>,
 }
 
 /// [`StudyConfig::runner`] as it is stored: the fields `runner_kind` and `runner_options` (a JSON

@@ -90,7 +90,12 @@ pub(super) async fn progress(
     };
     let retired_jobs = super::retired::retired_jobs(&mut tx, study).await?;
     let workers = workers::live_workers(&mut tx, now, policy).await?;
-    let calls = match store.config(&mut tx, study).await?.task_state.clone() {
+    let config = store.config(&mut tx, study).await?;
+    let labels = match config.judges.is_empty() {
+        true => None,
+        false => Some(super::call_progress::label_stage(&mut tx, study, &workers).await?),
+    };
+    let calls = match config.task_state.clone() {
         Some(settings) => {
             let stages = super::call_progress::call_stages(&mut tx, study, &settings, &workers).await?;
             let recent_jobs: i64 = sqlx::query(JOBS_DONE_BETWEEN)
@@ -151,8 +156,16 @@ pub(super) async fn progress(
         waiting_for_runner,
         lease_latency: None,
         evaluation,
-        call_stages: calls.as_ref().map(|(c, _)| c.stages.clone()).unwrap_or_default(),
-        waiting_for_endpoints: calls.map(|(c, _)| c.waiting_for_endpoints).unwrap_or_default(),
+        call_stages: calls
+            .as_ref()
+            .map(|(c, _)| &c.stages)
+            .or(labels.as_ref().map(|l| &l.stages))
+            .cloned()
+            .unwrap_or_default(),
+        waiting_for_endpoints: calls
+            .map(|(c, _)| c.waiting_for_endpoints)
+            .or(labels.map(|l| l.waiting_for_endpoints))
+            .unwrap_or_default(),
     })
 }
 

@@ -46,6 +46,11 @@ impl SqlStore {
         fresh: Option<(Key, Outcome)>,
         now: i64,
     ) -> Result<(u64, bool), StoreError> {
+        // A trajectory's schedule starts once every judge has labelled it (docs/decisions.md,
+        // "Judge labels"); before its first continuation no outcome can be fresh.
+        if fresh.is_none() && !config.judges.is_empty() && self.judges_pending(tx, config, study, trajectory).await? {
+            return Ok((0, false));
+        }
         let version = match locked {
             Some(counters) => counters,
             None => {

@@ -245,6 +245,9 @@ impl SqlStore {
                 ));
                 self.drop_non_replayable(tx, study, trajectory, &why, now).await?;
             } else if retired {
+                if super::judge_labels::is_label_call(key) {
+                    self.label_ended(tx, &config, key, None, now).await?;
+                }
                 self.finish_if_done(tx, study, now).await?;
             }
             return Ok(Reported::accepted(true));
@@ -286,6 +289,13 @@ impl SqlStore {
                 let settings =
                     config.task_state.as_ref().ok_or_else(|| corrupt("a session of a study without task_state"))?;
                 let wakes = self.session_recorded(tx, settings, key, recorded, now).await?;
+                self.finish_if_done(tx, study, now).await?;
+                Ok(Reported::accepted(wakes))
+            }
+            (JobKey::ModelCall { .. }, JobReport::CallAnswered { output })
+                if super::judge_labels::is_label_call(key) =>
+            {
+                let wakes = self.label_ended(tx, &config, key, Some(output), now).await?;
                 self.finish_if_done(tx, study, now).await?;
                 Ok(Reported::accepted(wakes))
             }

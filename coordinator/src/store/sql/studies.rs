@@ -143,6 +143,7 @@ pub(super) async fn create_study(
         base_run_subjects: base_runs::base_run_subjects(spec),
         problem_statements,
         task_state: spec.task_state.clone(),
+        judges: spec.judges.keys().cloned().collect(),
     };
     sqlx::query(INSERT_STUDY)
         .bind(&id)
@@ -194,6 +195,9 @@ pub(super) async fn create_study(
     match &spec.task_state {
         Some(settings) => store.queue_sessions(&mut tx, &id, spec, settings, &config.problem_statements, now).await?,
         None => store.queue_base_runs(&mut tx, &id, spec, &config.problem_statements, now).await?,
+    }
+    if !spec.judges.is_empty() {
+        store.queue_labels(&mut tx, &id, spec, payloads, now).await?;
     }
     drop_uploads(&mut tx, &inputs.uploads).await?;
     if doomed.iter().all(|&d| d) && spec.tasks.is_empty() {

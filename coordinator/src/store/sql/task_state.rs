@@ -135,7 +135,7 @@ impl SqlStore {
                 AnswerCheck::Probes { atoms } => atoms.len(),
                 AnswerCheck::Reader { probes } => probes.len(),
                 AnswerCheck::Judge { items } => items.len(),
-                AnswerCheck::Atoms { .. } | AnswerCheck::Actor => 1,
+                AnswerCheck::Atoms { .. } | AnswerCheck::Actor | AnswerCheck::FirstMistake { .. } => 1,
             },
         });
         bind_job(sqlx::query(CALL_RESULT), key).bind(summary.to_string()).execute(&mut **tx).await?;
@@ -177,7 +177,7 @@ impl SqlStore {
 
     /// Queue `calls` (each new key once), their inputs stored by digest; returns whether any
     /// was new.
-    async fn queue_calls(
+    pub(super) async fn queue_calls(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
@@ -217,7 +217,7 @@ impl SqlStore {
     }
 
     /// A stored file read as JSON; a missing or unreadable file is [`StoreError::Corrupt`].
-    async fn file_json<T: serde::de::DeserializeOwned>(
+    pub(super) async fn file_json<T: serde::de::DeserializeOwned>(
         &self,
         tx: &mut Transaction<'_, Any>,
         digest: &str,
@@ -228,7 +228,11 @@ impl SqlStore {
     }
 
     /// The input of a model call job (its payload).
-    async fn call_input(&self, tx: &mut Transaction<'_, Any>, key: &JobKey) -> Result<CallInput, StoreError> {
+    pub(super) async fn call_input(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        key: &JobKey,
+    ) -> Result<CallInput, StoreError> {
         let row = bind_job(sqlx::query(JOB_FILES), key)
             .fetch_optional(&mut **tx)
             .await?
@@ -320,7 +324,7 @@ impl SqlStore {
 }
 
 /// The call's status as progress counts it: `ok`, `malformed` or `failed`.
-fn status_key(output: &CallOutput) -> &'static str {
+pub(super) fn status_key(output: &CallOutput) -> &'static str {
     match output.log.status {
         vcurve_record::llm::CallStatus::Ok => "ok",
         vcurve_record::llm::CallStatus::Malformed { .. } => "malformed",
