@@ -835,33 +835,43 @@ async fn a_fork_bomb_is_bounded_and_never_an_engine_message_recorded_as_output()
     c.remove().await.expect("removed");
 }
 
-/// Replay measures the first edit and the first symptom on the test task image (calc at
-/// `/testbed`, a git repository): a new file, caches, git's own files and a file rewritten to its
-/// own bytes are no edit; appending to a tracked file is; a traceback after it is the symptom.
-#[tokio::test]
-async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image() {
-    use vcurve_method::analyses::Observation;
+/// The test task (calc at `/testbed` of `image`) and the limits of its replays' containers,
+/// labelled for `scope`.
+fn calc_task(
+    scope: &Scope,
+    image: String,
+) -> (vcurve_record::trajectory::Task, vcurve_worker::sandbox::replay::ContainerLimits) {
     use vcurve_record::trajectory::{Evaluator, Task};
-    use vcurve_worker::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
-    use vcurve_worker::sandbox::replay_job::replay_trajectory;
-    use vcurve_worker::sandbox::snapshots::SnapshotCache;
-
-    let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
-    let scope = Scope::new("observe").await;
     let task = Task {
         id: "calc-1".into(),
-        image: task_image,
+        image,
         workdir: "/testbed".into(),
         evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
         problem_statement: None,
     };
-    let limits = ContainerLimits {
+    let limits = vcurve_worker::sandbox::replay::ContainerLimits {
         memory_bytes: 512 << 20,
         pids_limit: 256,
         labels: scope.labels_for(&format!("worker-{}", scope.key)),
         network: Default::default(),
         exec_env: Default::default(),
     };
+    (task, limits)
+}
+
+/// Replay measures the first edit and the first symptom on the test task image (calc at
+/// `/testbed`, a git repository): a new file, caches, git's own files and a file rewritten to its
+/// own bytes are no edit; appending to a tracked file is; a traceback after it is the symptom.
+#[tokio::test]
+async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image() {
+    use vcurve_method::analyses::Observation;
+    use vcurve_worker::sandbox::replay::{FingerprintMode, Normalizer, Verdict};
+    use vcurve_worker::sandbox::replay_job::replay_trajectory;
+    use vcurve_worker::sandbox::snapshots::SnapshotCache;
+
+    let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
+    let scope = Scope::new("observe").await;
+    let (task, limits) = calc_task(&scope, task_image);
     let commands = [
         "cat README.md",
         // A new file of the repository: untracked, no edit.
@@ -906,27 +916,13 @@ async fn replay_measures_the_first_edit_and_the_first_symptom_on_the_task_image(
 /// on the engine holds it at its own step, and a container started from it is the state there.
 #[tokio::test]
 async fn an_unchanged_anchor_is_the_previous_snapshot_named_again_on_the_engine() {
-    use vcurve_record::trajectory::{Evaluator, Task};
-    use vcurve_worker::sandbox::replay::{ContainerLimits, FingerprintMode, Normalizer, Verdict};
+    use vcurve_worker::sandbox::replay::{FingerprintMode, Normalizer, Verdict};
     use vcurve_worker::sandbox::replay_job::replay_trajectory;
     use vcurve_worker::sandbox::snapshots::SnapshotCache;
 
     let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
     let scope = Scope::new("alias").await;
-    let task = Task {
-        id: "calc-1".into(),
-        image: task_image,
-        workdir: "/testbed".into(),
-        evaluator: Evaluator::Command { command: "true".into(), timeout_s: 60 },
-        problem_statement: None,
-    };
-    let limits = ContainerLimits {
-        memory_bytes: 512 << 20,
-        pids_limit: 256,
-        labels: scope.labels_for(&format!("worker-{}", scope.key)),
-        network: Default::default(),
-        exec_env: Default::default(),
-    };
+    let (task, limits) = calc_task(&scope, task_image);
     let commands =
         ["printf 'one\\n' > notes.txt", "cat README.md", "grep -c . notes.txt", "printf 'two\\n' >> notes.txt"];
     let container = Container::start(scope.dyn_runtime(), &limits.spec(&task.image)).await.unwrap();

@@ -133,16 +133,21 @@ async fn fixture() -> Fixture {
     std::fs::write(&script, AGENT).unwrap();
     let runtime = Arc::new(FakeRuntime::with_handler(shell));
     runtime.add_image("img", [("/testbed/README", "")]);
-    let spec = ContainerSpec {
+    let spec = image_spec();
+    let container = Container::start(runtime.clone(), &spec).await.unwrap();
+    Fixture { dir, script, runtime, container }
+}
+
+/// The container of the image `img`.
+fn image_spec() -> ContainerSpec {
+    ContainerSpec {
         image: "img".into(),
         memory_bytes: 1 << 30,
         pids_limit: 64,
         labels: BTreeMap::new(),
         network: Default::default(),
         exec_env: BTreeMap::new(),
-    };
-    let container = Container::start(runtime.clone(), &spec).await.unwrap();
-    Fixture { dir, script, runtime, container }
+    }
 }
 
 fn task() -> Task {
@@ -537,14 +542,7 @@ async fn a_base_run_records_a_fingerprint_after_each_step_where_the_layer_is_sta
     let runtime = Arc::new(FakeRuntime::with_handler(shell_with_git));
     runtime.add_image("img", [("/testbed/README", "")]);
     runtime.set_stamps(true);
-    let spec = ContainerSpec {
-        image: "img".into(),
-        memory_bytes: 1 << 30,
-        pids_limit: 64,
-        labels: BTreeMap::new(),
-        network: Default::default(),
-        exec_env: BTreeMap::new(),
-    };
+    let spec = image_spec();
     let measuring = AgentLimits { record_fingerprints: true, ..limits() };
     let container = Container::start(runtime.clone(), &spec).await.unwrap();
     let run = run_agent(&container, start(&f.script, "ok", &[]), measuring, CancellationToken::new()).await.unwrap();
