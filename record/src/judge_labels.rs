@@ -1,7 +1,7 @@
 //! Judge labels of a curve study (`judges:` in its spec; docs/spec.md, "Judge labels"): each judge
 //! model reads a trajectory's recorded steps under the rubric of `labels.first_mistake.v1` and
 //! names its first mistake, as one durable `model_call` job per trajectory and judge
-//! ([`CallKey::Label`]). The answer's 0-based index `i` is stored as the label `m = i + 1`, `-1`
+//! ([`CallKey::Label`]); likewise each decoy's recorded run (`decoy`). The answer's 0-based index `i` is stored as the label `m = i + 1`, `-1`
 //! as "no mistake"; a malformed or failed call gives no label.
 
 use std::collections::BTreeMap;
@@ -14,10 +14,11 @@ use crate::llm::{TemplateError, TemplateName};
 use crate::task_state::{AnswerCheck, CallInput, CallKey, CallOutput, StageModel};
 use crate::trajectory::Trajectory;
 
-/// The call judge `judge` (on `model`) is asked about trajectory `trajectory`, whose recorded run
-/// is `run`.
+/// The call judge `judge` (on `model`) is asked about trajectory `trajectory` (the decoy of that
+/// id when `decoy`), whose recorded run is `run`.
 pub fn label_call(
     trajectory: &str,
+    decoy: bool,
     judge: &str,
     model: &StageModel,
     run: &Trajectory,
@@ -29,7 +30,7 @@ pub fn label_call(
     ]);
     let messages = TemplateName::FirstMistake.template().render(&values)?;
     Ok(CallInput {
-        key: CallKey::Label { trajectory: trajectory.to_string(), judge: judge.to_string() },
+        key: CallKey::Label { trajectory: trajectory.to_string(), judge: judge.to_string(), decoy },
         purpose: Purpose::Core,
         template: TemplateName::FirstMistake,
         messages: messages.iter().map(|m| json!({"role": m.role.key(), "content": m.content})).collect(),
@@ -180,8 +181,11 @@ mod tests {
 
     #[test]
     fn a_label_call_shows_every_step_from_0_with_its_message_and_commands() {
-        let input = label_call("calc-run", "o3", &model(), &run(Some(1))).unwrap();
+        let input = label_call("calc-run", false, "o3", &model(), &run(Some(1))).unwrap();
         assert_eq!(input.key.as_subject(), "label:calc-run/o3");
+        let decoy = label_call("calc-run", true, "o3", &model(), &run(Some(1))).unwrap();
+        assert_eq!(decoy.key.as_subject(), "label-decoy:calc-run/o3");
+        assert_eq!(decoy.messages, input.messages, "a decoy's call reads its steps as a trajectory's");
         assert_eq!(input.check, AnswerCheck::FirstMistake { steps: 3 });
         let user = input.messages[1]["content"].as_str().unwrap();
         assert!(user.contains("<task>\nFix parse.\n</task>"), "{user}");
@@ -191,7 +195,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_a_label_m_equal_to_i_plus_1_none_for_minus_1_and_nothing_when_malformed() {
-        let input = label_call("r", "o3", &model(), &run(None)).unwrap();
+        let input = label_call("r", false, "o3", &model(), &run(None)).unwrap();
         let out = |answer: Option<&str>| CallOutput {
             answer: answer.map(str::to_string),
             log: ModelCall {

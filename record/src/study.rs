@@ -115,6 +115,9 @@ pub struct DecoySpec {
     pub length: u32,
     /// In the file's order; a step means the judge would restart it there.
     pub labels: Vec<Label>,
+    /// The digest of its recorded run (`recorded:`), which the study's judges read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<String>,
 }
 
 /// How many of the first trajectories, in processing order, carry each control of docs/method.md §7.

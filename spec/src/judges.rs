@@ -1,5 +1,5 @@
 //! A curve study's `judges:` (docs/spec.md, "Judge labels"): judge models, by name, that label
-//! the first mistake of every trajectory from its recorded steps. A judge's name is the source of
+//! the first mistake of every trajectory and decoy from its recorded steps. A judge's name is the source of
 //! its labels, so it must not be a source the spec's `labels:` already give.
 //!
 //! ```yaml
@@ -53,6 +53,15 @@ pub(crate) fn parse(
             message: "is missing: the study has judges (judges:), and a judge reads a trajectory's recorded steps"
                 .into(),
         });
+    }
+    if let Some((i, d)) = decoys.iter().enumerate().find(|(_, d)| d.recorded.is_none()) {
+        return Err(top_error(problem(
+            format!("decoys[{i}].recorded"),
+            format!(
+                "is missing (decoy {:?}): the study has judges (judges:), and a judge reads a decoy's recorded steps",
+                d.id
+            ),
+        )));
     }
     let mut judges = BTreeMap::new();
     for (name, model) in map {

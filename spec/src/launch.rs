@@ -13,6 +13,16 @@ pub struct Launch {
 }
 
 impl Launch {
+    /// The recorded run of each decoy that names one (`recorded:`), by decoy id: what the
+    /// study's judges read.
+    pub fn decoy_runs(&self) -> BTreeMap<String, Trajectory> {
+        self.spec
+            .decoys
+            .iter()
+            .filter_map(|d| Some((d.id.clone(), self.recorded.get(d.recorded.as_ref()?)?.clone())))
+            .collect()
+    }
+
     /// What workers fetch for each trajectory, in the spec's order.
     pub fn payloads(&self) -> Vec<TrajectoryPayload> {
         self.spec

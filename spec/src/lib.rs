@@ -201,6 +201,16 @@ pub fn read_with_files_allowing(
         })?;
         files.insert(path, text);
     }
+    for (index, path) in doc.as_ref().map(decoy_references).unwrap_or_default() {
+        if files.contains_key(&path) {
+            continue;
+        }
+        let text = read_limited(&dir, &path).map_err(|message| SpecError::Field {
+            field: format!("decoys[{index}].recorded"),
+            message: format!("{path}: {message}"),
+        })?;
+        files.insert(path, text);
+    }
     if let Some(path) = doc.as_ref().and_then(swebench::dataset_reference).filter(|p| !files.contains_key(p)) {
         let text = read_limited(&dir, &path).map_err(|message| SpecError::Field {
             field: "swebench.dataset".into(),
@@ -249,6 +259,7 @@ pub fn problem_statement_files(yaml: &str) -> std::collections::BTreeSet<String>
     let mut others: std::collections::BTreeSet<String> =
         file_references(yaml).into_iter().map(|(_, _, path)| path).collect();
     others.extend(swebench::dataset_reference(&doc));
+    others.extend(decoy_references(&doc).into_iter().map(|(_, path)| path));
     for (_, field, path) in tasks::task_references(&doc) {
         if field == "problem_statement_file" {
             statements.insert(path);
@@ -282,6 +293,16 @@ fn file_references(yaml: &str) -> Vec<(TrajectoryRef, &'static str, String)> {
         }
     }
     out
+}
+
+/// The recorded runs the spec's decoys name (`decoys[i].recorded`), with each decoy's index.
+fn decoy_references(doc: &Value) -> Vec<(usize, String)> {
+    let Some(entries) = doc.get("decoys").and_then(Value::as_sequence) else { return Vec::new() };
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(index, entry)| entry.get("recorded").and_then(Value::as_str).map(|p| (index, p.to_string())))
+        .collect()
 }
 
 #[cfg(test)]

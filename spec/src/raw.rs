@@ -65,6 +65,7 @@ pub(crate) struct RawDecoy {
     pub task: Option<Value>,
     pub length: Option<Value>,
     pub labels: Option<Value>,
+    pub recorded: Option<Value>,
 }
 
 /// `controls:`.

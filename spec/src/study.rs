@@ -149,7 +149,10 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
             let mut decoys = Vec::with_capacity(entries.len());
             let mut seen: HashMap<String, usize> = HashMap::new();
             for (index, entry) in entries.iter().enumerate() {
-                let decoy = parse_decoy(index, entry)?;
+                let (decoy, run) = parse_decoy(index, entry, file)?;
+                if let Some(run) = run {
+                    recorded.insert(run.digest(), run);
+                }
                 let at = |field: &str, message: String| SpecError::Field {
                     field: format!("decoys[{index}].{field}"),
                     message,
@@ -203,7 +206,13 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
     Ok(Launch { spec, recorded })
 }
 
-pub(crate) fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, SpecError> {
+/// One entry of `decoys`, with the recorded run it names (`recorded:`, read and checked as a
+/// trajectory's; its length is the decoy's when `length` is left out, and must equal it when not).
+pub(crate) fn parse_decoy(
+    index: usize,
+    entry: &Value,
+    file: &dyn Fn(&str) -> Option<String>,
+) -> Result<(DecoySpec, Option<vcurve_record::Trajectory>), SpecError> {
     let at = |p: Problem| SpecError::Field { field: format!("decoys[{index}].{}", p.field), message: p.message };
     let Value::Mapping(map) = entry else {
         return Err(at(problem(
@@ -214,8 +223,29 @@ pub(crate) fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, Spec
     let raw: RawDecoy = level(map, "", "a decoy").map_err(at)?;
     let id = text(required(&raw.id, "id").map_err(at)?, "id").map_err(at)?;
     let task = text(required(&raw.task, "task").map_err(at)?, "task").map_err(at)?;
-    let length =
-        uint(required(&raw.length, "length").map_err(at)?, "length", 1, u64::from(MAX_LENGTH)).map_err(at)? as u32;
+    let run = match &raw.recorded {
+        None => None,
+        Some(v) => Some(crate::trajectory::read_recorded(v, file).map_err(at)?),
+    };
+    let length = match (&raw.length, &run) {
+        (None, Some(run)) => run.length(),
+        (length, run) => {
+            let length =
+                uint(required(length, "length").map_err(at)?, "length", 1, u64::from(MAX_LENGTH)).map_err(at)? as u32;
+            if let Some(run) = run
+                && run.length() != length
+            {
+                return Err(at(problem(
+                    "length",
+                    format!("= {length} but the recorded run has {} steps", run.length()),
+                )));
+            }
+            length
+        }
+    };
+    if length == 0 || length > MAX_LENGTH {
+        return Err(at(problem("recorded", format!("has {length} steps; a decoy has 1 to {MAX_LENGTH}"))));
+    }
     let labels = match &raw.labels {
         None => Vec::new(),
         Some(Value::Mapping(labels)) => parse_labels(labels, length).map_err(at)?,
@@ -223,7 +253,8 @@ pub(crate) fn parse_decoy(index: usize, entry: &Value) -> Result<DecoySpec, Spec
             return Err(at(problem("labels", format!("must be a mapping from source to step; found {}", show(other)))));
         }
     };
-    Ok(DecoySpec { id, task, length, labels })
+    let recorded = run.as_ref().map(vcurve_record::Trajectory::digest);
+    Ok((DecoySpec { id, task, length, labels, recorded }, run))
 }
 
 pub(crate) fn parse_runner(value: &Value) -> Result<RunnerSpec, SpecError> {

@@ -1531,7 +1531,45 @@ fn bad_judges_are_refused_naming_the_field_and_trajectory() {
         let err = parse_with(&yaml, &both).unwrap_err().to_string();
         assert!(err.contains(expected), "expected {expected:?} in {err:?}");
     }
-    let decoy = format!("{JUDGED}decoys:\n  - {{id: d, task: task-r, length: 5, labels: {{qwen.v2: 2}}}}\n");
+    let decoy =
+        format!("{JUDGED}decoys:\n  - {{id: d, task: task-r, recorded: runs/r.json, labels: {{qwen.v2: 2}}}}\n");
     let err = parse_with(&decoy, &files).unwrap_err().to_string();
     assert!(err.contains("judges.qwen.v2 is also a label source given in the spec (decoy d: labels.qwen.v2)"), "{err}");
+}
+
+#[test]
+fn a_decoy_names_a_recorded_run_which_judges_need() {
+    let mut files = recorded_files(12);
+    files.insert("runs/d.json".into(), recorded_trajectory("task-r", 7));
+    // The run gives the decoy its length and digest, and the launch hands it over by decoy id.
+    let yaml = format!("{JUDGED}decoys:\n  - {{id: d, task: task-r, recorded: runs/d.json}}\n");
+    let launch = super::parse_launch(&yaml, &|p| files.get(p).cloned()).unwrap();
+    let d = &launch.spec.decoys[0];
+    assert_eq!(d.length, 7);
+    assert_eq!(d.recorded, Some(launch.decoy_runs()["d"].digest()));
+    let json = serde_json::to_string(&launch.spec).unwrap();
+    assert_eq!(serde_json::from_str::<StudySpec>(&json).unwrap(), launch.spec);
+    // An equal length is fine; a different one, a missing file, a malformed run are refused.
+    let at = |decoy: &str| format!("{JUDGED}decoys:\n  - {decoy}\n");
+    assert!(parse_with(&at("{id: d, task: task-r, length: 7, recorded: runs/d.json}"), &files).is_ok());
+    let cases = [
+        (
+            "{id: d, task: task-r, length: 6, recorded: runs/d.json}",
+            "decoys[0].length = 6 but the recorded run has 7 steps",
+        ),
+        ("{id: d, task: task-r, recorded: runs/none.json}", "decoys[0].recorded runs/none.json: was not found"),
+        ("{id: d, task: task-r, recorded: runs/bad.json}", "decoys[0].recorded runs/bad.json:"),
+        // With judges, a decoy without a recorded run is refused by name.
+        ("{id: d, task: task-r, length: 5}", "decoys[0].recorded is missing (decoy \"d\"): the study has judges"),
+    ];
+    files.insert("runs/bad.json".into(), "{}".into());
+    for (decoy, expected) in cases {
+        let err = parse_with(&at(decoy), &files).unwrap_err().to_string();
+        assert!(err.contains(expected), "expected {expected:?} in {err:?}");
+    }
+    // Without judges a decoy needs no run, but still a length.
+    let plain = format!("{RECORDED}decoys:\n  - {{id: d, task: task-r, length: 5}}\n");
+    assert_eq!(parse_with(&plain, &files).unwrap().decoys[0].recorded, None);
+    let err = parse_with(&format!("{RECORDED}decoys:\n  - {{id: d, task: task-r}}\n"), &files).unwrap_err();
+    assert!(err.to_string().contains("decoys[0].length is missing"), "{err}");
 }

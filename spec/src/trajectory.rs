@@ -10,6 +10,18 @@ use crate::fields::MAX_LENGTH;
 use crate::raw::{RawBaseRun, RawTrajectory, level, required};
 use crate::value::{Problem, missing, problem, show, text, uint, valid_name};
 
+/// The recorded run a `recorded:` field (`value`) names, read from the spec's folder (`file`).
+pub(crate) fn read_recorded(value: &Value, file: &dyn Fn(&str) -> Option<String>) -> Result<Trajectory, Problem> {
+    let path = text(value, "recorded")?;
+    let Some(contents) = file(&path) else {
+        return Err(problem(
+            "recorded",
+            format!("{path}: was not found (paths are relative to the spec file's directory)"),
+        ));
+    };
+    Trajectory::from_json(contents.as_bytes()).map_err(|e| problem("recorded", format!("{path}: {e}")))
+}
+
 pub(crate) fn parse_trajectory(
     index: usize,
     entry: &Value,
@@ -35,13 +47,7 @@ pub(crate) fn parse_trajectory(
     let recorded = match &raw.recorded {
         None => None,
         Some(v) => {
-            let path = text(v, "recorded").map_err(at)?;
-            let Some(contents) = file(&path) else {
-                return Err(at(problem(
-                    "recorded",
-                    format!("{path}: was not found (paths are relative to the spec file's directory)"),
-                )));
-            };
+            let run = read_recorded(v, file).map_err(at)?;
             if synthetic {
                 return Err(at(problem(
                     "recorded",
@@ -49,8 +55,6 @@ pub(crate) fn parse_trajectory(
                      containers, or give the trajectory by length and curve",
                 )));
             }
-            let run = Trajectory::from_json(contents.as_bytes())
-                .map_err(|e| at(problem("recorded", format!("{path}: {e}"))))?;
             Some(run)
         }
     };

@@ -113,9 +113,9 @@ pub enum CallKey {
     Actor { task: String, k: u32, probe: String, sample: u32 },
     /// The judge of the answers one reader or actor call gave (`of`).
     Judge { of: Box<CallKey> },
-    /// Judge `judge` of a curve study labelling the first mistake of trajectory `trajectory`
-    /// (`judges:`, [`crate::judge_labels`]).
-    Label { trajectory: String, judge: String },
+    /// Judge `judge` of a curve study labelling the first mistake of trajectory `trajectory`, or
+    /// of the decoy of that id when `decoy` (`judges:`, [`crate::judge_labels`]).
+    Label { trajectory: String, judge: String, decoy: bool },
 }
 
 impl CallKey {
@@ -145,7 +145,8 @@ impl CallKey {
 
     /// The key as one string, the job's subject: `TASK/k2/atoms`, `TASK/k2/probes`,
     /// `TASK/k2/reader/reports/s0`, `TASK/k2/actor/PROBE/s1`, `judge:` + the judged call's key,
-    /// `label:TRAJECTORY/JUDGE` (a judge's name has no `/`).
+    /// `label:TRAJECTORY/JUDGE` (a judge's name has no `/`), `label-decoy:DECOY/JUDGE` (a prefix
+    /// of its own: a trajectory's id may be `decoy/…`).
     /// [`CallKey::parse`] reads it back.
     pub fn as_subject(&self) -> String {
         match self {
@@ -154,18 +155,24 @@ impl CallKey {
             CallKey::Reader { task, k, view, sample } => format!("{task}/k{k}/reader/{}/s{sample}", view.key()),
             CallKey::Actor { task, k, probe, sample } => format!("{task}/k{k}/actor/{probe}/s{sample}"),
             CallKey::Judge { of } => format!("judge:{}", of.as_subject()),
-            CallKey::Label { trajectory, judge } => format!("label:{trajectory}/{judge}"),
+            CallKey::Label { trajectory, judge, decoy: false } => format!("label:{trajectory}/{judge}"),
+            CallKey::Label { trajectory, judge, decoy: true } => format!("label-decoy:{trajectory}/{judge}"),
         }
     }
 
     /// Reads [`CallKey::as_subject`]'s form back. Task ids and probe ids never contain `/`.
     pub fn parse(subject: &str) -> Result<CallKey, String> {
-        if let Some(rest) = subject.strip_prefix("label:") {
+        let label = match (subject.strip_prefix("label:"), subject.strip_prefix("label-decoy:")) {
+            (Some(rest), _) => Some((rest, false)),
+            (None, Some(rest)) => Some((rest, true)),
+            (None, None) => None,
+        };
+        if let Some((rest, decoy)) = label {
             return match rest.rsplit_once('/') {
                 Some((trajectory, judge)) if !trajectory.is_empty() && !judge.is_empty() => {
-                    Ok(CallKey::Label { trajectory: trajectory.to_string(), judge: judge.to_string() })
+                    Ok(CallKey::Label { trajectory: trajectory.to_string(), judge: judge.to_string(), decoy })
                 }
-                _ => Err(format!("call key {subject:?} is not label:TRAJECTORY/JUDGE")),
+                _ => Err(format!("call key {subject:?} is not label:TRAJECTORY/JUDGE or label-decoy:DECOY/JUDGE")),
             };
         }
         if let Some(of) = subject.strip_prefix("judge:") {
@@ -356,7 +363,8 @@ mod key_tests {
             reader.clone(),
             CallKey::Actor { task: "calc-1".into(), k: 3, probe: "S1".into(), sample: 0 },
             CallKey::Judge { of: Box::new(reader) },
-            CallKey::Label { trajectory: "astropy/run-1".into(), judge: "gpt-5.5".into() },
+            CallKey::Label { trajectory: "astropy/run-1".into(), judge: "gpt-5.5".into(), decoy: false },
+            CallKey::Label { trajectory: "decoy/run-1".into(), judge: "gpt-5.5".into(), decoy: true },
         ];
         for key in keys {
             assert_eq!(CallKey::parse(&key.as_subject()), Ok(key.clone()), "{key}");
@@ -375,6 +383,8 @@ mod key_tests {
             "label:t",
             "label:/j",
             "label:t/",
+            "label-decoy:t",
+            "label-decoy:/j",
         ] {
             assert!(CallKey::parse(bad).is_err(), "{bad}");
         }
