@@ -360,8 +360,9 @@ impl<S: Store> Coordinator<S> {
             }
         }
         let payloads = launch.payloads();
+        let decoy_runs = launch.decoy_runs();
         let spec = launch.spec;
-        let inputs = LaunchInputs { statements, uploaded_statements, uploads };
+        let inputs = LaunchInputs { statements, uploaded_statements, uploads, decoy_runs };
         let id = self.store.create_study(&spec, &payloads, &inputs, self.now_ms()).await?;
         tracing::info!(study = %id, name = %spec.name, trajectories = spec.trajectories.len(), "study launched");
         self.work.notify_waiters();

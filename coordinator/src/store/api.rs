@@ -25,6 +25,8 @@ pub struct LaunchInputs {
     pub uploaded_statements: std::collections::BTreeMap<String, Digest>,
     /// The staged uploads the launch read (digests), dropped in its transaction.
     pub uploads: Vec<Digest>,
+    /// Each decoy's recorded run (`recorded:`), by decoy id: its judges' label calls read it.
+    pub decoy_runs: std::collections::BTreeMap<String, vcurve_record::Trajectory>,
 }
 
 /// Why a store operation failed.

@@ -2,6 +2,7 @@
 //! trajectory and judge queued at launch; a trajectory's schedule waits for all its judges; the
 //! labels join its plan (m = i + 1, -1 "no mistake", a malformed answer no label) and the export's
 //! spec; the points probed equal those of the same labels given in the spec; nothing is asked twice.
+//! Each decoy's recorded run is labelled likewise, its labels joining the export's decoys.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,6 +22,8 @@ fn judged(trajectory: &str, judge: &str) -> Option<i64> {
         ("r1", "b") => Some(-1),
         ("r2", "a") => None,
         ("r2", "b") => Some(19),
+        ("d1", _) => Some(4),
+        ("d2", _) => Some(-1),
         other => panic!("no answer for {other:?}"),
     }
 }
@@ -51,7 +54,7 @@ fn yaml(labels: bool) -> (String, BTreeMap<String, String>) {
 async fn answer(c: &Coordinator<SqlStore>, job: &LeasedJob) -> JobReport {
     let digest = job.trajectory_digest.as_ref().expect("a model call names its input");
     let input: CallInput = serde_json::from_slice(&c.file(digest).await.unwrap()).unwrap();
-    let CallKey::Label { trajectory, judge } = &input.key else { panic!("not a label call: {}", input.key) };
+    let CallKey::Label { trajectory, judge, .. } = &input.key else { panic!("not a label call: {}", input.key) };
     let answer = judged(trajectory, judge).map(|i| format!("{{\"first_mistake\": {i}, \"explanation\": \"e\"}}"));
     let status = match &answer {
         Some(_) => CallStatus::Ok,
@@ -227,6 +230,82 @@ async fn a_retired_label_call_gives_no_label_and_lets_the_schedule_start() {
         assert_eq!(record.state, StudyState::Done, "{}", ts.name);
         assert!(record.spec.trajectories.iter().all(|t| t.labels.is_empty()), "{}", ts.name);
         assert!(record.trajectories.iter().all(|t| t.plan.labels.is_empty()), "{}", ts.name);
+        ts.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn decoys_are_labelled_by_every_judge_and_the_export_gives_their_labels() {
+    for ts in TestStore::both().await {
+        let (c, _) = coordinator(&ts.store);
+        c.accept_runner_kind(DOUBLE);
+        let (mut yaml, mut files) = yaml(false);
+        // A decoy of each trajectory's task, with a recorded run for the judges to read.
+        yaml.push_str("decoys:\n  - {id: d1, task: task-r1, recorded: runs/d1.json}\n  - {id: d2, task: task-r2, recorded: runs/d2.json}\n");
+        files.insert("runs/d1.json".into(), vcurve_coordinator::testing::recorded_trajectory("task-r1", 20));
+        files.insert("runs/d2.json".into(), vcurve_coordinator::testing::recorded_trajectory("task-r2", 15));
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let stage =
+            |p: &vcurve_coordinator::model::Progress| p.call_stages.iter().find(|s| s.stage == "label").cloned();
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!(stage(&p).unwrap().expected, Some(8), "{}: a call per trajectory or decoy and judge", ts.name);
+
+        // Every call is leased; the trajectories' are answered, the decoys' are held.
+        let judge =
+            c.register("judge", 16, &[format!("model:{JUDGE_URL}")], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let jobs = lease(&c, &judge, 16).await;
+        let subject = |job: &LeasedJob| match &job.key {
+            JobKey::ModelCall { call, .. } => call.clone(),
+            other => panic!("{other}"),
+        };
+        let mut subjects: Vec<String> = jobs.iter().map(subject).collect();
+        subjects.sort();
+        assert_eq!(
+            subjects,
+            [
+                "label-decoy:d1/a",
+                "label-decoy:d1/b",
+                "label-decoy:d2/a",
+                "label-decoy:d2/b",
+                "label:r1/a",
+                "label:r1/b",
+                "label:r2/a",
+                "label:r2/b"
+            ],
+            "{}",
+            ts.name
+        );
+        let (decoys, trajectories): (Vec<_>, Vec<_>) =
+            jobs.into_iter().partition(|j| subject(j).starts_with("label-decoy:"));
+        for job in &trajectories {
+            let report = answer(&c, job).await;
+            assert_eq!(c.report(&judge, &held(job), &report).await.unwrap(), ReportVerdict::Accepted);
+        }
+        let double = c.register("double", 16, &[DOUBLE.into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        assert!(!run_double(&c, &double).await.is_empty());
+        // Every trajectory is done, and the study waits for its decoys' judges.
+        let record = c.store().study(&study).await.unwrap();
+        assert!(record.trajectories.iter().all(|t| t.state != TrajectoryState::Running), "{}", ts.name);
+        assert_eq!(c.progress(&study).await.unwrap().state, StudyState::Running, "{}", ts.name);
+        for job in &decoys {
+            let report = answer(&c, job).await;
+            assert_eq!(c.report(&judge, &held(job), &report).await.unwrap(), ReportVerdict::Accepted);
+        }
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!(p.state, StudyState::Done, "{}", ts.name);
+        assert_eq!((stage(&p).unwrap().done, stage(&p).unwrap().malformed), (8, 1), "{}", ts.name);
+        assert_eq!(p.pending, 0, "{}: a decoy's label plans nothing", ts.name);
+
+        // The export's decoys carry the judges' labels (m = i + 1, -1 "no mistake"), the
+        // trajectories theirs alone.
+        let record = c.store().study(&study).await.unwrap();
+        let labels = |labels: &[vcurve_record::Label]| -> Vec<(String, Option<u32>)> {
+            labels.iter().map(|l| (l.source.clone(), l.step)).collect()
+        };
+        let by_decoy: Vec<_> = record.spec.decoys.iter().map(|d| (d.id.as_str(), labels(&d.labels))).collect();
+        let both = |m: Option<u32>| vec![("a".to_string(), m), ("b".to_string(), m)];
+        assert_eq!(by_decoy, [("d1", both(Some(5))), ("d2", both(None))], "{}", ts.name);
+        assert_eq!(labels(&record.spec.trajectories[0].labels), [("a".to_string(), Some(10)), ("b".to_string(), None)]);
         ts.finish().await;
     }
 }

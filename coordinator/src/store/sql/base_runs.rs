@@ -211,6 +211,7 @@ impl SqlStore {
                 task: decoy.id.task.clone(),
                 length: decoy.steps,
                 labels: Vec::new(),
+                recorded: None,
             });
         }
         let picks: Vec<RunId> = selection.active().map(|p| p.id.clone()).collect();

@@ -25,9 +25,10 @@ pub(super) struct CallProgress {
     pub(super) waiting_for_endpoints: Vec<String>,
 }
 
-/// The label calls of study `$1` (a curve study's judges) with their state, result and need.
+/// The label calls of study `$1` (a curve study's judges: of its trajectories and its decoys)
+/// with their state, result and need.
 const LABEL_JOBS: &str = "SELECT state, result_json, needs FROM jobs \
-     WHERE study = $1 AND kind = 'model_call' AND subject LIKE 'label:%'";
+     WHERE study = $1 AND kind = 'model_call' AND (subject LIKE 'label:%' OR subject LIKE 'label-decoy:%')";
 
 /// Count one job row of [`CALL_JOBS`] or [`LABEL_JOBS`] into its stage: by state, its endpoint
 /// when it waits for one, and when it is done, its status and tokens. Returns a done job's stored

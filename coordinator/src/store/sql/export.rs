@@ -135,11 +135,14 @@ impl SqlStore {
             spec.trajectories.retain(|t| t.id == only);
         }
         // The judges' labels join the spec's, each under its judge's name (docs/spec.md, "Judge
-        // labels"): what reads a trajectory's labels reads both alike.
+        // labels"): what reads a trajectory's or a decoy's labels reads both alike.
         if !spec.judges.is_empty() {
             let mut labels = self.judge_labels(tx, study).await?;
             for t in &mut spec.trajectories {
-                t.labels.extend(labels.remove(&t.id).unwrap_or_default());
+                t.labels.extend(labels.trajectories.remove(&t.id).unwrap_or_default());
+            }
+            for d in &mut spec.decoys {
+                d.labels.extend(labels.decoys.remove(&d.id).unwrap_or_default());
             }
         }
         let mut evaluation = self.verdict_totals(&mut **tx, study).await?;

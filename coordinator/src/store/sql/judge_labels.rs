@@ -8,6 +8,10 @@
 //! replans it once it has been replayed. So its schedule runs from the first continuation with
 //! every label it will have, and probes exactly the points the same labels given in the spec
 //! would; the study stays open while any label call is (its jobs are open work).
+//!
+//! A decoy's recorded run (`recorded:` of a decoy) is labelled likewise, one call per decoy and
+//! judge (`label-decoy:DECOY/JUDGE`); its label is stored beside the call's report only: a decoy
+//! has no schedule to plan. The export adds the labels to the spec's decoys.
 
 use std::collections::BTreeMap;
 
@@ -35,19 +39,28 @@ const SET_PLAN: &str = "UPDATE trajectories SET plan_json = $1 WHERE study = $2 
 /// The state of trajectory `$2` of study `$1`.
 const TRAJECTORY_STATE: &str = "SELECT state FROM trajectories WHERE study = $1 AND id = $2";
 
-/// The done label calls of study `$1` with their results.
+/// The done label calls of study `$1` (of trajectories and decoys) with their results.
 const DONE_LABELS: &str = "SELECT subject, result_json FROM jobs \
-     WHERE study = $1 AND kind = 'model_call' AND state = 'done' AND subject LIKE 'label:%' ORDER BY subject";
+     WHERE study = $1 AND kind = 'model_call' AND state = 'done' \
+     AND (subject LIKE 'label:%' OR subject LIKE 'label-decoy:%') ORDER BY subject";
+
+/// The labels the judges gave, by trajectory and by decoy ([`SqlStore::judge_labels`]).
+#[derive(Debug, Default)]
+pub(super) struct JudgeLabels {
+    pub(super) trajectories: BTreeMap<String, Vec<Label>>,
+    pub(super) decoys: BTreeMap<String, Vec<Label>>,
+}
 
 impl SqlStore {
     /// Queue the label calls of a new study: each trajectory's recorded run (in `payloads`, the
-    /// trajectories' order) to each judge.
+    /// trajectories' order) and each decoy's (`decoy_runs`, by decoy id) to each judge.
     pub(super) async fn queue_labels(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         spec: &StudySpec,
         payloads: &[TrajectoryPayload],
+        decoy_runs: &BTreeMap<String, Trajectory>,
         now: i64,
     ) -> Result<(), StoreError> {
         let mut calls = Vec::new();
@@ -59,8 +72,18 @@ impl SqlStore {
                 ))
             })?;
             for (judge, model) in &spec.judges {
-                let input = label_call(&trajectory.id, judge, model, run)
+                let input = label_call(&trajectory.id, false, judge, model, run)
                     .map_err(|e| StoreError::Invalid(format!("trajectory {}, judge {judge}: {e}", trajectory.id)))?;
+                calls.push(input);
+            }
+        }
+        for decoy in &spec.decoys {
+            let run = decoy_runs.get(&decoy.id).ok_or_else(|| {
+                StoreError::Invalid(format!("decoy {}: judges read a recorded run, and it has none", decoy.id))
+            })?;
+            for (judge, model) in &spec.judges {
+                let input = label_call(&decoy.id, true, judge, model, run)
+                    .map_err(|e| StoreError::Invalid(format!("decoy {}, judge {judge}: {e}", decoy.id)))?;
                 calls.push(input);
             }
         }
@@ -69,9 +92,9 @@ impl SqlStore {
     }
 
     /// A label call ended: answered (`output`, the digest of its [`CallOutput`]) or retired
-    /// (`None`). Its label, if it gave one, joins its trajectory's plan, and the trajectory is
-    /// replanned when it was its last judge and it has been replayed. Returns whether work was
-    /// created.
+    /// (`None`). Its label, if it gave one, is stored beside its report; a trajectory's joins its
+    /// plan, and the trajectory is replanned when it was its last judge and it has been replayed
+    /// (a decoy's plans nothing). Returns whether work was created.
     pub(super) async fn label_ended(
         &self,
         tx: &mut Transaction<'_, Any>,
@@ -81,7 +104,7 @@ impl SqlStore {
         now: i64,
     ) -> Result<bool, StoreError> {
         let JobKey::ModelCall { study, call } = key else { return Ok(false) };
-        let Ok(CallKey::Label { trajectory, .. }) = CallKey::parse(call) else {
+        let Ok(CallKey::Label { trajectory, decoy, .. }) = CallKey::parse(call) else {
             return Err(corrupt(format!("{call:?} is not a label call")));
         };
         let mut label = None;
@@ -102,6 +125,9 @@ impl SqlStore {
                 summary["label"] = serde_json::json!(step);
             }
             bind_job(sqlx::query(CALL_RESULT), key).bind(summary.to_string()).execute(&mut **tx).await?;
+        }
+        if decoy {
+            return Ok(false);
         }
         let Some((mut plan, counters)) = self.lock_trajectory(tx, study, &trajectory).await? else {
             return Err(corrupt(format!("the label call {call} names no trajectory of its study")));
@@ -134,7 +160,7 @@ impl SqlStore {
         trajectory: &str,
     ) -> Result<bool, StoreError> {
         for judge in &config.judges {
-            let call = CallKey::Label { trajectory: trajectory.to_string(), judge: judge.clone() };
+            let call = CallKey::Label { trajectory: trajectory.to_string(), judge: judge.clone(), decoy: false };
             let key = JobKey::ModelCall { study: study.to_string(), call: call.as_subject() };
             let row = bind_job(sqlx::query(JOB_STATE), &key).fetch_optional(&mut **tx).await?;
             if let Some(row) = row
@@ -146,17 +172,18 @@ impl SqlStore {
         Ok(false)
     }
 
-    /// The labels the judges gave, by trajectory, in judge order: `(judge, m)`, `None` for "no
-    /// mistake". A call that gave no label (malformed, failed, retired) is not among them.
+    /// The labels the judges gave, by trajectory and by decoy, in judge order: `(judge, m)`,
+    /// `None` for "no mistake". A call that gave no label (malformed, failed, retired) is not
+    /// among them.
     pub(super) async fn judge_labels(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
-    ) -> Result<BTreeMap<String, Vec<Label>>, StoreError> {
-        let mut labels: BTreeMap<String, Vec<Label>> = BTreeMap::new();
+    ) -> Result<JudgeLabels, StoreError> {
+        let mut labels = JudgeLabels::default();
         for row in sqlx::query(DONE_LABELS).bind(study).fetch_all(&mut **tx).await? {
             let subject: String = row.try_get("subject")?;
-            let Ok(CallKey::Label { trajectory, judge }) = CallKey::parse(&subject) else { continue };
+            let Ok(CallKey::Label { trajectory, judge, decoy }) = CallKey::parse(&subject) else { continue };
             let result: Option<String> = row.try_get("result_json")?;
             let result: serde_json::Value =
                 serde_json::from_str(result.as_deref().unwrap_or("null")).map_err(corrupt)?;
@@ -170,13 +197,14 @@ impl SqlStore {
                         .ok_or_else(|| corrupt(format!("the label call {subject} stored the label {other}")))?,
                 ),
             };
-            labels.entry(trajectory).or_default().push(Label { source: judge, step });
+            let of = if decoy { &mut labels.decoys } else { &mut labels.trajectories };
+            of.entry(trajectory).or_default().push(Label { source: judge, step });
         }
         Ok(labels)
     }
 }
 
-/// Whether a job is a label call.
+/// Whether a job is a label call (of a trajectory or a decoy).
 pub(super) fn is_label_call(key: &JobKey) -> bool {
-    matches!(key, JobKey::ModelCall { call, .. } if call.starts_with("label:"))
+    matches!(key, JobKey::ModelCall { call, .. } if call.starts_with("label:") || call.starts_with("label-decoy:"))
 }

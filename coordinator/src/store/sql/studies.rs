@@ -197,7 +197,7 @@ pub(super) async fn create_study(
         None => store.queue_base_runs(&mut tx, &id, spec, &config.problem_statements, now).await?,
     }
     if !spec.judges.is_empty() {
-        store.queue_labels(&mut tx, &id, spec, payloads, now).await?;
+        store.queue_labels(&mut tx, &id, spec, payloads, &inputs.decoy_runs, now).await?;
     }
     drop_uploads(&mut tx, &inputs.uploads).await?;
     if doomed.iter().all(|&d| d) && spec.tasks.is_empty() {
