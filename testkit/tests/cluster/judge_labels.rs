@@ -3,7 +3,8 @@
 //! (the model-call runner) and a double replaying and continuing the recorded trajectories. Each
 //! judge labels the first `[[MISTAKE]]` marker of a trajectory's steps: the labels end at the
 //! marker's 0-based index + 1 ("no mistake" without a marker), the label probes run at them, and
-//! the labels analyses place them under the judges' names.
+//! the labels analyses place them under the judges' names. The study's decoys are labelled alike,
+//! and the restart analyses' decoy rows (Table 24) count the judges' decoy labels.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,9 @@ use vcurve_testkit::model_server::ModelServer;
 use vcurve_worker::{AgentRunner, JobKey, JobReport, JobSpec, ModelCallRunner, ModelEndpoints, Runners};
 
 const DOUBLE: &str = "double";
+
+/// Each trajectory's base runs (as given in the spec): its task's, for the restart analyses.
+const BASE_RUNS: &str = "[{success: true, steps: 20}, {success: true, steps: 25}, {success: false, steps: 30}]";
 
 /// A trajectory's labels: `(source, m)`.
 type Labels = Vec<(String, Option<u32>)>;
@@ -76,11 +80,14 @@ async fn judges_label_the_first_marked_step_and_the_label_probes_and_analyses_us
     let yaml = format!(
         "name: judged\nseed: 5\nrunner: {{kind: {DOUBLE}}}\n\
          judges:\n  judge-a: {{base_url: \"{url}\", model: judge-a}}\n  judge-b: {{base_url: \"{url}\", model: judge-b, thinking: none}}\n\
-         trajectories:\n  - {{id: marked, recorded: runs/marked.json}}\n  - {{id: clean, recorded: runs/clean.json}}\n"
+         trajectories:\n  - {{id: marked, recorded: runs/marked.json, base_runs: {BASE_RUNS}}}\n  - {{id: clean, recorded: runs/clean.json, base_runs: {BASE_RUNS}}}\n\
+         decoys:\n  - {{id: decoy-marked, task: task-marked, recorded: runs/decoy-marked.json}}\n  - {{id: decoy-clean, task: task-clean, recorded: runs/decoy-clean.json}}\n"
     );
     let files = BTreeMap::from([
         ("runs/marked.json".to_string(), recorded("task-marked", 30, Some(9))),
         ("runs/clean.json".to_string(), recorded("task-clean", 30, None)),
+        ("runs/decoy-marked.json".to_string(), recorded("task-marked", 20, Some(4))),
+        ("runs/decoy-clean.json".to_string(), recorded("task-clean", 20, None)),
     ]);
     let connection = Connection { url: server.grpc_url(), ..Default::default() };
     let mut c = client::study_client(&connection).await.unwrap();
@@ -88,8 +95,12 @@ async fn judges_label_the_first_marked_step_and_the_label_probes_and_analyses_us
     let last = vcurve_cli::demo::watch(&mut c, &study, false).await.unwrap().expect("progress");
     assert_eq!(last.state, "done");
     let label = last.call_stages.iter().find(|s| s.stage == "label").expect("the judges' stage");
-    assert_eq!((label.done, label.malformed, label.expected), (4, 0, Some(4)));
-    assert_eq!(model.requests_by_template().get("labels.first_mistake.v1"), Some(&4), "each call asked once");
+    assert_eq!(
+        (label.done, label.malformed, label.expected),
+        (8, 0, Some(8)),
+        "a call per trajectory or decoy and judge"
+    );
+    assert_eq!(model.requests_by_template().get("labels.first_mistake.v1"), Some(&8), "each call asked once");
 
     // The labels: marker index 9 → m = 10; no marker → no mistake; under the judges' names.
     let record = server.store().study(&study.as_str().into()).await.unwrap();
@@ -120,6 +131,22 @@ async fn judges_label_the_first_marked_step_and_the_label_probes_and_analyses_us
     );
     let probed = analyses.labels.labels.iter().find(|l| l.trajectory == "marked").and_then(|l| l.probe.as_ref());
     assert!(probed.is_some(), "the label's probed drop is measured");
+
+    // The decoys' labels: marker index 4 → m = 5; no marker → no mistake; and the restart
+    // analyses' decoy rows count them: each judge answered both decoys and restarted the marked one.
+    let decoys: Vec<(String, Labels)> = record
+        .spec
+        .decoys
+        .iter()
+        .map(|d| (d.id.clone(), d.labels.iter().map(|l| (l.source.clone(), l.step)).collect()))
+        .collect();
+    assert_eq!(decoys, [("decoy-marked".to_string(), both(Some(5))), ("decoy-clean".to_string(), both(None))]);
+    let restart = analyses.restart.as_ref().expect("every task has base runs: the restart analyses run");
+    for judge in ["judge-a", "judge-b"] {
+        let row = restart.decoys.iter().find(|r| r.source == judge).expect("a decoy row per judge");
+        assert_eq!((row.decoys, row.restarted), (2, 1), "{row:?}");
+        assert!(row.loss.is_some(), "{row:?}");
+    }
 
     // And the export's results carry them.
     let exported: BTreeMap<String, Vec<u8>> = client::export(&mut c, &study).await.unwrap().into_iter().collect();
