@@ -782,6 +782,22 @@ fn a_referenced_file_over_the_limit_is_refused_before_it_is_read() {
     assert_mentions(&err, &["runs/r.json", "it is a directory, not a regular file"]);
 }
 
+#[test]
+fn a_decoys_recorded_run_is_read_from_the_spec_folder_and_a_missing_one_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    std::fs::write(dir.path().join("runs/r.json"), recorded_trajectory("task-r", 12)).unwrap();
+    let spec = dir.path().join("spec.yaml");
+    std::fs::write(&spec, format!("{RECORDED}decoys:\n  - {{id: d, task: task-r, recorded: runs/d.json}}\n")).unwrap();
+    let err = super::read_with_files(&spec).unwrap_err().to_string();
+    assert_mentions(&err, &["decoys[0].recorded", "runs/d.json"]);
+    std::fs::write(dir.path().join("runs/d.json"), recorded_trajectory("task-r", 6)).unwrap();
+    let (yaml, files) = super::read_with_files(&spec).unwrap();
+    assert!(files.contains_key("runs/d.json"));
+    assert_eq!(parse_with(&yaml, &files).unwrap().decoys[0].length, 6);
+    assert!(super::problem_statement_files(&yaml).is_empty());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bounded inputs: only regular files, each under a size limit; YAML under a depth limit, checked
 // before it is parsed.
