@@ -14,18 +14,19 @@
 use std::collections::BTreeMap;
 
 use serde_norway::Value;
-use vcurve_record::study::{DecoySpec, TaskRuns, TrajectorySpec};
+use vcurve_record::study::{DecoySpec, TrajectorySpec};
 use vcurve_record::task_state::StageModel;
 
 use crate::error::{SpecError, TrajectoryRef};
 use crate::value::{problem, show, top_error};
 
-/// Parse `judges:` (at `value`) against the study's trajectories, decoys and tasks.
+/// Parse `judges:` (at `value`) against the study's trajectories and decoys. A study from tasks
+/// may have judges too: its trajectories are the failed base runs the selection draws, each judged
+/// from the run it recorded when the coordinator makes it a trajectory.
 pub(crate) fn parse(
     value: &Value,
     trajectories: &[TrajectorySpec],
     decoys: &[DecoySpec],
-    tasks: &[TaskRuns],
 ) -> Result<BTreeMap<String, StageModel>, SpecError> {
     let Value::Mapping(map) = value else {
         return Err(top_error(problem(
@@ -38,13 +39,6 @@ pub(crate) fn parse(
     };
     if map.is_empty() {
         return Err(top_error(problem("judges", "is empty: name at least one judge, or leave judges out")));
-    }
-    if !tasks.is_empty() {
-        return Err(top_error(problem(
-            "judges",
-            "cannot label the trajectories of a study that makes base runs of tasks (tasks): judges read the \
-             recorded steps of the trajectories listed in the spec",
-        )));
     }
     if let Some(t) = trajectories.iter().find(|t| t.recorded.is_none()) {
         return Err(SpecError::Trajectory {

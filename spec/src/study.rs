@@ -183,7 +183,7 @@ pub(crate) fn parse_study(top: &Mapping, file: &dyn Fn(&str) -> Option<String>) 
 
     let judges = match &raw.judges {
         None => Default::default(),
-        Some(value) => crate::judges::parse(value, &trajectories, &decoys, &tasks)?,
+        Some(value) => crate::judges::parse(value, &trajectories, &decoys)?,
     };
 
     let spec = StudySpec {

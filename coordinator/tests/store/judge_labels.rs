@@ -52,6 +52,16 @@ fn yaml(labels: bool) -> (String, BTreeMap<String, String>) {
 }
 
 async fn answer(c: &Coordinator<SqlStore>, job: &LeasedJob) -> JobReport {
+    answer_with(c, job, judged).await
+}
+
+/// The report of a label call `job` whose judge answers `judged(trajectory, judge)` (0-based,
+/// `-1` for no mistake; `None`: a malformed answer).
+pub(crate) async fn answer_with(
+    c: &Coordinator<SqlStore>,
+    job: &LeasedJob,
+    judged: impl Fn(&str, &str) -> Option<i64>,
+) -> JobReport {
     let digest = job.trajectory_digest.as_ref().expect("a model call names its input");
     let input: CallInput = serde_json::from_slice(&c.file(digest).await.unwrap()).unwrap();
     let CallKey::Label { trajectory, judge, .. } = &input.key else { panic!("not a label call: {}", input.key) };

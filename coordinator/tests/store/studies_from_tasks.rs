@@ -87,12 +87,12 @@ fn held(job: &LeasedJob) -> HeldJob {
     HeldJob { key: job.key.clone(), attempt: job.attempt }
 }
 
-/// A base run's outcome: `calc` succeeds on seeds 0–2, `doom` never; every failed run uploads
-/// its recorded run but `calc`'s seed 7, which uploads none.
+/// A base run's outcome: `calc` succeeds on seeds 0–2, `doom` never; every run uploads its
+/// recorded run (as a worker does) but `calc`'s seed 7, which uploads none.
 async fn finish_base_run(c: &Coordinator<SqlStore>, worker: &str, job: &LeasedJob) {
     let JobKey::BaseRun { task, seed, .. } = &job.key else { panic!("not a base run: {:?}", job.key) };
     let success = task == "calc" && *seed < 3;
-    let recorded = if success || (task == "calc" && *seed == 7) {
+    let recorded = if task == "calc" && *seed == 7 {
         None
     } else {
         let run = recorded_trajectory(task, 12);
@@ -203,6 +203,77 @@ async fn the_selection_waits_for_every_base_run_then_back_fills_non_replayable_p
         );
         assert_eq!(selection.active().count(), 0, "{}", ts.name);
         assert_eq!(record.state, StudyState::Done, "{}", ts.name);
+        ts.finish().await;
+    }
+}
+
+/// A study from tasks with judges: each trajectory the selection makes of a failed base run, and
+/// each decoy it draws, gets a label call per judge, rendered from the run it recorded; a
+/// trajectory is replayed, but continued only once its judges have answered, with their labels in
+/// its plan; the decoy's label joins its labels.
+#[tokio::test]
+async fn a_study_from_tasks_with_judges_labels_each_selected_trajectory_before_it_is_continued() {
+    const JUDGE: &str = "http://127.0.0.1:9/v1";
+    for ts in TestStore::both().await {
+        let c = coordinator(&ts.store);
+        let judges = format!("judges:\n  a: {{base_url: \"{JUDGE}\", model: judge-a}}\n");
+        let (yaml, files) = spec(&format!("selection: {{per_task: 2, decoys: 1, seed: 5}}\n{judges}"));
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let w = c.register("w", 32, &["agent:agent".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        for job in lease(&c, &w, 32).await {
+            finish_base_run(&c, &w, &job).await;
+        }
+        let record = c.store().study(&study).await.unwrap();
+        let mut judged: Vec<String> = record
+            .trajectories
+            .iter()
+            .filter(|t| t.state == TrajectoryState::Waiting)
+            .map(|t| format!("label:{}/a", t.id))
+            .collect();
+        assert_eq!(judged.len(), 2, "{}: the per-task cap", ts.name);
+        assert_eq!(record.spec.decoys.len(), 1, "{}", ts.name);
+        let decoy = record.spec.decoys[0].id.clone();
+        assert!(record.spec.decoys[0].recorded.is_some(), "{}: the decoy's recorded run is named", ts.name);
+        judged.push(format!("label-decoy:{decoy}/a"));
+        judged.sort();
+
+        // The replays run; no continuation before the judge has answered.
+        let mut open = lease(&c, &w, 32).await;
+        assert!(open.iter().all(|j| j.key.kind() == JobKind::Replay), "{}: {open:?}", ts.name);
+        for job in open.drain(..) {
+            let report = super::replays::replayed(12);
+            assert_eq!(c.report(&w, &held(&job), &report).await.unwrap(), ReportVerdict::Accepted);
+        }
+        assert!(lease(&c, &w, 32).await.is_empty(), "{}: continued before its judge answered", ts.name);
+
+        // The judge's calls, one per selected trajectory, each labelling step 4 (m = 5).
+        let judge = c.register("judge", 8, &[format!("model:{JUDGE}")], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let calls = lease(&c, &judge, 8).await;
+        let mut keys: Vec<String> = calls
+            .iter()
+            .map(|j| match &j.key {
+                JobKey::ModelCall { call, .. } => call.clone(),
+                other => panic!("{}: not a label call: {other}", ts.name),
+            })
+            .collect();
+        keys.sort();
+        assert_eq!(keys, judged, "{}", ts.name);
+        for job in &calls {
+            let report = super::judge_labels::answer_with(&c, job, |_, _| Some(4)).await;
+            assert_eq!(c.report(&judge, &held(job), &report).await.unwrap(), ReportVerdict::Accepted);
+        }
+        let record = c.store().study(&study).await.unwrap();
+        let labelled: Vec<String> = record
+            .trajectories
+            .iter()
+            .filter(|t| t.state == TrajectoryState::Running && t.plan.labels == [5])
+            .map(|t| format!("label:{}/a", t.id))
+            .collect();
+        assert_eq!(labelled.len(), 2, "{}: each selected trajectory runs with the label m = 5", ts.name);
+        let labels: Vec<(&str, Option<u32>)> =
+            record.spec.decoys[0].labels.iter().map(|l| (l.source.as_str(), l.step)).collect();
+        assert_eq!(labels, [("a", Some(5))], "{}: the decoy's label", ts.name);
+        assert!(!lease(&c, &w, 32).await.is_empty(), "{}: labelled, the trajectories are continued", ts.name);
         ts.finish().await;
     }
 }

@@ -206,12 +206,23 @@ impl SqlStore {
             .map_err(|e| StoreError::Corrupt(format!("the base runs of study {study} cannot be selected from: {e}")))?;
         let index = RunIndex::of(&runs);
         for decoy in &selection.decoys {
+            let id = decoy.id.trajectory_id();
+            // With judges, a decoy whose run was recorded is labelled from it like a trajectory;
+            // one without a recorded run keeps no labels.
+            let mut recorded = None;
+            if !spec.judges.is_empty()
+                && let Some(outcome) = index.outcomes.get(&(decoy.id.task.clone(), decoy.id.seed)).copied()
+                && let Ok((run, digest)) = self.recorded_run(tx, study, &decoy.id, outcome).await?
+            {
+                self.queue_decoy_labels(tx, study, &spec.judges, &id, &run, now).await?;
+                recorded = Some(digest);
+            }
             spec.decoys.push(DecoySpec {
-                id: decoy.id.trajectory_id(),
+                id,
                 task: decoy.id.task.clone(),
                 length: decoy.steps,
                 labels: Vec::new(),
-                recorded: None,
+                recorded,
             });
         }
         let picks: Vec<RunId> = selection.active().map(|p| p.id.clone()).collect();
@@ -292,6 +303,9 @@ impl SqlStore {
             let plan = TrajectoryPlan { length, labels: Vec::new(), controls };
             self.insert_trajectory(tx, study, &trajectory, &id.task, state, &plan, &payload, digest.as_deref(), now)
                 .await?;
+            if let Ok((run, _)) = &recorded {
+                self.queue_base_run_labels(tx, study, &spec.judges, &trajectory, run, now).await?;
+            }
             spec.trajectories.push(TrajectorySpec {
                 id: trajectory.clone(),
                 task: id.task.clone(),
@@ -476,6 +490,9 @@ impl SqlStore {
                 instructions: None,
             };
             self.insert_trajectory(tx, study, &id, task, state, &plan, &payload, Some(&digest), now).await?;
+            if !doomed && let Some(run) = &payload.recorded {
+                self.queue_base_run_labels(tx, study, &spec.judges, &id, run, now).await?;
+            }
             spec.trajectories.push(TrajectorySpec {
                 id,
                 task: task.to_string(),

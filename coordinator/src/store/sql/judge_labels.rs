@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use sqlx::{Any, Row, Transaction};
 use vcurve_record::judge_labels::{label_call, label_of};
 use vcurve_record::study::Label;
-use vcurve_record::task_state::{CallInput, CallKey, CallOutput};
+use vcurve_record::task_state::{CallInput, CallKey, CallOutput, StageModel};
 use vcurve_record::{Trajectory, TrajectoryPayload};
 
 use super::handle::{SqlStore, StudyConfig};
@@ -86,6 +86,55 @@ impl SqlStore {
                     .map_err(|e| StoreError::Invalid(format!("decoy {}, judge {judge}: {e}", decoy.id)))?;
                 calls.push(input);
             }
+        }
+        self.queue_calls(tx, study, &calls, now).await?;
+        Ok(())
+    }
+
+    /// Queue every judge's label call of `trajectory`, a trajectory a study from tasks made of a
+    /// failed base run (`run`, the run it recorded) as its selection drew it.
+    pub(super) async fn queue_base_run_labels(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        judges: &BTreeMap<String, StageModel>,
+        trajectory: &str,
+        run: &Trajectory,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.queue_run_labels(tx, study, judges, (trajectory, false), run, now).await
+    }
+
+    /// Queue every judge's label call of `decoy`, a decoy a study from tasks' selection drew
+    /// (`run`, the run its base run recorded).
+    pub(super) async fn queue_decoy_labels(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        judges: &BTreeMap<String, StageModel>,
+        decoy: &str,
+        run: &Trajectory,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        self.queue_run_labels(tx, study, judges, (decoy, true), run, now).await
+    }
+
+    /// Queue every judge's label call of one run: `(id, is a decoy)`.
+    async fn queue_run_labels(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        judges: &BTreeMap<String, StageModel>,
+        (id, decoy): (&str, bool),
+        run: &Trajectory,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let what = if decoy { "decoy" } else { "trajectory" };
+        let mut calls = Vec::new();
+        for (judge, model) in judges {
+            let input = label_call(id, decoy, judge, model, run)
+                .map_err(|e| corrupt(format!("{what} {id}, judge {judge}: {e}")))?;
+            calls.push(input);
         }
         self.queue_calls(tx, study, &calls, now).await?;
         Ok(())
