@@ -7,8 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use vcurve_method::schedule::Series;
-use vcurve_record::llm::{CallStatus, ModelCall, SamplingSent};
-use vcurve_record::task_state::{CallInput, CallKey, CallOutput};
+use vcurve_record::task_state::{CallInput, CallKey};
 
 use super::replays::{DOUBLE, replayed};
 use super::*;
@@ -66,28 +65,7 @@ pub(crate) async fn answer_with(
     let input: CallInput = serde_json::from_slice(&c.file(digest).await.unwrap()).unwrap();
     let CallKey::Label { trajectory, judge, .. } = &input.key else { panic!("not a label call: {}", input.key) };
     let answer = judged(trajectory, judge).map(|i| format!("{{\"first_mistake\": {i}, \"explanation\": \"e\"}}"));
-    let status = match &answer {
-        Some(_) => CallStatus::Ok,
-        None => CallStatus::Malformed { reason: "no JSON object".into() },
-    };
-    let output = CallOutput {
-        answer,
-        log: ModelCall {
-            call: input.key.as_subject(),
-            stage: input.key.stage(),
-            purpose: input.purpose,
-            model: input.model.endpoint.model.clone(),
-            endpoint: input.model.endpoint.base_url.clone(),
-            template: input.template.template().versioned_id(),
-            template_hash: input.template.template().sha256.clone(),
-            sampling: SamplingSent::default(),
-            attempts: Vec::new(),
-            retries: 0,
-            tokens: None,
-            latency_ms: 1,
-            status,
-        },
-    };
+    let output = super::task_state::output(&input, answer);
     let bytes = serde_json::to_vec(&output).unwrap();
     let digest = vcurve_record::Digest::of(&bytes);
     c.upload(&digest, &bytes).await.unwrap();

@@ -107,7 +107,9 @@ fn answer(input: &CallInput) -> Option<String> {
     })
 }
 
-fn output(input: &CallInput, answer: Option<String>) -> CallOutput {
+/// The output of a call `input` that answered `answer` (`None`: a malformed answer), as the
+/// worker's model-call runner uploads it.
+pub(crate) fn output(input: &CallInput, answer: Option<String>) -> CallOutput {
     let status = match &answer {
         Some(_) => CallStatus::Ok,
         None => CallStatus::Malformed { reason: "no JSON object".into() },

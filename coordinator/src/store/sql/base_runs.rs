@@ -214,7 +214,7 @@ impl SqlStore {
                 && let Some(outcome) = index.outcomes.get(&(decoy.id.task.clone(), decoy.id.seed)).copied()
                 && let Ok((run, digest)) = self.recorded_run(tx, study, &decoy.id, outcome).await?
             {
-                self.queue_decoy_labels(tx, study, &spec.judges, &id, &run, now).await?;
+                self.queue_run_labels(tx, study, &spec.judges, (&id, true), &run, now).await?;
                 recorded = Some(digest);
             }
             spec.decoys.push(DecoySpec {
@@ -304,7 +304,7 @@ impl SqlStore {
             self.insert_trajectory(tx, study, &trajectory, &id.task, state, &plan, &payload, digest.as_deref(), now)
                 .await?;
             if let Ok((run, _)) = &recorded {
-                self.queue_base_run_labels(tx, study, &spec.judges, &trajectory, run, now).await?;
+                self.queue_run_labels(tx, study, &spec.judges, (&trajectory, false), run, now).await?;
             }
             spec.trajectories.push(TrajectorySpec {
                 id: trajectory.clone(),
@@ -491,7 +491,7 @@ impl SqlStore {
             };
             self.insert_trajectory(tx, study, &id, task, state, &plan, &payload, Some(&digest), now).await?;
             if !doomed && let Some(run) = &payload.recorded {
-                self.queue_base_run_labels(tx, study, &spec.judges, &id, run, now).await?;
+                self.queue_run_labels(tx, study, &spec.judges, (&id, false), run, now).await?;
             }
             spec.trajectories.push(TrajectorySpec {
                 id,

@@ -71,71 +71,31 @@ impl SqlStore {
                     trajectory.id
                 ))
             })?;
-            for (judge, model) in &spec.judges {
-                let input = label_call(&trajectory.id, false, judge, model, run)
-                    .map_err(|e| StoreError::Invalid(format!("trajectory {}, judge {judge}: {e}", trajectory.id)))?;
-                calls.push(input);
-            }
+            calls.extend(label_calls(&spec.judges, (&trajectory.id, false), run).map_err(StoreError::Invalid)?);
         }
         for decoy in &spec.decoys {
             let run = decoy_runs.get(&decoy.id).ok_or_else(|| {
                 StoreError::Invalid(format!("decoy {}: judges read a recorded run, and it has none", decoy.id))
             })?;
-            for (judge, model) in &spec.judges {
-                let input = label_call(&decoy.id, true, judge, model, run)
-                    .map_err(|e| StoreError::Invalid(format!("decoy {}, judge {judge}: {e}", decoy.id)))?;
-                calls.push(input);
-            }
+            calls.extend(label_calls(&spec.judges, (&decoy.id, true), run).map_err(StoreError::Invalid)?);
         }
         self.queue_calls(tx, study, &calls, now).await?;
         Ok(())
     }
 
-    /// Queue every judge's label call of `trajectory`, a trajectory a study from tasks made of a
-    /// failed base run (`run`, the run it recorded) as its selection drew it.
-    pub(super) async fn queue_base_run_labels(
+    /// Queue every judge's label call of one run a study from tasks' selection drew: `(id, is a
+    /// decoy)`, a trajectory made of a failed base run or a decoy, and `run`, the run its base run
+    /// recorded.
+    pub(super) async fn queue_run_labels(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         judges: &BTreeMap<String, StageModel>,
-        trajectory: &str,
+        of: (&str, bool),
         run: &Trajectory,
         now: i64,
     ) -> Result<(), StoreError> {
-        self.queue_run_labels(tx, study, judges, (trajectory, false), run, now).await
-    }
-
-    /// Queue every judge's label call of `decoy`, a decoy a study from tasks' selection drew
-    /// (`run`, the run its base run recorded).
-    pub(super) async fn queue_decoy_labels(
-        &self,
-        tx: &mut Transaction<'_, Any>,
-        study: &str,
-        judges: &BTreeMap<String, StageModel>,
-        decoy: &str,
-        run: &Trajectory,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        self.queue_run_labels(tx, study, judges, (decoy, true), run, now).await
-    }
-
-    /// Queue every judge's label call of one run: `(id, is a decoy)`.
-    async fn queue_run_labels(
-        &self,
-        tx: &mut Transaction<'_, Any>,
-        study: &str,
-        judges: &BTreeMap<String, StageModel>,
-        (id, decoy): (&str, bool),
-        run: &Trajectory,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        let what = if decoy { "decoy" } else { "trajectory" };
-        let mut calls = Vec::new();
-        for (judge, model) in judges {
-            let input = label_call(id, decoy, judge, model, run)
-                .map_err(|e| corrupt(format!("{what} {id}, judge {judge}: {e}")))?;
-            calls.push(input);
-        }
+        let calls = label_calls(judges, of, run).map_err(corrupt)?;
         self.queue_calls(tx, study, &calls, now).await?;
         Ok(())
     }
@@ -251,6 +211,21 @@ impl SqlStore {
         }
         Ok(labels)
     }
+}
+
+/// Every judge's label call of one run, `(id, is a decoy)`; why one cannot be rendered.
+fn label_calls(
+    judges: &BTreeMap<String, StageModel>,
+    (id, decoy): (&str, bool),
+    run: &Trajectory,
+) -> Result<Vec<CallInput>, String> {
+    let what = if decoy { "decoy" } else { "trajectory" };
+    judges
+        .iter()
+        .map(|(judge, model)| {
+            label_call(id, decoy, judge, model, run).map_err(|e| format!("{what} {id}, judge {judge}: {e}"))
+        })
+        .collect()
 }
 
 /// Whether a job is a label call (of a trajectory or a decoy).
