@@ -97,6 +97,7 @@ struct Bound {
     complete: String,
     request: String,
     advance: String,
+    timed: String,
 }
 
 impl Bound {
@@ -106,7 +107,7 @@ impl Bound {
         let with_key = |extra: &[&str]| -> Vec<String> { key.iter().chain(extra).map(|s| s.to_string()).collect() };
         Bound {
             claim: substitute(&sql.claim, &["1", "'synthetic'"]),
-            mark: substitute(&sql.mark_leased, &with_key(&[":next", "'pgbench'", "0"])),
+            mark: substitute(&sql.mark_leased, &with_key(&[":next", "'pgbench'", "0", "0"])),
             lock_trajectory: substitute(&sql.lock_trajectory, &[":study", ":trajectory"]),
             complete: substitute(
                 &sql.complete,
@@ -117,7 +118,12 @@ impl Bound {
             // so `seed + 1` is new).
             request: substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]),
             // The replan's end: the stage as it was, one continuation requested, one done.
-            advance: substitute(&sql.advance, &["'screen'", "0", "'running'", "1", "1", "0", ":study", ":trajectory"]),
+            advance: substitute(
+                &sql.advance,
+                &["'screen'", "0", "'running'", "1", "1", "0", ":study", ":trajectory", "0", "NULL"],
+            ),
+            // The report's timing: one continuation of 1 s with a budget of 100 steps.
+            timed: substitute(&sql.timed, &["1000", "100", ":study", ":trajectory"]),
         }
     }
 
@@ -143,10 +149,11 @@ pub fn bare_script() -> String {
 pub fn store_script() -> String {
     let b = Bound::new();
     format!(
-        "{}BEGIN;\n{};\n{};\n{};\n{};\nCOMMIT;\n",
+        "{}BEGIN;\n{};\n{};\n{};\n{};\n{};\nCOMMIT;\n",
         b.lease(&b.claim),
         b.lock_trajectory,
         b.complete,
+        b.timed,
         b.request,
         b.advance
     )

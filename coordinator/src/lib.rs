@@ -19,6 +19,7 @@
 
 pub mod core;
 pub mod dashboard;
+pub mod durations;
 pub mod error;
 pub mod http;
 pub mod metrics;

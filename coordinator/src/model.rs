@@ -115,7 +115,9 @@ pub struct Progress {
     /// Outcomes per minute over the last five minutes of the study's run, or over its whole run
     /// when it ran for less.
     pub throughput_per_min: f64,
-    /// Estimated seconds to finish; `None` when unknown (no throughput yet).
+    /// Estimated seconds to finish; `None` when unknown. A curve study's reads its continuations'
+    /// durations once one of its trajectories finished ([`crate::durations::eta_ms`]), and its
+    /// outcomes per minute before; a task-state study's, its calls left over its calls per minute.
     pub eta_seconds: Option<f64>,
     /// The study's runner kind when no live worker offers it (its work waits for one).
     pub waiting_for_runner: Option<String>,

@@ -125,3 +125,68 @@ pub(crate) async fn throughput_is_over_the_time_the_study_ran_and_lease_latency_
         ts.finish().await;
     }
 }
+
+#[tokio::test]
+pub(crate) async fn continuations_are_timed_and_the_estimated_end_reads_their_durations() {
+    use std::collections::HashMap;
+    use vcurve_coordinator::durations::{self, Timed};
+    for ts in TestStore::both().await {
+        let (c, clock) = coordinator(&ts.store);
+        let trajectories = [
+            Tr { id: "fast", length: 8, cliff: 2, p: 0.75, labels: "" },
+            Tr { id: "slow", length: 90, cliff: 70, p: 0.75, labels: "" },
+        ];
+        let (yaml, files) = spec("timed", "", &trajectories);
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let w = c.register("w", 10_000, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        // Every round leases all the work; "fast"'s continuations report after 1 s, "slow"'s
+        // after 10 s: their durations as the store must time them.
+        let mut timed: HashMap<String, Timed> = HashMap::new();
+        loop {
+            let jobs = lease(&c, &w, 10_000).await;
+            assert!(!jobs.is_empty(), "{}: the study stalled", ts.name);
+            let (fast, slow): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|j| ck(j).trajectory == "fast");
+            for (wait_s, jobs, cliff) in [(1, fast, 2), (9, slow, 70)] {
+                clock.advance(Duration::from_secs(wait_s));
+                for job in &jobs {
+                    let k = ck(job);
+                    c.report(&w, &held(job), &outcome(step_outcome(cliff, k.t, k.seed))).await.unwrap();
+                    let ms = if k.trajectory == "fast" { 1_000 } else { 10_000 };
+                    let t = timed.entry(k.trajectory.clone()).or_default();
+                    *t = t.plus(ms, i64::from(job.budget));
+                }
+            }
+            let p = c.progress(&study).await.unwrap();
+            assert!(p.trajectories_done < 2, "{}: both trajectories ended in one round", ts.name);
+            if p.trajectories_done == 1 {
+                break;
+            }
+        }
+        // The open continuations of the trajectory left: what a worker leases now.
+        clock.advance(Duration::from_secs(31));
+        let w2 = c.register("w2", 10_000, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let open = lease(&c, &w2, 10_000).await;
+        assert!(open.len() > 2, "{}: {} open", ts.name, open.len());
+        let running = ck(&open[0]).trajectory.clone();
+        assert!(open.iter().all(|j| ck(j).trajectory == running), "{}", ts.name);
+        let finished = if running == "fast" { "slow" } else { "fast" };
+        // One live worker of one slot: the work left dominates the estimated end. It is the
+        // finished trajectory's budget less what the running one ran (at least its open
+        // continuations' budgets), at the running one's rate shrunk toward the study's.
+        clock.advance(Duration::from_secs(31));
+        c.register("w3", 1, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let (own, done) = (timed[&running], timed[finished]);
+        let study_timed = Timed { n: own.n + done.n, ms: own.ms + done.ms, budget: own.budget + done.budget };
+        let rate = durations::rate(own, study_timed);
+        let open_budget: f64 = open.iter().map(|j| f64::from(j.budget)).sum();
+        let expected = rate * (done.budget as f64 - own.budget as f64).max(open_budget) / 1000.0;
+        let eta = c.progress(&study).await.unwrap().eta_seconds.expect("an estimate");
+        assert!((eta - expected).abs() < 1e-6 * expected, "{}: eta {eta} s, expected {expected} s", ts.name);
+        let (lo, hi) = (
+            own.rate().unwrap().min(study_timed.rate().unwrap()),
+            own.rate().unwrap().max(study_timed.rate().unwrap()),
+        );
+        assert!(lo < rate && rate < hi, "{}: {rate} between its own rate and the study's", ts.name);
+        ts.finish().await;
+    }
+}

@@ -245,6 +245,13 @@ pub struct ClusterReport {
     pub mean_utilization: f64,
     /// The utilization in each twentieth of the makespan, in order.
     pub utilization: Vec<f64>,
+    /// `vcurve status`'s estimated time to the end (`Progress::eta_seconds`), read at the
+    /// sample nearest half the makespan (samples every 1/40 of the lower bound), and the virtual
+    /// time left then; `None` when no sample had an estimate.
+    pub eta_at_half_s: Option<f64>,
+    pub left_at_half_s: Option<f64>,
+    /// `eta_at_half_s / left_at_half_s − 1`.
+    pub eta_error_at_half: Option<f64>,
     /// Store calls made: leases and reports.
     pub leases: u64,
     pub reports: u64,
@@ -298,7 +305,7 @@ pub fn table(reports: &[ClusterReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<8} {:>7} {:>5} {:>6} {:>7} {:>10} {:>8} {:>8} {:>8} {:>6} {:>7} {:>7} {:>8} {:>5} {:>7}",
+        "{:<8} {:>7} {:>5} {:>6} {:>7} {:>10} {:>8} {:>8} {:>8} {:>6} {:>7} {:>7} {:>8} {:>5} {:>8} {:>7}",
         "schedule",
         "workers",
         "slots",
@@ -313,12 +320,13 @@ pub fn table(reports: &[ClusterReport]) -> String {
         "/obliv",
         "first h",
         "util",
+        "eta err",
         "wall s"
     );
     for r in reports {
         let _ = writeln!(
             out,
-            "{:<8} {:>7} {:>5} {:>6} {:>7} {:>10.2} {:>8.2} {:>8.2} {:>8.2} {:>6.3} {:>7.2} {:>7.3} {:>8.2} {:>5.3} {:>7.1}",
+            "{:<8} {:>7} {:>5} {:>6} {:>7} {:>10.2} {:>8.2} {:>8.2} {:>8.2} {:>6.3} {:>7.2} {:>7.3} {:>8.2} {:>5.3} {:>8} {:>7.1}",
             r.schedule,
             r.workers,
             r.slots_per_worker,
@@ -333,6 +341,7 @@ pub fn table(reports: &[ClusterReport]) -> String {
             r.ratio_to_oblivious,
             h(r.first_curve_s),
             r.mean_utilization,
+            r.eta_error_at_half.map_or("-".to_string(), |e| format!("{:+.1}%", e * 100.0)),
             r.wall_s
         );
     }

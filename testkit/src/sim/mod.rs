@@ -75,7 +75,9 @@
 //! ratio, the reference without barriers and the makespan's ratio to it, the virtual time the first
 //! trajectory was done, the mean utilization (busy slot-seconds
 //! over `slots × makespan`) and the utilization in each twentieth of the makespan, the number of
-//! continuations, and the wall-clock time of the simulation.
+//! continuations, `vcurve status`'s estimated end ([`Progress::eta_seconds`](vcurve_coordinator::model::Progress))
+//! read every 1/40 of the lower bound and compared, at the sample nearest half the makespan, with
+//! the time that was left then, and the wall-clock time of the simulation.
 
 mod measure;
 mod run;

@@ -269,9 +269,24 @@ pub async fn run(store: &SqlStore, settings: &ClusterSettings) -> anyhow::Result
         }};
     }
 
+    // `vcurve status`'s estimated end, sampled every 1/40 of the lower bound of virtual time.
+    let sample_every = {
+        let slots = u64::from(settings.workers) * u64::from(settings.slots);
+        let work: i64 = trajectories.iter().flat_map(|t| t.keys.values()).sum();
+        let chain = trajectories.iter().map(|t| t.chain_ms).max().unwrap_or(0);
+        ((work as f64 / slots as f64).max(chain as f64) / 40.0).max(1.0) as i64
+    };
+    let mut etas: Vec<(i64, Option<f64>)> = Vec::new();
+
     sweep!(start);
     let mut now = start;
     while let Some(Reverse((at, id))) = events.pop() {
+        while (now - start) / sample_every < (at - start) / sample_every {
+            // The estimate as it reads just before the events at `at`.
+            let sample = start + ((now - start) / sample_every + 1) * sample_every;
+            etas.push((sample - start, store.progress(&study_id, sample, policy).await?.eta_seconds));
+            now = sample;
+        }
         now = at;
         let done = running.remove(&id).expect("every event is a running job");
         let spec = JobSpec {
@@ -338,6 +353,11 @@ pub async fn run(store: &SqlStore, settings: &ClusterSettings) -> anyhow::Result
     }
 
     let makespan = now - start;
+    let half = etas.iter().filter(|(_, eta)| eta.is_some()).min_by_key(|(at, _)| (2 * at - makespan).abs());
+    let (eta_at_half_s, left_at_half_s) = match half {
+        Some(&(at, eta)) => (eta, Some((makespan - at) as f64 / 1000.0)),
+        None => (None, None),
+    };
     let slots = u64::from(settings.workers) * u64::from(settings.slots);
     let work: i64 = trajectories.iter().flat_map(|t| t.keys.values()).sum();
     let work_bound = work as f64 / slots as f64;
@@ -367,6 +387,12 @@ pub async fn run(store: &SqlStore, settings: &ClusterSettings) -> anyhow::Result
         first_curve_s: first_curve.unwrap_or(makespan) as f64 / 1000.0,
         mean_utilization: if makespan > 0 { busy as f64 / (slots as f64 * makespan as f64) } else { 0.0 },
         utilization: utilization(&intervals, slots, makespan),
+        eta_at_half_s,
+        left_at_half_s,
+        eta_error_at_half: match (eta_at_half_s, left_at_half_s) {
+            (Some(eta), Some(left)) if left > 0.0 => Some(eta / left - 1.0),
+            _ => None,
+        },
         leases,
         reports,
         lease_timeout_s: LEASE_TIMEOUT_MS as f64 / 1000.0,

@@ -12,8 +12,8 @@ use crate::model::{JobKey, TrajectoryState};
 use crate::planner::{self, AdmitDecision};
 use crate::store::api::{LeasePolicy, StoreError};
 
-/// Admit trajectory `$5` of study `$4`: state `$1`, rank `$2`, plan `$3`.
-const ADMIT: &str = "UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3 WHERE study = $4 AND id = $5";
+/// Admit trajectory `$5` of study `$4`: state `$1`, rank `$2`, plan `$3`, at `$6`.
+const ADMIT: &str = "UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3, admitted_ms = $6 WHERE study = $4 AND id = $5";
 
 /// Study `$2` has admitted `$1` trajectories.
 const SET_ADMITTED: &str = "UPDATE studies SET admitted = $1 WHERE id = $2";
@@ -126,6 +126,7 @@ impl SqlStore {
                         .bind(serde_json::to_string(&plan).map_err(corrupt)?)
                         .bind(&study)
                         .bind(&id)
+                        .bind(now)
                         .execute(&mut **tx)
                         .await?;
                     rank += 1;

@@ -3,19 +3,33 @@
 //! rates compare the store's own statements with and without everything around them.
 
 /// Lease a claimed row of `{table}` (keyed by `{key}`, `$1 … $5`): attempt `$6`, worker `$7`,
-/// lease expiry `$8`.
+/// lease expiry `$8`, leased at `$9`.
 pub(super) const MARK_LEASED: &str =
-    "UPDATE {table} SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8 WHERE {key}";
+    "UPDATE {table} SET state = 'leased', attempt = $6, worker = $7, lease_expires_ms = $8, leased_ms = $9 WHERE {key}";
 
 /// A continuation's outcome (`$1 … $5` its key): success `$6`, steps `$7`, end type `$8`, patch
 /// `$9`, judged `$10`, done at `$11` — only while it is leased in attempt `$12`, so it also checks
-/// the report is current (no row changed: the store reads the row to say why).
+/// the report is current (no row: the store reads the row to say why). Returns when it was leased.
 pub(super) const COMPLETE: &str = concat!(
     "UPDATE continuations SET state = 'done', success = $6, steps = $7, end_type = $8, \
      patch_sha256 = $9, judged = $10, done_ms = $11, worker = NULL, lease_expires_ms = NULL WHERE ",
     key_is!(),
-    " AND state = 'leased' AND attempt = $12"
+    " AND state = 'leased' AND attempt = $12 RETURNING leased_ms"
 );
+
+/// A continuation of trajectory `$4` of study `$3` timed: it ran `$1` ms with a budget of `$2`
+/// steps (the sums of [`crate::durations::Timed`]).
+pub(super) const TIMED: &str = "UPDATE trajectories SET timed_n = timed_n + 1, timed_ms = timed_ms + $1, \
+     timed_budget = timed_budget + $2 WHERE study = $3 AND id = $4";
+
+/// A trajectory's timed sums (`$1` study, `$2` id).
+pub(super) const TIMED_OF: &str =
+    "SELECT timed_n, timed_ms, timed_budget FROM trajectories WHERE study = $1 AND id = $2";
+
+/// A study's timed sums over its trajectories (`$1` study).
+pub(super) const STUDY_TIMED: &str = "SELECT CAST(COALESCE(SUM(timed_n), 0) AS BIGINT) AS timed_n, \
+     CAST(COALESCE(SUM(timed_ms), 0) AS BIGINT) AS timed_ms, \
+     CAST(COALESCE(SUM(timed_budget), 0) AS BIGINT) AS timed_budget FROM trajectories WHERE study = $1";
 
 /// A trajectory's counters, as the columns `n_requested`, `n_finished` and `n_dropped`.
 pub(super) const COUNTERS: &str = "n_requested, n_done + n_retired AS n_finished, n_dropped";
@@ -28,9 +42,11 @@ pub(super) fn lock_trajectory(for_update: &str) -> String {
 
 /// A replan's end: the trajectory's stage `$1` (rank `$2`), state `$3`, and its counters
 /// advanced by the continuations requested `$4` and the outcome recorded, done `$5` or retired
-/// `$6` (`$7` study, `$8` id).
+/// `$6` (`$7` study, `$8` id); its expected remaining chain `$9` ms, and its end `$10` (when
+/// `$3` is done).
 pub(super) const ADVANCE: &str = "UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3, \
-     n_requested = n_requested + $4, n_done = n_done + $5, n_retired = n_retired + $6 WHERE study = $7 AND id = $8";
+     n_requested = n_requested + $4, n_done = n_done + $5, n_retired = n_retired + $6, chain_ms = $9, \
+     ended_ms = COALESCE(ended_ms, $10) WHERE study = $7 AND id = $8";
 
 /// Add `$1` to a trajectory's `counter` (`$2` study, `$3` id).
 pub(super) fn count(counter: &str) -> String {
@@ -54,7 +70,9 @@ pub(super) fn request(rows: usize) -> String {
 }
 
 /// Claim up to `$1` pending continuations of running studies whose runner kind is in `kinds_in`
-/// (`IN ($2, …)`), ordered by `locality_order` (empty, or `CASE … END, `) and then the claim order;
+/// (`IN ($2, …)`), ordered by `locality_order` (empty, or `CASE … END, `) and then the claim order:
+/// later stages first, then the longest expected remaining chain ([`crate::durations`]), then the
+/// older study, the earlier admitted trajectory and the key;
 /// on PostgreSQL the rows are locked, skipping rows other claims hold.
 pub(super) fn claim(kinds_in: &str, locality_order: &str, postgres: bool) -> String {
     format!(
@@ -63,7 +81,8 @@ pub(super) fn claim(kinds_in: &str, locality_order: &str, postgres: bool) -> Str
          JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
          JOIN studies s ON s.id = c.study \
          WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind {kinds_in} \
-         ORDER BY {locality_order}tr.stage_rank DESC, s.created_ms, tr.admit_order, c.series, c.t, c.seed \
+         ORDER BY {locality_order}tr.stage_rank DESC, tr.chain_ms DESC, s.created_ms, tr.admit_order, \
+         c.series, c.t, c.seed \
          LIMIT $1{}",
         if postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
     )
@@ -71,7 +90,7 @@ pub(super) fn claim(kinds_in: &str, locality_order: &str, postgres: bool) -> Str
 
 /// The statements of one continuation's dispatch as the store runs them on PostgreSQL, with the
 /// placeholders it binds (see each field). A lease transaction runs `claim` then `mark_leased`
-/// for each claimed row; a report's transaction `lock_trajectory` and `complete`, `request`s the
+/// for each claimed row; a report's transaction `lock_trajectory`, `complete` and `timed`, `request`s the
 /// continuations the schedule asks for next and `advance`s the trajectory.
 /// Around them the store also registers the worker's visit, expires leases, admits, claims other
 /// jobs first and rebuilds the trajectory's schedule from its outcomes.
@@ -80,15 +99,18 @@ pub struct DispatchSql {
     /// `$1` how many, `$2` the one runner kind; returns `study, trajectory, series, t, seed,
     /// attempt, payload_digest`.
     pub claim: String,
-    /// `$1 … $5` the key, `$6` attempt, `$7` worker, `$8` lease expiry.
+    /// `$1 … $5` the key, `$6` attempt, `$7` worker, `$8` lease expiry, `$9` leased at.
     pub mark_leased: String,
     /// `$1` study, `$2` trajectory.
     pub lock_trajectory: String,
     /// `$1 … $5` the key, `$6` success, `$7` steps, `$8` end type, `$9` patch, `$10` judged,
-    /// `$11` done at, `$12` the leased attempt.
+    /// `$11` done at, `$12` the leased attempt; returns `leased_ms`.
     pub complete: String,
+    /// `$1` ms run, `$2` its budget, `$3` study, `$4` trajectory.
+    pub timed: String,
     /// `$1` stage, `$2` its rank, `$3` state, `$4` continuations requested, `$5` done, `$6`
-    /// retired, `$7` study, `$8` trajectory.
+    /// retired, `$7` study, `$8` trajectory, `$9` expected remaining chain, `$10` the end (or
+    /// NULL).
     pub advance: String,
     /// One new continuation, as the schedule's replan requests them: `$1` study, `$2`
     /// trajectory, `$3` now, `$4` series, `$5` t, `$6` seed.
@@ -104,6 +126,7 @@ pub fn dispatch_sql() -> DispatchSql {
         lock_trajectory: lock_trajectory(" FOR UPDATE"),
         complete: COMPLETE.to_string(),
         advance: ADVANCE.to_string(),
+        timed: TIMED.to_string(),
         request: request(1),
     }
 }

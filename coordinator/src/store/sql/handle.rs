@@ -14,6 +14,7 @@ use vcurve_method::schedule::variants::variant_by_name;
 
 use super::known;
 use super::rows::corrupt;
+use crate::durations::Timed;
 use crate::spec::{Admission, ControlCounts, RunnerSpec};
 use crate::store::api::StoreError;
 
@@ -112,7 +113,14 @@ pub struct SqlStore {
     /// next report's replan checks it against the trajectory's counters instead of reading all of
     /// its continuations again (see [`SqlStore::replan`] and [`known`]).
     pub(super) known: Arc<known::KnownCache>,
+    /// Each study's timed sums over its trajectories, and when (store time, ms) they were read:
+    /// the prior of its trajectories' duration estimates, read again at most every
+    /// [`STUDY_TIMED_MS`] (see [`SqlStore::study_timed`]).
+    pub(super) study_timed: Arc<Mutex<HashMap<String, (i64, Timed)>>>,
 }
+
+/// How old a study's cached timed sums may be before a replan reads them again, ms.
+pub(super) const STUDY_TIMED_MS: i64 = 60_000;
 
 impl std::fmt::Debug for SqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -168,7 +176,7 @@ impl SqlStore {
         };
         // One portable schema serves both backends (SQLite accepts PostgreSQL's type names).
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(SqlStore { pool, backend, configs: Arc::default(), known: Arc::default() })
+        Ok(SqlStore { pool, backend, configs: Arc::default(), known: Arc::default(), study_timed: Arc::default() })
     }
 
     pub fn backend(&self) -> Backend {

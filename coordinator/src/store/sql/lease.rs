@@ -72,7 +72,7 @@ impl SqlStore {
         for row in rows {
             let key = job_key_of(&row)?;
             let attempt = get_u32(&row, "attempt")? + 1;
-            mark_leased(tx, &key, attempt, worker, now + policy.timeout_ms).await?;
+            mark_leased(tx, &key, (attempt, worker), now, now + policy.timeout_ms).await?;
             let config = self.config(tx, key.study()).await?;
             let anchors = match row.try_get::<Option<String>, _>("plan_json")? {
                 Some(plan) if key.kind() == JobKind::Replay => {
@@ -106,7 +106,7 @@ impl SqlStore {
         worker: &str,
         max: u32,
         kinds: &[String],
-        expires_ms: i64,
+        (now, expires_ms): (i64, i64),
         locality: &Locality,
     ) -> Result<Vec<LeasedJob>, StoreError> {
         // Locality: continuations of trajectories the worker holds snapshots of come first, then
@@ -155,7 +155,7 @@ impl SqlStore {
                 _ => None,
             };
             let key = JobKey::Continuation(key);
-            mark_leased(tx, &key, attempt, worker, expires_ms).await?;
+            mark_leased(tx, &key, (attempt, worker), now, expires_ms).await?;
             jobs.push(LeasedJob {
                 budget,
                 runner: config.runner.clone(),
@@ -242,15 +242,21 @@ impl SqlStore {
     }
 }
 
-/// Lease a claimed job of either table to `worker` under `attempt`, until `expires_ms`.
+/// Lease a claimed job of either table to `worker` under `attempt` at `now`, until `expires_ms`.
 pub(super) async fn mark_leased(
     tx: &mut Transaction<'_, Any>,
     key: &JobKey,
-    attempt: u32,
-    worker: &str,
+    (attempt, worker): (u32, &str),
+    now: i64,
     expires_ms: i64,
 ) -> Result<(), StoreError> {
-    keyed(dispatch::MARK_LEASED, key).bind(i64::from(attempt)).bind(worker).bind(expires_ms).execute(&mut **tx).await?;
+    keyed(dispatch::MARK_LEASED, key)
+        .bind(i64::from(attempt))
+        .bind(worker)
+        .bind(expires_ms)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -281,7 +287,9 @@ pub(super) async fn lease(
     let mut jobs = store.claim_jobs(&mut tx, worker, max, &kinds, now, policy).await?;
     let left = max - jobs.len() as u32;
     if left > 0 {
-        jobs.extend(store.claim_continuations(&mut tx, worker, left, &kinds, now + policy.timeout_ms, locality).await?);
+        jobs.extend(
+            store.claim_continuations(&mut tx, worker, left, &kinds, (now, now + policy.timeout_ms), locality).await?,
+        );
     }
     tx.commit().await?;
     Ok(jobs)

@@ -6,8 +6,9 @@ use sqlx::Row;
 use vcurve_method::schedule::Stage;
 
 use super::handle::SqlStore;
-use super::rows::{corrupt, stage_of};
+use super::rows::{corrupt, get_u32, series_of, stage_of};
 use super::workers;
+use crate::durations;
 use crate::model::{Progress, StudyState};
 use crate::planner;
 use crate::store::api::{LeasePolicy, StoreError};
@@ -15,9 +16,14 @@ use crate::store::api::{LeasePolicy, StoreError};
 /// The name, state, runner kind and times of study `$1`.
 const STUDY_HEAD: &str = "SELECT name, state, runner_kind, created_ms, finished_ms FROM studies WHERE id = $1";
 
-/// The state, stage, admission and counters of every trajectory of study `$1`.
-const TRAJECTORY_COUNTERS: &str = "SELECT state, stage, admit_order, n_requested, n_done, n_retired, n_dropped FROM trajectories \
-     WHERE study = $1";
+/// The id, state, stage, admission, counters, timed sums and expected chain of every trajectory of
+/// study `$1`.
+const TRAJECTORY_COUNTERS: &str = "SELECT id, state, stage, admit_order, n_requested, n_done, n_retired, n_dropped, \
+     timed_n, timed_ms, timed_budget, chain_ms, admitted_ms, ended_ms FROM trajectories WHERE study = $1";
+
+/// The trajectory, series and step of every open (pending or leased) continuation of study `$1`.
+const OPEN_CONTINUATIONS: &str =
+    "SELECT trajectory, series, t FROM continuations WHERE study = $1 AND state IN ('pending', 'leased')";
 
 /// How many continuations of study `$1` are leased (bounded by the slots, a partial index).
 const LEASED_IN_STUDY: &str = "SELECT COUNT(*) AS n FROM continuations WHERE study = $1 AND state = 'leased'";
@@ -58,8 +64,30 @@ pub(super) async fn progress(
     let mut stages: BTreeMap<Stage, u32> = Default::default();
     let mut admitted = 0;
     let (mut requested, mut done, mut retired, mut dropped) = (0u64, 0u64, 0u64, 0u64);
+    // What the estimated end reads: the trajectories left and the finished ones' sums.
+    let mut left: HashMap<String, durations::TrajectoryLeft> = HashMap::new();
+    let mut finished = Vec::new();
     for r in sqlx::query(TRAJECTORY_COUNTERS).bind(study).fetch_all(&mut *tx).await? {
         let s: String = r.try_get("state")?;
+        let timed = super::replan::timed_of(&r)?;
+        let admitted_ms: Option<i64> = r.try_get("admitted_ms")?;
+        match s.as_str() {
+            "done" => {
+                let wall_ms = admitted_ms.zip(r.try_get::<Option<i64>, _>("ended_ms")?).map(|(a, e)| e - a);
+                finished.push(durations::Finished { timed, wall_ms });
+            }
+            "waiting" | "running" | "replaying" => {
+                let trajectory = durations::TrajectoryLeft {
+                    waiting: s == "waiting",
+                    timed,
+                    open_budget: 0,
+                    chain_ms: r.try_get("chain_ms")?,
+                    age_ms: admitted_ms.map(|a| now - a),
+                };
+                left.insert(r.try_get("id")?, trajectory);
+            }
+            _ => {}
+        }
         if r.try_get::<Option<i64>, _>("admit_order")?.is_some() {
             admitted += 1;
         }
@@ -91,6 +119,20 @@ pub(super) async fn progress(
     let retired_jobs = super::retired::retired_jobs(&mut tx, study).await?;
     let workers = workers::live_workers(&mut tx, now, policy).await?;
     let config = store.config(&mut tx, study).await?;
+    let by_durations = if state == StudyState::Running && !finished.is_empty() {
+        for r in sqlx::query(OPEN_CONTINUATIONS).bind(study).fetch_all(&mut *tx).await? {
+            let budget = series_of(&r.try_get::<String, _>("series")?)?.budget(config.budget, get_u32(&r, "t")?);
+            if let Some(t) = left.get_mut(&r.try_get::<String, _>("trajectory")?) {
+                t.open_budget += i64::from(budget);
+            }
+        }
+        let slots: u64 =
+            workers.iter().filter(|w| w.capabilities.contains(&runner_kind)).map(|w| u64::from(w.slots)).sum();
+        let left: Vec<_> = left.into_values().collect();
+        durations::eta_ms(&left, &finished, slots).map(|ms| ms / 1000.0)
+    } else {
+        None
+    };
     let labels = match config.judges.is_empty() {
         true => None,
         false => Some(super::call_progress::label_stage(&mut tx, study, &workers).await?),
@@ -117,7 +159,9 @@ pub(super) async fn progress(
     let per_trajectory =
         if admitted > 0 { (done + running + pending + retired) as f64 / f64::from(admitted) } else { 300.0 };
     let remaining = (pending + running) as f64 + f64::from(waiting) * per_trajectory;
+    // From the durations once a trajectory finished; before, from the throughput.
     let mut eta_seconds = match state {
+        StudyState::Running if by_durations.is_some() => by_durations,
         StudyState::Running if throughput_per_min > 0.0 => Some(remaining / (throughput_per_min / 60.0)),
         StudyState::Running => None,
         _ => Some(0.0),

@@ -8,9 +8,10 @@ use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::{Key, Outcome, TrajectoryPlan};
 
 use super::dispatch;
-use super::handle::{SqlStore, StudyConfig};
+use super::handle::{STUDY_TIMED_MS, SqlStore, StudyConfig};
 use super::known::Counters;
 use super::rows::{get_u32, outcome_of, series_of};
+use crate::durations::{self, Timed};
 use crate::model::TrajectoryState;
 use crate::planner;
 use crate::store::api::StoreError;
@@ -79,6 +80,16 @@ impl SqlStore {
             }
             q.execute(&mut **tx).await?;
         }
+        // The expected remaining chain, which the claim order puts first.
+        let chain_ms = if replan.done {
+            0
+        } else {
+            let rate = durations::rate(
+                self.trajectory_timed(tx, study, trajectory).await?,
+                self.study_timed(tx, study, now).await?,
+            );
+            durations::chain_ms(rate, replan.pending.iter().map(|k| k.series.budget(config.budget, k.t)))
+        };
         let state = if replan.done { TrajectoryState::Done } else { TrajectoryState::Running };
         let (done, retired) = match fresh {
             Some((_, Outcome::Retired)) => (0, 1),
@@ -94,6 +105,8 @@ impl SqlStore {
             .bind(retired)
             .bind(study)
             .bind(trajectory)
+            .bind(chain_ms)
+            .bind(replan.done.then_some(now))
             .execute(&mut **tx)
             .await?;
         let created = new.len() as u64;
@@ -107,6 +120,36 @@ impl SqlStore {
             self.finish_if_done(tx, study, now).await?;
         }
         Ok((created, replan.done))
+    }
+
+    /// A trajectory's timed sums.
+    pub(super) async fn trajectory_timed(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        trajectory: &str,
+    ) -> Result<Timed, StoreError> {
+        let row = sqlx::query(dispatch::TIMED_OF).bind(study).bind(trajectory).fetch_one(&mut **tx).await?;
+        timed_of(&row)
+    }
+
+    /// A study's timed sums over its trajectories, read at most every [`STUDY_TIMED_MS`] of store
+    /// time by this process (a prior: a minute old is recent enough).
+    pub(super) async fn study_timed(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        now: i64,
+    ) -> Result<Timed, StoreError> {
+        if let Some((at, timed)) = self.study_timed.lock().expect("study timed cache").get(study)
+            && (0..STUDY_TIMED_MS).contains(&(now - at))
+        {
+            return Ok(*timed);
+        }
+        let row = sqlx::query(dispatch::STUDY_TIMED).bind(study).fetch_one(&mut **tx).await?;
+        let timed = timed_of(&row)?;
+        self.study_timed.lock().expect("study timed cache").insert(study.to_string(), (now, timed));
+        Ok(timed)
     }
 
     /// A trajectory's continuation keys and the outcomes among them.
@@ -155,4 +198,9 @@ impl SqlStore {
             .await?;
         Ok(())
     }
+}
+
+/// The timed sums of a row with the columns `timed_n`, `timed_ms` and `timed_budget`.
+pub(super) fn timed_of(row: &sqlx::any::AnyRow) -> Result<Timed, StoreError> {
+    Ok(Timed { n: row.try_get("timed_n")?, ms: row.try_get("timed_ms")?, budget: row.try_get("timed_budget")? })
 }

@@ -142,17 +142,28 @@ impl SqlStore {
                     .bind(o.judged.as_str())
                     .bind(now)
                     .bind(i64::from(attempt))
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected();
-                if completed == 0 {
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                let Some(completed) = completed else {
                     let job = JobKey::Continuation(key.clone());
                     return Ok(match self.current_row(tx, &job, attempt).await? {
                         Err(ignored) => ignored,
                         Ok(_) => Reported::ignored(format!("attempt {attempt} could not be recorded")),
                     });
-                }
+                };
                 let config = self.config(tx, &key.study).await?;
+                // How long it ran, for the duration estimates (a row leased before they were
+                // kept has no lease time).
+                if let Some(leased_ms) = completed.try_get::<Option<i64>, _>("leased_ms")? {
+                    let budget = key.series.budget(config.budget, key.t);
+                    sqlx::query(dispatch::TIMED)
+                        .bind((now - leased_ms).max(0))
+                        .bind(i64::from(budget))
+                        .bind(&key.study)
+                        .bind(&key.trajectory)
+                        .execute(&mut **tx)
+                        .await?;
+                }
                 if config.runner.runs_containers() {
                     let (task, payload) = self.task_of(tx, &key.study, &key.trajectory).await?;
                     let run = verdicts::RunOf { study: &key.study, task: &task, payload: payload.as_deref() };

@@ -1,0 +1,178 @@
+//! Continuation durations as the coordinator learns them, pure: each trajectory's rate
+//! (milliseconds per step of budget) from the continuations of it that finished, shrunk toward
+//! its study's; a pending continuation's expected duration; a trajectory's expected remaining
+//! chain, which the claim order puts first (docs/decisions.md, "Duration-aware dispatch").
+//!
+//! A continuation's duration is the time from its lease to its outcome's report, what the
+//! coordinator sees: no oracle. Its budget (`B − t`, or `B` on `full_budget`) is what it knows
+//! of a continuation before it runs; a task's steps cost what its tests cost, so the rate is kept
+//! per trajectory (each trajectory is one task's run).
+
+/// What a trajectory's (or a study's) finished continuations say of their durations: how many
+/// were timed, their milliseconds and their step budgets, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timed {
+    pub n: i64,
+    pub ms: i64,
+    pub budget: i64,
+}
+
+impl Timed {
+    /// Milliseconds per step of budget, `None` before any budget was timed.
+    pub fn rate(&self) -> Option<f64> {
+        (self.n > 0 && self.budget > 0).then(|| self.ms as f64 / self.budget as f64)
+    }
+
+    /// These sums with one more continuation of `ms` milliseconds and `budget` steps.
+    pub fn plus(self, ms: i64, budget: i64) -> Timed {
+        Timed { n: self.n + 1, ms: self.ms + ms.max(0), budget: self.budget + budget.max(0) }
+    }
+}
+
+/// How many steps of budget the study's rate weighs in a trajectory's own (a few continuations'
+/// worth): a trajectory's first continuation moves its rate a third of the way from the study's.
+pub const PRIOR_BUDGET: f64 = 100.0;
+
+/// The rate assumed before any continuation of the study finished (ms per step of budget). Only
+/// the order of the expected chains matters then, and with one rate for every trajectory they
+/// are ordered by their budgets alone.
+pub const DEFAULT_RATE: f64 = 1_000.0;
+
+/// A trajectory's rate, ms per step of budget: its own, shrunk toward its study's by
+/// [`PRIOR_BUDGET`] steps; the study's before it has its own; [`DEFAULT_RATE`] before either.
+pub fn rate(trajectory: Timed, study: Timed) -> f64 {
+    let prior = study.rate().unwrap_or(DEFAULT_RATE);
+    if trajectory.budget <= 0 {
+        return prior;
+    }
+    (trajectory.ms as f64 + PRIOR_BUDGET * prior) / (trajectory.budget as f64 + PRIOR_BUDGET)
+}
+
+/// The expected duration of a continuation with `budget` steps at `rate`, ms.
+pub fn expected_ms(rate: f64, budget: u32) -> i64 {
+    (rate * f64::from(budget.max(1))).round() as i64
+}
+
+/// A trajectory's expected remaining chain, ms: its current barrier waits for its slowest open
+/// continuation, whose expected duration is its largest open budget's. `None` open keys: nothing
+/// left (0).
+pub fn chain_ms(rate: f64, open_budgets: impl IntoIterator<Item = u32>) -> i64 {
+    open_budgets.into_iter().max().map_or(0, |b| expected_ms(rate, b))
+}
+
+/// A trajectory as the study's estimated end sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrajectoryLeft {
+    /// Not admitted yet: all of its work is ahead.
+    pub waiting: bool,
+    /// Its finished continuations' sums.
+    pub timed: Timed,
+    /// The budgets of its open (pending or leased) continuations, summed.
+    pub open_budget: i64,
+    /// Its expected remaining chain, ms ([`chain_ms`], as its last replan stored it).
+    pub chain_ms: i64,
+    /// How long ago it was admitted, ms (`None`: waiting, or admitted before admissions were
+    /// timed).
+    pub age_ms: Option<i64>,
+}
+
+/// A finished trajectory as the study's estimated end sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    /// Its continuations' sums.
+    pub timed: Timed,
+    /// From its admission to its end, ms (`None`: admitted before admissions were timed).
+    pub wall_ms: Option<i64>,
+}
+
+/// The estimated time to a study's end, ms, from its durations (docs/decisions.md,
+/// "Duration-aware dispatch").
+///
+/// The work left of a trajectory is its study's mean budget per finished trajectory (every
+/// continuation's budget, summed) less what it ran, and at least its open continuations'
+/// budgets, at its own rate; a waiting one's is that mean at the study's rate. While
+/// trajectories wait, the last one is admitted about when the work ahead of it is done and then
+/// runs its chain: the work left over the `slots` of the live workers, plus the finished
+/// trajectories' mean wall time from admission to end. Once every trajectory is admitted, the
+/// larger of the work left over the slots and the longest chain left (a running trajectory's
+/// mean wall time less its age, at least its current barrier). `None` before a trajectory
+/// finished (no mean yet), with no slots, or with nothing timed.
+pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Finished], slots: u64) -> Option<f64> {
+    let study = trajectories
+        .iter()
+        .map(|t| t.timed)
+        .chain(done.iter().map(|d| d.timed))
+        .fold(Timed::default(), |a, t| Timed { n: a.n + t.n, ms: a.ms + t.ms, budget: a.budget + t.budget });
+    if done.is_empty() || slots == 0 || study.rate().is_none() {
+        return None;
+    }
+    let per_trajectory = done.iter().map(|d| d.timed.budget as f64).sum::<f64>() / done.len() as f64;
+    let walls: Vec<f64> = done.iter().filter_map(|d| d.wall_ms).map(|w| w as f64).collect();
+    let wall = if walls.is_empty() { 0.0 } else { walls.iter().sum::<f64>() / walls.len() as f64 };
+    let (mut work, mut chain, mut waiting) = (0.0f64, 0.0f64, false);
+    for t in trajectories {
+        let r = rate(if t.waiting { Timed::default() } else { t.timed }, study);
+        let left = if t.waiting {
+            waiting = true;
+            per_trajectory
+        } else {
+            chain = chain.max(t.chain_ms as f64).max(t.age_ms.map_or(0.0, |age| wall - age as f64));
+            (per_trajectory - t.timed.budget as f64).max(t.open_budget as f64)
+        };
+        work += r * left;
+    }
+    let work = work / slots as f64;
+    Some(if waiting { work + wall } else { work.max(chain) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trajectory_rate_starts_at_its_study_and_moves_to_its_own() {
+        let study = Timed { n: 10, ms: 500_000, budget: 1_000 }; // 500 ms a step
+        assert_eq!(rate(Timed::default(), study), 500.0);
+        assert_eq!(rate(Timed::default(), Timed::default()), DEFAULT_RATE);
+        // One continuation of 100 steps at 2,000 ms a step: halfway.
+        let own = Timed::default().plus(200_000, 100);
+        assert_eq!(rate(own, study), 1_250.0);
+        // Many: nearly its own.
+        let own = Timed { n: 50, ms: 20_000_000, budget: 10_000 };
+        assert!((rate(own, study) - 2_000.0).abs() < 20.0);
+    }
+
+    #[test]
+    fn a_chain_is_its_longest_open_continuation() {
+        assert_eq!(chain_ms(10.0, [5, 80, 20]), 800);
+        assert_eq!(chain_ms(10.0, []), 0);
+        assert_eq!(expected_ms(10.0, 0), 10);
+    }
+
+    #[test]
+    fn the_end_is_the_work_left_over_the_slots_then_the_last_chain() {
+        // Two finished trajectories of 1,000 budget steps each at 10 ms a step, 3,000 ms each
+        // from admission to end.
+        let done = [Finished { timed: Timed { n: 10, ms: 10_000, budget: 1_000 }, wall_ms: Some(3_000) }; 2];
+        let waiting =
+            TrajectoryLeft { waiting: true, timed: Timed::default(), open_budget: 0, chain_ms: 0, age_ms: None };
+        let half = TrajectoryLeft {
+            waiting: false,
+            timed: Timed { n: 5, ms: 5_000, budget: 500 },
+            open_budget: 100,
+            chain_ms: 900,
+            age_ms: Some(1_000),
+        };
+        // Work left: 1,000 + 500 steps at 10 ms = 15,000 ms over 10 slots, and the last one's
+        // chain after it.
+        assert_eq!(eta_ms(&[waiting, half], &done, 10), Some(4_500.0));
+        // All admitted: the work, or the chain left (3,000 − 1,000 ms).
+        assert_eq!(eta_ms(&[half], &done, 10), Some(2_000.0));
+        assert_eq!(eta_ms(&[half], &done, 1), Some(5_000.0));
+        let long = TrajectoryLeft { chain_ms: 40_000, ..half };
+        assert_eq!(eta_ms(&[long], &done, 10), Some(40_000.0));
+        // Nothing finished yet, or no slots: not known.
+        assert_eq!(eta_ms(&[waiting, half], &[], 10), None);
+        assert_eq!(eta_ms(&[waiting, half], &done, 0), None);
+    }
+}
