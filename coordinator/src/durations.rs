@@ -76,6 +76,12 @@ pub struct TrajectoryLeft {
     pub age_ms: Option<i64>,
 }
 
+/// The quantile of the finished trajectories' wall times (admission to end) the estimated end
+/// takes for the chain of the last trajectory admitted: the study ends when the slowest of its
+/// last trajectories does, and the trajectories finished at any moment are the quicker ones.
+/// Chosen on `vcurve bench cluster` (docs/decisions.md, "Duration-aware dispatch").
+pub const WALL_QUANTILE: f64 = 0.95;
+
 /// A finished trajectory as the study's estimated end sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Finished {
@@ -93,9 +99,9 @@ pub struct Finished {
 /// budgets, at its own rate; a waiting one's is that mean at the study's rate. While
 /// trajectories wait, the last one is admitted about when the work ahead of it is done and then
 /// runs its chain: the work left over the `slots` of the live workers, plus the finished
-/// trajectories' mean wall time from admission to end. Once every trajectory is admitted, the
-/// larger of the work left over the slots and the longest chain left (a running trajectory's
-/// mean wall time less its age, at least its current barrier). `None` before a trajectory
+/// trajectories' wall time from admission to end ([`WALL_QUANTILE`]). Once every trajectory is
+/// admitted, the larger of the work left over the slots and the longest chain left (a running
+/// trajectory's that wall time less its age, at least its current barrier). `None` before a trajectory
 /// finished (no mean yet), with no slots, or with nothing timed.
 pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Finished], slots: u64) -> Option<f64> {
     let study = trajectories
@@ -107,8 +113,12 @@ pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Finished], slots: u64) ->
         return None;
     }
     let per_trajectory = done.iter().map(|d| d.timed.budget as f64).sum::<f64>() / done.len() as f64;
-    let walls: Vec<f64> = done.iter().filter_map(|d| d.wall_ms).map(|w| w as f64).collect();
-    let wall = if walls.is_empty() { 0.0 } else { walls.iter().sum::<f64>() / walls.len() as f64 };
+    let mut walls: Vec<i64> = done.iter().filter_map(|d| d.wall_ms).collect();
+    walls.sort_unstable();
+    let wall = match walls.len() {
+        0 => 0.0,
+        n => walls[((n - 1) as f64 * WALL_QUANTILE).round() as usize] as f64,
+    };
     let (mut work, mut chain, mut waiting) = (0.0f64, 0.0f64, false);
     for t in trajectories {
         let r = rate(if t.waiting { Timed::default() } else { t.timed }, study);

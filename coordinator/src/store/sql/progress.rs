@@ -41,6 +41,24 @@ const PENDING_BY_STAGE: &str = "SELECT t.stage AS stage, COUNT(*) AS n FROM cont
      JOIN trajectories t ON t.study = c.study AND t.id = c.trajectory \
      WHERE c.study = $1 AND c.state = 'pending' GROUP BY t.stage";
 
+/// How many of study `study`'s rows `sql` ([`DONE_BETWEEN`] or [`JOBS_DONE_BETWEEN`]) counts
+/// done in `window`.
+async fn done_between(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    sql: &'static str,
+    study: &str,
+    window: planner::ThroughputWindow,
+) -> Result<u64, StoreError> {
+    let n: i64 = sqlx::query(sql)
+        .bind(study)
+        .bind(window.start_ms)
+        .bind(window.end_ms)
+        .fetch_one(&mut **tx)
+        .await?
+        .try_get("n")?;
+    Ok(n.max(0) as u64)
+}
+
 pub(super) async fn progress(
     store: &SqlStore,
     study: &str,
@@ -104,13 +122,7 @@ pub(super) async fn progress(
     let running = sqlx::query(LEASED_IN_STUDY).bind(study).fetch_one(&mut *tx).await?.try_get::<i64, _>("n")? as u64;
     let pending = requested.saturating_sub(done + retired + dropped + running);
     let trajectories: u32 = by_state.values().sum();
-    let recent: i64 = sqlx::query(DONE_BETWEEN)
-        .bind(study)
-        .bind(window.start_ms)
-        .bind(window.end_ms)
-        .fetch_one(&mut *tx)
-        .await?
-        .try_get("n")?;
+    let recent = done_between(&mut tx, DONE_BETWEEN, study, window).await?;
     let evaluation = if vcurve_record::runner::runs_containers(&runner_kind) {
         Some(store.verdict_totals(&mut *tx, study).await?)
     } else {
@@ -140,19 +152,13 @@ pub(super) async fn progress(
     let calls = match config.task_state.clone() {
         Some(settings) => {
             let stages = super::call_progress::call_stages(&mut tx, study, &settings, &workers).await?;
-            let recent_jobs: i64 = sqlx::query(JOBS_DONE_BETWEEN)
-                .bind(study)
-                .bind(window.start_ms)
-                .bind(window.end_ms)
-                .fetch_one(&mut *tx)
-                .await?
-                .try_get("n")?;
+            let recent_jobs = done_between(&mut tx, JOBS_DONE_BETWEEN, study, window).await?;
             Some((stages, recent_jobs))
         }
         None => None,
     };
     tx.commit().await?;
-    let mut throughput_per_min = window.per_minute(recent as u64);
+    let mut throughput_per_min = window.per_minute(recent);
     let offered = workers.iter().any(|w| w.capabilities.contains(&runner_kind));
     let waiting_for_runner = (state == StudyState::Running && !offered).then_some(runner_kind);
     let waiting = by_state.get("waiting").copied().unwrap_or(0);
@@ -168,7 +174,7 @@ pub(super) async fn progress(
     };
     // A task-state study: sessions and calls per minute, and the calls still to make.
     if let Some((calls, recent_jobs)) = &calls {
-        throughput_per_min = window.per_minute(*recent_jobs as u64);
+        throughput_per_min = window.per_minute(*recent_jobs);
         let left: Option<u64> =
             calls.stages.iter().map(|s| s.expected.map(|e| e.saturating_sub(s.done + s.retired))).sum();
         eta_seconds = match (state, left) {
