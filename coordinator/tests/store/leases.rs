@@ -178,3 +178,34 @@ pub(crate) async fn cancel_stops_new_leases() {
         ts.finish().await;
     }
 }
+
+#[tokio::test]
+pub(crate) async fn within_a_stage_the_trajectory_with_the_longest_expected_chain_is_claimed_first() {
+    for ts in TestStore::both().await {
+        let (c, clock) = coordinator(&ts.store);
+        let trajectories = [
+            Tr { id: "a-fast", length: 40, cliff: 23, p: 0.75, labels: "" },
+            Tr { id: "b-slow", length: 40, cliff: 23, p: 0.75, labels: "" },
+        ];
+        let (yaml, files) = spec("chains", "", &trajectories);
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let w = c.register("w", 1_000, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let jobs = lease(&c, &w, 1_000).await;
+        // Screening, both: the same keys, the same budgets.
+        assert_eq!(jobs.len(), 144, "{}", ts.name);
+        // One continuation of each reports: "a-fast"'s after 1 s, "b-slow"'s after 20 s.
+        let first = |id: &str| jobs.iter().find(|j| ck(j).trajectory == id).unwrap().clone();
+        clock.advance(Duration::from_secs(1));
+        c.report(&w, &held(&first("a-fast")), &outcome(true)).await.unwrap();
+        clock.advance(Duration::from_secs(19));
+        c.report(&w, &held(&first("b-slow")), &outcome(true)).await.unwrap();
+        // The rest comes back (the worker is gone); a worker of one slot then gets "b-slow"'s,
+        // though "a-fast" was admitted first and is in the same stage.
+        clock.advance(Duration::from_secs(31));
+        let w2 = c.register("w2", 1, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let next = lease(&c, &w2, 1).await;
+        assert_eq!(ck(&next[0]).trajectory, "b-slow", "{}", ts.name);
+        assert_eq!(c.progress(&study).await.unwrap().stages.len(), 1, "{}: one stage", ts.name);
+        ts.finish().await;
+    }
+}
