@@ -30,9 +30,6 @@ use crate::store::api::StoreError;
 /// The state of a job of `jobs` (`$1 … $5`).
 const JOB_STATE: &str = concat!("SELECT state FROM jobs WHERE ", job_is!());
 
-/// Store what the export and progress read beside a call's report (`$6`, JSON).
-const CALL_RESULT: &str = concat!("UPDATE jobs SET result_json = $6 WHERE ", job_is!());
-
 /// The plan of trajectory `$3` of study `$2`: `$1`.
 const SET_PLAN: &str = "UPDATE trajectories SET plan_json = $1 WHERE study = $2 AND id = $3";
 
@@ -133,7 +130,7 @@ impl SqlStore {
             if let Some(step) = label {
                 summary["label"] = serde_json::json!(step);
             }
-            bind_job(sqlx::query(CALL_RESULT), key).bind(summary.to_string()).execute(&mut **tx).await?;
+            bind_job(sqlx::query(super::task_state::CALL_RESULT), key).bind(summary.to_string()).execute(&mut **tx).await?;
         }
         if decoy {
             return Ok(false);

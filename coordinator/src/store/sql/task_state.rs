@@ -37,7 +37,7 @@ const RETIRE: &str = concat!(
 const NOTE: &str = concat!("UPDATE jobs SET last_reason = $6 WHERE ", job_is!());
 
 /// Store what the progress and export read beside a call's report (`$6`, JSON).
-const CALL_RESULT: &str = concat!("UPDATE jobs SET result_json = $6 WHERE ", job_is!());
+pub(super) const CALL_RESULT: &str = concat!("UPDATE jobs SET result_json = $6 WHERE ", job_is!());
 
 impl SqlStore {
     /// Queue a task-state study's sessions: one per task, each naming a payload with its task and
