@@ -29,8 +29,9 @@ impl Timed {
     }
 }
 
-/// How many steps of budget the study's rate weighs in a trajectory's own (a few continuations'
-/// worth): a trajectory's first continuation moves its rate a third of the way from the study's.
+/// How many steps of budget the study's rate weighs in a trajectory's own (one or two
+/// continuations' worth): a first continuation with a budget of 100 steps moves its rate halfway
+/// from the study's.
 pub const PRIOR_BUDGET: f64 = 100.0;
 
 /// The rate assumed before any continuation of the study finished (ms per step of budget). Only

@@ -130,7 +130,10 @@ impl SqlStore {
             if let Some(step) = label {
                 summary["label"] = serde_json::json!(step);
             }
-            bind_job(sqlx::query(super::task_state::CALL_RESULT), key).bind(summary.to_string()).execute(&mut **tx).await?;
+            bind_job(sqlx::query(super::task_state::CALL_RESULT), key)
+                .bind(summary.to_string())
+                .execute(&mut **tx)
+                .await?;
         }
         if decoy {
             return Ok(false);
