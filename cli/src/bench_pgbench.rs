@@ -97,7 +97,6 @@ struct Bound {
     complete: String,
     request: String,
     advance: String,
-    timed: String,
 }
 
 impl Bound {
@@ -118,12 +117,25 @@ impl Bound {
             // so `seed + 1` is new).
             request: substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]),
             // The replan's end: the stage as it was, one continuation requested, one done.
+            // ... and the report's timing: one continuation of 1 s with a budget of 100 steps.
             advance: substitute(
                 &sql.advance,
-                &["'screen'", "0", "'running'", "1", "1", "0", ":study", ":trajectory", "0", "NULL"],
+                &[
+                    "'screen'",
+                    "0",
+                    "'running'",
+                    "1",
+                    "1",
+                    "0",
+                    ":study",
+                    ":trajectory",
+                    "0",
+                    "NULL",
+                    "timed_n + 1",
+                    "timed_ms + 1000",
+                    "timed_budget + 100",
+                ],
             ),
-            // The report's timing: one continuation of 1 s with a budget of 100 steps.
-            timed: substitute(&sql.timed, &["1000", "100", ":study", ":trajectory"]),
         }
     }
 
@@ -149,11 +161,10 @@ pub fn bare_script() -> String {
 pub fn store_script() -> String {
     let b = Bound::new();
     format!(
-        "{}BEGIN;\n{};\n{};\n{};\n{};\n{};\nCOMMIT;\n",
+        "{}BEGIN;\n{};\n{};\n{};\n{};\nCOMMIT;\n",
         b.lease(&b.claim),
         b.lock_trajectory,
         b.complete,
-        b.timed,
         b.request,
         b.advance
     )

@@ -17,22 +17,15 @@ pub(super) const COMPLETE: &str = concat!(
     " AND state = 'leased' AND attempt = $12 RETURNING leased_ms"
 );
 
-/// A continuation of trajectory `$4` of study `$3` timed: it ran `$1` ms with a budget of `$2`
-/// steps (the sums of [`crate::durations::Timed`]).
-pub(super) const TIMED: &str = "UPDATE trajectories SET timed_n = timed_n + 1, timed_ms = timed_ms + $1, \
-     timed_budget = timed_budget + $2 WHERE study = $3 AND id = $4";
-
-/// A trajectory's timed sums (`$1` study, `$2` id).
-pub(super) const TIMED_OF: &str =
-    "SELECT timed_n, timed_ms, timed_budget FROM trajectories WHERE study = $1 AND id = $2";
-
 /// A study's timed sums over its trajectories (`$1` study).
 pub(super) const STUDY_TIMED: &str = "SELECT CAST(COALESCE(SUM(timed_n), 0) AS BIGINT) AS timed_n, \
      CAST(COALESCE(SUM(timed_ms), 0) AS BIGINT) AS timed_ms, \
      CAST(COALESCE(SUM(timed_budget), 0) AS BIGINT) AS timed_budget FROM trajectories WHERE study = $1";
 
-/// A trajectory's counters, as the columns `n_requested`, `n_finished` and `n_dropped`.
-pub(super) const COUNTERS: &str = "n_requested, n_done + n_retired AS n_finished, n_dropped";
+/// A trajectory's counters, as the columns `n_requested`, `n_finished` and `n_dropped`, and its
+/// timed sums (`timed_n`, `timed_ms`, `timed_budget`: [`crate::durations::Timed`]).
+pub(super) const COUNTERS: &str =
+    "n_requested, n_done + n_retired AS n_finished, n_dropped, timed_n, timed_ms, timed_budget";
 
 /// A trajectory's row (`$1` study, `$2` id), locked on PostgreSQL: reports of one trajectory
 /// replan one after the other. Its plan and [`COUNTERS`].
@@ -42,11 +35,13 @@ pub(super) fn lock_trajectory(for_update: &str) -> String {
 
 /// A replan's end: the trajectory's stage `$1` (rank `$2`), state `$3`, and its counters
 /// advanced by the continuations requested `$4` and the outcome recorded, done `$5` or retired
-/// `$6` (`$7` study, `$8` id); its expected remaining chain `$9` ms, and its end `$10` (when
-/// `$3` is done).
+/// `$6` (`$7` study, `$8` id); its expected remaining chain `$9` ms, its end `$10` (when `$3` is
+/// done), and its timed sums `$11 … $13` as the replan's row lock read them with the report's
+/// continuation added (NULL: unchanged).
 pub(super) const ADVANCE: &str = "UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3, \
      n_requested = n_requested + $4, n_done = n_done + $5, n_retired = n_retired + $6, chain_ms = $9, \
-     ended_ms = COALESCE(ended_ms, $10) WHERE study = $7 AND id = $8";
+     ended_ms = COALESCE(ended_ms, $10), timed_n = COALESCE($11, timed_n), timed_ms = COALESCE($12, timed_ms), \
+     timed_budget = COALESCE($13, timed_budget) WHERE study = $7 AND id = $8";
 
 /// Add `$1` to a trajectory's `counter` (`$2` study, `$3` id).
 pub(super) fn count(counter: &str) -> String {
@@ -90,7 +85,7 @@ pub(super) fn claim(kinds_in: &str, locality_order: &str, postgres: bool) -> Str
 
 /// The statements of one continuation's dispatch as the store runs them on PostgreSQL, with the
 /// placeholders it binds (see each field). A lease transaction runs `claim` then `mark_leased`
-/// for each claimed row; a report's transaction `lock_trajectory`, `complete` and `timed`, `request`s the
+/// for each claimed row; a report's transaction `lock_trajectory` and `complete`, `request`s the
 /// continuations the schedule asks for next and `advance`s the trajectory.
 /// Around them the store also registers the worker's visit, expires leases, admits, claims other
 /// jobs first and rebuilds the trajectory's schedule from its outcomes.
@@ -106,11 +101,9 @@ pub struct DispatchSql {
     /// `$1 … $5` the key, `$6` success, `$7` steps, `$8` end type, `$9` patch, `$10` judged,
     /// `$11` done at, `$12` the leased attempt; returns `leased_ms`.
     pub complete: String,
-    /// `$1` ms run, `$2` its budget, `$3` study, `$4` trajectory.
-    pub timed: String,
     /// `$1` stage, `$2` its rank, `$3` state, `$4` continuations requested, `$5` done, `$6`
     /// retired, `$7` study, `$8` trajectory, `$9` expected remaining chain, `$10` the end (or
-    /// NULL).
+    /// NULL), `$11 … $13` the timed sums (or NULL).
     pub advance: String,
     /// One new continuation, as the schedule's replan requests them: `$1` study, `$2`
     /// trajectory, `$3` now, `$4` series, `$5` t, `$6` seed.
@@ -126,7 +119,6 @@ pub fn dispatch_sql() -> DispatchSql {
         lock_trajectory: lock_trajectory(" FOR UPDATE"),
         complete: COMPLETE.to_string(),
         advance: ADVANCE.to_string(),
-        timed: TIMED.to_string(),
         request: request(1),
     }
 }

@@ -138,7 +138,7 @@ impl SqlStore {
         if decoy {
             return Ok(false);
         }
-        let Some((mut plan, counters)) = self.lock_trajectory(tx, study, &trajectory).await? else {
+        let Some((mut plan, locked)) = self.lock_trajectory(tx, study, &trajectory).await? else {
             return Err(corrupt(format!("the label call {call} names no trajectory of its study")));
         };
         if let Some(Some(m)) = label {
@@ -155,8 +155,7 @@ impl SqlStore {
         if state != TrajectoryState::Running.as_str() || self.judges_pending(tx, config, study, &trajectory).await? {
             return Ok(false);
         }
-        let (created, finished) =
-            self.replan(tx, config, (study, &trajectory, &plan), Some(counters), None, now).await?;
+        let (created, finished) = self.replan(tx, config, (study, &trajectory, &plan), Some(locked), None, now).await?;
         Ok(created > 0 || finished)
     }
 

@@ -20,6 +20,10 @@ use crate::store::api::StoreError;
 const CONTINUATIONS_OF: &str =
     "SELECT series, t, seed, state, success FROM continuations WHERE study = $1 AND trajectory = $2";
 
+/// What a replan reads of its trajectory's row under its lock: the counters and the timed sums
+/// ([`dispatch::COUNTERS`]).
+pub(super) type Locked = (Counters, Timed);
+
 /// A trajectory's [`dispatch::COUNTERS`] (`$1` study, `$2` id), not locked.
 fn counters_of() -> String {
     format!("SELECT {} FROM trajectories WHERE study = $1 AND id = $2", dispatch::COUNTERS)
@@ -31,8 +35,9 @@ impl SqlStore {
     /// when this was its last trajectory.
     /// Returns how many continuations were created and whether the trajectory is done.
     ///
-    /// `locked` is the trajectory's counters as this transaction's row lock read them
-    /// ([`SqlStore::lock_trajectory`]), `None` to read them here. `fresh` is the outcome this
+    /// `locked` is the trajectory's counters and timed sums as this transaction's row lock read
+    /// them ([`SqlStore::lock_trajectory`]), the timed sums with the continuation this transaction
+    /// timed added: this replan stores them. `None` to read both here (and store no sums). `fresh` is the outcome this
     /// transaction has just recorded, if any: this replan counts it (`n_done`, or `n_retired` for
     /// [`Outcome::Retired`]). Then, when the counters are exactly what this trajectory's last
     /// replan in this process left ([`KnownCache`](super::known::KnownCache)), that replan's keys and outcomes plus `fresh` are
@@ -43,7 +48,7 @@ impl SqlStore {
         tx: &mut Transaction<'_, Any>,
         config: &StudyConfig,
         (study, trajectory, plan): (&str, &str, &TrajectoryPlan),
-        locked: Option<Counters>,
+        locked: Option<Locked>,
         fresh: Option<(Key, Outcome)>,
         now: i64,
     ) -> Result<(u64, bool), StoreError> {
@@ -52,15 +57,16 @@ impl SqlStore {
         if fresh.is_none() && !config.judges.is_empty() && self.judges_pending(tx, config, study, trajectory).await? {
             return Ok((0, false));
         }
-        let version = match locked {
-            Some(counters) => counters,
+        // The timed sums are written back only when read under the row lock.
+        let (version, timed, locked_timed) = match locked {
+            Some((counters, timed)) => (counters, timed, Some(timed)),
             None => {
                 let row = sqlx::query(sqlx::AssertSqlSafe(counters_of()))
                     .bind(study)
                     .bind(trajectory)
                     .fetch_one(&mut **tx)
                     .await?;
-                Counters::of(&row)?
+                (Counters::of(&row)?, timed_of(&row)?, None)
             }
         };
         let id = (study.to_string(), trajectory.to_string());
@@ -84,10 +90,7 @@ impl SqlStore {
         let chain_ms = if replan.done {
             0
         } else {
-            let rate = durations::rate(
-                self.trajectory_timed(tx, study, trajectory).await?,
-                self.study_timed(tx, study, now).await?,
-            );
+            let rate = durations::rate(timed, self.study_timed(tx, study, now).await?);
             durations::chain_ms(rate, replan.pending.iter().map(|k| k.series.budget(config.budget, k.t)))
         };
         let state = if replan.done { TrajectoryState::Done } else { TrajectoryState::Running };
@@ -107,6 +110,9 @@ impl SqlStore {
             .bind(trajectory)
             .bind(chain_ms)
             .bind(replan.done.then_some(now))
+            .bind(locked_timed.map(|t| t.n))
+            .bind(locked_timed.map(|t| t.ms))
+            .bind(locked_timed.map(|t| t.budget))
             .execute(&mut **tx)
             .await?;
         let created = new.len() as u64;
@@ -120,17 +126,6 @@ impl SqlStore {
             self.finish_if_done(tx, study, now).await?;
         }
         Ok((created, replan.done))
-    }
-
-    /// A trajectory's timed sums.
-    pub(super) async fn trajectory_timed(
-        &self,
-        tx: &mut Transaction<'_, Any>,
-        study: &str,
-        trajectory: &str,
-    ) -> Result<Timed, StoreError> {
-        let row = sqlx::query(dispatch::TIMED_OF).bind(study).bind(trajectory).fetch_one(&mut **tx).await?;
-        timed_of(&row)
     }
 
     /// A study's timed sums over its trajectories, read at most every [`STUDY_TIMED_MS`] of store

@@ -8,6 +8,7 @@ use vcurve_record::jobs::NonReplayable;
 
 use super::handle::{SqlStore, StudyConfig};
 use super::known::Counters;
+use super::replan::Locked;
 use super::rows::{bind_job, bind_key, corrupt, get_u32, keyed};
 use super::{dispatch, verdicts};
 use crate::model::{ContinuationKey, HeldJob, JobKey, JobReport, ReportVerdict};
@@ -42,14 +43,14 @@ const NO_OUTCOME: &str = "UPDATE {table} SET state = $6, no_outcomes = $7, last_
      lease_expires_ms = NULL, done_ms = $9 WHERE {key}";
 
 impl SqlStore {
-    /// Lock a trajectory's row (reports of one trajectory replan one after the other); its plan
-    /// and counters.
+    /// Lock a trajectory's row (reports of one trajectory replan one after the other); its plan,
+    /// counters and timed sums.
     pub(super) async fn lock_trajectory(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         trajectory: &str,
-    ) -> Result<Option<(TrajectoryPlan, Counters)>, StoreError> {
+    ) -> Result<Option<(TrajectoryPlan, Locked)>, StoreError> {
         let sql = dispatch::lock_trajectory(self.for_update());
         let Some(row) =
             sqlx::query(sqlx::AssertSqlSafe(sql)).bind(study).bind(trajectory).fetch_optional(&mut **tx).await?
@@ -57,7 +58,7 @@ impl SqlStore {
             return Ok(None);
         };
         let plan = serde_json::from_str(&row.try_get::<String, _>("plan_json")?).map_err(corrupt)?;
-        Ok(Some((plan, Counters::of(&row)?)))
+        Ok(Some((plan, (Counters::of(&row)?, super::replan::timed_of(&row)?))))
     }
 
     /// A trajectory's task and payload digest. A trajectory stored before the `task` column
@@ -124,7 +125,7 @@ impl SqlStore {
         report: &JobReport,
         now: i64,
     ) -> Result<Reported, StoreError> {
-        let Some((plan, counters)) = self.lock_trajectory(tx, &key.study, &key.trajectory).await? else {
+        let Some((plan, (counters, mut timed))) = self.lock_trajectory(tx, &key.study, &key.trajectory).await? else {
             return Ok(Reported::ignored("unknown key"));
         };
         let k = Key { series: key.series, t: key.t, seed: key.seed };
@@ -153,16 +154,9 @@ impl SqlStore {
                 };
                 let config = self.config(tx, &key.study).await?;
                 // How long it ran, for the duration estimates (a row leased before they were
-                // kept has no lease time).
+                // kept has no lease time): the replan stores the sums.
                 if let Some(leased_ms) = completed.try_get::<Option<i64>, _>("leased_ms")? {
-                    let budget = key.series.budget(config.budget, key.t);
-                    sqlx::query(dispatch::TIMED)
-                        .bind((now - leased_ms).max(0))
-                        .bind(i64::from(budget))
-                        .bind(&key.study)
-                        .bind(&key.trajectory)
-                        .execute(&mut **tx)
-                        .await?;
+                    timed = timed.plus(now - leased_ms, i64::from(key.series.budget(config.budget, key.t)));
                 }
                 if config.runner.runs_containers() {
                     let (task, payload) = self.task_of(tx, &key.study, &key.trajectory).await?;
@@ -198,8 +192,9 @@ impl SqlStore {
         // A no-outcome puts its key back, a re-check is new work: either wakes a waiting worker.
         let mut wakes = matches!(report, JobReport::NoOutcome { .. }) || rechecks;
         if fresh.is_some() {
-            let (created, finished) =
-                self.replan(tx, &config, (&key.study, &key.trajectory, &plan), Some(counters), fresh, now).await?;
+            let (created, finished) = self
+                .replan(tx, &config, (&key.study, &key.trajectory, &plan), Some((counters, timed)), fresh, now)
+                .await?;
             wakes |= created > 0 || finished;
         }
         Ok(Reported::accepted(wakes))
@@ -276,8 +271,8 @@ impl SqlStore {
                     .bind(trajectory)
                     .execute(&mut **tx)
                     .await?;
-                let (plan, counters) = locked.expect("locked above");
-                self.replan(tx, &config, (study, trajectory, &plan), Some(counters), None, now).await?;
+                let (plan, locked) = locked.expect("locked above");
+                self.replan(tx, &config, (study, trajectory, &plan), Some(locked), None, now).await?;
                 Ok(Reported::accepted(true))
             }
             (JobKey::Replay { trajectory, .. }, JobReport::NonReplayable(why)) => {
