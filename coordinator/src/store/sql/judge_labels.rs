@@ -118,15 +118,7 @@ impl SqlStore {
             let input: CallInput = self.call_input(tx, key).await?;
             let output: CallOutput = self.file_json(tx, output_file).await?;
             label = label_of(&input, &output);
-            let mut summary = serde_json::json!({
-                "result": "call_answered",
-                "output": output_file,
-                "status": super::task_state::status_key(&output),
-                "tokens": output.log.tokens,
-                "retries": output.log.retries,
-                "latency_ms": output.log.latency_ms,
-                "items": 1,
-            });
+            let mut summary = super::task_state::call_summary(output_file, &input, &output);
             if let Some(step) = label {
                 summary["label"] = serde_json::json!(step);
             }

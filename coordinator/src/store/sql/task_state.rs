@@ -124,20 +124,7 @@ impl SqlStore {
             }
             Err(e) => return Err(e),
         };
-        let summary = serde_json::json!({
-            "result": "call_answered",
-            "output": output_file,
-            "status": status_key(&output),
-            "tokens": output.log.tokens,
-            "retries": output.log.retries,
-            "latency_ms": output.log.latency_ms,
-            "items": match &input.check {
-                AnswerCheck::Probes { atoms } => atoms.len(),
-                AnswerCheck::Reader { probes } => probes.len(),
-                AnswerCheck::Judge { items } => items.len(),
-                AnswerCheck::Atoms { .. } | AnswerCheck::Actor | AnswerCheck::FirstMistake { .. } => 1,
-            },
-        });
+        let summary = call_summary(output_file, &input, &output);
         bind_job(sqlx::query(CALL_RESULT), key).bind(summary.to_string()).execute(&mut **tx).await?;
         // A judge's answer ends its chain, and an unanswered call plans nothing: neither loads the
         // session or the checkpoint's answers (judges are half of a study's calls).
@@ -323,8 +310,27 @@ impl SqlStore {
     }
 }
 
+/// What progress and the export read of an answered call (`output_file`, the digest of its
+/// `output`), stored beside its report.
+pub(super) fn call_summary(output_file: &str, input: &CallInput, output: &CallOutput) -> serde_json::Value {
+    serde_json::json!({
+        "result": "call_answered",
+        "output": output_file,
+        "status": status_key(output),
+        "tokens": output.log.tokens,
+        "retries": output.log.retries,
+        "latency_ms": output.log.latency_ms,
+        "items": match &input.check {
+            AnswerCheck::Probes { atoms } => atoms.len(),
+            AnswerCheck::Reader { probes } => probes.len(),
+            AnswerCheck::Judge { items } => items.len(),
+            AnswerCheck::Atoms { .. } | AnswerCheck::Actor | AnswerCheck::FirstMistake { .. } => 1,
+        },
+    })
+}
+
 /// The call's status as progress counts it: `ok`, `malformed` or `failed`.
-pub(super) fn status_key(output: &CallOutput) -> &'static str {
+fn status_key(output: &CallOutput) -> &'static str {
     match output.log.status {
         vcurve_record::llm::CallStatus::Ok => "ok",
         vcurve_record::llm::CallStatus::Malformed { .. } => "malformed",
