@@ -227,22 +227,7 @@ pub(crate) fn parse_decoy(
         None => None,
         Some(v) => Some(crate::trajectory::read_recorded(v, file).map_err(at)?),
     };
-    let length = match (&raw.length, &run) {
-        (None, Some(run)) => run.length(),
-        (length, run) => {
-            let length =
-                uint(required(length, "length").map_err(at)?, "length", 1, u64::from(MAX_LENGTH)).map_err(at)? as u32;
-            if let Some(run) = run
-                && run.length() != length
-            {
-                return Err(at(problem(
-                    "length",
-                    format!("= {length} but the recorded run has {} steps", run.length()),
-                )));
-            }
-            length
-        }
-    };
+    let length = crate::trajectory::length_of(&raw.length, run.as_ref()).map_err(at)?;
     if length == 0 || length > MAX_LENGTH {
         return Err(at(problem("recorded", format!("has {length} steps; a decoy has 1 to {MAX_LENGTH}"))));
     }

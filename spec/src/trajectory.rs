@@ -10,6 +10,21 @@ use crate::fields::MAX_LENGTH;
 use crate::raw::{RawBaseRun, RawTrajectory, level, required};
 use crate::value::{Problem, missing, problem, show, text, uint, valid_name};
 
+/// A length given by a `length:` field (`value`), a recorded run, or both: the run's when
+/// `length` is left out, and `length` (1 to [`MAX_LENGTH`]) equal to the run's when both are given.
+pub(crate) fn length_of(value: &Option<Value>, run: Option<&Trajectory>) -> Result<u32, Problem> {
+    if let (None, Some(run)) = (value, run) {
+        return Ok(run.length());
+    }
+    let length = uint(required(value, "length")?, "length", 1, u64::from(MAX_LENGTH))? as u32;
+    if let Some(run) = run
+        && run.length() != length
+    {
+        return Err(problem("length", format!("= {length} but the recorded run has {} steps", run.length())));
+    }
+    Ok(length)
+}
+
 /// The recorded run a `recorded:` field (`value`) names, read from the spec's folder (`file`).
 pub(crate) fn read_recorded(value: &Value, file: &dyn Fn(&str) -> Option<String>) -> Result<Trajectory, Problem> {
     let path = text(value, "recorded")?;
@@ -63,22 +78,7 @@ pub(crate) fn parse_trajectory(
         (None, None) => id.clone(),
         (Some(v), _) => text(v, "task").map_err(at)?,
     };
-    let length = match (&raw.length, &recorded) {
-        (None, Some(run)) => run.length(),
-        (None, None) => return Err(at(missing("length"))),
-        (Some(v), run) => {
-            let length = uint(v, "length", 1, u64::from(MAX_LENGTH)).map_err(at)? as u32;
-            if let Some(run) = run
-                && run.length() != length
-            {
-                return Err(at(problem(
-                    "length",
-                    format!("= {length} but the recorded run has {} steps", run.length()),
-                )));
-            }
-            length
-        }
-    };
+    let length = length_of(&raw.length, recorded.as_ref()).map_err(at)?;
     if length > MAX_LENGTH {
         return Err(at(problem("length", format!("= {length} is more than {MAX_LENGTH} steps"))));
     }
