@@ -959,6 +959,18 @@ async fn an_unchanged_anchor_is_the_previous_snapshot_named_again_on_the_engine(
     cache.remove_all().await;
 }
 
+/// Changes of every kind a writable layer holds, one container each.
+const LAYER_CASES: &[&str] = &[
+    "echo hello > /root/hello.txt && rm /etc/issue && echo x >> /etc/hostname.bak",
+    "chmod 644 /etc/passwd; chown root /etc/group; mkdir /tmp/d1 && rmdir /tmp/d1",
+    "cp -p /etc/passwd /tmp/p; cat /tmp/p > /etc/passwd; touch -r /tmp/p /etc/passwd; rm /tmp/p",
+    "rm -rf /usr/share/perl5 2>/dev/null; rm -rf /etc/apt && mkdir /etc/apt && echo y > /etc/apt/new",
+    "rm -rf /var/lib/dpkg/info && mkdir -p /var/lib/dpkg/info/sub && touch /var/lib/dpkg/info/sub/f",
+    "rm /etc/hostname.x 2>/dev/null; rm -f /etc/debian_version && mkdir /etc/debian_version && touch /etc/debian_version/f",
+    "mkfifo /tmp/fifo; ln -s /nowhere /tmp/link; ln /etc/passwd /root/hard; touch /usr/bin/env; chmod 700 /root",
+    "mkdir -p /a/b/c && echo 1 > /a/b/c/f && rm -rf /a/b && echo 2 > /a/g",
+];
+
 /// The changes read from the writable layer are the set `docker diff` gives, case by case:
 /// additions, writes, copy-ups that change nothing the engine compares, deletions of files and
 /// trees, directories deleted and made again (opaque), whiteouts of what the container made
@@ -967,17 +979,7 @@ async fn an_unchanged_anchor_is_the_previous_snapshot_named_again_on_the_engine(
 async fn the_diff_read_from_the_writable_layer_is_the_engines() {
     vcurve_testkit::require!(Service::Docker, Service::BaseImage);
     let scope = Scope::new("layer-diff").await;
-    let cases = [
-        "echo hello > /root/hello.txt && rm /etc/issue && echo x >> /etc/hostname.bak",
-        "chmod 644 /etc/passwd; chown root /etc/group; mkdir /tmp/d1 && rmdir /tmp/d1",
-        "cp -p /etc/passwd /tmp/p; cat /tmp/p > /etc/passwd; touch -r /tmp/p /etc/passwd; rm /tmp/p",
-        "rm -rf /usr/share/perl5 2>/dev/null; rm -rf /etc/apt && mkdir /etc/apt && echo y > /etc/apt/new",
-        "rm -rf /var/lib/dpkg/info && mkdir -p /var/lib/dpkg/info/sub && touch /var/lib/dpkg/info/sub/f",
-        "rm /etc/hostname.x 2>/dev/null; rm -f /etc/debian_version && mkdir /etc/debian_version && touch /etc/debian_version/f",
-        "mkfifo /tmp/fifo; ln -s /nowhere /tmp/link; ln /etc/passwd /root/hard; touch /usr/bin/env; chmod 700 /root",
-        "mkdir -p /a/b/c && echo 1 > /a/b/c/f && rm -rf /a/b && echo 2 > /a/g",
-    ];
-    for case in cases {
+    for case in LAYER_CASES {
         let c = scope.start().await;
         run(&c, case).await;
         let read = c.diff().await.expect("diff");
@@ -1020,10 +1022,120 @@ async fn the_layer_stamp_moves_with_every_write_and_only_then() {
     let (_, moved) = c.diff_stamped().await.expect("diff");
     assert_ne!(first, moved);
     // The engine-only runtime has no stamp.
-    let engine_only = Arc::new(DockerRuntime::connect().await.expect("connects").engine_diff_only());
+    let engine_only = Arc::new(DockerRuntime::connect().await.expect("connects").engine_only());
     let rt: Arc<dyn ContainerRuntime> = engine_only;
     let (changes, stamp) = rt.diff_stamped(c.id()).await.expect("diff");
     assert_eq!(stamp, None);
     assert_eq!(changes, c.diff().await.expect("diff"));
+    c.remove().await.expect("removed");
+}
+
+/// Every path of a container where the cases write (the engine's own mounts and files left out),
+/// with its stat (times to the
+/// second, as a snapshot keeps them; no directory times: the engine writes `/` and `/etc` at every
+/// start) and link count last, and the checksum of every regular file where the cases write.
+const LISTING: &str = r#"set -e
+skip='( -path /proc -o -path /sys -o -path /dev -o -path /etc/hostname -o -path /etc/hosts -o -path /etc/resolv.conf -o -path /etc/mtab -o -path /.dockerenv )'
+stat='! -type d -printf %p_%m_%u_%g_%s_%Ts_%y_%l_%n\n -o -type d -printf %p_%m_%u_%g_%y_%n\n'
+{ find / /usr /usr/share -xdev -mindepth 1 -maxdepth 1 $skip -prune -o $stat
+  find /root /etc /tmp /srv /a /usr/bin /usr/share/perl5 /var/lib/dpkg -xdev -mindepth 1 $skip -prune -o $stat 2>/dev/null
+} | sort -u
+find /root /etc /tmp /srv /a /usr/bin /var/lib/dpkg -xdev $skip -prune -o -type f -print0 2>/dev/null | sort -z | xargs -0 md5sum
+"#;
+
+fn assert_same_tree(case: &str, a_name: &str, a: &str, b_name: &str, b: &str) {
+    if a != b {
+        let (a, b): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
+        let only_a: Vec<&&str> = a.iter().filter(|l| !b.contains(l)).take(10).collect();
+        let only_b: Vec<&&str> = b.iter().filter(|l| !a.contains(l)).take(10).collect();
+        panic!("after {case:?}, {a_name} and {b_name} differ:\n{a_name} only: {only_a:#?}\n{b_name} only: {only_b:#?}");
+    }
+}
+
+/// A snapshot loaded from the writable layer is the container's state: a container started from
+/// it sees the same tree (paths, modes, owners, times, links, contents) as the container it was
+/// taken of, for every kind of change, and the tree the engine's commit makes but for what the
+/// commit loses; and a container started from a loaded snapshot reads its changes from its
+/// own writable layer as the engine diffs them.
+#[tokio::test]
+async fn a_snapshot_loaded_from_the_writable_layer_is_the_engines_commit() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
+    let scope = Scope::new("layer-load").await;
+    let extra = [
+        "chmod 4755 /usr/bin/env; touch '/root/a b'; d=/root/$(printf 'd%.0s' $(seq 1 120)); mkdir -p $d/x && echo long > $d/x/f && ln -s $d/x/f $d/x/link-with-a-long-target",
+        "rm -rf /etc/apt && mkdir /etc/apt && echo again > /etc/apt/sources.list; mv /etc/issue.net /root/moved",
+    ];
+    let mut image_labels = scope.labels_for("w");
+    image_labels.insert("vcurve.snapshot.t".to_owned(), "5".to_owned());
+    for (n, case) in LAYER_CASES.iter().chain(extra.iter()).enumerate() {
+        let c = scope.start().await;
+        run(&c, case).await;
+        let loaded = scope.reference(2 * n as u32);
+        let committed = scope.reference(2 * n as u32 + 1);
+        c.commit(&loaded, &image_labels).await.expect("loads");
+        scope.runtime.engine_commit(c.id(), &committed, &image_labels).await.expect("commits");
+        let comment = docker_cli(&["history", "--no-trunc", "--format", "{{.Comment}}", &loaded]);
+        assert!(
+            comment.lines().next().unwrap_or("").contains("vcurve snapshot"),
+            "the snapshot of {case:?} was not loaded from the layer: {comment}"
+        );
+        // The container itself, its loaded snapshot and the engine's commit of it.
+        let live = run(&c, LISTING).await;
+        assert_eq!(live.exit_code, Some(0), "{}", text(&live));
+        let mut trees = vec![text(&live)];
+        for reference in [&loaded, &committed] {
+            let from = scope.start_with(&ContainerSpec { image: reference.clone(), ..scope.spec() }).await;
+            let listing = run(&from, LISTING).await;
+            assert_eq!(listing.exit_code, Some(0), "{}", text(&listing));
+            assert_eq!(from.diff().await.expect("diff"), Vec::new());
+            trees.push(text(&listing));
+            from.remove().await.expect("removed");
+        }
+        assert_same_tree(case, "the container", &trees[0], "its loaded snapshot", &trees[1]);
+        // The engine's commit loses two things the layer holds: a hard link to a file of the
+        // image (it writes the new name as a copy) and a directory whose time alone changed.
+        let unlinked = |tree: &str| {
+            tree.lines()
+                .map(|l| l.rsplit_once('_').map_or(l, |(head, _)| head).to_owned())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_same_tree(
+            case,
+            "the loaded snapshot",
+            &unlinked(&trees[1]),
+            "the engine's commit",
+            &unlinked(&trees[2]),
+        );
+        let listed = scope.runtime.images(&scope.test_filter()).await.expect("lists");
+        let own = listed.iter().find(|i| i.reference == loaded).expect("the loaded snapshot is listed");
+        for (k, v) in &image_labels {
+            assert_eq!(own.labels.get(k), Some(v), "label {k}");
+        }
+        let size = own.size_bytes;
+        assert!(size < 5_000_000, "the loaded snapshot's own size {size} is its layer's, not the image's");
+        c.remove().await.expect("removed");
+    }
+    // Over a loaded snapshot, the diff read from the writable layer is still the engine's.
+    let c = scope.start().await;
+    run(&c, "echo 1 > /root/one && rm /etc/issue && mkdir /srv/x && echo 2 > /srv/x/two && rm -rf /etc/apt && mkdir /etc/apt").await;
+    let reference = scope.reference(1000);
+    c.commit(&reference, &image_labels).await.expect("loads");
+    c.remove().await.expect("removed");
+    let c = scope.start_with(&ContainerSpec { image: reference.clone(), ..scope.spec() }).await;
+    run(&c, "rm /root/one && echo 3 >> /srv/x/two && rm -rf /srv/x && mkdir /srv/x && touch /etc/issue /etc/apt/new")
+        .await;
+    let engine = scope.runtime.engine_diff(c.id()).await.expect("the engine's diff");
+    assert_eq!(c.diff().await.expect("diff"), engine);
+    // And a snapshot of a snapshot holds both layers.
+    let second = scope.reference(1001);
+    c.commit(&second, &image_labels).await.expect("loads");
+    c.remove().await.expect("removed");
+    let c = scope.start_with(&ContainerSpec { image: second, ..scope.spec() }).await;
+    let out = run(&c, "ls /root/one /etc/issue /etc/apt /srv/x 2>&1; cat /etc/apt/new; echo done").await;
+    assert_eq!(
+        text(&out),
+        "ls: cannot access '/root/one': No such file or directory\n/etc/issue\n\n/etc/apt:\nnew\n\n/srv/x:\ndone\n"
+    );
     c.remove().await.expect("removed");
 }

@@ -53,8 +53,8 @@ const WHITEOUT_PREFIX: &str = ".wh.";
 /// with `userxattr`, fuse-overlayfs without the right to set `trusted.*`).
 const OPAQUE_XATTRS: &[&str] = &["trusted.overlay.opaque", "user.overlay.opaque", "user.fuseoverlayfs.opaque"];
 /// Attributes under which fuse-overlayfs keeps a stat other than the file's own.
-const OVERRIDE_XATTRS: &[&str] = &["user.fuseoverlayfs.override_stat", "user.containers.override_stat"];
-const CAPABILITY_XATTR: &str = "security.capability";
+pub(super) const OVERRIDE_XATTRS: &[&str] = &["user.fuseoverlayfs.override_stat", "user.containers.override_stat"];
+pub(super) const CAPABILITY_XATTR: &str = "security.capability";
 
 /// A container's writable layer and its image's layers, as directories of this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +96,7 @@ fn is_whiteout(meta: &Metadata) -> bool {
     meta.file_type().is_char_device() && meta.rdev() == 0
 }
 
-fn xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+pub(super) fn xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
     let mut buf = vec![0u8; 256];
     match rustix::fs::lgetxattr(path, name, &mut buf[..]) {
         Ok(n) => {
@@ -115,7 +115,7 @@ fn xattr(path: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
     }
 }
 
-fn is_opaque(dir: &Path) -> io::Result<bool> {
+pub(super) fn is_opaque(dir: &Path) -> io::Result<bool> {
     for name in OPAQUE_XATTRS {
         if xattr(dir, name)?.as_deref() == Some(b"y") {
             return Ok(true);

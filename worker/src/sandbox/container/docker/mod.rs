@@ -117,6 +117,7 @@ use super::{
 
 mod engine;
 pub mod layer;
+mod load;
 mod output;
 mod registry;
 
@@ -193,7 +194,7 @@ pub struct DockerRuntime {
     /// Each container's writable layer on this host ([`layer`]), once looked up; `None` where
     /// the driver has none or this process cannot read it (the engine's diff is used there).
     layers: Arc<Mutex<HashMap<String, Option<layer::Layers>>>>,
-    /// Whether to read writable layers at all ([`DockerRuntime::engine_diff_only`]).
+    /// Whether to read writable layers at all ([`DockerRuntime::engine_only`]).
     read_layers: bool,
 }
 
@@ -276,9 +277,9 @@ impl DockerRuntime {
         }
     }
 
-    /// This runtime, asking the engine for every diff instead of reading writable layers (what
-    /// a worker that cannot read the engine's data directory does anyway).
-    pub fn engine_diff_only(mut self) -> DockerRuntime {
+    /// This runtime, asking the engine for every diff and commit instead of reading writable
+    /// layers (what a worker that cannot read the engine's data directory does anyway).
+    pub fn engine_only(mut self) -> DockerRuntime {
         self.read_layers = false;
         self
     }
@@ -672,7 +673,24 @@ impl DockerRuntime {
         Ok(changes)
     }
 
+    /// A snapshot of `container`: its writable layer loaded as an image where it can be read here
+    /// ([`load`]), else the engine's commit.
     async fn commit_impl(
+        &self,
+        container: &str,
+        reference: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<String, RuntimeError> {
+        if let Some(layers) = self.layers_of(container).await?
+            && let Some(id) = self.load_commit(container, layers, reference, labels).await?
+        {
+            return Ok(id);
+        }
+        self.engine_commit(container, reference, labels).await
+    }
+
+    /// The engine's own commit of `container` (`docker commit`, not paused).
+    pub async fn engine_commit(
         &self,
         container: &str,
         reference: &str,
