@@ -41,7 +41,9 @@ use vcurve_record::{Fingerprint, Trajectory};
 
 pub use vcurve_record::replay::Normalizer;
 
-use crate::sandbox::container::{Change, ChangeKind, Container, ContainerNetwork, ContainerSpec, RuntimeError};
+use crate::sandbox::container::{
+    Change, ChangeKind, Container, ContainerNetwork, ContainerSpec, LayerStamp, RuntimeError,
+};
 use crate::sandbox::exec;
 
 /// The label of a snapshot image that holds its changes against the task image
@@ -61,19 +63,44 @@ pub fn git_state_command(nonce: &str) -> String {
     format!("{GIT_DIFF_COMMAND}\necho {GIT_STATE_SEPARATOR}-{nonce}\n{GIT_STATUS_COMMAND}")
 }
 
+/// What git is told, through its environment (git 2.31 and later; an older one ignores it), when
+/// a stat check of sizes and whole-second times is exact ([`git_state`]'s `stat_only`).
+pub const GIT_STAT_ONLY_ENV: &[(&str, &str)] = &[
+    ("GIT_CONFIG_COUNT", "2"),
+    ("GIT_CONFIG_KEY_0", "core.checkStat"),
+    ("GIT_CONFIG_VALUE_0", "minimal"),
+    ("GIT_CONFIG_KEY_1", "core.trustCtime"),
+    ("GIT_CONFIG_VALUE_1", "false"),
+];
+
 /// `git diff` and `git status` of the task's working directory, from one exec instead of two
 /// (each exec costs a round trip to the engine): the output of [`git_state_command`] split at its
 /// separator line. The outputs are what the two commands print when run one by one.
+///
+/// `stat_only`: the caller knows that no tracked file differs from the index while keeping its
+/// size and whole-second modification time ([`Fingerprinter::fingerprint`]), so git is told to
+/// compare only those ([`GIT_STAT_ONLY_ENV`]), not inode numbers and change times: a container
+/// gets new ones for every file of the image, and with them git would read the whole repository
+/// once per container to find it unchanged. The outputs are the same.
 pub async fn git_state(
     container: &Container,
     task: &vcurve_record::Task,
     interpreter: &vcurve_record::Interpreter,
+    stat_only: bool,
 ) -> Result<(String, String), RuntimeError> {
     static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     let nonce = format!("{nanos:x}{:x}", CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let command = git_state_command(&nonce);
-    let observed = exec::run_command(container, task, interpreter, &command, GIT_TIMEOUT_S).await?;
+    // Where the recorded environment configures git through its environment, it is left alone.
+    let stat_only = stat_only && !interpreter.env.keys().any(|k| k.starts_with("GIT_CONFIG"));
+    let observed = if stat_only {
+        let mut interpreter = interpreter.clone();
+        interpreter.env.extend(GIT_STAT_ONLY_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        exec::run_command(container, task, &interpreter, &command, GIT_TIMEOUT_S).await?
+    } else {
+        exec::run_command(container, task, interpreter, &command, GIT_TIMEOUT_S).await?
+    };
     let line = format!("{GIT_STATE_SEPARATOR}-{nonce}\n");
     let Some(at) = observed.output.find(&line) else {
         return Err(RuntimeError::Engine(format!(
@@ -304,10 +331,13 @@ pub struct Fingerprinter<'a> {
     base: ChangeSet,
     /// The cumulative changes measured at step `.0`, with the stamp of the writable layer they
     /// were read from (where the runtime reads it).
-    measured: Option<(u32, ChangeSet, Option<String>)>,
+    measured: Option<(u32, ChangeSet, Option<LayerStamp>)>,
     /// `git diff` and `git status` as last measured, with the layer's stamp then: a state whose
     /// stamp is the same has the same working tree, so they are not run again.
-    git: Option<(String, (String, String))>,
+    git: Option<(LayerStamp, (String, String))>,
+    /// Whether the last diff measured holds a git index written in the container (the changes
+    /// leave out what is below `.git`, so this is read from the diff itself).
+    index_written: bool,
 }
 
 impl<'a> Fingerprinter<'a> {
@@ -319,19 +349,20 @@ impl<'a> Fingerprinter<'a> {
         interpreter: &'a vcurve_record::Interpreter,
         base: ChangeSet,
     ) -> Fingerprinter<'a> {
-        Fingerprinter { container, task, interpreter, base, measured: None, git: None }
+        Fingerprinter { container, task, interpreter, base, measured: None, git: None, index_written: false }
     }
 
     /// The container's changes against the task image at step `t`, measured once per step (one
     /// container diff), with the stamp of the writable layer where the runtime reads the layer
     /// itself ([`Container::diff_stamped`]): equal stamps, the same state.
-    pub async fn changes_stamped(&mut self, t: u32) -> Result<(ChangeSet, Option<String>), RuntimeError> {
+    pub async fn changes_stamped(&mut self, t: u32) -> Result<(ChangeSet, Option<LayerStamp>), RuntimeError> {
         if let Some((at, changes, stamp)) = &self.measured
             && *at == t
         {
             return Ok((changes.clone(), stamp.clone()));
         }
         let (diff, stamp) = self.container.diff_stamped().await?;
+        self.index_written = diff.iter().any(|c| c.path.ends_with("/.git/index"));
         let changes = self.base.then(&diff);
         self.measured = Some((t, changes.clone(), stamp.clone()));
         Ok((changes, stamp))
@@ -339,14 +370,21 @@ impl<'a> Fingerprinter<'a> {
 
     /// Measure the state at step `t`: the changed paths, `returncode`, `git diff` and `git
     /// status`. The two git commands run (in one exec) only when the writable layer changed since
-    /// they last ran, or when its stamp is unknown.
+    /// they last ran, or when its stamp is unknown. They compare sizes and whole-second times only
+    /// ([`git_state`]'s `stat_only`) where that is exact: the container runs the task image itself
+    /// (a snapshot's layer was not read here), git's index is the image's (an index git wrote in
+    /// the container holds the container's stats, which a rewrite keeping size and second would
+    /// match), and the layer holds no file of the image rewritten keeping its size and second
+    /// ([`LayerStamp::stat_exact`]).
     pub async fn fingerprint(&mut self, t: u32, returncode: Option<i32>) -> Result<Fingerprint, RuntimeError> {
         let (changes, stamp) = self.changes_stamped(t).await?;
         let changed_paths = changes.fingerprint_paths();
         let (git_diff, git_status) = match (&stamp, &self.git) {
             (Some(now), Some((then, state))) if now == then => state.clone(),
             _ => {
-                let state = git_state(self.container, self.task, self.interpreter).await?;
+                let stat_only =
+                    self.base.is_empty() && stamp.as_ref().is_some_and(|s| s.stat_exact) && !self.index_written;
+                let state = git_state(self.container, self.task, self.interpreter, stat_only).await?;
                 if let Some(now) = stamp {
                     self.git = Some((now, state.clone()));
                 }
@@ -440,7 +478,7 @@ impl<'a> Replay<'a> {
 
     /// [`Replay::changes`] with the stamp of the writable layer at `h_t`, where the runtime reads
     /// the layer itself ([`Container::diff_stamped`]): equal stamps, the same state.
-    pub async fn changes_stamped(&mut self) -> Result<(ChangeSet, Option<String>), RuntimeError> {
+    pub async fn changes_stamped(&mut self) -> Result<(ChangeSet, Option<LayerStamp>), RuntimeError> {
         self.measure.changes_stamped(self.t).await
     }
 

@@ -63,7 +63,7 @@ impl OnStep for CommitAnchors<'_> {
             } else {
                 let (changes, stamp) = replay.changes_stamped().await?;
                 let unchanged = match (&self.last, &stamp) {
-                    (Some((from, before)), Some(now)) if before == now => Some(*from),
+                    (Some((from, before)), Some(now)) if *before == now.hash => Some(*from),
                     _ => None,
                 };
                 let named = match unchanged {
@@ -75,7 +75,7 @@ impl OnStep for CommitAnchors<'_> {
                 } else {
                     self.cache.commit(replay.container(), self.digest, t, &changes).await?;
                 }
-                self.last = stamp.map(|s| (t, s));
+                self.last = stamp.map(|s| (t, s.hash));
             }
             self.committed.push(t);
             Ok(())

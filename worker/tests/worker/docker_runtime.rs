@@ -1139,3 +1139,61 @@ async fn a_snapshot_loaded_from_the_writable_layer_is_the_engines_commit() {
     );
     c.remove().await.expect("removed");
 }
+
+/// A fingerprint's git state compares only sizes and whole-second times where that is exact, and
+/// reads what git reads without that: after an edit, and after a tracked file was rewritten behind
+/// the agent's back keeping its size and time (which only its bytes tell), and after git wrote its
+/// own index in the container.
+#[tokio::test]
+async fn a_fingerprint_reads_the_git_state_git_reads_without_shortcuts() {
+    use vcurve_worker::sandbox::replay::{ChangeSet, Fingerprinter, git_state};
+    let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
+    let scope = Scope::new("git-stat").await;
+    let (task, limits) = calc_task(&scope, task_image);
+    let interpreter = vcurve_record::Interpreter::default();
+    let c = scope.start_with(&limits.spec(&task.image)).await;
+    let mut measure = Fingerprinter::new(&c, &task, &interpreter, ChangeSet::new());
+    let steps = [
+        // An edit.
+        ("echo '# more' >> /testbed/calc/ops.py", true),
+        // A rewrite keeping size and time: one byte flipped, the time put back.
+        (
+            "cd /testbed && cp -p calc/format.py /tmp/o && python3 -c \"p='calc/format.py'; b=bytearray(open(p,'rb').read()); b[0]=b[0]^1; open(p,'wb').write(b)\" && touch -r /tmp/o calc/format.py && rm /tmp/o",
+            false,
+        ),
+        // git writes its index (a plain status refreshes it).
+        ("cd /testbed && git checkout -q calc/format.py && git status > /dev/null", false),
+    ];
+    for (t, (command, stat_exact)) in steps.iter().enumerate() {
+        let t = t as u32 + 1;
+        run(&c, command).await;
+        let (_, stamp) = measure.changes_stamped(t).await.expect("measures");
+        let stamp = stamp.expect("the layer is read here");
+        if t < 3 {
+            assert_eq!(stamp.stat_exact, *stat_exact, "after {command:?}");
+        } else {
+            let diff = c.diff().await.expect("diff");
+            assert!(diff.iter().any(|c| c.path == "/testbed/.git/index"), "git wrote its index: {diff:?}");
+        }
+        let fingerprint = measure.fingerprint(t, Some(0)).await.expect("measures");
+        let (diff, status) = git_state(&c, &task, &interpreter, false).await.expect("git");
+        assert_eq!((&fingerprint.git_diff, &fingerprint.git_status), (&diff, &status), "after {command:?}");
+        // And the shortcut itself, run regardless, agrees wherever it is taken.
+        if t == 1 {
+            assert_eq!(git_state(&c, &task, &interpreter, true).await.expect("git"), (diff.clone(), status.clone()));
+        }
+        if t == 2 {
+            assert!(
+                fingerprint.git_diff.contains("calc/format.py"),
+                "the rewrite is in git diff: {}",
+                fingerprint.git_diff
+            );
+            assert!(
+                !fingerprint.changed_paths.iter().any(|p| p.ends_with("format.py")),
+                "the engine's diff does not see it: {:?}",
+                fingerprint.changed_paths
+            );
+        }
+    }
+    c.remove().await.expect("removed");
+}

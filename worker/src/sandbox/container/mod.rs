@@ -129,9 +129,21 @@ pub enum ChangeKind {
     Deleted,
 }
 
+/// The stamp of a writable layer read on the worker's host ([`ContainerRuntime::diff_stamped`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerStamp {
+    /// A hash of every entry of the layer with its stat: equal hashes, the same state.
+    pub hash: String,
+    /// Whether every file of the image that the layer holds again with the image's size and
+    /// modification second also holds the image's bytes: a check of sizes and whole-second times
+    /// alone (git's `core.checkStat=minimal`) then misses no change the layer made to the image's
+    /// files.
+    pub stat_exact: bool,
+}
+
 /// A diff with the stamp of the writable layer it was read from, if it was
 /// ([`ContainerRuntime::diff_stamped`]).
-pub type StampedDiff = (Vec<Change>, Option<String>);
+pub type StampedDiff = (Vec<Change>, Option<LayerStamp>);
 
 /// An image vcurve made, as listed by [`ContainerRuntime::images`].
 #[derive(Debug, Clone, PartialEq, Eq)]

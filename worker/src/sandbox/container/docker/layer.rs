@@ -71,6 +71,9 @@ pub struct LayerState {
     pub changes: Vec<Change>,
     /// A hash of every entry of the writable layer with its stat.
     pub stamp: String,
+    /// No file of the image is held again with the image's size and modification second but
+    /// other bytes ([`super::super::LayerStamp::stat_exact`]).
+    pub stat_exact: bool,
 }
 
 /// What an upper directory entry is.
@@ -217,9 +220,9 @@ impl Layers {
     /// Read the changes and the stamp (see the module docs). An error means the layer cannot be
     /// read here: use the engine's diff.
     pub fn changes(&self) -> io::Result<LayerState> {
-        let mut walk = Walk { layers: self, changes: BTreeMap::new(), hash: Sha256::new() };
+        let mut walk = Walk { layers: self, changes: BTreeMap::new(), hash: Sha256::new(), stat_exact: true };
         walk.dir("/", false)?;
-        let Walk { mut changes, hash, .. } = walk;
+        let Walk { mut changes, hash, stat_exact, .. } = walk;
         // Every directory above a change is changed, unless it was added.
         let paths: Vec<String> = changes.keys().cloned().collect();
         for path in paths {
@@ -234,7 +237,7 @@ impl Layers {
         }
         let changes = changes.into_iter().map(|(path, kind)| Change { path, kind }).collect();
         let stamp = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        Ok(LayerState { changes, stamp })
+        Ok(LayerState { changes, stamp, stat_exact })
     }
 }
 
@@ -242,6 +245,23 @@ struct Walk<'l> {
     layers: &'l Layers,
     changes: BTreeMap<String, ChangeKind>,
     hash: Sha256,
+    stat_exact: bool,
+}
+
+/// Whether the files `a` and `b` hold the same bytes.
+fn same_bytes(a: &Path, b: &Path) -> io::Result<bool> {
+    use std::io::Read;
+    let (mut a, mut b) = (std::fs::File::open(a)?, std::fs::File::open(b)?);
+    let (mut x, mut y) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = a.read(&mut x)?;
+        if n == 0 {
+            return Ok(b.read(&mut y[..1])? == 0);
+        }
+        if b.read_exact(&mut y[..n]).is_err() || x[..n] != y[..n] {
+            return Ok(false);
+        }
+    }
 }
 
 impl Walk<'_> {
@@ -344,6 +364,16 @@ impl Walk<'_> {
                 Some((lower_path, lower)) => {
                     let changed = stat_differs(&lower, meta)
                         || xattr(&lower_path, CAPABILITY_XATTR)? != xattr(&path, CAPABILITY_XATTR)?;
+                    // A rewrite that kept the size and the second: only its bytes tell.
+                    if self.stat_exact
+                        && meta.is_file()
+                        && lower.is_file()
+                        && meta.size() == lower.size()
+                        && meta.mtime() == lower.mtime()
+                        && !same_bytes(&lower_path, &path)?
+                    {
+                        self.stat_exact = false;
+                    }
                     if changed {
                         self.changes.insert(child.clone(), ChangeKind::Modified);
                     }

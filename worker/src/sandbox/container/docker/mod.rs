@@ -112,7 +112,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 
 use super::{
-    Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError, StampedDiff,
+    Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, LayerStamp, RuntimeError,
+    StampedDiff,
 };
 
 mod engine;
@@ -326,7 +327,9 @@ impl DockerRuntime {
         if let Some(layers) = self.layers_of(container).await? {
             let read = tokio::task::spawn_blocking(move || layers.changes()).await;
             match read {
-                Ok(Ok(state)) => return Ok((state.changes, Some(state.stamp))),
+                Ok(Ok(state)) => {
+                    return Ok((state.changes, Some(LayerStamp { hash: state.stamp, stat_exact: state.stat_exact })));
+                }
                 Ok(Err(e)) => {
                     // A container removed meanwhile takes its layer with it: the engine says so.
                     if self.running(container).await? {

@@ -31,7 +31,7 @@ use sha2::{Digest, Sha256};
 
 use super::{
     Change, ChangeKind, ContainerNetwork, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo,
-    RuntimeError, StampedDiff,
+    LayerStamp, RuntimeError, StampedDiff,
 };
 
 mod fs;
@@ -383,7 +383,8 @@ impl FakeRuntime {
             hash.update((content.len() as u64).to_le_bytes());
             hash.update(content);
         }
-        Ok((diff, Some(hash.finalize().iter().map(|b| format!("{b:02x}")).collect())))
+        let hash = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Ok((diff, Some(LayerStamp { hash, stat_exact: true })))
     }
 
     fn do_commit(

@@ -111,4 +111,13 @@ fn the_stamp_moves_with_any_write_even_one_that_restores_size_and_time() {
     let after = layers.changes().unwrap();
     assert_eq!(after.changes, before.changes, "the same size and time: no change for the engine either");
     assert_ne!(after.stamp, before.stamp);
+    // Only the bytes tell the rewrite: a stat check would miss it.
+    assert!(before.stat_exact, "a copy-up of the image's own bytes");
+    assert!(!after.stat_exact, "other bytes under the image's size and time");
+    // Another second, or another size, is seen by a stat check.
+    set_time(&layers.upper.join("r/a"), 1_001);
+    assert!(layers.changes().unwrap().stat_exact);
+    fs::write(layers.upper.join("r/a"), "r/AA").unwrap();
+    set_time(&layers.upper.join("r/a"), 1_000);
+    assert!(layers.changes().unwrap().stat_exact);
 }
