@@ -338,6 +338,8 @@ pub struct Fingerprinter<'a> {
     /// Whether the last diff measured holds a git index written in the container (the changes
     /// leave out what is below `.git`, so this is read from the diff itself).
     index_written: bool,
+    /// The git state measured at step `.0`.
+    git_at: Option<(u32, (String, String))>,
 }
 
 impl<'a> Fingerprinter<'a> {
@@ -349,7 +351,7 @@ impl<'a> Fingerprinter<'a> {
         interpreter: &'a vcurve_record::Interpreter,
         base: ChangeSet,
     ) -> Fingerprinter<'a> {
-        Fingerprinter { container, task, interpreter, base, measured: None, git: None, index_written: false }
+        Fingerprinter { container, task, interpreter, base, measured: None, git: None, index_written: false, git_at: None }
     }
 
     /// The container's changes against the task image at step `t`, measured once per step (one
@@ -377,9 +379,22 @@ impl<'a> Fingerprinter<'a> {
     /// match), and the layer holds no file of the image rewritten keeping its size and second
     /// ([`LayerStamp::stat_exact`]).
     pub async fn fingerprint(&mut self, t: u32, returncode: Option<i32>) -> Result<Fingerprint, RuntimeError> {
-        let (changes, stamp) = self.changes_stamped(t).await?;
+        let (changes, _) = self.changes_stamped(t).await?;
         let changed_paths = changes.fingerprint_paths();
-        let (git_diff, git_status) = match (&stamp, &self.git) {
+        let (git_diff, git_status) = self.git_state(t).await?;
+        Ok(Fingerprint { changed_paths, returncode, git_diff, git_status })
+    }
+
+    /// `git diff` and `git status` at step `t`, as [`Fingerprinter::fingerprint`] measures them:
+    /// run once per step, and again only when the layer's stamp moved since they last ran.
+    pub async fn git_state(&mut self, t: u32) -> Result<(String, String), RuntimeError> {
+        if let Some((at, state)) = &self.git_at
+            && *at == t
+        {
+            return Ok(state.clone());
+        }
+        let (_, stamp) = self.changes_stamped(t).await?;
+        let state = match (&stamp, &self.git) {
             (Some(now), Some((then, state))) if now == then => state.clone(),
             _ => {
                 let stat_only =
@@ -391,7 +406,8 @@ impl<'a> Fingerprinter<'a> {
                 state
             }
         };
-        Ok(Fingerprint { changed_paths, returncode, git_diff, git_status })
+        self.git_at = Some((t, state.clone()));
+        Ok(state)
     }
 }
 
@@ -480,6 +496,12 @@ impl<'a> Replay<'a> {
     /// the layer itself ([`Container::diff_stamped`]): equal stamps, the same state.
     pub async fn changes_stamped(&mut self) -> Result<(ChangeSet, Option<LayerStamp>), RuntimeError> {
         self.measure.changes_stamped(self.t).await
+    }
+
+    /// `git diff` and `git status` at `h_t`: the ones the step's fingerprint measured where it
+    /// measured one and the layer has not moved since ([`Fingerprinter::git_state`]).
+    pub async fn git_state(&mut self) -> Result<(String, String), RuntimeError> {
+        self.measure.git_state(self.t).await
     }
 
     /// Replay step `t + 1`: `Ok(None)` when it reproduced the record (the state is now at

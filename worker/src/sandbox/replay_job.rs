@@ -13,13 +13,10 @@ use vcurve_record::jobs::Replayed;
 use vcurve_record::{Fingerprint, Trajectory};
 
 use vcurve_method::analyses::Observation;
-use vcurve_record::replay::GIT_DIFF_COMMAND;
 
 use crate::sandbox::container::{ChangeKind, Container};
-use crate::sandbox::exec;
 use crate::sandbox::replay::{
-    ChangeSet, ContainerLimits, FingerprintMode, GIT_TIMEOUT_S, Normalizer, OnStep, Replay, ReplayError, Verdict,
-    replay_steps,
+    ChangeSet, ContainerLimits, FingerprintMode, Normalizer, OnStep, Replay, ReplayError, Verdict, replay_steps,
 };
 use crate::sandbox::snapshots::SnapshotCache;
 
@@ -91,8 +88,9 @@ impl OnStep for CommitAnchors<'_> {
 ///   changed or deleted a file under the task's working directory — a file that existed in the
 ///   task image: a new file (`A`) is untracked, and a directory is left out as the parent of its
 ///   changed files ([`ChangeSet::fingerprint_paths`], which also leaves out caches and `.git/`
-///   internals). A directory-only change, a file written back to its bytes or a change only
-///   `.gitignore` hides are not edits. Where `git diff` fails (the working directory is no git
+///   internals); it is the fingerprint's own `git diff` where the step measured one and the layer
+///   did not move since. A directory-only change, a file written back to its bytes or a change
+///   only `.gitignore` hides are not edits. Where `git diff` fails (the working directory is no git
 ///   repository) the container diff's candidate counts. Until the first edit every step costs
 ///   one container diff (shared with a fingerprint or an anchor's commit at that step); after it,
 ///   nothing.
@@ -140,12 +138,10 @@ async fn edits_the_repository(replay: &mut Replay<'_>) -> Result<bool, ReplayErr
     if !existed {
         return Ok(false);
     }
-    let interpreter = &replay.trajectory().interpreter;
-    let diff = exec::run_command(replay.container(), task, interpreter, GIT_DIFF_COMMAND, GIT_TIMEOUT_S).await?;
-    Ok(match diff.returncode {
-        Some(0) => !diff.output.trim().is_empty(),
-        _ => true,
-    })
+    // The step's fingerprint ran `git diff` already where it measured one. A `git diff` that
+    // fails prints why, so a non-empty output is an edit or a failure, either of which counts.
+    let (diff, _) = replay.git_state().await?;
+    Ok(!diff.trim().is_empty())
 }
 
 /// What a whole-trajectory replay does at each step: measure the first edit and first symptom,
@@ -353,7 +349,8 @@ mod tests {
         assert!(!rt.commands().contains(&"echo 4".to_owned()));
     }
 
-    const GIT_DIFF: &str = "git --no-optional-locks diff";
+    /// The first line of the one command a fingerprint's git state runs.
+    const GIT_DIFF: &str = "git --no-optional-locks diff\n";
 
     async fn observed(steps: &[&[(&str, f64)]]) -> (Replayed, Arc<crate::sandbox::container::double::FakeRuntime>) {
         let rt = runtime();
@@ -388,7 +385,34 @@ mod tests {
         // A container diff at each step up to the first edit, none after it; `git diff` only where
         // the container diff had a changed file of the repository.
         assert_eq!(rt.count(Op::Diff), 4);
-        assert_eq!(rt.commands().iter().filter(|c| c.as_str() == GIT_DIFF).count(), 1);
+        assert_eq!(rt.commands().iter().filter(|c| c.starts_with(GIT_DIFF)).count(), 1);
+    }
+
+    /// Where the replay measures a fingerprint at every step, the first edit reads the
+    /// fingerprint's `git diff`: no git command of its own.
+    #[tokio::test]
+    async fn the_first_edit_reads_the_fingerprints_git_diff() {
+        let rt = runtime();
+        let steps: &[&[(&str, f64)]] = &[&[("cat a.py", 10.0)], &[("echo b > a.py", 10.0)], &[("echo fine", 10.0)]];
+        let t = record(&rt, steps, false).await;
+        let runtime: Arc<dyn ContainerRuntime> = rt.clone();
+        let cache = SnapshotCache::open(runtime, 1 << 30).await.unwrap();
+        let out = replay_trajectory(
+            &cache,
+            &t,
+            &t.digest(),
+            &[0],
+            &Normalizer::default(),
+            FingerprintMode::RecordMissing,
+            &limits(),
+        )
+        .await
+        .unwrap();
+        let done = out.reproduced().expect("reproduced");
+        assert_eq!(done.replayed.first_edit, Observation::At(2));
+        assert_eq!(done.fingerprints.len(), 3);
+        assert!(done.fingerprints[&2].git_diff.contains("a.py"));
+        assert_eq!(rt.commands().iter().filter(|c| c.starts_with(GIT_DIFF)).count(), 3, "one git state a step");
     }
 
     #[tokio::test]
@@ -407,7 +431,7 @@ mod tests {
         .await;
         assert_eq!((replayed.first_edit, replayed.first_symptom), (Observation::Never, Observation::Never));
         assert_eq!(rt.count(Op::Diff), 3);
-        assert!(!rt.commands().iter().any(|c| c == GIT_DIFF), "no git diff without a changed file of the task image");
+        assert!(!rt.commands().iter().any(|c| c.starts_with(GIT_DIFF)), "no git diff without a changed file of the task image");
     }
 
     #[tokio::test]
