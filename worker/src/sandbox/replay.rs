@@ -351,7 +351,16 @@ impl<'a> Fingerprinter<'a> {
         interpreter: &'a vcurve_record::Interpreter,
         base: ChangeSet,
     ) -> Fingerprinter<'a> {
-        Fingerprinter { container, task, interpreter, base, measured: None, git: None, index_written: false, git_at: None }
+        Fingerprinter {
+            container,
+            task,
+            interpreter,
+            base,
+            measured: None,
+            git: None,
+            index_written: false,
+            git_at: None,
+        }
     }
 
     /// The container's changes against the task image at step `t`, measured once per step (one

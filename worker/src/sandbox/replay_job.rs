@@ -431,7 +431,10 @@ mod tests {
         .await;
         assert_eq!((replayed.first_edit, replayed.first_symptom), (Observation::Never, Observation::Never));
         assert_eq!(rt.count(Op::Diff), 3);
-        assert!(!rt.commands().iter().any(|c| c.starts_with(GIT_DIFF)), "no git diff without a changed file of the task image");
+        assert!(
+            !rt.commands().iter().any(|c| c.starts_with(GIT_DIFF)),
+            "no git diff without a changed file of the task image"
+        );
     }
 
     #[tokio::test]
