@@ -45,10 +45,10 @@ use sha2::{Digest, Sha256};
 use super::super::{Change, ChangeKind};
 
 /// The opaque-directory marker file fuse-overlayfs and AUFS write.
-const OPAQUE_FILE: &str = ".wh..wh..opq";
+pub(super) const OPAQUE_FILE: &str = ".wh..wh..opq";
 /// fuse-overlayfs's whiteout of its own opaque marker, next to it.
-const OPAQUE_WHITEOUT: &str = ".wh..opq";
-const WHITEOUT_PREFIX: &str = ".wh.";
+pub(super) const OPAQUE_WHITEOUT: &str = ".wh..opq";
+pub(super) const WHITEOUT_PREFIX: &str = ".wh.";
 /// The attributes that mark an overlay directory opaque (kernel overlay as root, kernel overlay
 /// with `userxattr`, fuse-overlayfs without the right to set `trusted.*`).
 const OPAQUE_XATTRS: &[&str] = &["trusted.overlay.opaque", "user.overlay.opaque", "user.fuseoverlayfs.opaque"];

@@ -38,7 +38,7 @@ use bollard::query_parameters::ImportImageOptionsBuilder;
 use futures::StreamExt;
 
 use super::engine::{container_error, engine};
-use super::layer::{self, Layers};
+use super::layer::{self, Layers, OPAQUE_FILE, OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
 use super::{DockerRuntime, RuntimeError};
 
 /// The most file content a loaded snapshot carries; a larger layer is committed by the engine.
@@ -47,8 +47,6 @@ pub const LOAD_CAP: u64 = 256 << 20;
 /// Attributes by which kernel overlay makes an entry stand for one elsewhere in the image (a
 /// renamed directory, a file whose data stays below): the entry alone is not the change.
 const OVERLAY_XATTRS: &[&str] = &["trusted.overlay.redirect", "trusted.overlay.metacopy"];
-const OPAQUE_MARKER: &str = ".wh..wh..opq";
-const WHITEOUT_PREFIX: &str = ".wh.";
 
 fn unsupported(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::Unsupported, what)
@@ -117,7 +115,7 @@ impl Writer {
 
     fn entry(&mut self, path: &Path, name: &str, rel: &str, meta: &Metadata) -> io::Result<()> {
         // The driver's own opaque markers: a directory's opacity is written with the directory.
-        if name == OPAQUE_MARKER || name == ".wh..opq" {
+        if name == OPAQUE_FILE || name == OPAQUE_WHITEOUT {
             return Ok(());
         }
         let kind = meta.file_type();
@@ -141,7 +139,7 @@ impl Writer {
         if kind.is_dir() {
             self.tar.append_data(&mut header_of(meta, tar::EntryType::Directory), format!("{rel}/"), io::empty())?;
             if layer::is_opaque(path)? {
-                self.tar.append_data(&mut whiteout_header(), format!("{rel}/{OPAQUE_MARKER}"), io::empty())?;
+                self.tar.append_data(&mut whiteout_header(), format!("{rel}/{OPAQUE_FILE}"), io::empty())?;
             }
             return self.dir(path, rel);
         }
