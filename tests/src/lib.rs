@@ -291,6 +291,33 @@ impl Process {
         }
     }
 
+    /// Stop it with SIGSTOP: it does nothing more (removes no container, sends no heartbeat)
+    /// until [`Process::thaw`] or [`Process::kill9`]; what it started runs on. Whether it was
+    /// running to be stopped.
+    pub fn freeze(&mut self) -> bool {
+        self.signal("STOP")
+    }
+
+    /// Let a frozen process go on (SIGCONT).
+    pub fn thaw(&mut self) -> bool {
+        self.signal("CONT")
+    }
+
+    fn signal(&mut self, name: &str) -> bool {
+        let Some(child) = &self.child else { return false };
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if sent {
+            let _ = OpenOptions::new()
+                .append(true)
+                .open(&self.log)
+                .and_then(|mut log| writeln!(log, "=== SIG{name} from the test"));
+        }
+        sent
+    }
+
     /// Whether it is alive (false once it has exited or been killed).
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {

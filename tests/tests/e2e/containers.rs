@@ -514,7 +514,10 @@ fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
         .to_string();
 
     // A continuation from a snapshot (t ≥ 1, after the base runs, the replay and the first screened
-    // point) running for a second, so that its agent is mid-run: then the SIGKILL.
+    // point) in flight: then the SIGKILL. A continuation from a snapshot takes about a second here,
+    // too short to catch by listing twice, so the worker is frozen (SIGSTOP) as soon as one is
+    // listed: frozen, it removes nothing, so what is listed then is what its jobs hold at the
+    // kill. None from t ≥ 1 among them (the one seen had just ended): thawed, and tried again.
     let worker_label = [format!("vcurve.worker={name}")];
     let mid_run = || -> Vec<ContainerRow> {
         containers(&worker_label, false)
@@ -524,13 +527,13 @@ fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
     };
     let mut victims = Vec::new();
     let found = poll(STUDY_TIMEOUT, || {
-        let first = mid_run();
-        if first.is_empty() {
+        if mid_run().is_empty() {
             return false;
         }
-        std::thread::sleep(Duration::from_secs(1));
-        victims = mid_run().into_iter().filter(|c| first.contains(c)).collect();
+        assert!(worker.freeze(), "the worker {name} exited; see {}", worker.log().display());
+        victims = mid_run();
         if victims.is_empty() {
+            worker.thaw();
             return false;
         }
         worker.kill9();
@@ -545,14 +548,15 @@ fn a_worker_killed_mid_continuation_leaves_containers_that_its_restart_reaps() {
         victims.iter().map(|c| &c.job).collect::<Vec<_>>()
     );
 
-    // Left behind by the dead worker: its containers at the kill. A victim may have ended in the
-    // moment between the listing and the kill, and its slot started the next job's container, so
-    // any container of the killed worker counts.
+    // Left behind by the dead worker: its containers at the kill, the victims among them.
     let left: Vec<ContainerRow> = containers(&worker_label, true);
     assert!(
         !left.is_empty(),
         "the killed worker {name} left no container behind (it was running {victims:?} a moment before)"
     );
+    for victim in &victims {
+        assert!(left.contains(victim), "the killed worker's container {victim:?} is gone before its restart: {left:?}");
+    }
     // ...and reaped by its restart under the same name: every container of the killed life.
     worker.restart();
     let restarted = Instant::now();
