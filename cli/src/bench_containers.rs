@@ -165,6 +165,7 @@ async fn measure(
         workdir: task.workdir.clone(),
         timeout: Duration::from_secs(60),
         leave_running: false,
+        reaps_itself: false,
     };
     for i in 0..runs {
         let started = Instant::now();

@@ -164,6 +164,7 @@ async fn container_operations_are_timed_through_the_metered_runtime() {
         workdir: "/testbed".into(),
         timeout: Duration::from_secs(10),
         leave_running: false,
+        reaps_itself: false,
     };
     container.exec(&exec("echo 1 > one")).await.unwrap();
     // A listing of containers (start-up lists them only when a dead predecessor left some).

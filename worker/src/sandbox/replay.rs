@@ -97,9 +97,9 @@ pub async fn git_state(
     let observed = if stat_only {
         let mut interpreter = interpreter.clone();
         interpreter.env.extend(GIT_STAT_ONLY_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-        exec::run_command(container, task, &interpreter, &command, GIT_TIMEOUT_S).await?
+        exec::run_own_command(container, task, &interpreter, &command, GIT_TIMEOUT_S).await?
     } else {
-        exec::run_command(container, task, interpreter, &command, GIT_TIMEOUT_S).await?
+        exec::run_own_command(container, task, interpreter, &command, GIT_TIMEOUT_S).await?
     };
     let line = format!("{GIT_STATE_SEPARATOR}-{nonce}\n");
     let Some(at) = observed.output.find(&line) else {

@@ -143,6 +143,7 @@ fn bash(command: &str, timeout: Duration) -> ExecRequest {
         workdir: "/".to_owned(),
         timeout,
         leave_running: false,
+        reaps_itself: false,
     }
 }
 
@@ -329,6 +330,7 @@ async fn env_and_workdir_are_applied() {
         workdir: "/usr/share".to_owned(),
         timeout: Duration::from_secs(10),
         leave_running: false,
+        reaps_itself: false,
     };
     let out = c.exec(&request).await.expect("runs");
     let out = text(&out);
@@ -1195,5 +1197,40 @@ async fn a_fingerprint_reads_the_git_state_git_reads_without_shortcuts() {
             );
         }
     }
+    c.remove().await.expect("removed");
+}
+
+/// vcurve's own scripts kill what they leave behind themselves ([`exec::REAP_TAIL`]), under bash
+/// and under sh: a background child in the script's process group and one that left the group
+/// but holds the output, with the script's exit status and output kept. So does a fingerprint's
+/// git, whose fsmonitor hook (set by whoever wrote the repository's configuration) starts both.
+#[tokio::test]
+async fn vcurves_own_scripts_and_a_fingerprints_git_leave_no_process() {
+    use vcurve_worker::sandbox::exec;
+    use vcurve_worker::sandbox::replay::git_state;
+    let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
+    let scope = Scope::new("own-reap").await;
+    let (task, limits) = calc_task(&scope, task_image);
+    let c = scope.start_with(&limits.spec(&task.image)).await;
+    for shell in ["bash", "sh"] {
+        let interpreter =
+            vcurve_record::Interpreter { argv: vec![shell.to_owned(), "-c".to_owned()], ..Default::default() };
+        let script = "sleep 1231 >/dev/null 2>&1 &\nsetsid sleep 1232 >/dev/null &\necho printed\n(exit 3)";
+        let started = Instant::now();
+        let out = exec::run_own_command(&c, &task, &interpreter, script, 60.0).await.expect("runs");
+        assert_eq!((out.output.as_str(), out.returncode, out.timed_out), ("printed\n", Some(3), false), "{shell}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{shell}: the output closed at once");
+        assert_eq!(leftovers(&c).await, Vec::<String>::new(), "{shell}: processes left");
+    }
+    run(
+        &c,
+        "printf '#!/bin/sh\\ntouch /tmp/fsm-ran\\nsleep 1231 >/dev/null 2>&1 &\\nsetsid sleep 1232 >/dev/null &\\nexit 1\\n' > /usr/local/bin/fsm \
+         && chmod +x /usr/local/bin/fsm && git -C /testbed config core.fsmonitor /usr/local/bin/fsm",
+    )
+    .await;
+    let interpreter = vcurve_record::Interpreter::default();
+    git_state(&c, &task, &interpreter, false).await.expect("git");
+    assert_eq!(text(&run(&c, "ls /tmp/fsm-ran").await).trim(), "/tmp/fsm-ran", "git ran the hook");
+    assert_eq!(leftovers(&c).await, Vec::<String>::new(), "what git's hook started is left");
     c.remove().await.expect("removed");
 }

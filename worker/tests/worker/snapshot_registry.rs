@@ -207,6 +207,7 @@ async fn file_in(p: &Prepared) -> String {
         workdir: "/testbed".into(),
         timeout: Duration::from_secs(30),
         leave_running: false,
+        reaps_itself: false,
     };
     String::from_utf8_lossy(&p.container.exec(&request).await.unwrap().output).into_owned()
 }

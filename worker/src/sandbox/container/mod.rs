@@ -102,6 +102,10 @@ pub struct ExecRequest {
     /// the timeout only the wait ends, the command keeps running; and what a command leaves in
     /// the background when it returns is not killed either.
     pub leave_running: bool,
+    /// vcurve's own command that kills, before it returns, whatever it started
+    /// ([`crate::sandbox::exec::REAP_TAIL`]): no second exec kills what is left of it when it
+    /// returns (one at its timeout still does, unless `leave_running`).
+    pub reaps_itself: bool,
 }
 
 /// What a command printed and how it ended.

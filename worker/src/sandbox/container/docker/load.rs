@@ -313,6 +313,7 @@ impl DockerRuntime {
         reference: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<Option<String>, RuntimeError> {
+        let began = std::time::Instant::now();
         let inspect =
             self.docker.inspect_container(container, None).await.map_err(|e| container_error(container, e))?;
         let Some(image) = inspect.image.clone() else { return Ok(None) };
@@ -335,6 +336,7 @@ impl DockerRuntime {
         let config = image_config(&inspect, &parent, &history, labels, now);
         let (archive, id) = image_archive(config, &parent_diff_ids, &layer, reference)
             .map_err(|e| RuntimeError::Engine(format!("packing the snapshot of container {container}: {e}")))?;
+        let captured = began.elapsed();
         let options = ImportImageOptionsBuilder::default().quiet(true).build();
         let mut stream = self.docker.import_image(options, bollard::body_full(archive.into()), None);
         while let Some(item) = stream.next().await {
@@ -346,6 +348,14 @@ impl DockerRuntime {
                 )));
             }
         }
+        tracing::debug!(
+            container,
+            reference,
+            layer_bytes = layer.len(),
+            capture_ms = captured.as_millis() as u64,
+            load_ms = (began.elapsed() - captured).as_millis() as u64,
+            "snapshot loaded from the writable layer"
+        );
         Ok(Some(id))
     }
 }

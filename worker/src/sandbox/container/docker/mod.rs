@@ -41,7 +41,8 @@
 //! the exec asks the engine whether the command's own process has ended (after 50 ms, then at
 //! doubling intervals up to 1 s); once it has, the kill runs at once, which closes the output,
 //! instead of waiting the ~2 s the engine gives a stream held open by a child. The kill costs one
-//! more exec per command.
+//! more exec per command, except after vcurve's own scripts (`reaps_itself`: a fingerprint's git),
+//! which do the same kill themselves before they return ([`crate::sandbox::exec::REAP_TAIL`]).
 //!
 //! A request with `leave_running` (the recorded environment of mini-swe-agent's runs, a plain
 //! `docker exec` killed at its timeout by its caller) skips both kills: at the timeout the exec
@@ -509,7 +510,7 @@ impl DockerRuntime {
             }
         }
         if !timed_out {
-            if let Some(header) = collector.header.clone().filter(|_| !request.leave_running) {
+            if let Some(header) = collector.header.clone().filter(|_| !request.leave_running && !request.reaps_itself) {
                 // The command returned: nothing of it outlives it (its process group, and whatever
                 // left the group but still holds its output).
                 self.kill_group(container, &header).await?;

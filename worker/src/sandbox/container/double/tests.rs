@@ -19,6 +19,7 @@ fn run(script: &str) -> ExecRequest {
         workdir: "/testbed".into(),
         timeout: Duration::from_secs(10),
         leave_running: false,
+        reaps_itself: false,
     }
 }
 
