@@ -31,7 +31,8 @@ use tokio::net::TcpListener;
 
 use crate::runners::seam::{JobKind, JobReport};
 use crate::sandbox::container::{
-    Change, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, RuntimeError, StampedDiff,
+    Change, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, PendingImage, RuntimeError,
+    StampedDiff,
 };
 use crate::sandbox::snapshots::SnapshotStats;
 
@@ -330,6 +331,32 @@ impl ContainerRuntime for MeteredRuntime {
         labels: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<String, RuntimeError>> {
         self.timed("commit", self.inner.commit(container, reference, labels))
+    }
+
+    /// Timed as one `commit`, from the state taken to the image made.
+    fn commit_later<'a>(
+        &'a self,
+        container: &'a str,
+        reference: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<PendingImage, RuntimeError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            match self.inner.commit_later(container, reference, labels).await {
+                Ok(pending) => {
+                    let metrics = self.metrics.clone();
+                    Ok(Box::pin(async move {
+                        let result = pending.await;
+                        metrics.container_operation("commit", started.elapsed(), result.is_ok());
+                        result
+                    }) as PendingImage)
+                }
+                Err(e) => {
+                    self.metrics.container_operation("commit", started.elapsed(), false);
+                    Err(e)
+                }
+            }
+        })
     }
 
     fn tag<'a>(&'a self, source: &'a str, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {

@@ -18,7 +18,7 @@ use crate::sandbox::container::{ChangeKind, Container};
 use crate::sandbox::replay::{
     ChangeSet, ContainerLimits, FingerprintMode, Normalizer, OnStep, Replay, ReplayError, Verdict, replay_steps,
 };
-use crate::sandbox::snapshots::SnapshotCache;
+use crate::sandbox::snapshots::{PendingSnapshot, SnapshotCache};
 
 /// A whole trajectory replayed.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +36,8 @@ pub struct TrajectoryReplay {
 /// Commits the anchors a whole-trajectory replay passes. An anchor whose writable layer has the
 /// stamp it had at the anchor committed before it (nothing was written in between: the steps only
 /// read, searched, ran tests that leave nothing) is that anchor's image named again
-/// ([`SnapshotCache::alias`]), not committed.
+/// ([`SnapshotCache::alias`]), not committed. A commit's state is taken at its step and its image
+/// made while the replay goes on to the next anchor ([`SnapshotCache::commit_later`]).
 struct CommitAnchors<'c> {
     cache: &'c SnapshotCache,
     digest: &'c str,
@@ -46,6 +47,19 @@ struct CommitAnchors<'c> {
     last: Option<(u32, String)>,
     /// Anchors named again instead of committed.
     aliased: usize,
+    /// The last anchor's image, still being made while the replay goes on
+    /// ([`SnapshotCache::commit_later`]); finished at the next anchor and when the replay ends.
+    pending: Option<PendingSnapshot>,
+}
+
+impl CommitAnchors<'_> {
+    /// Wait for the anchor still being made, if any.
+    async fn finish(&mut self) -> Result<(), ReplayError> {
+        match self.pending.take() {
+            Some(pending) => pending.finish().await.map(|_| ()),
+            None => Ok(()),
+        }
+    }
 }
 
 impl OnStep for CommitAnchors<'_> {
@@ -55,6 +69,8 @@ impl OnStep for CommitAnchors<'_> {
             if !self.anchors.contains(&t) {
                 return Ok(());
             }
+            // The previous anchor is held before this one is looked at (it may be named again).
+            self.finish().await?;
             if self.cache.holds(self.digest, t) {
                 self.last = None;
             } else {
@@ -70,7 +86,7 @@ impl OnStep for CommitAnchors<'_> {
                 if named {
                     self.aliased += 1;
                 } else {
-                    self.cache.commit(replay.container(), self.digest, t, &changes).await?;
+                    self.pending = self.cache.commit_later(replay.container(), self.digest, t, &changes).await?;
                 }
                 self.last = stamp.map(|s| (t, s.hash));
             }
@@ -189,13 +205,17 @@ pub async fn replay_trajectory(
             committed: Vec::new(),
             last: None,
             aliased: 0,
+            pending: None,
         },
     };
     let verdict =
         replay_steps(&container, trajectory, 0, length, normalizer, fingerprints, ChangeSet::new(), &mut hook).await;
     let removed = container.remove().await;
+    // The last anchor's image needs the container no more; it is waited for whatever happened.
+    let made = hook.anchors.finish().await;
     let verdict = verdict?;
     removed?;
+    made?;
     Ok(match verdict {
         Verdict::Reproduced(steps) => {
             let (first_edit, first_symptom) = hook.observe.observed();

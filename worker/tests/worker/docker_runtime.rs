@@ -1234,3 +1234,23 @@ async fn vcurves_own_scripts_and_a_fingerprints_git_leave_no_process() {
     assert_eq!(leftovers(&c).await, Vec::<String>::new(), "what git's hook started is left");
     c.remove().await.expect("removed");
 }
+
+/// A snapshot made in two halves is the container's state when the first half returned: what the
+/// container does while the image is being loaded is not in it.
+#[tokio::test]
+async fn a_snapshot_made_later_is_the_state_it_was_taken_at() {
+    vcurve_testkit::require!(Service::Docker, Service::BaseImage);
+    let scope = Scope::new("commit-later").await;
+    let labels = scope.labels_for("w");
+    let c = scope.start().await;
+    run(&c, "mkdir -p /work && echo taken > /work/state && echo kept > /work/kept").await;
+    let reference = scope.reference(1);
+    let pending = c.commit_later(&reference, &labels).await.expect("taken");
+    run(&c, "echo later > /work/state && rm /work/kept && echo new > /work/new").await;
+    pending.await.expect("loaded");
+    let from = scope.start_with(&ContainerSpec { image: reference.clone(), ..scope.spec() }).await;
+    let seen = run(&from, "cat /work/state /work/kept; ls /work").await;
+    assert_eq!(text(&seen), "taken\nkept\nkept\nstate\n");
+    from.remove().await.expect("removed");
+    c.remove().await.expect("removed");
+}

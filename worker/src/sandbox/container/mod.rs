@@ -177,6 +177,10 @@ pub enum RuntimeError {
     Engine(String),
 }
 
+/// An image being made from a container's state taken earlier
+/// ([`ContainerRuntime::commit_later`]); resolves to the image's id.
+pub type PendingImage = BoxFuture<'static, Result<String, RuntimeError>>;
+
 /// The container runtime (Docker Engine through bollard in production).
 ///
 /// Futures are boxed so that the trait stays dyn-compatible (`Arc<dyn ContainerRuntime>`).
@@ -218,6 +222,22 @@ pub trait ContainerRuntime: Send + Sync {
         reference: &'a str,
         labels: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<String, RuntimeError>>;
+
+    /// [`ContainerRuntime::commit`] in two halves: the container's state is taken when the
+    /// returned future resolves (what the container does after does not change the image), and
+    /// the image is made from it by the [`PendingImage`], which may run while the container goes
+    /// on. By default the whole commit is the first half.
+    fn commit_later<'a>(
+        &'a self,
+        container: &'a str,
+        reference: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<PendingImage, RuntimeError>> {
+        Box::pin(async move {
+            let id = self.commit(container, reference, labels).await?;
+            Ok(Box::pin(std::future::ready(Ok(id))) as PendingImage)
+        })
+    }
 
     /// Name the local image `source` also `reference` (`repo:tag`): the same image, no new layer.
     fn tag<'a>(&'a self, source: &'a str, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>>;
@@ -312,6 +332,15 @@ impl Container {
 
     pub async fn commit(&self, reference: &str, labels: &BTreeMap<String, String>) -> Result<String, RuntimeError> {
         self.runtime.commit(self.id(), reference, labels).await
+    }
+
+    /// [`ContainerRuntime::commit_later`].
+    pub async fn commit_later(
+        &self,
+        reference: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<PendingImage, RuntimeError> {
+        self.runtime.commit_later(self.id(), reference, labels).await
     }
 
     /// Remove the container now.

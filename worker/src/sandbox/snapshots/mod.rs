@@ -55,7 +55,7 @@ use vcurve_record::Trajectory;
 use vcurve_record::jobs::CompareLevel;
 pub use vcurve_record::snapshot::RegistrySnapshot;
 
-use crate::sandbox::container::{Container, ContainerRuntime, RuntimeError, labels};
+use crate::sandbox::container::{Container, ContainerRuntime, PendingImage, RuntimeError, labels};
 use crate::sandbox::replay::{
     CHANGES_LABEL, ChangeSet, ContainerLimits, FingerprintMode, Normalizer, Replay, ReplayError, Verdict,
 };
@@ -200,6 +200,24 @@ impl Drop for SnapshotPin {
     fn drop(&mut self) {
         if let Some(entry) = self.inner.index().entries.get_mut(&self.key) {
             entry.pins = entry.pins.saturating_sub(1);
+        }
+    }
+}
+
+/// The background half of [`SnapshotCache::commit_later`]: the image being made and entered in
+/// the cache. It goes on when this is dropped; [`PendingSnapshot::finish`] waits for it.
+#[must_use = "a pending snapshot's failure is only seen by finishing it"]
+pub struct PendingSnapshot {
+    made: tokio::task::JoinHandle<Result<bool, ReplayError>>,
+}
+
+impl PendingSnapshot {
+    /// Wait until the snapshot is made and held; what [`SnapshotCache::commit`] would have
+    /// returned.
+    pub async fn finish(self) -> Result<bool, ReplayError> {
+        match self.made.await {
+            Ok(result) => result,
+            Err(e) => Err(ReplayError::from(RuntimeError::Engine(format!("making a snapshot image failed: {e}")))),
         }
     }
 }
@@ -446,14 +464,48 @@ impl SnapshotCache {
         t: u32,
         changes: &ChangeSet,
     ) -> Result<bool, ReplayError> {
+        match self.commit_later(container, digest, t, changes).await? {
+            Some(pending) => pending.finish().await,
+            None => Ok(false),
+        }
+    }
+
+    /// [`SnapshotCache::commit`] in two halves: the container's state is taken before this returns
+    /// (the container may go on), and the image is made from it and entered in the cache in the
+    /// background ([`ContainerRuntime::commit_later`]): the returned [`PendingSnapshot`] tells when
+    /// and how that ended. Until then `h_t` is not held, and whoever commits or prepares `h_t`
+    /// waits for it (the key's lock goes with the background half). `None`: the cache holds `h_t`
+    /// already.
+    pub async fn commit_later(
+        &self,
+        container: &Container,
+        digest: &str,
+        t: u32,
+        changes: &ChangeSet,
+    ) -> Result<Option<PendingSnapshot>, ReplayError> {
         let key = (digest.to_owned(), t);
         let lock = self.key_lock(&key);
-        let result = {
-            let _building = lock.lock().await;
-            self.commit_locked(container, digest, t, changes).await
+        let building = lock.clone().lock_owned().await;
+        let image = match self.capture_locked(container, digest, t, changes).await {
+            Ok(Some(image)) => image,
+            other => {
+                drop(building);
+                self.release_key_lock(&key, lock);
+                return other.map(|_| None);
+            }
         };
-        self.release_key_lock(&key, lock);
-        result
+        let cache = self.clone();
+        let changes = changes.clone();
+        let made = tokio::spawn(async move {
+            let result = match image.await {
+                Ok(image_id) => cache.enter_committed(&key.0, key.1, image_id, changes).await,
+                Err(e) => Err(ReplayError::from(e)),
+            };
+            drop(building);
+            cache.release_key_lock(&key, lock);
+            result
+        });
+        Ok(Some(PendingSnapshot { made }))
     }
 
     /// [`SnapshotCache::commit`] with the key's lock held.
@@ -464,13 +516,31 @@ impl SnapshotCache {
         t: u32,
         changes: &ChangeSet,
     ) -> Result<bool, ReplayError> {
+        match self.capture_locked(container, digest, t, changes).await? {
+            Some(image) => {
+                let image_id = image.await?;
+                self.enter_committed(digest, t, image_id, changes.clone()).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The first half of a commit with the key's lock held: `None` when the cache holds `h_t`.
+    async fn capture_locked(
+        &self,
+        container: &Container,
+        digest: &str,
+        t: u32,
+        changes: &ChangeSet,
+    ) -> Result<Option<PendingImage>, ReplayError> {
         let reference = self.local_reference(digest, t)?;
         {
             let mut index = self.inner.index();
             let now = index.tick();
             if let Some(entry) = index.entries.get_mut(&(digest.to_owned(), t)) {
                 entry.last_used = now;
-                return Ok(false);
+                return Ok(None);
             }
         }
         let mut image_labels = BTreeMap::from([
@@ -482,7 +552,19 @@ impl SnapshotCache {
         if let Some(lineage) = &self.inner.lineage {
             image_labels.insert(labels::LINEAGE.to_owned(), lineage.clone());
         }
-        let image_id = container.commit(&reference, &image_labels).await?;
+        Ok(Some(container.commit_later(&reference, &image_labels).await?))
+    }
+
+    /// The second half of a commit, once the image exists: enter it in the index with its size,
+    /// push it (with a registry) and keep the cache under its budget. Returns `true`.
+    async fn enter_committed(
+        &self,
+        digest: &str,
+        t: u32,
+        image_id: String,
+        changes: ChangeSet,
+    ) -> Result<bool, ReplayError> {
+        let reference = self.local_reference(digest, t)?;
         let filter = BTreeMap::from([
             (labels::SNAPSHOT_TRAJECTORY.to_owned(), digest.to_owned()),
             (labels::SNAPSHOT_T.to_owned(), t.to_string()),
@@ -500,14 +582,7 @@ impl SnapshotCache {
             let last_used = index.tick();
             index.entries.insert(
                 (digest.to_owned(), t),
-                Entry {
-                    reference: reference.clone(),
-                    image_id,
-                    size_bytes,
-                    last_used,
-                    pins: 0,
-                    changes: changes.clone(),
-                },
+                Entry { reference: reference.clone(), image_id, size_bytes, last_used, pins: 0, changes },
             );
         }
         tracing::info!(image = %reference, trajectory = %digest, t, size_bytes, "snapshot committed");

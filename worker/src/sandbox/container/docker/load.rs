@@ -39,7 +39,7 @@ use futures::StreamExt;
 
 use super::engine::{container_error, engine};
 use super::layer::{self, Layers, OPAQUE_FILE, OPAQUE_WHITEOUT, WHITEOUT_PREFIX};
-use super::{DockerRuntime, RuntimeError};
+use super::{DockerRuntime, PendingImage, RuntimeError};
 
 /// The most file content a loaded snapshot carries; a larger layer is committed by the engine.
 pub const LOAD_CAP: u64 = 256 << 20;
@@ -304,15 +304,17 @@ fn image_config(
 }
 
 impl DockerRuntime {
-    /// Commit `container` (writable layer `layers`) as `reference` by loading its layer (module
-    /// docs). `Ok(None)`: this layer cannot be written here, commit through the engine.
-    pub(super) async fn load_commit(
+    /// Take the state of `container` (writable layer `layers`) for the image `reference`: its
+    /// layer and configuration, packed; the returned future loads them (module docs) and may run
+    /// while the container goes on. `Ok(None)`: this layer cannot be written here, commit through
+    /// the engine.
+    pub(super) async fn load_later(
         &self,
         container: &str,
         layers: Layers,
         reference: &str,
         labels: &BTreeMap<String, String>,
-    ) -> Result<Option<String>, RuntimeError> {
+    ) -> Result<Option<PendingImage>, RuntimeError> {
         let began = std::time::Instant::now();
         let inspect =
             self.docker.inspect_container(container, None).await.map_err(|e| container_error(container, e))?;
@@ -334,29 +336,36 @@ impl DockerRuntime {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0));
         let config = image_config(&inspect, &parent, &history, labels, now);
+        let layer_bytes = layer.len();
         let (archive, id) = image_archive(config, &parent_diff_ids, &layer, reference)
             .map_err(|e| RuntimeError::Engine(format!("packing the snapshot of container {container}: {e}")))?;
+        drop(layer);
         let captured = began.elapsed();
-        let options = ImportImageOptionsBuilder::default().quiet(true).build();
-        let mut stream = self.docker.import_image(options, bollard::body_full(archive.into()), None);
-        while let Some(item) = stream.next().await {
-            let item = item.map_err(engine)?;
-            if let Some(detail) = item.error_detail {
-                return Err(RuntimeError::Engine(format!(
-                    "loading the snapshot {reference} of container {container}: {}",
-                    detail.message.unwrap_or_default()
-                )));
+        let docker = self.docker.clone();
+        let (container, reference) = (container.to_owned(), reference.to_owned());
+        Ok(Some(Box::pin(async move {
+            let began = std::time::Instant::now();
+            let options = ImportImageOptionsBuilder::default().quiet(true).build();
+            let mut stream = docker.import_image(options, bollard::body_full(archive.into()), None);
+            while let Some(item) = stream.next().await {
+                let item = item.map_err(engine)?;
+                if let Some(detail) = item.error_detail {
+                    return Err(RuntimeError::Engine(format!(
+                        "loading the snapshot {reference} of container {container}: {}",
+                        detail.message.unwrap_or_default()
+                    )));
+                }
             }
-        }
-        tracing::debug!(
-            container,
-            reference,
-            layer_bytes = layer.len(),
-            capture_ms = captured.as_millis() as u64,
-            load_ms = (began.elapsed() - captured).as_millis() as u64,
-            "snapshot loaded from the writable layer"
-        );
-        Ok(Some(id))
+            tracing::debug!(
+                container,
+                reference,
+                layer_bytes,
+                capture_ms = captured.as_millis() as u64,
+                load_ms = began.elapsed().as_millis() as u64,
+                "snapshot loaded from the writable layer"
+            );
+            Ok(id)
+        })))
     }
 }
 

@@ -113,8 +113,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 
 use super::{
-    Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, LayerStamp, RuntimeError,
-    StampedDiff,
+    Change, ChangeKind, ContainerRuntime, ContainerSpec, ExecOutput, ExecRequest, ImageInfo, LayerStamp, PendingImage,
+    RuntimeError, StampedDiff,
 };
 
 mod engine;
@@ -685,12 +685,24 @@ impl DockerRuntime {
         reference: &str,
         labels: &BTreeMap<String, String>,
     ) -> Result<String, RuntimeError> {
+        self.commit_later_impl(container, reference, labels).await?.await
+    }
+
+    /// The writable layer's state packed now and loaded by the returned future
+    /// ([`DockerRuntime::load_later`]); where it cannot be, the engine's commit, made now.
+    async fn commit_later_impl(
+        &self,
+        container: &str,
+        reference: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<PendingImage, RuntimeError> {
         if let Some(layers) = self.layers_of(container).await?
-            && let Some(id) = self.load_commit(container, layers, reference, labels).await?
+            && let Some(pending) = self.load_later(container, layers, reference, labels).await?
         {
-            return Ok(id);
+            return Ok(pending);
         }
-        self.engine_commit(container, reference, labels).await
+        let id = self.engine_commit(container, reference, labels).await?;
+        Ok(Box::pin(std::future::ready(Ok(id))))
     }
 
     /// The engine's own commit of `container` (`docker commit`, not paused).
@@ -828,6 +840,15 @@ impl ContainerRuntime for DockerRuntime {
         labels: &'a BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<String, RuntimeError>> {
         Box::pin(self.commit_impl(container, reference, labels))
+    }
+
+    fn commit_later<'a>(
+        &'a self,
+        container: &'a str,
+        reference: &'a str,
+        labels: &'a BTreeMap<String, String>,
+    ) -> BoxFuture<'a, Result<PendingImage, RuntimeError>> {
+        Box::pin(self.commit_later_impl(container, reference, labels))
     }
 
     fn tag<'a>(&'a self, source: &'a str, reference: &'a str) -> BoxFuture<'a, Result<(), RuntimeError>> {
