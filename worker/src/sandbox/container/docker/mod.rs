@@ -514,11 +514,12 @@ impl DockerRuntime {
                 // The command returned: nothing of it outlives it (its process group, and whatever
                 // left the group but still holds its output).
                 self.kill_group(container, &header).await?;
-                if returned {
-                    let drain_deadline = tokio::time::Instant::now() + DRAIN_GRACE;
-                    while let Ok(Some(item)) = tokio::time::timeout_at(drain_deadline, stream.next()).await {
-                        collector.push(&item.map_err(engine)?.into_bytes());
-                    }
+            }
+            if returned {
+                // What it printed before it returned may still be on its way.
+                let drain_deadline = tokio::time::Instant::now() + DRAIN_GRACE;
+                while let Ok(Some(item)) = tokio::time::timeout_at(drain_deadline, stream.next()).await {
+                    collector.push(&item.map_err(engine)?.into_bytes());
                 }
             }
             collector.finish();
