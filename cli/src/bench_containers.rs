@@ -260,8 +260,10 @@ async fn measure(
         &mut (),
     )
     .await?;
-    let changes = ChangeSet::from_changes(&container.diff().await?);
-    cache.commit(&container, &digest, anchor, &changes).await?;
+    let (diff, stamp) = container.diff_stamped().await?;
+    let changes = ChangeSet::from_changes(&diff);
+    let exact = vcurve_worker::sandbox::replay::state_exact(&diff, stamp.as_ref(), true);
+    cache.commit(&container, &digest, anchor, &changes, exact).await?;
     container.remove().await?;
     let reference = SnapshotCache::reference(&digest, anchor)?;
     let mut from_anchor = Vec::new();

@@ -50,6 +50,22 @@ use crate::sandbox::exec;
 /// ([`ChangeSet::to_label`]).
 pub const CHANGES_LABEL: &str = "vcurve.snapshot.changes";
 
+/// The label of a snapshot image that says whether git's stat check of sizes and whole-second
+/// times was exact where it was taken ([`state_exact`]): `1`, or `0` (as is a snapshot without
+/// it).
+pub const STAT_EXACT_LABEL: &str = "vcurve.snapshot.stat-exact";
+
+/// Whether git may compare only sizes and whole-second times ([`git_state`]'s `stat_only`) in a
+/// container whose writable layer's diff is `diff` with `stamp`, over an image that was exact
+/// itself (`base_exact`: the task image, or a snapshot labelled [`STAT_EXACT_LABEL`]): the layer
+/// holds no file of the image below rewritten keeping its size and second
+/// ([`LayerStamp::stat_exact`]; unknown where the engine's diff is used) and no git index
+/// written in the container (which would hold the container's stats, which such a rewrite
+/// matches).
+pub fn state_exact(diff: &[Change], stamp: Option<&LayerStamp>, base_exact: bool) -> bool {
+    base_exact && stamp.is_some_and(|s| s.stat_exact) && !diff.iter().any(|c| c.path.ends_with("/.git/index"))
+}
+
 /// The timeout of the `git diff` and `git status` a fingerprint is measured with.
 pub const GIT_TIMEOUT_S: f64 = 120.0;
 
@@ -335,9 +351,12 @@ pub struct Fingerprinter<'a> {
     /// `git diff` and `git status` as last measured, with the layer's stamp then: a state whose
     /// stamp is the same has the same working tree, so they are not run again.
     git: Option<(LayerStamp, (String, String))>,
-    /// Whether the last diff measured holds a git index written in the container (the changes
-    /// leave out what is below `.git`, so this is read from the diff itself).
-    index_written: bool,
+    /// Whether the container's image was itself taken where git's stat check was exact (the task
+    /// image; a snapshot labelled [`STAT_EXACT_LABEL`]).
+    base_exact: bool,
+    /// [`state_exact`] of the last diff measured (the changes leave out what is below `.git`, so
+    /// this is read from the diff itself).
+    exact: bool,
     /// The git state measured at step `.0`.
     git_at: Option<(u32, (String, String))>,
 }
@@ -351,6 +370,7 @@ impl<'a> Fingerprinter<'a> {
         interpreter: &'a vcurve_record::Interpreter,
         base: ChangeSet,
     ) -> Fingerprinter<'a> {
+        let base_is_task_image = base.is_empty();
         Fingerprinter {
             container,
             task,
@@ -358,9 +378,24 @@ impl<'a> Fingerprinter<'a> {
             base,
             measured: None,
             git: None,
-            index_written: false,
+            base_exact: base_is_task_image,
+            exact: false,
             git_at: None,
         }
+    }
+
+    /// The container's image is a snapshot taken where git's stat check was exact (its
+    /// [`STAT_EXACT_LABEL`]), so the check stays exact over it where the layer on top is.
+    pub fn set_base_exact(&mut self, exact: bool) {
+        self.base_exact = exact;
+        self.measured = None;
+    }
+
+    /// Whether git's stat check is exact at step `t` ([`state_exact`]): what a snapshot taken
+    /// now is labelled with.
+    pub async fn exact_at(&mut self, t: u32) -> Result<bool, RuntimeError> {
+        self.changes_stamped(t).await?;
+        Ok(self.exact)
     }
 
     /// The container's changes against the task image at step `t`, measured once per step (one
@@ -373,7 +408,7 @@ impl<'a> Fingerprinter<'a> {
             return Ok((changes.clone(), stamp.clone()));
         }
         let (diff, stamp) = self.container.diff_stamped().await?;
-        self.index_written = diff.iter().any(|c| c.path.ends_with("/.git/index"));
+        self.exact = state_exact(&diff, stamp.as_ref(), self.base_exact);
         let changes = self.base.then(&diff);
         self.measured = Some((t, changes.clone(), stamp.clone()));
         Ok((changes, stamp))
@@ -382,9 +417,10 @@ impl<'a> Fingerprinter<'a> {
     /// Measure the state at step `t`: the changed paths, `returncode`, `git diff` and `git
     /// status`. The two git commands run (in one exec) only when the writable layer changed since
     /// they last ran, or when its stamp is unknown. They compare sizes and whole-second times only
-    /// ([`git_state`]'s `stat_only`) where that is exact: the container runs the task image itself
-    /// (a snapshot's layer was not read here), git's index is the image's (an index git wrote in
-    /// the container holds the container's stats, which a rewrite keeping size and second would
+    /// ([`git_state`]'s `stat_only`) where that is exact ([`state_exact`]): the container's image
+    /// is the task image or a snapshot taken where it was exact
+    /// ([`Fingerprinter::set_base_exact`]), git's index is the image's (an index git wrote in the
+    /// container holds the container's stats, which a rewrite keeping size and second would
     /// match), and the layer holds no file of the image rewritten keeping its size and second
     /// ([`LayerStamp::stat_exact`]).
     pub async fn fingerprint(&mut self, t: u32, returncode: Option<i32>) -> Result<Fingerprint, RuntimeError> {
@@ -406,9 +442,7 @@ impl<'a> Fingerprinter<'a> {
         let state = match (&stamp, &self.git) {
             (Some(now), Some((then, state))) if now == then => state.clone(),
             _ => {
-                let stat_only =
-                    self.base.is_empty() && stamp.as_ref().is_some_and(|s| s.stat_exact) && !self.index_written;
-                let state = git_state(self.container, self.task, self.interpreter, stat_only).await?;
+                let state = git_state(self.container, self.task, self.interpreter, self.exact).await?;
                 if let Some(now) = stamp {
                     self.git = Some((now, state.clone()));
                 }
@@ -474,6 +508,17 @@ impl<'a> Replay<'a> {
             signal: None,
             failed: false,
         })
+    }
+
+    /// The container's image is a snapshot labelled [`STAT_EXACT_LABEL`]
+    /// ([`Fingerprinter::set_base_exact`]).
+    pub fn set_base_exact(&mut self, exact: bool) {
+        self.measure.set_base_exact(exact);
+    }
+
+    /// Whether git's stat check is exact at the current step ([`Fingerprinter::exact_at`]).
+    pub async fn state_exact(&mut self) -> Result<bool, RuntimeError> {
+        self.measure.exact_at(self.t).await
     }
 
     /// The step the state stands at.

@@ -75,6 +75,7 @@ impl OnStep for CommitAnchors<'_> {
                 self.last = None;
             } else {
                 let (changes, stamp) = replay.changes_stamped().await?;
+                let exact = replay.state_exact().await?;
                 let unchanged = match (&self.last, &stamp) {
                     (Some((from, before)), Some(now)) if *before == now.hash => Some(*from),
                     _ => None,
@@ -86,7 +87,7 @@ impl OnStep for CommitAnchors<'_> {
                 if named {
                     self.aliased += 1;
                 } else {
-                    self.pending = self.cache.commit_later(replay.container(), self.digest, t, &changes).await?;
+                    self.pending = self.cache.commit_later(replay.container(), self.digest, t, &changes, exact).await?;
                 }
                 self.last = stamp.map(|s| (t, s.hash));
             }

@@ -1221,6 +1221,11 @@ async fn vcurves_own_scripts_and_a_fingerprints_git_leave_no_process() {
         assert_eq!((out.output.as_str(), out.returncode, out.timed_out), ("printed\n", Some(3), false), "{shell}");
         assert!(started.elapsed() < Duration::from_secs(2), "{shell}: the output closed at once");
         assert_eq!(leftovers(&c).await, Vec::<String>::new(), "{shell}: processes left");
+        // All of its output.
+        let out = exec::run_own_command(&c, &task, &interpreter, "head -c 3000000 /dev/zero | tr '\\0' x", 60.0)
+            .await
+            .expect("runs");
+        assert_eq!(out.output.len(), 3_000_000, "{shell}: output lost");
     }
     run(
         &c,
@@ -1253,4 +1258,84 @@ async fn a_snapshot_made_later_is_the_state_it_was_taken_at() {
     assert_eq!(text(&seen), "taken\nkept\nkept\nstate\n");
     from.remove().await.expect("removed");
     c.remove().await.expect("removed");
+}
+
+/// git's stat shortcut over a snapshot: an anchor taken where it was exact is labelled so, and a
+/// continuation's replay from it compares sizes and seconds only where that stays exact — a file
+/// rewritten in the snapshot's container keeping its size and second is still seen (the recorded
+/// fingerprints, measured from the task image, must match), and the state after it is not
+/// labelled exact.
+#[tokio::test]
+async fn git_reads_a_snapshot_as_exactly_as_the_task_image() {
+    use vcurve_worker::sandbox::replay::{FingerprintMode, Normalizer, STAT_EXACT_LABEL, Verdict};
+    use vcurve_worker::sandbox::replay_job::replay_trajectory;
+    use vcurve_worker::sandbox::snapshots::SnapshotCache;
+
+    let [_, task_image] = vcurve_testkit::require!(Service::Docker, Service::TaskImage);
+    let scope = Scope::new("snap-stat").await;
+    let (task, limits) = calc_task(&scope, task_image);
+    let commands = [
+        "echo '# more' >> calc/ops.py",
+        "cat calc/ops.py > /dev/null",
+        "cp -p calc/format.py /tmp/o && python3 -c \"p='calc/format.py'; b=bytearray(open(p,'rb').read()); b[0]=b[0]^1; open(p,'wb').write(b)\" && touch -r /tmp/o calc/format.py && rm /tmp/o",
+        "true",
+    ];
+    let container = Container::start(scope.dyn_runtime(), &limits.spec(&task.image)).await.unwrap();
+    let mut trajectory = crate::support::record_commands(&container, &task, &commands, 60.0).await;
+    container.remove().await.unwrap();
+    let cache = SnapshotCache::open(scope.dyn_runtime(), 1 << 40).await.unwrap();
+    let normalizer = Normalizer::default();
+    let replay = |trajectory: vcurve_record::Trajectory, mode| {
+        let (cache, normalizer, limits) = (&cache, &normalizer, &limits);
+        async move {
+            let digest = trajectory.digest();
+            match replay_trajectory(cache, &trajectory, &digest, &[1], normalizer, mode, limits).await.unwrap() {
+                Verdict::Reproduced(done) => done,
+                other => panic!("non-replayable: {other:?}"),
+            }
+        }
+    };
+    // The fingerprints, measured from the task image, recorded.
+    let measured = replay(trajectory.clone(), FingerprintMode::RecordMissing).await;
+    assert!(measured.fingerprints[&3].git_diff.contains("calc/format.py"), "{:?}", measured.fingerprints[&3]);
+    for (t, fingerprint) in measured.fingerprints {
+        trajectory.steps[t as usize - 1].fingerprint = Some(fingerprint);
+    }
+    cache.remove_all().await;
+    let digest = trajectory.digest();
+    replay(trajectory.clone(), FingerprintMode::CompareOnly).await;
+    let labels_at = |t: u32| {
+        let reference = SnapshotCache::reference(&digest, t).unwrap();
+        let runtime = scope.dyn_runtime();
+        async move {
+            let images = runtime.images(&BTreeMap::new()).await.unwrap();
+            images.into_iter().find(|i| i.reference == reference).map(|i| i.labels).unwrap_or_default()
+        }
+    };
+    let exact_at = |t: u32| {
+        let labels = labels_at(t);
+        async move { labels.await.get(STAT_EXACT_LABEL).cloned() }
+    };
+    assert_eq!(exact_at(1).await.as_deref(), Some("1"), "h_1 is exact");
+    let prepare = |t: u32| {
+        let (cache, trajectory, digest, normalizer, limits) = (&cache, &trajectory, &digest, &normalizer, &limits);
+        async move {
+            match cache.prepare(trajectory, digest, t, normalizer, limits).await.unwrap() {
+                Verdict::Reproduced(prepared) => {
+                    let from = (prepared.from, prepared.committed);
+                    prepared.container.remove().await.unwrap();
+                    from
+                }
+                Verdict::NonReplayable(why) => panic!("the replay from the snapshot missed what git sees: {why:?}"),
+            }
+        }
+    };
+    // A snapshot of a container of an exact snapshot, where nothing was rewritten: exact.
+    assert_eq!(prepare(2).await, (1, true));
+    assert_eq!(exact_at(2).await.as_deref(), Some("1"), "h_2 is exact");
+    // From the snapshot at 2 to 4: the rewrite at 3 is in git's diff, as recorded, and h_4 is not
+    // exact.
+    assert_eq!(prepare(4).await, (2, true));
+    assert_eq!(exact_at(4).await.as_deref(), Some("0"), "h_4 holds a rewrite keeping size and second");
+    cache.remove_all().await;
 }

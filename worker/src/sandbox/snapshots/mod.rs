@@ -57,7 +57,8 @@ pub use vcurve_record::snapshot::RegistrySnapshot;
 
 use crate::sandbox::container::{Container, ContainerRuntime, PendingImage, RuntimeError, labels};
 use crate::sandbox::replay::{
-    CHANGES_LABEL, ChangeSet, ContainerLimits, FingerprintMode, Normalizer, Replay, ReplayError, Verdict,
+    CHANGES_LABEL, ChangeSet, ContainerLimits, FingerprintMode, Normalizer, Replay, ReplayError, STAT_EXACT_LABEL,
+    Verdict,
 };
 
 /// The repository part of every snapshot image's reference.
@@ -126,6 +127,8 @@ struct Entry {
     last_used: u64,
     pins: usize,
     changes: ChangeSet,
+    /// Taken where git's stat check was exact ([`STAT_EXACT_LABEL`]).
+    stat_exact: bool,
 }
 
 #[derive(Debug, Default)]
@@ -322,6 +325,7 @@ impl SnapshotCache {
                     last_used,
                     pins: 0,
                     changes,
+                    stat_exact: image.labels.get(STAT_EXACT_LABEL).is_some_and(|v| v == "1"),
                 },
             );
         }
@@ -456,15 +460,18 @@ impl SnapshotCache {
 
     /// Commit `container`, whose state is `h_t` of the trajectory with `digest` and whose changes
     /// against the task image are `changes`, unless the cache holds `h_t` already; then keep the
-    /// cache under its budget. Returns whether it committed.
+    /// cache under its budget. `stat_exact`: git's stat check is exact in that state
+    /// ([`crate::sandbox::replay::state_exact`]), so it stays exact in containers of the snapshot.
+    /// Returns whether it committed.
     pub async fn commit(
         &self,
         container: &Container,
         digest: &str,
         t: u32,
         changes: &ChangeSet,
+        stat_exact: bool,
     ) -> Result<bool, ReplayError> {
-        match self.commit_later(container, digest, t, changes).await? {
+        match self.commit_later(container, digest, t, changes, stat_exact).await? {
             Some(pending) => pending.finish().await,
             None => Ok(false),
         }
@@ -482,11 +489,12 @@ impl SnapshotCache {
         digest: &str,
         t: u32,
         changes: &ChangeSet,
+        stat_exact: bool,
     ) -> Result<Option<PendingSnapshot>, ReplayError> {
         let key = (digest.to_owned(), t);
         let lock = self.key_lock(&key);
         let building = lock.clone().lock_owned().await;
-        let image = match self.capture_locked(container, digest, t, changes).await {
+        let image = match self.capture_locked(container, digest, t, changes, stat_exact).await {
             Ok(Some(image)) => image,
             other => {
                 drop(building);
@@ -498,7 +506,7 @@ impl SnapshotCache {
         let changes = changes.clone();
         let made = tokio::spawn(async move {
             let result = match image.await {
-                Ok(image_id) => cache.enter_committed(&key.0, key.1, image_id, changes).await,
+                Ok(image_id) => cache.enter_committed(&key.0, key.1, image_id, changes, stat_exact).await,
                 Err(e) => Err(ReplayError::from(e)),
             };
             drop(building);
@@ -515,11 +523,12 @@ impl SnapshotCache {
         digest: &str,
         t: u32,
         changes: &ChangeSet,
+        stat_exact: bool,
     ) -> Result<bool, ReplayError> {
-        match self.capture_locked(container, digest, t, changes).await? {
+        match self.capture_locked(container, digest, t, changes, stat_exact).await? {
             Some(image) => {
                 let image_id = image.await?;
-                self.enter_committed(digest, t, image_id, changes.clone()).await?;
+                self.enter_committed(digest, t, image_id, changes.clone(), stat_exact).await?;
                 Ok(true)
             }
             None => Ok(false),
@@ -533,6 +542,7 @@ impl SnapshotCache {
         digest: &str,
         t: u32,
         changes: &ChangeSet,
+        stat_exact: bool,
     ) -> Result<Option<PendingImage>, ReplayError> {
         let reference = self.local_reference(digest, t)?;
         {
@@ -552,6 +562,8 @@ impl SnapshotCache {
         if let Some(lineage) = &self.inner.lineage {
             image_labels.insert(labels::LINEAGE.to_owned(), lineage.clone());
         }
+        // Always set: a container inherits its image's labels, and a commit keeps the container's.
+        image_labels.insert(STAT_EXACT_LABEL.to_owned(), if stat_exact { "1" } else { "0" }.to_owned());
         Ok(Some(container.commit_later(&reference, &image_labels).await?))
     }
 
@@ -563,6 +575,7 @@ impl SnapshotCache {
         t: u32,
         image_id: String,
         changes: ChangeSet,
+        stat_exact: bool,
     ) -> Result<bool, ReplayError> {
         let reference = self.local_reference(digest, t)?;
         let filter = BTreeMap::from([
@@ -582,7 +595,7 @@ impl SnapshotCache {
             let last_used = index.tick();
             index.entries.insert(
                 (digest.to_owned(), t),
-                Entry { reference: reference.clone(), image_id, size_bytes, last_used, pins: 0, changes },
+                Entry { reference: reference.clone(), image_id, size_bytes, last_used, pins: 0, changes, stat_exact },
             );
         }
         tracing::info!(image = %reference, trajectory = %digest, t, size_bytes, "snapshot committed");
@@ -728,7 +741,7 @@ impl SnapshotCache {
     }
 
     /// The held snapshot nearest at or before `t`, pinned, or the task image.
-    fn nearest(&self, digest: &str, t: u32) -> Option<(u32, String, ChangeSet, SnapshotPin)> {
+    fn nearest(&self, digest: &str, t: u32) -> Option<(u32, String, (ChangeSet, bool), SnapshotPin)> {
         let mut index = self.inner.index();
         let now = index.tick();
         let range = (digest.to_owned(), 0)..=(digest.to_owned(), t);
@@ -736,7 +749,7 @@ impl SnapshotCache {
         entry.pins += 1;
         entry.last_used = now;
         let pin = SnapshotPin { inner: self.inner.clone(), key: key.clone() };
-        Some((key.1, entry.reference.clone(), entry.changes.clone(), pin))
+        Some((key.1, entry.reference.clone(), (entry.changes.clone(), entry.stat_exact), pin))
     }
 
     /// A running container at `h_t` of `trajectory` (whose digest is `digest`), for a
@@ -796,7 +809,7 @@ impl SnapshotCache {
         let (container, from, base, pin) = loop {
             let (from, image, base, pin) = match self.nearest(digest, t) {
                 Some((from, reference, base, pin)) => (from, reference, base, Some(pin)),
-                None => (0, trajectory.task.image.clone(), ChangeSet::new(), None),
+                None => (0, trajectory.task.image.clone(), (ChangeSet::new(), true), None),
             };
             match Container::start(self.inner.runtime.clone(), &limits.spec(&image)).await {
                 Ok(container) => break (container, from, base, pin),
@@ -860,18 +873,20 @@ impl SnapshotCache {
         digest: &str,
         from: u32,
         t: u32,
-        base: ChangeSet,
+        (base, base_exact): (ChangeSet, bool),
         normalizer: &Normalizer,
     ) -> Result<Verdict<(Vec<CompareLevel>, bool)>, ReplayError> {
         let mut replay = Replay::new(container, trajectory, normalizer, FingerprintMode::CompareOnly, from, base)?;
+        replay.set_base_exact(base_exact);
         while replay.t() < t {
             if let Some(mismatch) = replay.step().await? {
                 return Ok(Verdict::NonReplayable(mismatch));
             }
         }
         let changes = replay.changes().await?;
+        let exact = replay.state_exact().await?;
         let levels = replay.finish(from).levels;
-        let committed = match self.commit_locked(container, digest, t, &changes).await {
+        let committed = match self.commit_locked(container, digest, t, &changes, exact).await {
             Ok(committed) => committed,
             Err(e) => {
                 tracing::warn!(trajectory = %digest, t, error = %e, "cannot commit a snapshot; the continuation goes on");

@@ -136,6 +136,7 @@ impl SnapshotCache {
             last_used,
             pins: 0,
             changes,
+            stat_exact: image.labels.get(crate::sandbox::replay::STAT_EXACT_LABEL).is_some_and(|v| v == "1"),
         })
     }
 
