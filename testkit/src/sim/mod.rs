@@ -79,6 +79,8 @@
 //! read every 1/40 of the lower bound and compared, at the sample nearest half the makespan, with
 //! the time that was left then, and the wall-clock time of the simulation.
 
+#[cfg(test)]
+mod lab;
 mod measure;
 mod run;
 #[cfg(test)]

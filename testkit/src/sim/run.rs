@@ -22,17 +22,17 @@ use super::measure::{
 };
 
 /// One trajectory of the simulated study.
-struct Trajectory {
-    id: String,
-    payload: Arc<TrajectoryPayload>,
+pub(super) struct Trajectory {
+    pub(super) id: String,
+    pub(super) payload: Arc<TrajectoryPayload>,
     /// Its makespan with unlimited workers (see the module docs), ms.
-    chain_ms: i64,
+    pub(super) chain_ms: i64,
     /// The continuations it runs, with their durations.
-    keys: BTreeMap<Key, i64>,
+    pub(super) keys: BTreeMap<Key, i64>,
 }
 
 /// The outcome the synthetic runner gives a key of `trajectory` (its first attempt).
-fn synthetic_outcome(study_seed: u64, trajectory: &Trajectory, key: Key) -> anyhow::Result<Outcome> {
+pub(super) fn synthetic_outcome(study_seed: u64, trajectory: &Trajectory, key: Key) -> anyhow::Result<Outcome> {
     let job = JobSpec {
         key: JobKey::Continuation(ContinuationKey {
             study: String::new(),
@@ -58,7 +58,7 @@ fn synthetic_outcome(study_seed: u64, trajectory: &Trajectory, key: Key) -> anyh
 
 /// The step budget of a continuation at `key`: `B − t` floored at 0, `B` on `full_budget`
 /// (docs/method.md §1).
-fn key_budget(study_budget: u32, key: Key) -> u32 {
+pub(super) fn key_budget(study_budget: u32, key: Key) -> u32 {
     match key.series {
         Series::FullBudget => study_budget,
         Series::Main | Series::Retest => study_budget.saturating_sub(key.t),
@@ -66,7 +66,7 @@ fn key_budget(study_budget: u32, key: Key) -> u32 {
 }
 
 /// Run a trajectory's schedule alone with unlimited workers: its chain and its keys.
-fn chain_of(
+pub(super) fn chain_of(
     trajectory: &mut Trajectory,
     plan: TrajectoryPlan,
     params: &Thresholds,
@@ -113,7 +113,7 @@ fn chain_of(
 }
 
 /// The study: its spec and curve files, and its trajectories' curves.
-fn study_for(trajectories: u32, seed: u64, schedule: &str) -> (String, BTreeMap<String, String>) {
+pub(super) fn study_for(trajectories: u32, seed: u64, schedule: &str) -> (String, BTreeMap<String, String>) {
     let mut yaml = format!("name: cluster-bench\nseed: {seed}\nbudget: 100\nschedule: {schedule}\n");
     yaml.push_str("runner: {kind: synthetic}\ntrajectories:\n");
     let mut files = BTreeMap::new();

@@ -1,0 +1,302 @@
+//! A dispatch lab: the cluster bench's study, chains and durations list-scheduled in pure code,
+//! without the store, to compare admission rules and claim orders in seconds before one is built
+//! into the store (docs/decisions.md, "Duration-aware dispatch"). Its first row, demand admission
+//! and the store's claim order, reproduces `vcurve bench cluster`'s makespan to 0.1%.
+//!
+//! ```text
+//! cargo test --release -p vcurve-testkit --features sim --lib lab -- --ignored --nocapture
+//! LAB_SLOTS=50 LAB_BLIND=1 LAB_N=500 LAB_SEED=1 …   (defaults: 1,000 slots, realistic, 500, 1)
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
+use std::sync::Arc;
+
+use vcurve_method::schedule::variants::variant_by_name;
+use vcurve_method::schedule::{Controls, Key, Outcome, Stage, TrajectoryPlan, TrajectorySchedule};
+
+use super::measure::{DurationModel, Durations};
+use super::run::{Trajectory, chain_of, key_budget, study_for, synthetic_outcome};
+
+/// When a trajectory is admitted.
+#[derive(Clone, Copy, Debug)]
+enum Admit {
+    /// The store's rule: while the free slots exceed the runnable continuations.
+    Demand,
+    /// While the runnable continuations are fewer than the free slots plus this many per slot.
+    Ahead(f64),
+    /// Every trajectory at the start.
+    All,
+}
+
+/// Which trajectory a free slot serves.
+#[derive(Clone, Copy, Debug)]
+enum Order {
+    /// The store's: later stage first, then the longest current barrier, then admission order.
+    Today,
+    /// The first `f` admitted by the store's order (`short`: shortest expected remaining chain
+    /// first), then the rest by their expected remaining chain, longest first: rate × `B` × the
+    /// stage's factor (`factors`, [`stage_factors`]) or rate × current barrier × stages left.
+    Cp { f: usize, factors: bool, short: bool },
+}
+
+struct Lt {
+    sched: TrajectorySchedule,
+    unstarted: BTreeSet<Key>,
+    started: BTreeSet<Key>,
+    rank: Option<usize>,
+    timed_ms: i64,
+    timed_budget: i64,
+    done: bool,
+    admitted_at: i64,
+}
+
+fn stage_rank(s: Stage) -> usize {
+    Stage::ALL.iter().position(|x| *x == s).unwrap_or(0)
+}
+
+struct Setup {
+    trajectories: Vec<Trajectory>,
+    plans: Vec<TrajectoryPlan>,
+    seed: u64,
+    budget: u32,
+    thresholds: vcurve_method::Thresholds,
+    work: i64,
+    chain: i64,
+    /// Mean remaining chain at entry into each stage, in units of (rate × budget B).
+    factors: [f64; 7],
+}
+
+fn setup(n: u32, seed: u64, model: DurationModel) -> Setup {
+    let (yaml, files) = study_for(n, seed, "paper");
+    let launch = vcurve_coordinator::spec::parse_launch(&yaml, &|p| files.get(p).cloned()).unwrap();
+    let payloads = launch.payloads();
+    let spec = &launch.spec;
+    let durations = Durations::with_model(model, 180.0, 1800.0, seed).unwrap();
+    let variant = variant_by_name("paper").unwrap();
+    let mut trajectories = Vec::new();
+    let mut plans = Vec::new();
+    for (t, payload) in spec.trajectories.iter().zip(payloads) {
+        let mut tr = Trajectory { id: t.id.clone(), payload: Arc::new(payload), chain_ms: 0, keys: Default::default() };
+        let plan = TrajectoryPlan { length: t.length, labels: vec![], controls: Controls::default() };
+        chain_of(&mut tr, plan.clone(), &spec.thresholds, variant, spec.seed, spec.budget, &durations).unwrap();
+        trajectories.push(tr);
+        plans.push(plan);
+    }
+    let work = trajectories.iter().flat_map(|t| t.keys.values()).sum();
+    let chain = trajectories.iter().map(|t| t.chain_ms).max().unwrap();
+    let mut s = Setup {
+        trajectories,
+        plans,
+        seed: spec.seed,
+        budget: spec.budget,
+        thresholds: spec.thresholds.clone(),
+        work,
+        chain,
+        factors: [0.0; 7],
+    };
+    s.factors = stage_factors(&s);
+    s
+}
+
+/// Remaining chain on entering each stage, over rate × B, averaged (unlimited workers).
+fn stage_factors(s: &Setup) -> [f64; 7] {
+    let mut sum = [0.0; 7];
+    let mut n = [0.0; 7];
+    let variant = variant_by_name("paper").unwrap();
+    for (tr, plan) in s.trajectories.iter().zip(&s.plans) {
+        let mut sched = TrajectorySchedule::new(plan.clone(), &s.thresholds, variant);
+        let mut heap: BinaryHeap<Reverse<(i64, Key)>> = BinaryHeap::new();
+        let mut seen = BTreeSet::new();
+        for k in sched.pending() {
+            seen.insert(k);
+            heap.push(Reverse((tr.keys[&k], k)));
+        }
+        let mut entered = vec![(stage_rank(sched.stage()), 0i64)];
+        let (mut ms, mut budget) = (0i64, 0i64);
+        let mut end = 0;
+        while let Some(Reverse((at, k))) = heap.pop() {
+            end = at;
+            ms += tr.keys[&k];
+            budget += i64::from(key_budget(s.budget, k));
+            let o = synthetic_outcome(s.seed, tr, k).unwrap();
+            let before = sched.stage();
+            sched.record(k, o).unwrap();
+            if sched.stage() != before {
+                entered.push((stage_rank(sched.stage()), at));
+            }
+            for k in sched.pending() {
+                if seen.insert(k) {
+                    heap.push(Reverse((at + tr.keys[&k], k)));
+                }
+            }
+        }
+        let rate = ms as f64 / budget as f64;
+        for (st, at) in entered {
+            sum[st] += (end - at) as f64 / (rate * f64::from(s.budget));
+            n[st] += 1.0;
+        }
+    }
+    let mut f = [0.0; 7];
+    for i in 0..7 {
+        f[i] = if n[i] > 0.0 { sum[i] / n[i] } else { 0.0 };
+    }
+    f
+}
+
+struct Run {
+    makespan: i64,
+    first: i64,
+}
+
+fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
+    let variant = variant_by_name("paper").unwrap();
+    let mut ts: Vec<Lt> = s
+        .plans
+        .iter()
+        .map(|p| Lt {
+            sched: TrajectorySchedule::new(p.clone(), &s.thresholds, variant),
+            unstarted: BTreeSet::new(),
+            started: BTreeSet::new(),
+            rank: None,
+            timed_ms: 0,
+            timed_budget: 0,
+            done: false,
+            admitted_at: 0,
+        })
+        .collect();
+    let (mut study_ms, mut study_budget) = (0i64, 0i64);
+    let mut next_admit = 0usize;
+    let mut runnable = 0usize;
+    let mut free = slots;
+    let mut heap: BinaryHeap<Reverse<(i64, usize, Key)>> = BinaryHeap::new();
+    let mut now = 0i64;
+    let mut first = None;
+    let mut finished = 0;
+    loop {
+        // Admission.
+        loop {
+            if next_admit >= ts.len() {
+                break;
+            }
+            let go = match admit {
+                Admit::Demand => free > runnable,
+                Admit::Ahead(k) => (runnable as f64) < free as f64 + k * slots as f64,
+                Admit::All => true,
+            };
+            if !go {
+                break;
+            }
+            let t = &mut ts[next_admit];
+            t.rank = Some(next_admit);
+            t.admitted_at = now;
+            for k in t.sched.pending() {
+                t.unstarted.insert(k);
+                runnable += 1;
+            }
+            next_admit += 1;
+        }
+        // Dispatch.
+        while free > 0 && runnable > 0 {
+            let study_rate = if study_budget > 0 { study_ms as f64 / study_budget as f64 } else { 1000.0 };
+            let mut best: Option<(usize, (i64, f64, f64))> = None;
+            for (i, t) in ts.iter().enumerate() {
+                if t.unstarted.is_empty() {
+                    continue;
+                }
+                let rate = (t.timed_ms as f64 + 100.0 * study_rate) / (t.timed_budget as f64 + 100.0);
+                let open = t.sched.pending().iter().map(|k| key_budget(s.budget, *k)).max().unwrap_or(0);
+                let rank = t.rank.unwrap();
+                let p = match order {
+                    Order::Today => (stage_rank(t.sched.stage()) as i64, rate * f64::from(open), -(rank as f64)),
+                    Order::Cp { f, factors, short } => {
+                        let st = stage_rank(t.sched.stage());
+                        let rem = if factors {
+                            rate * s.factors[st] * f64::from(s.budget)
+                        } else {
+                            rate * f64::from(open) * (7 - st) as f64
+                        };
+                        if rank < f && short {
+                            (1, -rem, -(rank as f64))
+                        } else if rank < f {
+                            (1 + st as i64, rate * f64::from(open), -(rank as f64))
+                        } else {
+                            (0, rem, -(rank as f64))
+                        }
+                    }
+                };
+                if best.as_ref().is_none_or(|(_, b)| p.partial_cmp(b) == Some(std::cmp::Ordering::Greater)) {
+                    best = Some((i, p));
+                }
+            }
+            let (i, _) = best.unwrap();
+            let t = &mut ts[i];
+            let k = *t.unstarted.iter().next().unwrap();
+            t.unstarted.remove(&k);
+            t.started.insert(k);
+            runnable -= 1;
+            free -= 1;
+            heap.push(Reverse((now + s.trajectories[i].keys[&k], i, k)));
+        }
+        let Some(Reverse((at, i, k))) = heap.pop() else { break };
+        now = at;
+        free += 1;
+        let tr = &s.trajectories[i];
+        let d = tr.keys[&k];
+        let b = i64::from(key_budget(s.budget, k).max(1));
+        let t = &mut ts[i];
+        t.timed_ms += d;
+        t.timed_budget += b;
+        study_ms += d;
+        study_budget += b;
+        let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
+        t.sched.record(k, o).unwrap();
+        for k in t.sched.pending() {
+            if !t.started.contains(&k) && t.unstarted.insert(k) {
+                runnable += 1;
+            }
+        }
+        if t.sched.is_done() && !t.done {
+            t.done = true;
+            finished += 1;
+            first.get_or_insert(now);
+        }
+    }
+    assert_eq!(finished, ts.len());
+    Run { makespan: now, first: first.unwrap() }
+}
+
+#[test]
+#[ignore = "a lab, minutes in a release build: run it by name"]
+fn lab() {
+    let n: u32 = std::env::var("LAB_N").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let slots: usize = std::env::var("LAB_SLOTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let seed: u64 = std::env::var("LAB_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let model = if std::env::var("LAB_BLIND").is_ok() { DurationModel::Blind } else { DurationModel::Realistic };
+    let s = setup(n, seed, model);
+    let bound = (s.work as f64 / slots as f64).max(s.chain as f64);
+    eprintln!(
+        "work/slots {:.0} s, chain {:.0} s, factors {:?}",
+        s.work as f64 / slots as f64 / 1000.0,
+        s.chain as f64 / 1000.0,
+        s.factors
+    );
+    let mut runs: Vec<(Admit, Order)> = vec![(Admit::Demand, Order::Today)];
+    for admit in [Admit::Ahead(10.0), Admit::Ahead(16.0), Admit::All] {
+        runs.push((admit, Order::Today));
+        for f in [0, 10, 20, 32] {
+            runs.push((admit, Order::Cp { f, factors: true, short: false }));
+        }
+        runs.push((admit, Order::Cp { f: 10, factors: false, short: false }));
+        runs.push((admit, Order::Cp { f: 10, factors: true, short: true }));
+    }
+    for (admit, order) in runs {
+        let r = simulate(&s, slots, admit, order);
+        eprintln!(
+            "{admit:?} {order:?}: makespan {:.0} s ratio {:.3} first {:.0} s",
+            r.makespan as f64 / 1000.0,
+            r.makespan as f64 / bound,
+            r.first as f64 / 1000.0
+        );
+    }
+}
