@@ -37,7 +37,10 @@ enum Order {
     /// The first `f` admitted by the store's order (`short`: shortest expected remaining chain
     /// first), then the rest by their expected remaining chain, longest first: rate × `B` × the
     /// stage's factor (`factors`, [`stage_factors`]) or rate × current barrier × stages left.
-    Cp { f: usize, factors: bool, short: bool },
+    /// `stale`: each trajectory's expected remaining chain as the store would keep it, computed
+    /// at its admission and at its own reports with the rates of that moment.
+    /// `fifo`: the first `f` in admission order instead.
+    Cp { f: usize, factors: bool, short: bool, stale: bool, fifo: bool },
 }
 
 struct Lt {
@@ -49,6 +52,8 @@ struct Lt {
     timed_budget: i64,
     done: bool,
     admitted_at: i64,
+    /// The expected remaining chain as last stored (`Cp { stale: true, .. }`).
+    stored: f64,
 }
 
 fn stage_rank(s: Stage) -> usize {
@@ -144,6 +149,13 @@ fn stage_factors(s: &Setup) -> [f64; 7] {
     f
 }
 
+/// A trajectory's expected remaining chain, ms: rate × `B` × its stage's factor.
+fn remaining(s: &Setup, t: &Lt, study_ms: i64, study_budget: i64) -> f64 {
+    let study_rate = if study_budget > 0 { study_ms as f64 / study_budget as f64 } else { 1000.0 };
+    let rate = (t.timed_ms as f64 + 100.0 * study_rate) / (t.timed_budget as f64 + 100.0);
+    rate * s.factors[stage_rank(t.sched.stage())] * f64::from(s.budget)
+}
+
 struct Run {
     makespan: i64,
     first: i64,
@@ -163,6 +175,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
             timed_budget: 0,
             done: false,
             admitted_at: 0,
+            stored: 0.0,
         })
         .collect();
     let (mut study_ms, mut study_budget) = (0i64, 0i64);
@@ -190,6 +203,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
             let t = &mut ts[next_admit];
             t.rank = Some(next_admit);
             t.admitted_at = now;
+            t.stored = remaining(s, t, study_ms, study_budget);
             for k in t.sched.pending() {
                 t.unstarted.insert(k);
                 runnable += 1;
@@ -209,15 +223,19 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
                 let rank = t.rank.unwrap();
                 let p = match order {
                     Order::Today => (stage_rank(t.sched.stage()) as i64, rate * f64::from(open), -(rank as f64)),
-                    Order::Cp { f, factors, short } => {
+                    Order::Cp { f, factors, short, stale, fifo } => {
                         let st = stage_rank(t.sched.stage());
-                        let rem = if factors {
+                        let rem = if stale {
+                            t.stored
+                        } else if factors {
                             rate * s.factors[st] * f64::from(s.budget)
                         } else {
                             rate * f64::from(open) * (7 - st) as f64
                         };
                         if rank < f && short {
                             (1, -rem, -(rank as f64))
+                        } else if rank < f && fifo {
+                            (1, -(rank as f64), 0.0)
                         } else if rank < f {
                             (1 + st as i64, rate * f64::from(open), -(rank as f64))
                         } else {
@@ -251,6 +269,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
         study_budget += b;
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
         t.sched.record(k, o).unwrap();
+        t.stored = remaining(s, t, study_ms, study_budget);
         for k in t.sched.pending() {
             if !t.started.contains(&k) && t.unstarted.insert(k) {
                 runnable += 1;
@@ -282,13 +301,24 @@ fn lab() {
         s.factors
     );
     let mut runs: Vec<(Admit, Order)> = vec![(Admit::Demand, Order::Today)];
-    for admit in [Admit::Ahead(10.0), Admit::Ahead(16.0), Admit::All] {
+    if std::env::var("LAB_FIFO").is_ok() {
+        for f in [1, 3, 5, 10, 20] {
+            runs.push((Admit::Ahead(16.0), Order::Cp { f, factors: true, short: false, stale: false, fifo: true }));
+        }
+    }
+    let all = if std::env::var("LAB_FIFO").is_ok() {
+        &[][..]
+    } else {
+        &[Admit::Ahead(10.0), Admit::Ahead(16.0), Admit::All][..]
+    };
+    for &admit in all {
         runs.push((admit, Order::Today));
         for f in [0, 10, 20, 32] {
-            runs.push((admit, Order::Cp { f, factors: true, short: false }));
+            runs.push((admit, Order::Cp { f, factors: true, short: false, stale: false, fifo: false }));
         }
-        runs.push((admit, Order::Cp { f: 10, factors: false, short: false }));
-        runs.push((admit, Order::Cp { f: 10, factors: true, short: true }));
+        runs.push((admit, Order::Cp { f: 20, factors: true, short: false, stale: true, fifo: false }));
+        runs.push((admit, Order::Cp { f: 10, factors: false, short: false, stale: false, fifo: false }));
+        runs.push((admit, Order::Cp { f: 10, factors: true, short: true, stale: false, fifo: false }));
     }
     for (admit, order) in runs {
         let r = simulate(&s, slots, admit, order);
