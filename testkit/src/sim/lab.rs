@@ -15,6 +15,8 @@ use std::sync::Arc;
 use vcurve_method::schedule::variants::variant_by_name;
 use vcurve_method::schedule::{Controls, Key, Outcome, Stage, TrajectoryPlan, TrajectorySchedule};
 
+use vcurve_coordinator::durations::{self, Timed};
+
 use super::measure::{DurationModel, Durations};
 use super::run::{Trajectory, chain_of, key_budget, study_for, synthetic_outcome};
 
@@ -48,8 +50,7 @@ struct Lt {
     unstarted: BTreeSet<Key>,
     started: BTreeSet<Key>,
     rank: Option<usize>,
-    timed_ms: i64,
-    timed_budget: i64,
+    timed: Timed,
     done: bool,
     admitted_at: i64,
     /// The expected remaining chain as last stored (`Cp { stale: true, .. }`).
@@ -149,11 +150,14 @@ fn stage_factors(s: &Setup) -> [f64; 7] {
     f
 }
 
+/// A trajectory's rate, ms per step of budget, as the coordinator estimates it.
+fn rate_of(t: &Lt, study: Timed) -> f64 {
+    durations::rate(t.timed, study)
+}
+
 /// A trajectory's expected remaining chain, ms: rate × `B` × its stage's factor.
-fn remaining(s: &Setup, t: &Lt, study_ms: i64, study_budget: i64) -> f64 {
-    let study_rate = if study_budget > 0 { study_ms as f64 / study_budget as f64 } else { 1000.0 };
-    let rate = (t.timed_ms as f64 + 100.0 * study_rate) / (t.timed_budget as f64 + 100.0);
-    rate * s.factors[stage_rank(t.sched.stage())] * f64::from(s.budget)
+fn remaining(s: &Setup, t: &Lt, study: Timed) -> f64 {
+    rate_of(t, study) * s.factors[stage_rank(t.sched.stage())] * f64::from(s.budget)
 }
 
 struct Run {
@@ -171,14 +175,13 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
             unstarted: BTreeSet::new(),
             started: BTreeSet::new(),
             rank: None,
-            timed_ms: 0,
-            timed_budget: 0,
+            timed: Timed::default(),
             done: false,
             admitted_at: 0,
             stored: 0.0,
         })
         .collect();
-    let (mut study_ms, mut study_budget) = (0i64, 0i64);
+    let mut study = Timed::default();
     let mut next_admit = 0usize;
     let mut runnable = 0usize;
     let mut free = slots;
@@ -203,7 +206,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
             let t = &mut ts[next_admit];
             t.rank = Some(next_admit);
             t.admitted_at = now;
-            t.stored = remaining(s, t, study_ms, study_budget);
+            t.stored = remaining(s, t, study);
             for k in t.sched.pending() {
                 t.unstarted.insert(k);
                 runnable += 1;
@@ -212,13 +215,12 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
         }
         // Dispatch.
         while free > 0 && runnable > 0 {
-            let study_rate = if study_budget > 0 { study_ms as f64 / study_budget as f64 } else { 1000.0 };
             let mut best: Option<(usize, (i64, f64, f64))> = None;
             for (i, t) in ts.iter().enumerate() {
                 if t.unstarted.is_empty() {
                     continue;
                 }
-                let rate = (t.timed_ms as f64 + 100.0 * study_rate) / (t.timed_budget as f64 + 100.0);
+                let rate = rate_of(t, study);
                 let open = t.sched.pending().iter().map(|k| key_budget(s.budget, *k)).max().unwrap_or(0);
                 let rank = t.rank.unwrap();
                 let p = match order {
@@ -228,7 +230,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
                         let rem = if stale {
                             t.stored
                         } else if factors {
-                            rate * s.factors[st] * f64::from(s.budget)
+                            remaining(s, t, study)
                         } else {
                             rate * f64::from(open) * (7 - st) as f64
                         };
@@ -263,13 +265,11 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
         let d = tr.keys[&k];
         let b = i64::from(key_budget(s.budget, k).max(1));
         let t = &mut ts[i];
-        t.timed_ms += d;
-        t.timed_budget += b;
-        study_ms += d;
-        study_budget += b;
+        t.timed = t.timed.plus(d, b);
+        study = study.plus(d, b);
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
         t.sched.record(k, o).unwrap();
-        t.stored = remaining(s, t, study_ms, study_budget);
+        t.stored = remaining(s, t, study);
         for k in t.sched.pending() {
             if !t.started.contains(&k) && t.unstarted.insert(k) {
                 runnable += 1;
@@ -301,16 +301,13 @@ fn lab() {
         s.factors
     );
     let mut runs: Vec<(Admit, Order)> = vec![(Admit::Demand, Order::Today)];
-    if std::env::var("LAB_FIFO").is_ok() {
+    let fifo_only = std::env::var("LAB_FIFO").is_ok();
+    if fifo_only {
         for f in [1, 3, 5, 10, 20] {
             runs.push((Admit::Ahead(16.0), Order::Cp { f, factors: true, short: false, stale: false, fifo: true }));
         }
     }
-    let all = if std::env::var("LAB_FIFO").is_ok() {
-        &[][..]
-    } else {
-        &[Admit::Ahead(10.0), Admit::Ahead(16.0), Admit::All][..]
-    };
+    let all = if fifo_only { &[][..] } else { &[Admit::Ahead(10.0), Admit::Ahead(16.0), Admit::All][..] };
     for &admit in all {
         runs.push((admit, Order::Today));
         for f in [0, 10, 20, 32] {
