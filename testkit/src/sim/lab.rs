@@ -6,6 +6,7 @@
 //! ```text
 //! cargo test --release -p vcurve-testkit --features sim --lib lab -- --ignored --nocapture
 //! LAB_SLOTS=50 LAB_BLIND=1 LAB_N=500 LAB_SEED=1 …   (defaults: 1,000 slots, realistic, 500, 1)
+//! LAB_SET=fifo|demand|head|first …                              (other rows than the default's)
 //! ```
 
 use std::cmp::Reverse;
@@ -27,6 +28,8 @@ enum Admit {
     Demand,
     /// While the runnable continuations are fewer than the free slots plus this many per slot.
     Ahead(f64),
+    /// The store's rule until the first curve is finished, then [`Admit::Ahead`].
+    AheadAfterFirst(f64),
     /// Every trajectory at the start.
     All,
 }
@@ -36,13 +39,35 @@ enum Admit {
 enum Order {
     /// The store's: later stage first, then the longest current barrier, then admission order.
     Today,
-    /// The first `f` admitted by the store's order (`short`: shortest expected remaining chain
-    /// first), then the rest by their expected remaining chain, longest first: rate × `B` × the
-    /// stage's factor (`factors`, [`stage_factors`]) or rate × current barrier × stages left.
-    /// `stale`: each trajectory's expected remaining chain as the store would keep it, computed
-    /// at its admission and at its own reports with the rates of that moment.
-    /// `fifo`: the first `f` in admission order instead.
-    Cp { f: usize, factors: bool, short: bool, stale: bool, fifo: bool },
+    /// The head ([`Head`]) first, then the rest by their expected remaining chain ([`Rank`]),
+    /// longest first.
+    Cp { head: Head, rank: Rank },
+}
+
+/// Which trajectories go before the rest, and in what order among themselves.
+#[derive(Clone, Copy, Debug)]
+enum Head {
+    /// The first `f` admitted, by the store's order.
+    Today(usize),
+    /// The first `f` admitted, shortest expected remaining chain first.
+    Short(usize),
+    /// The first `f` admitted, in admission order.
+    Fifo(usize),
+    /// Those admitted while demand admission would have admitted them (free slots beyond the
+    /// runnable continuations), by the store's order: the trajectories today's rule starts first.
+    Demand,
+}
+
+/// A trajectory's expected remaining chain as the order behind the head ranks it.
+#[derive(Clone, Copy, Debug)]
+enum Rank {
+    /// rate × `B` × its stage's factor ([`stage_factors`]), computed at each dispatch.
+    Factors,
+    /// The same, as the store would keep it: computed at its admission and at its own reports
+    /// with the rates of that moment.
+    Stale,
+    /// rate × current barrier × stages left.
+    Stages,
 }
 
 struct Lt {
@@ -53,8 +78,10 @@ struct Lt {
     timed: Timed,
     done: bool,
     admitted_at: i64,
-    /// The expected remaining chain as last stored (`Cp { stale: true, .. }`).
+    /// The expected remaining chain as last stored ([`Rank::Stale`]).
     stored: f64,
+    /// Admitted while demand admission would have admitted it ([`Head::Demand`]).
+    demand: bool,
 }
 
 fn stage_rank(s: Stage) -> usize {
@@ -163,6 +190,8 @@ fn remaining(s: &Setup, t: &Lt, study: Timed) -> f64 {
 struct Run {
     makespan: i64,
     first: i64,
+    /// The trajectory that finished first and when it was admitted.
+    first_of: (usize, i64),
 }
 
 fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
@@ -179,6 +208,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
             done: false,
             admitted_at: 0,
             stored: 0.0,
+            demand: false,
         })
         .collect();
     let mut study = Timed::default();
@@ -188,6 +218,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
     let mut heap: BinaryHeap<Reverse<(i64, usize, Key)>> = BinaryHeap::new();
     let mut now = 0i64;
     let mut first = None;
+    let mut first_of = (0, 0);
     let mut finished = 0;
     loop {
         // Admission.
@@ -195,15 +226,20 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
             if next_admit >= ts.len() {
                 break;
             }
+            let demand = free > runnable;
             let go = match admit {
-                Admit::Demand => free > runnable,
-                Admit::Ahead(k) => (runnable as f64) < free as f64 + k * slots as f64,
+                Admit::Demand => demand,
+                Admit::Ahead(k) => demand || (runnable as f64) < free as f64 + k * slots as f64,
+                Admit::AheadAfterFirst(k) => {
+                    demand || (first.is_some() && (runnable as f64) < free as f64 + k * slots as f64)
+                }
                 Admit::All => true,
             };
             if !go {
                 break;
             }
             let t = &mut ts[next_admit];
+            t.demand = demand;
             t.rank = Some(next_admit);
             t.admitted_at = now;
             t.stored = remaining(s, t, study);
@@ -225,23 +261,20 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
                 let rank = t.rank.unwrap();
                 let p = match order {
                     Order::Today => (stage_rank(t.sched.stage()) as i64, rate * f64::from(open), -(rank as f64)),
-                    Order::Cp { f, factors, short, stale, fifo } => {
+                    Order::Cp { head, rank: by } => {
                         let st = stage_rank(t.sched.stage());
-                        let rem = if stale {
-                            t.stored
-                        } else if factors {
-                            remaining(s, t, study)
-                        } else {
-                            rate * f64::from(open) * (7 - st) as f64
+                        let rem = match by {
+                            Rank::Stale => t.stored,
+                            Rank::Factors => remaining(s, t, study),
+                            Rank::Stages => rate * f64::from(open) * (7 - st) as f64,
                         };
-                        if rank < f && short {
-                            (1, -rem, -(rank as f64))
-                        } else if rank < f && fifo {
-                            (1, -(rank as f64), 0.0)
-                        } else if rank < f {
-                            (1 + st as i64, rate * f64::from(open), -(rank as f64))
-                        } else {
-                            (0, rem, -(rank as f64))
+                        let today = (1 + st as i64, rate * f64::from(open), -(rank as f64));
+                        match head {
+                            Head::Short(f) if rank < f => (1, -rem, -(rank as f64)),
+                            Head::Fifo(f) if rank < f => (1, -(rank as f64), 0.0),
+                            Head::Today(f) if rank < f => today,
+                            Head::Demand if t.demand => today,
+                            _ => (0, rem, -(rank as f64)),
                         }
                     }
                 };
@@ -278,11 +311,14 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
         if t.sched.is_done() && !t.done {
             t.done = true;
             finished += 1;
-            first.get_or_insert(now);
+            if first.is_none() {
+                first = Some(now);
+                first_of = (i, t.admitted_at);
+            }
         }
     }
     assert_eq!(finished, ts.len());
-    Run { makespan: now, first: first.unwrap() }
+    Run { makespan: now, first: first.unwrap(), first_of }
 }
 
 #[test]
@@ -301,29 +337,51 @@ fn lab() {
         s.factors
     );
     let mut runs: Vec<(Admit, Order)> = vec![(Admit::Demand, Order::Today)];
-    let fifo_only = std::env::var("LAB_FIFO").is_ok();
-    if fifo_only {
-        for f in [1, 3, 5, 10, 20] {
-            runs.push((Admit::Ahead(16.0), Order::Cp { f, factors: true, short: false, stale: false, fifo: true }));
+    let cp = |head| Order::Cp { head, rank: Rank::Factors };
+    match std::env::var("LAB_SET").as_deref() {
+        Ok("fifo") => {
+            for f in [1, 3, 5, 10, 20] {
+                runs.push((Admit::Ahead(16.0), cp(Head::Fifo(f))));
+            }
         }
-    }
-    let all = if fifo_only { &[][..] } else { &[Admit::Ahead(10.0), Admit::Ahead(16.0), Admit::All][..] };
-    for &admit in all {
-        runs.push((admit, Order::Today));
-        for f in [0, 10, 20, 32] {
-            runs.push((admit, Order::Cp { f, factors: true, short: false, stale: false, fifo: false }));
+        Ok("demand") => {
+            for k in [4.0, 8.0, 16.0, 32.0] {
+                runs.push((Admit::Ahead(k), cp(Head::Demand)));
+            }
+            runs.push((Admit::Ahead(16.0), Order::Cp { head: Head::Demand, rank: Rank::Stages }));
         }
-        runs.push((admit, Order::Cp { f: 20, factors: true, short: false, stale: true, fifo: false }));
-        runs.push((admit, Order::Cp { f: 10, factors: false, short: false, stale: false, fifo: false }));
-        runs.push((admit, Order::Cp { f: 10, factors: true, short: true, stale: false, fifo: false }));
+        Ok("first") => {
+            for k in [8.0, 16.0, 32.0] {
+                runs.push((Admit::AheadAfterFirst(k), cp(Head::Demand)));
+            }
+        }
+        Ok("head") => {
+            runs.push((Admit::Ahead(16.0), cp(Head::Demand)));
+            for f in [14, 20, 32, 48] {
+                runs.push((Admit::Ahead(16.0), cp(Head::Today(f))));
+            }
+        }
+        _ => {
+            for admit in [Admit::Ahead(10.0), Admit::Ahead(16.0), Admit::All] {
+                runs.push((admit, Order::Today));
+                for f in [0, 10, 20, 32] {
+                    runs.push((admit, cp(Head::Today(f))));
+                }
+                runs.push((admit, Order::Cp { head: Head::Today(20), rank: Rank::Stale }));
+                runs.push((admit, Order::Cp { head: Head::Today(10), rank: Rank::Stages }));
+                runs.push((admit, cp(Head::Short(10))));
+            }
+        }
     }
     for (admit, order) in runs {
         let r = simulate(&s, slots, admit, order);
         eprintln!(
-            "{admit:?} {order:?}: makespan {:.0} s ratio {:.3} first {:.0} s",
+            "{admit:?} {order:?}: makespan {:.0} s ratio {:.3} first {:.0} s (trajectory {} admitted at {:.0} s)",
             r.makespan as f64 / 1000.0,
             r.makespan as f64 / bound,
-            r.first as f64 / 1000.0
+            r.first as f64 / 1000.0,
+            r.first_of.0,
+            r.first_of.1 as f64 / 1000.0
         );
     }
 }
