@@ -117,7 +117,8 @@ impl Bound {
             // so `seed + 1` is new).
             request: substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]),
             // The replan's end: the stage as it was, one continuation requested, one done.
-            // ... and the report's timing: one continuation of 1 s with a budget of 100 steps.
+            // ... and the report's timing: one continuation of 1 s with a budget of 100 steps,
+            // and the screen's steps left at a budget of 100.
             advance: substitute(
                 &sql.advance,
                 &[
@@ -134,6 +135,7 @@ impl Bound {
                     "timed_n + 1",
                     "timed_ms + 1000",
                     "timed_budget + 100",
+                    "1203",
                 ],
             ),
         }

@@ -8,6 +8,8 @@
 //! of a continuation before it runs; a task's steps cost what its tests cost, so the rate is kept
 //! per trajectory (each trajectory is one task's run).
 
+use vcurve_method::schedule::Stage;
+
 /// What a trajectory's (or a study's) finished continuations say of their durations: how many
 /// were timed, their milliseconds and their step budgets, summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,6 +63,22 @@ pub fn chain_ms(rate: f64, open_budgets: impl IntoIterator<Item = u32>) -> i64 {
     open_budgets.into_iter().max().map_or(0, |b| expected_ms(rate, b))
 }
 
+/// A trajectory's expected remaining chain on entering each stage of [`Stage::ALL`], in steps of
+/// budget per step of the study's budget `B`: at its rate, `rate × B ×` this is how long it has
+/// left. Measured on the paper schedule with the dispatch lab (the mean over a study's
+/// trajectories of the time from entering the stage to the curve's end over `rate × B`, with as
+/// many workers as continuations), and used for every schedule: only the order matters, and every
+/// schedule's stages come in this order (docs/decisions.md, "Duration-aware dispatch").
+pub const STAGE_FACTORS: [f64; 7] = [12.03, 10.18, 6.38, 5.03, 0.0, 0.0, 0.0];
+
+/// The steps of budget a trajectory in `stage` has left on its chain ([`STAGE_FACTORS`]) when its
+/// study's budget is `budget`; the claim order multiplies it by the trajectory's rate as it is
+/// when a worker claims, so what is stored never goes stale.
+pub fn remaining_steps(stage: Stage, budget: u32) -> i64 {
+    let at = Stage::ALL.iter().position(|s| *s == stage).unwrap_or(0);
+    (STAGE_FACTORS[at] * f64::from(budget)).round() as i64
+}
+
 /// A trajectory as the study's estimated end sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrajectoryLeft {
@@ -70,26 +88,10 @@ pub struct TrajectoryLeft {
     pub timed: Timed,
     /// The budgets of its open (pending or leased) continuations, summed.
     pub open_budget: i64,
-    /// Its expected remaining chain, ms ([`chain_ms`], as its last replan stored it).
+    /// Its current barrier, ms ([`chain_ms`], as its last replan stored it).
     pub chain_ms: i64,
-    /// How long ago it was admitted, ms (`None`: waiting, or admitted before admissions were
-    /// timed).
-    pub age_ms: Option<i64>,
-}
-
-/// The quantile of the finished trajectories' wall times (admission to end) the estimated end
-/// takes for the chain of the last trajectory admitted: the study ends when the slowest of its
-/// last trajectories does, and the trajectories finished at any moment are the quicker ones.
-/// Chosen on `vcurve bench cluster` (docs/decisions.md, "Duration-aware dispatch").
-pub const WALL_QUANTILE: f64 = 0.95;
-
-/// A finished trajectory as the study's estimated end sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Finished {
-    /// Its continuations' sums.
-    pub timed: Timed,
-    /// From its admission to its end, ms (`None`: admitted before admissions were timed).
-    pub wall_ms: Option<i64>,
+    /// The steps of budget its stage has left ([`remaining_steps`]; a waiting one's, screening's).
+    pub remaining_steps: i64,
 }
 
 /// The estimated time to a study's end, ms, from its durations (docs/decisions.md,
@@ -97,43 +99,32 @@ pub struct Finished {
 ///
 /// The work left of a trajectory is its study's mean budget per finished trajectory (every
 /// continuation's budget, summed) less what it ran, and at least its open continuations'
-/// budgets, at its own rate; a waiting one's is that mean at the study's rate. While
-/// trajectories wait, the last one is admitted about when the work ahead of it is done and then
-/// runs its chain: the work left over the `slots` of the live workers, plus the finished
-/// trajectories' wall time from admission to end ([`WALL_QUANTILE`]). Once every trajectory is
-/// admitted, the larger of the work left over the slots and the longest chain left (a running
-/// trajectory's that wall time less its age, at least its current barrier). `None` before a trajectory
-/// finished (no mean yet), with no slots, or with nothing timed.
-pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Finished], slots: u64) -> Option<f64> {
-    let study = trajectories
-        .iter()
-        .map(|t| t.timed)
-        .chain(done.iter().map(|d| d.timed))
-        .fold(Timed::default(), |a, t| Timed { n: a.n + t.n, ms: a.ms + t.ms, budget: a.budget + t.budget });
-    if done.is_empty() || slots == 0 || study.rate().is_none() {
+/// budgets, at its own rate; a waiting one's is that mean at the study's rate. The study ends
+/// when its work is done — the work left over the `slots` of the live workers, plus the longest
+/// a continuation started as the work runs out may take (`budget` steps at the study's rate) — or
+/// when its longest chain is, whichever is later: each trajectory's steps left at its rate (the
+/// claim order's rank), at least its current barrier. `None` before a trajectory finished (no
+/// mean yet), with no slots, or with nothing timed.
+pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Timed], slots: u64, budget: u32) -> Option<f64> {
+    let study = trajectories.iter().map(|t| t.timed).chain(done.iter().copied()).fold(Timed::default(), |a, t| Timed {
+        n: a.n + t.n,
+        ms: a.ms + t.ms,
+        budget: a.budget + t.budget,
+    });
+    let study_rate = study.rate()?;
+    if done.is_empty() || slots == 0 {
         return None;
     }
-    let per_trajectory = done.iter().map(|d| d.timed.budget as f64).sum::<f64>() / done.len() as f64;
-    let mut walls: Vec<i64> = done.iter().filter_map(|d| d.wall_ms).collect();
-    walls.sort_unstable();
-    let wall = match walls.len() {
-        0 => 0.0,
-        n => walls[((n - 1) as f64 * WALL_QUANTILE).round() as usize] as f64,
-    };
-    let (mut work, mut chain, mut waiting) = (0.0f64, 0.0f64, false);
+    let per_trajectory = done.iter().map(|d| d.budget as f64).sum::<f64>() / done.len() as f64;
+    let (mut work, mut chain) = (0.0f64, 0.0f64);
     for t in trajectories {
         let r = rate(if t.waiting { Timed::default() } else { t.timed }, study);
-        let left = if t.waiting {
-            waiting = true;
-            per_trajectory
-        } else {
-            chain = chain.max(t.chain_ms as f64).max(t.age_ms.map_or(0.0, |age| wall - age as f64));
-            (per_trajectory - t.timed.budget as f64).max(t.open_budget as f64)
-        };
+        let left =
+            if t.waiting { per_trajectory } else { (per_trajectory - t.timed.budget as f64).max(t.open_budget as f64) };
         work += r * left;
+        chain = chain.max(t.chain_ms as f64).max(r * t.remaining_steps as f64);
     }
-    let work = work / slots as f64;
-    Some(if waiting { work + wall } else { work.max(chain) })
+    Some((work / slots as f64 + study_rate * f64::from(budget)).max(chain))
 }
 
 #[cfg(test)]
@@ -161,29 +152,35 @@ mod tests {
     }
 
     #[test]
-    fn the_end_is_the_work_left_over_the_slots_then_the_last_chain() {
-        // Two finished trajectories of 1,000 budget steps each at 10 ms a step, 3,000 ms each
-        // from admission to end.
-        let done = [Finished { timed: Timed { n: 10, ms: 10_000, budget: 1_000 }, wall_ms: Some(3_000) }; 2];
-        let waiting =
-            TrajectoryLeft { waiting: true, timed: Timed::default(), open_budget: 0, chain_ms: 0, age_ms: None };
+    fn the_end_is_the_work_left_over_the_slots_or_the_longest_chain() {
+        // Two finished trajectories of 1,000 budget steps each at 10 ms a step.
+        let done = [Timed { n: 10, ms: 10_000, budget: 1_000 }; 2];
+        let waiting = TrajectoryLeft {
+            waiting: true,
+            timed: Timed::default(),
+            open_budget: 0,
+            chain_ms: 0,
+            remaining_steps: 1_200,
+        };
         let half = TrajectoryLeft {
             waiting: false,
             timed: Timed { n: 5, ms: 5_000, budget: 500 },
             open_budget: 100,
             chain_ms: 900,
-            age_ms: Some(1_000),
+            remaining_steps: 500,
         };
-        // Work left: 1,000 + 500 steps at 10 ms = 15,000 ms over 10 slots, and the last one's
-        // chain after it.
-        assert_eq!(eta_ms(&[waiting, half], &done, 10), Some(4_500.0));
-        // All admitted: the work, or the chain left (3,000 − 1,000 ms).
-        assert_eq!(eta_ms(&[half], &done, 10), Some(2_000.0));
-        assert_eq!(eta_ms(&[half], &done, 1), Some(5_000.0));
+        // Work left: 1,000 + 500 steps at 10 ms = 15,000 ms over 10 slots, and a continuation
+        // of 100 steps started as it runs out (1,000 ms); the chains (12,000 and 5,000 ms) are
+        // longer.
+        assert_eq!(eta_ms(&[waiting, half], &done, 10, 100), Some(12_000.0));
+        assert_eq!(eta_ms(&[half], &done, 10, 100), Some(5_000.0));
+        // One slot: the work.
+        assert_eq!(eta_ms(&[waiting, half], &done, 1, 100), Some(16_000.0));
+        // A current barrier longer than the stage's expectation.
         let long = TrajectoryLeft { chain_ms: 40_000, ..half };
-        assert_eq!(eta_ms(&[long], &done, 10), Some(40_000.0));
+        assert_eq!(eta_ms(&[long], &done, 10, 100), Some(40_000.0));
         // Nothing finished yet, or no slots: not known.
-        assert_eq!(eta_ms(&[waiting, half], &[], 10), None);
-        assert_eq!(eta_ms(&[waiting, half], &done, 0), None);
+        assert_eq!(eta_ms(&[waiting, half], &[], 10, 100), None);
+        assert_eq!(eta_ms(&[waiting, half], &done, 0, 100), None);
     }
 }

@@ -91,23 +91,53 @@ impl ThroughputWindow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdmitDecision {
     Nothing,
-    /// Admit one, then look again (demand-driven).
+    /// Admit one at the head of the claim order, then look again: a worker slot would idle
+    /// without it (demand).
     One,
+    /// Admit one behind the head, then look again: the study has a finished curve and the queue
+    /// is short of [`LOOK_AHEAD`] (demand).
+    Ahead,
     /// Admit this many at once (the paper's batch rule).
     Batch(u32),
 }
 
+/// What admission weighs, over every running study.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Demand {
+    /// The slots of the live workers.
+    pub slots: u64,
+    /// Those slots less the jobs leased.
+    pub free: u64,
+    /// Continuations and jobs pending in running studies.
+    pub runnable: u64,
+    /// Of those, jobs (replays, base runs): claimed before any continuation.
+    pub jobs: u64,
+}
+
+/// How many runnable continuations per live worker slot demand admission keeps queued beyond the
+/// free slots, so the claim order has the longest chains to choose from (docs/decisions.md,
+/// "Duration-aware dispatch").
+pub const LOOK_AHEAD: u64 = 16;
+
 /// The admission rule.
 ///
 /// - `demand`: admit while free worker slots exceed the runnable continuations, so no worker
-///   idles while a study has work.
+///   idles while a study has work; those go at the head of the claim order. Once the study has
+///   `finished` a curve, and while no job is pending, go on admitting while the runnable
+///   continuations are fewer than the free slots plus [`LOOK_AHEAD`] per slot: the claim order
+///   then has the longest chains to choose from, and until then a study's first curves come as
+///   soon as before. Jobs are claimed first, so a queue of them (a recorded run's replay for each
+///   trajectory admitted) would hold every continuation back instead.
 /// - `batch`: the paper's rule — admit `batch_size` when fewer than `pipeline_threshold` are in
 ///   flight.
-pub fn admission(policy: &Admission, in_flight: u32, runnable: u64, free_slots: u64) -> AdmitDecision {
+pub fn admission(policy: &Admission, in_flight: u32, finished: bool, demand: Demand) -> AdmitDecision {
     match *policy {
         Admission::Demand => {
-            if free_slots > runnable {
+            let Demand { slots, free, runnable, jobs } = demand;
+            if free > runnable {
                 AdmitDecision::One
+            } else if finished && jobs == 0 && runnable < free.saturating_add(LOOK_AHEAD.saturating_mul(slots)) {
+                AdmitDecision::Ahead
             } else {
                 AdmitDecision::Nothing
             }
@@ -142,12 +172,24 @@ mod tests {
     }
 
     #[test]
-    fn demand_admission_fills_free_slots() {
-        assert_eq!(admission(&Admission::Demand, 0, 0, 4), AdmitDecision::One);
-        assert_eq!(admission(&Admission::Demand, 3, 4, 4), AdmitDecision::Nothing);
+    fn demand_admission_fills_free_slots_then_looks_ahead() {
+        let demand = |slots, free, runnable, jobs| Demand { slots, free, runnable, jobs };
+        let d = &Admission::Demand;
+        assert_eq!(admission(d, 0, false, demand(4, 4, 0, 0)), AdmitDecision::One);
+        assert_eq!(admission(d, 3, false, demand(4, 4, 3, 0)), AdmitDecision::One);
+        // Every slot has work: before the study's first curve, nothing more.
+        assert_eq!(admission(d, 3, false, demand(4, 4, 4, 0)), AdmitDecision::Nothing);
+        // After it, queue up to 16 a slot beyond the free ones.
+        assert_eq!(admission(d, 3, true, demand(4, 4, 4, 0)), AdmitDecision::Ahead);
+        assert_eq!(admission(d, 3, true, demand(4, 1, 64, 0)), AdmitDecision::Ahead);
+        assert_eq!(admission(d, 3, true, demand(4, 1, 65, 0)), AdmitDecision::Nothing);
+        // A job pending: nothing ahead of it.
+        assert_eq!(admission(d, 3, true, demand(4, 4, 4, 1)), AdmitDecision::Nothing);
+        // No live worker: nothing.
+        assert_eq!(admission(d, 0, true, demand(0, 0, 0, 0)), AdmitDecision::Nothing);
         let batch = Admission::Batch { batch_size: 10, pipeline_threshold: 3 };
-        assert_eq!(admission(&batch, 2, 0, 0), AdmitDecision::Batch(10));
-        assert_eq!(admission(&batch, 3, 0, 100), AdmitDecision::Nothing);
+        assert_eq!(admission(&batch, 2, false, Demand::default()), AdmitDecision::Batch(10));
+        assert_eq!(admission(&batch, 3, true, demand(100, 100, 0, 0)), AdmitDecision::Nothing);
     }
 
     #[test]

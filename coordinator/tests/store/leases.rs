@@ -209,3 +209,47 @@ pub(crate) async fn within_a_stage_the_trajectory_with_the_longest_expected_chai
         ts.finish().await;
     }
 }
+
+#[tokio::test]
+pub(crate) async fn after_the_first_curve_demand_admission_queues_ahead_behind_the_head() {
+    // Demand admission puts at the head what a slot would idle without. Once the study has a
+    // curve, it also queues up to 16 continuations a slot behind the head, ranked by their
+    // expected remaining chain; the head still comes first.
+    for ts in TestStore::both().await {
+        let (c, clock) = coordinator(&ts.store);
+        let trajectories = ["z", "a", "b", "c"].map(|id| Tr { id, length: 40, cliff: 23, p: 0.75, labels: "" });
+        let (yaml, files) = spec("ahead", "", &trajectories);
+        let study = c.launch(&yaml, &files).await.unwrap();
+        let caps = ["synthetic".to_string()];
+        // One slot: "z" alone until its curve is done; nothing queues ahead before it.
+        let w0 = c.register("w0", 1, &caps, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        loop {
+            let jobs = lease(&c, &w0, 1).await;
+            let [job] = &jobs[..] else { panic!("{}: one job, got {}", ts.name, jobs.len()) };
+            assert_eq!(ck(job).trajectory, "z", "{}", ts.name);
+            assert_eq!(c.progress(&study).await.unwrap().trajectories_admitted, 1, "{}", ts.name);
+            clock.advance(Duration::from_secs(10));
+            let k = ck(job);
+            c.report(&w0, &held(job), &outcome(step_outcome(23, k.t, k.seed))).await.unwrap();
+            if c.progress(&study).await.unwrap().trajectories_done == 1 {
+                break;
+            }
+        }
+        // 5 more slots: "a" at the head (a slot would idle), "b" queued behind it
+        // (72 pending < 6 + 16 × 6), "c" waits (144 pending). Every slot goes to the head.
+        let w1 = c.register("w1", 5, &caps, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let first = lease(&c, &w1, 5).await;
+        assert!(first.iter().all(|j| ck(j).trajectory == "a"), "{}", ts.name);
+        let p = c.progress(&study).await.unwrap();
+        assert_eq!((p.trajectories_admitted, p.pending), (3, 139), "{}", ts.name);
+        // 131 more slots, fewer free than pending: "c" is queued behind the head too, not put
+        // at it. The rest of the head, then "b" before "c": neither has run, both are
+        // screening at the study's rate, and "b" was admitted first.
+        let w2 = c.register("w2", 131, &caps, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+        let next = lease(&c, &w2, 131).await;
+        let count = |id: &str| next.iter().filter(|j| ck(j).trajectory == id).count();
+        assert_eq!((count("a"), count("b"), count("c")), (67, 64, 0), "{}", ts.name);
+        assert_eq!(c.progress(&study).await.unwrap().trajectories_admitted, 4, "{}", ts.name);
+        ts.finish().await;
+    }
+}

@@ -9,11 +9,13 @@ use super::handle::SqlStore;
 use super::jobs::insert_job;
 use super::rows::{corrupt, count_trajectories};
 use crate::model::{JobKey, TrajectoryState};
-use crate::planner::{self, AdmitDecision};
+use crate::planner::{self, AdmitDecision, Demand};
 use crate::store::api::{LeasePolicy, StoreError};
 
-/// Admit trajectory `$5` of study `$4`: state `$1`, rank `$2`, plan `$3`, at `$6`.
-const ADMIT: &str = "UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3, admitted_ms = $6 WHERE study = $4 AND id = $5";
+/// Admit trajectory `$5` of study `$4`: state `$1`, rank `$2`, plan `$3`, at `$6`, at the head of
+/// the claim order or not (`$7`, 1 or 0: [`super::dispatch::claim`]).
+const ADMIT: &str = "UPDATE trajectories SET state = $1, admit_order = $2, plan_json = $3, admitted_ms = $6, head = $7 \
+     WHERE study = $4 AND id = $5";
 
 /// Study `$2` has admitted `$1` trajectories.
 const SET_ADMITTED: &str = "UPDATE studies SET admitted = $1 WHERE id = $2";
@@ -22,14 +24,16 @@ const SET_ADMITTED: &str = "UPDATE studies SET admitted = $1 WHERE id = $2";
 pub(super) const IN_FLIGHT: &str = "state IN ('running', 'replaying')";
 
 /// The columns admission weighs (`$1` the oldest visit of a live worker): `slots` of live workers,
-/// `leased` and `runnable` jobs of both tables (pending in running studies).
+/// `leased` jobs of both tables, and pending ones in running studies: `pending_continuations`
+/// and `pending_jobs` (counted on the `(state, study)` indexes alone: look-ahead admission keeps
+/// thousands pending).
 pub(super) const DEMAND: &str = "(SELECT CAST(COALESCE(SUM(slots), 0) AS BIGINT) FROM workers WHERE last_seen_ms >= $1) AS slots, \
      (SELECT COUNT(*) FROM continuations WHERE state = 'leased') \
        + (SELECT COUNT(*) FROM jobs WHERE state = 'leased') AS leased, \
-     (SELECT COUNT(*) FROM continuations c JOIN studies s ON s.id = c.study \
-       WHERE c.state = 'pending' AND s.state = 'running') \
-       + (SELECT COUNT(*) FROM jobs j JOIN studies s ON s.id = j.study \
-       WHERE j.state = 'pending' AND s.state = 'running') AS runnable";
+     (SELECT COUNT(*) FROM continuations WHERE state = 'pending' \
+       AND study IN (SELECT id FROM studies WHERE state = 'running')) AS pending_continuations, \
+     (SELECT COUNT(*) FROM jobs WHERE state = 'pending' \
+       AND study IN (SELECT id FROM studies WHERE state = 'running')) AS pending_jobs";
 
 impl SqlStore {
     /// Admit trajectories as each running study's admission rule asks (see
@@ -58,6 +62,8 @@ impl SqlStore {
         // every row) the demand: one round trip for the look without the lock.
         let sql = format!(
             "SELECT s.id, (SELECT COUNT(*) FROM trajectories t WHERE t.study = s.id AND t.{IN_FLIGHT}) AS in_flight, \
+             CASE WHEN EXISTS (SELECT 1 FROM trajectories t WHERE t.study = s.id AND t.state = 'done') \
+               THEN 1 ELSE 0 END AS finished, \
              {DEMAND} FROM studies s WHERE s.state = 'running' \
              AND EXISTS (SELECT 1 FROM trajectories t WHERE t.study = s.id AND t.state = 'waiting') \
              ORDER BY s.created_ms, s.id"
@@ -66,12 +72,14 @@ impl SqlStore {
         let Some(first) = rows.first() else {
             return Ok(());
         };
-        let (mut free, mut runnable) = Self::demand_of(first)?;
+        let mut demand = Self::demand_of(first)?;
         for row in &rows {
             let study: String = row.try_get("id")?;
             let config = self.config(tx, &study).await?;
             let in_flight = u32::try_from(row.try_get::<i64, _>("in_flight")?).unwrap_or(u32::MAX);
-            if planner::admission(&config.admission, in_flight, runnable, free) == AdmitDecision::Nothing {
+            // A curve finished: look-ahead admission (see planner::admission).
+            let finished = row.try_get::<i64, _>("finished")? != 0;
+            if planner::admission(&config.admission, in_flight, finished, demand) == AdmitDecision::Nothing {
                 continue;
             }
             let sql = format!(
@@ -85,13 +93,16 @@ impl SqlStore {
             let controls_at_launch = row.try_get::<i64, _>("controls_at_launch")? != 0;
             let mut rank = first_rank;
             // Under the lock, the demand as it is now: other admitters may have met it meanwhile.
-            (free, runnable) = self.demand(tx, now, policy).await?;
+            demand = self.demand(tx, now, policy).await?;
             loop {
                 let in_flight = self.in_flight(tx, &study).await?;
-                let take = match planner::admission(&config.admission, in_flight, runnable, free) {
+                // Behind the head only what demand admission queues ahead; a batch keeps the
+                // claim order as it was (stage, then current barrier).
+                let (take, head) = match planner::admission(&config.admission, in_flight, finished, demand) {
                     AdmitDecision::Nothing => break,
-                    AdmitDecision::One => 1,
-                    AdmitDecision::Batch(n) => n,
+                    AdmitDecision::One => (1, true),
+                    AdmitDecision::Ahead => (1, false),
+                    AdmitDecision::Batch(n) => (n, true),
                 };
                 let sql = format!(
                     "SELECT id, plan_json, recorded_digest FROM trajectories WHERE study = $1 AND state = 'waiting' \
@@ -127,14 +138,16 @@ impl SqlStore {
                         .bind(&study)
                         .bind(&id)
                         .bind(now)
+                        .bind(i64::from(head))
                         .execute(&mut **tx)
                         .await?;
                     rank += 1;
                     if recorded {
                         insert_job(tx, &JobKey::Replay { study: study.clone(), trajectory: id.clone() }, now).await?;
-                        runnable += 1;
+                        demand.runnable += 1;
+                        demand.jobs += 1;
                     } else {
-                        runnable += self.replan(tx, &config, (&study, &id, &plan), None, None, now).await?.0;
+                        demand.runnable += self.replan(tx, &config, (&study, &id, &plan), None, None, now).await?.0;
                     }
                 }
                 if take > 1 {
@@ -148,23 +161,24 @@ impl SqlStore {
         Ok(())
     }
 
-    /// What demand admission weighs, over every running study: the free worker slots (of workers
-    /// seen since `$1`) and the runnable jobs.
+    /// What demand admission weighs, over every running study (workers seen since `$1`).
     pub(super) async fn demand(
         &self,
         tx: &mut Transaction<'_, Any>,
         now: i64,
         policy: LeasePolicy,
-    ) -> Result<(u64, u64), StoreError> {
+    ) -> Result<Demand, StoreError> {
         let sql = format!("SELECT {DEMAND}");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(now - policy.timeout_ms).fetch_one(&mut **tx).await?;
         Self::demand_of(&row)
     }
 
-    /// The free slots and runnable jobs of a row with the [`DEMAND`] columns.
-    pub(super) fn demand_of(row: &AnyRow) -> Result<(u64, u64), StoreError> {
-        let (slots, leased): (i64, i64) = (row.try_get("slots")?, row.try_get("leased")?);
-        Ok(((slots - leased).max(0) as u64, row.try_get::<i64, _>("runnable")?.max(0) as u64))
+    /// The demand of a row with the [`DEMAND`] columns.
+    pub(super) fn demand_of(row: &AnyRow) -> Result<Demand, StoreError> {
+        let count = |column: &str| row.try_get::<i64, _>(column).map(|n| n.max(0) as u64);
+        let (slots, leased) = (count("slots")?, count("leased")?);
+        let jobs = count("pending_jobs")?;
+        Ok(Demand { slots, free: slots.saturating_sub(leased), runnable: count("pending_continuations")? + jobs, jobs })
     }
 
     /// A study's trajectories in flight (admitted, not finished), for the batch rule.

@@ -2,6 +2,8 @@
 //! `vcurve bench dispatch --pgbench` hands the same text to pgbench ([`dispatch_sql`]), so the two
 //! rates compare the store's own statements with and without everything around them.
 
+use crate::durations;
+
 /// Lease a claimed row of `{table}` (keyed by `{key}`, `$1 … $5`): attempt `$6`, worker `$7`,
 /// lease expiry `$8`, leased at `$9`.
 pub(super) const MARK_LEASED: &str =
@@ -37,9 +39,11 @@ pub(super) fn lock_trajectory(for_update: &str) -> String {
 /// advanced by the continuations requested `$4` and the outcome recorded, done `$5` or retired
 /// `$6` (`$7` study, `$8` id); its expected remaining chain `$9` ms, its end `$10` (when `$3` is
 /// done), and its timed sums `$11 … $13` as the replan's row lock read them with the report's
-/// continuation added (NULL: unchanged).
+/// continuation added (NULL: unchanged), and the steps of budget its stage has left `$14`
+/// ([`crate::durations::remaining_steps`]).
 pub(super) const ADVANCE: &str = "UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3, \
      n_requested = n_requested + $4, n_done = n_done + $5, n_retired = n_retired + $6, chain_ms = $9, \
+     remaining_steps = $14, \
      ended_ms = COALESCE(ended_ms, $10), timed_n = COALESCE($11, timed_n), timed_ms = COALESCE($12, timed_ms), \
      timed_budget = COALESCE($13, timed_budget) WHERE study = $7 AND id = $8";
 
@@ -64,22 +68,65 @@ pub(super) fn request(rows: usize) -> String {
     sql
 }
 
+/// How many trajectories beyond the `$1` asked for a claim ranks: a trajectory whose pending rows
+/// other claims hold (locked, skipped) leaves its place to the next.
+pub(super) const CLAIM_SPARE: i64 = 16;
+
 /// Claim up to `$1` pending continuations of running studies whose runner kind is in `kinds_in`
-/// (`IN ($2, …)`), ordered by `locality_order` (empty, or `CASE … END, `) and then the claim order:
-/// later stages first, then the longest expected remaining chain ([`crate::durations`]), then the
-/// older study, the earlier admitted trajectory and the key;
-/// on PostgreSQL the rows are locked, skipping rows other claims hold.
-pub(super) fn claim(kinds_in: &str, locality_order: &str, postgres: bool) -> String {
+/// (`IN ($2, …)`), in the claim order (docs/decisions.md, "Duration-aware dispatch"):
+///
+/// - the head first (trajectories admitted because a slot would idle without them, or by a
+///   batch), later stages first, then the longest current barrier as the last replan stored it
+///   ([`crate::durations::chain_ms`]);
+/// - then the rest by their expected remaining chain, longest first, computed here from what does
+///   not go stale: the steps of budget the trajectory's stage has left
+///   ([`durations::remaining_steps`]) at its rate, its own timed sums shrunk toward its study's
+///   as they are now ([`rate`]);
+/// - then the older study, the earlier admitted trajectory and the key.
+///
+/// Locality goes before all of it: `near` (empty, or `CASE … END, ` over the trajectory `tr`)
+/// ranks trajectories, `locality` (the same over the ranked trajectory `top` and the continuation
+/// `c`) their continuations. Every continuation of a trajectory shares its rank, so the claim ranks the
+/// trajectories with pending work and takes the best `$1` + [`CLAIM_SPARE`] of them before it
+/// reads any continuation (`CROSS JOIN` keeps SQLite from driving the join from the queue): its
+/// cost grows with the trajectories in flight, not with the queue, which look-ahead admission
+/// keeps long. On PostgreSQL the rows are locked, skipping rows other
+/// claims hold.
+pub(super) fn claim(kinds_in: &str, near: &str, locality: &str, postgres: bool) -> String {
+    let rate = rate();
     format!(
-        "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, tr.payload_digest \
-         FROM continuations c \
-         JOIN trajectories tr ON tr.study = c.study AND tr.id = c.trajectory \
-         JOIN studies s ON s.id = c.study \
-         WHERE c.state = 'pending' AND s.state = 'running' AND s.runner_kind {kinds_in} \
-         ORDER BY {locality_order}tr.stage_rank DESC, tr.chain_ms DESC, s.created_ms, tr.admit_order, \
+        "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, top.payload_digest \
+         FROM (SELECT tr.study, tr.id, tr.payload_digest, tr.admit_order, s.created_ms, tr.head, \
+             CASE WHEN tr.head = 1 THEN tr.stage_rank ELSE 0 END AS tier, \
+             CASE WHEN tr.head = 1 THEN CAST(tr.chain_ms AS DOUBLE PRECISION) \
+               ELSE CAST(tr.remaining_steps AS DOUBLE PRECISION) * {rate} END AS chain \
+           FROM trajectories tr \
+           JOIN studies s ON s.id = tr.study \
+           LEFT JOIN (SELECT study, SUM(timed_ms) AS ms, SUM(timed_budget) AS budget FROM trajectories \
+             WHERE study IN (SELECT id FROM studies WHERE state = 'running') GROUP BY study) st ON st.study = tr.study \
+           WHERE s.state = 'running' AND s.runner_kind {kinds_in} AND tr.state <> 'waiting' \
+             AND EXISTS (SELECT 1 FROM continuations p WHERE p.study = tr.study AND p.trajectory = tr.id \
+               AND p.state = 'pending') \
+           ORDER BY {near}tr.head DESC, tier DESC, chain DESC, s.created_ms, tr.admit_order \
+           LIMIT $1 + {CLAIM_SPARE}) top \
+         CROSS JOIN continuations c \
+         WHERE c.study = top.study AND c.trajectory = top.id AND c.state = 'pending' \
+         ORDER BY {locality}top.head DESC, top.tier DESC, top.chain DESC, top.created_ms, top.admit_order, \
          c.series, c.t, c.seed \
          LIMIT $1{}",
-        if postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" }
+        if postgres { " FOR UPDATE OF c SKIP LOCKED" } else { "" },
+    )
+}
+
+/// A trajectory's rate in SQL, ms per step of budget, as [`crate::durations::rate`] computes it:
+/// its timed sums (`tr`) shrunk toward its study's (`st`, NULL without any) by
+/// [`durations::PRIOR_BUDGET`] steps, [`durations::DEFAULT_RATE`] before the study has one.
+fn rate() -> String {
+    let (prior, default) = (durations::PRIOR_BUDGET, durations::DEFAULT_RATE);
+    format!(
+        "((CAST(tr.timed_ms AS DOUBLE PRECISION) + {prior:.1} * COALESCE(CAST(st.ms AS DOUBLE PRECISION) \
+         / NULLIF(CAST(st.budget AS DOUBLE PRECISION), 0.0), {default:.1})) \
+         / (CAST(tr.timed_budget AS DOUBLE PRECISION) + {prior:.1}))"
     )
 }
 
@@ -103,7 +150,7 @@ pub struct DispatchSql {
     pub complete: String,
     /// `$1` stage, `$2` its rank, `$3` state, `$4` continuations requested, `$5` done, `$6`
     /// retired, `$7` study, `$8` trajectory, `$9` expected remaining chain, `$10` the end (or
-    /// NULL), `$11 … $13` the timed sums (or NULL).
+    /// NULL), `$11 … $13` the timed sums (or NULL), `$14` the steps of budget its stage has left.
     pub advance: String,
     /// One new continuation, as the schedule's replan requests them: `$1` study, `$2`
     /// trajectory, `$3` now, `$4` series, `$5` t, `$6` seed.
@@ -114,7 +161,7 @@ pub struct DispatchSql {
 /// snapshot locality.
 pub fn dispatch_sql() -> DispatchSql {
     DispatchSql {
-        claim: claim("IN ($2)", "", true),
+        claim: claim("IN ($2)", "", "", true),
         mark_leased: MARK_LEASED.replace("{table}", "continuations").replace("{key}", key_is!()),
         lock_trajectory: lock_trajectory(" FOR UPDATE"),
         complete: COMPLETE.to_string(),

@@ -111,17 +111,23 @@ impl SqlStore {
     ) -> Result<Vec<LeasedJob>, StoreError> {
         // Locality: continuations of trajectories the worker holds snapshots of come first, then
         // those with a snapshot at or before their step in the worker's registry; the rest of the
-        // order (and the limit) is unchanged, so no free slot waits on locality.
+        // order (and the limit) is unchanged, so no free slot waits on locality. Trajectories are
+        // ranked first (`tr`): by the registry's snapshots of any step; then their continuations
+        // (`top`, `c`) by those at or before each one's.
         let near = &locality.near;
-        let held = (!near.is_empty()).then(|| format!("tr.payload_digest {}", Self::kinds_in(near, 2 + kinds.len())));
-        let in_registry = locality.registry.as_ref().map(|_| {
-            format!(
-                "EXISTS (SELECT 1 FROM registry_snapshots r WHERE r.registry = ${} \
-                 AND r.payload_digest = tr.payload_digest AND r.t <= c.t)",
-                2 + kinds.len() + near.len()
-            )
-        });
-        let locality_order = match (held, in_registry) {
+        let held = |tr: &str| {
+            (!near.is_empty()).then(|| format!("{tr}.payload_digest {}", Self::kinds_in(near, 2 + kinds.len())))
+        };
+        let in_registry = |tr: &str, at_or_before: &str| {
+            locality.registry.as_ref().map(|_| {
+                format!(
+                    "EXISTS (SELECT 1 FROM registry_snapshots r WHERE r.registry = ${} \
+                     AND r.payload_digest = {tr}.payload_digest{at_or_before})",
+                    2 + kinds.len() + near.len()
+                )
+            })
+        };
+        let order = |held: Option<String>, in_registry: Option<String>| match (held, in_registry) {
             (None, None) => String::new(),
             (Some(held), None) => format!("CASE WHEN {held} THEN 0 ELSE 1 END, "),
             (None, Some(in_registry)) => format!("CASE WHEN {in_registry} THEN 1 ELSE 2 END, "),
@@ -129,7 +135,14 @@ impl SqlStore {
                 format!("CASE WHEN {held} THEN 0 WHEN {in_registry} THEN 1 ELSE 2 END, ")
             }
         };
-        let sql = dispatch::claim(&Self::kinds_in(kinds, 2), &locality_order, self.backend == Backend::Postgres);
+        let trajectories = order(held("tr"), in_registry("tr", ""));
+        let continuations = order(held("top"), in_registry("top", " AND r.t <= c.t"));
+        let sql = dispatch::claim(
+            &Self::kinds_in(kinds, 2),
+            &trajectories,
+            &continuations,
+            self.backend == Backend::Postgres,
+        );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(i64::from(max));
         for k in
             kinds.iter().map(String::as_str).chain(near.iter().map(Digest::as_str)).chain(locality.registry.as_deref())

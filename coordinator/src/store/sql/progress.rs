@@ -19,7 +19,7 @@ const STUDY_HEAD: &str = "SELECT name, state, runner_kind, created_ms, finished_
 /// The id, state, stage, admission, counters, timed sums and expected chain of every trajectory of
 /// study `$1`.
 const TRAJECTORY_COUNTERS: &str = "SELECT id, state, stage, admit_order, n_requested, n_done, n_retired, n_dropped, \
-     timed_n, timed_ms, timed_budget, chain_ms, admitted_ms, ended_ms FROM trajectories WHERE study = $1";
+     timed_n, timed_ms, timed_budget, chain_ms, remaining_steps FROM trajectories WHERE study = $1";
 
 /// The trajectory, series and step of every open (pending or leased) continuation of study `$1`.
 const OPEN_CONTINUATIONS: &str =
@@ -76,6 +76,7 @@ pub(super) async fn progress(
     let runner_kind: String = row.try_get("runner_kind")?;
     let window =
         planner::ThroughputWindow::of(row.try_get("created_ms")?, row.try_get::<Option<i64>, _>("finished_ms")?, now);
+    let config = store.config(&mut tx, study).await?;
     // Counters kept by the transactions that create and finish continuations: no scan of the
     // study's continuations per poll.
     let mut by_state: HashMap<String, u32> = HashMap::new();
@@ -88,19 +89,20 @@ pub(super) async fn progress(
     for r in sqlx::query(TRAJECTORY_COUNTERS).bind(study).fetch_all(&mut *tx).await? {
         let s: String = r.try_get("state")?;
         let timed = super::replan::timed_of(&r)?;
-        let admitted_ms: Option<i64> = r.try_get("admitted_ms")?;
         match s.as_str() {
-            "done" => {
-                let wall_ms = admitted_ms.zip(r.try_get::<Option<i64>, _>("ended_ms")?).map(|(a, e)| e - a);
-                finished.push(durations::Finished { timed, wall_ms });
-            }
+            "done" => finished.push(timed),
             "waiting" | "running" | "replaying" => {
+                let waiting = s == "waiting";
                 let trajectory = durations::TrajectoryLeft {
-                    waiting: s == "waiting",
+                    waiting,
                     timed,
                     open_budget: 0,
                     chain_ms: r.try_get("chain_ms")?,
-                    age_ms: admitted_ms.map(|a| now - a),
+                    remaining_steps: if waiting {
+                        durations::remaining_steps(Stage::Screen, config.budget)
+                    } else {
+                        r.try_get("remaining_steps")?
+                    },
                 };
                 left.insert(r.try_get("id")?, trajectory);
             }
@@ -130,7 +132,6 @@ pub(super) async fn progress(
     };
     let retired_jobs = super::retired::retired_jobs(&mut tx, study).await?;
     let workers = workers::live_workers(&mut tx, now, policy).await?;
-    let config = store.config(&mut tx, study).await?;
     let by_durations = if state == StudyState::Running && !finished.is_empty() {
         for r in sqlx::query(OPEN_CONTINUATIONS).bind(study).fetch_all(&mut *tx).await? {
             let budget = series_of(&r.try_get::<String, _>("series")?)?.budget(config.budget, get_u32(&r, "t")?);
@@ -141,7 +142,7 @@ pub(super) async fn progress(
         let slots: u64 =
             workers.iter().filter(|w| w.capabilities.contains(&runner_kind)).map(|w| u64::from(w.slots)).sum();
         let left: Vec<_> = left.into_values().collect();
-        durations::eta_ms(&left, &finished, slots).map(|ms| ms / 1000.0)
+        durations::eta_ms(&left, &finished, slots, config.budget).map(|ms| ms / 1000.0)
     } else {
         None
     };

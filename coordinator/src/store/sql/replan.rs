@@ -113,6 +113,7 @@ impl SqlStore {
             .bind(locked_timed.map(|t| t.n))
             .bind(locked_timed.map(|t| t.ms))
             .bind(locked_timed.map(|t| t.budget))
+            .bind(durations::remaining_steps(replan.stage, config.budget))
             .execute(&mut **tx)
             .await?;
         let created = new.len() as u64;
