@@ -18,7 +18,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use vcurve_coordinator::durations::remaining_steps;
 use vcurve_coordinator::store::{ScratchDatabase, SqlStore, dispatch_sql};
+use vcurve_method::schedule::Stage;
 
 /// Pending continuations per trajectory of the pgbench study (the gRPC run's trajectories ask
 /// for about 150 each).
@@ -135,7 +137,7 @@ impl Bound {
                     "timed_n + 1",
                     "timed_ms + 1000",
                     "timed_budget + 100",
-                    "1203",
+                    &remaining_steps(Stage::Screen, 100).to_string(),
                 ],
             ),
         }

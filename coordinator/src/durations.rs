@@ -75,8 +75,7 @@ pub const STAGE_FACTORS: [f64; 7] = [12.03, 10.18, 6.38, 5.03, 0.0, 0.0, 0.0];
 /// study's budget is `budget`; the claim order multiplies it by the trajectory's rate as it is
 /// when a worker claims, so what is stored never goes stale.
 pub fn remaining_steps(stage: Stage, budget: u32) -> i64 {
-    let at = Stage::ALL.iter().position(|s| *s == stage).unwrap_or(0);
-    (STAGE_FACTORS[at] * f64::from(budget)).round() as i64
+    (STAGE_FACTORS[crate::planner::stage_rank(stage) as usize] * f64::from(budget)).round() as i64
 }
 
 /// A trajectory as the study's estimated end sees it.

@@ -86,12 +86,11 @@ pub(super) const CLAIM_SPARE: i64 = 16;
 ///
 /// Locality goes before all of it: `near` (empty, or `CASE … END, ` over the trajectory `tr`)
 /// ranks trajectories, `locality` (the same over the ranked trajectory `top` and the continuation
-/// `c`) their continuations. Every continuation of a trajectory shares its rank, so the claim ranks the
-/// trajectories with pending work and takes the best `$1` + [`CLAIM_SPARE`] of them before it
-/// reads any continuation (`CROSS JOIN` keeps SQLite from driving the join from the queue): its
-/// cost grows with the trajectories in flight, not with the queue, which look-ahead admission
-/// keeps long. On PostgreSQL the rows are locked, skipping rows other
-/// claims hold.
+/// `c`) their continuations. Every continuation of a trajectory shares its rank, so the claim
+/// ranks the trajectories with pending work and takes the best `$1` + [`CLAIM_SPARE`] of them
+/// before it reads any continuation (`CROSS JOIN` keeps SQLite from driving the join from the
+/// queue): its cost grows with the trajectories in flight, not with the queue, which look-ahead
+/// admission keeps long. On PostgreSQL the rows are locked, skipping rows other claims hold.
 pub(super) fn claim(kinds_in: &str, near: &str, locality: &str, postgres: bool) -> String {
     let rate = rate();
     format!(
