@@ -96,34 +96,102 @@ pub struct TrajectoryLeft {
 /// The estimated time to a study's end, ms, from its durations (docs/decisions.md,
 /// "Duration-aware dispatch").
 ///
-/// The work left of a trajectory is its study's mean budget per finished trajectory (every
-/// continuation's budget, summed) less what it ran, and at least its open continuations'
-/// budgets, at its own rate; a waiting one's is that mean at the study's rate. The study ends
-/// when its work is done — the work left over the `slots` of the live workers, plus the longest
-/// a continuation started as the work runs out may take (`budget` steps at the study's rate) — or
-/// when its longest chain is, whichever is later: each trajectory's steps left at its rate (the
-/// claim order's rank), at least its current barrier. `None` before a trajectory finished (no
-/// mean yet), with no slots, or with nothing timed.
+/// The work left of a trajectory is what it is expected to run in all, less what it ran, and at
+/// least its open continuations' budgets, at its own rate; a waiting one's is the expected total
+/// at the study's rate. The expected total comes from the finished trajectories' total budgets
+/// and the running ones' budgets so far ([`TotalBudgets`], a Kaplan–Meier estimate): the
+/// trajectories finished at half-way are the ones whose schedules asked for less, and a running
+/// one has run at least what it ran. The study ends when its work is done — the work left over the
+/// `slots` of the live workers, plus the longest a continuation started as the work runs out may
+/// take (`budget` steps at the slowest rate of a trajectory left) — or when its longest chain is,
+/// whichever is later: each trajectory's steps left at its rate (the claim order's rank), at
+/// least its current barrier. `None` before a trajectory finished, with no slots, or with
+/// nothing timed.
 pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Timed], slots: u64, budget: u32) -> Option<f64> {
     let study = trajectories.iter().map(|t| t.timed).chain(done.iter().copied()).fold(Timed::default(), |a, t| Timed {
         n: a.n + t.n,
         ms: a.ms + t.ms,
         budget: a.budget + t.budget,
     });
-    let study_rate = study.rate()?;
+    study.rate()?;
     if done.is_empty() || slots == 0 {
         return None;
     }
-    let per_trajectory = done.iter().map(|d| d.budget as f64).sum::<f64>() / done.len() as f64;
-    let (mut work, mut chain) = (0.0f64, 0.0f64);
+    let totals = TotalBudgets::new(
+        done.iter().map(|d| d.budget as f64),
+        trajectories.iter().filter(|t| !t.waiting).map(|t| t.timed.budget as f64),
+    );
+    let (mut work, mut chain, mut slowest) = (0.0f64, 0.0f64, 0.0f64);
     for t in trajectories {
         let r = rate(if t.waiting { Timed::default() } else { t.timed }, study);
-        let left =
-            if t.waiting { per_trajectory } else { (per_trajectory - t.timed.budget as f64).max(t.open_budget as f64) };
-        work += r * left;
+        let ran = if t.waiting { 0.0 } else { t.timed.budget as f64 };
+        let total = totals.mean_beyond(ran).unwrap_or(ran);
+        work += r * (total - ran).max(t.open_budget as f64);
         chain = chain.max(t.chain_ms as f64).max(r * t.remaining_steps as f64);
+        slowest = slowest.max(r);
     }
-    Some((work / slots as f64 + study_rate * f64::from(budget)).max(chain))
+    Some((work / slots as f64 + slowest * f64::from(budget)).max(chain))
+}
+
+/// What a trajectory of a study runs in all, in steps of budget, as a Kaplan–Meier estimate: the
+/// finished trajectories' totals are observed, the running ones' are known only to exceed what
+/// they ran so far (censored). Without the censored ones the mean would come from the
+/// trajectories that finished early, which are those that needed less.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TotalBudgets {
+    /// The observed totals, increasing, each with the survival `S` just after it and the area
+    /// under `S` from it to the last observed total.
+    steps: Vec<(f64, f64, f64)>,
+}
+
+impl TotalBudgets {
+    pub fn new(finished: impl IntoIterator<Item = f64>, running: impl IntoIterator<Item = f64>) -> Self {
+        let mut all: Vec<(f64, bool)> =
+            finished.into_iter().map(|v| (v, true)).chain(running.into_iter().map(|v| (v, false))).collect();
+        // At a tie an observed total comes first: a censored one at the same value was still at
+        // risk of it.
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+        let mut at_risk = all.len() as f64;
+        let mut survival = 1.0;
+        let mut steps: Vec<(f64, f64, f64)> = Vec::new();
+        let mut i = 0;
+        while i < all.len() {
+            let value = all[i].0;
+            let (mut ended, mut left) = (0.0, 0.0);
+            while i < all.len() && all[i].0 == value {
+                if all[i].1 {
+                    ended += 1.0;
+                } else {
+                    left += 1.0;
+                }
+                i += 1;
+            }
+            if ended > 0.0 {
+                survival *= 1.0 - ended / at_risk;
+                steps.push((value, survival, 0.0));
+            }
+            at_risk -= ended + left;
+        }
+        for j in (0..steps.len().saturating_sub(1)).rev() {
+            let (here, next) = (steps[j], steps[j + 1]);
+            steps[j].2 = next.2 + here.1 * (next.0 - here.0);
+        }
+        TotalBudgets { steps }
+    }
+
+    /// The expected total of a trajectory that ran `ran` steps of budget so far: `ran` plus the
+    /// area under the survival beyond it over the survival at it. `None` when no observed total
+    /// lies beyond `ran` (nothing to say but that it ran at least that).
+    pub fn mean_beyond(&self, ran: f64) -> Option<f64> {
+        // The first observed total beyond `ran`, and the survival at `ran`.
+        let next = self.steps.partition_point(|s| s.0 <= ran);
+        let first = self.steps.get(next)?;
+        let at = if next == 0 { 1.0 } else { self.steps[next - 1].1 };
+        if at <= 0.0 {
+            return None;
+        }
+        Some(ran + (at * (first.0 - ran) + first.2) / at)
+    }
 }
 
 #[cfg(test)]
@@ -178,8 +246,31 @@ mod tests {
         // A current barrier longer than the stage's expectation.
         let long = TrajectoryLeft { chain_ms: 40_000, ..half };
         assert_eq!(eta_ms(&[long], &done, 10, 100), Some(40_000.0));
+        // A slow trajectory left: a continuation of it started as the work runs out is the tail.
+        // The study's rate: 70,000 ms over 2,500 steps, 28 ms; the slow one's (50,000 + 100 ×
+        // 28) / 600 = 88 ms. Work: the waiting one's 1,000 steps at 28 ms and the slow one's 500
+        // left at 88 ms, 72,000 ms on one slot, plus 100 steps at 88 ms.
+        let slow = TrajectoryLeft { timed: Timed { n: 5, ms: 50_000, budget: 500 }, chain_ms: 0, ..half };
+        let eta = eta_ms(&[waiting, slow], &done, 1, 100).unwrap();
+        assert!((eta - 80_800.0).abs() < 1e-6, "{eta}");
         // Nothing finished yet, or no slots: not known.
         assert_eq!(eta_ms(&[waiting, half], &[], 10, 100), None);
         assert_eq!(eta_ms(&[waiting, half], &done, 0, 100), None);
+    }
+
+    #[test]
+    fn total_budgets_count_the_running_trajectories_as_at_least_what_they_ran() {
+        // Finished at 100 and 200 steps; two still running at 300. The finished ones alone say
+        // 150; counting the running ones as at least 300, a quarter end at 100 and a quarter at
+        // 200, the rest are beyond what was seen: 175 up to the last observed total.
+        let totals = TotalBudgets::new([100.0, 200.0], [300.0, 300.0]);
+        assert_eq!(totals.mean_beyond(0.0), Some(175.0));
+        // One that ran 150 ends at 200 (as far as anything was seen).
+        assert_eq!(totals.mean_beyond(150.0), Some(200.0));
+        // Beyond every observed total nothing is known but what it ran.
+        assert_eq!(totals.mean_beyond(300.0), None);
+        // Without running ones, the plain mean.
+        assert_eq!(TotalBudgets::new([100.0, 200.0, 300.0], []).mean_beyond(0.0), Some(200.0));
+        assert_eq!(TotalBudgets::new([], [50.0]).mean_beyond(0.0), None);
     }
 }

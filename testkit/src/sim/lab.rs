@@ -6,7 +6,9 @@
 //! ```text
 //! cargo test --release -p vcurve-testkit --features sim --lib lab -- --ignored --nocapture
 //! LAB_SLOTS=50 LAB_BLIND=1 LAB_N=500 LAB_SEED=1 …   (defaults: 1,000 slots, realistic, 500, 1)
-//! LAB_SET=fifo|demand|head|first …                              (other rows than the default's)
+//! LAB_SET=fifo|demand|head|first|study …                        (other rows than the default's)
+//! LAB_SET=eta …  (the store's rule alone, and `vcurve status`'s estimated end against the time
+//!                 left, every 1/40 of the lower bound)
 //! ```
 
 use std::cmp::Reverse;
@@ -68,6 +70,8 @@ enum Rank {
     Stale,
     /// rate × current barrier × stages left.
     Stages,
+    /// The study's rate × `B` × its stage's factor: the stage alone.
+    Study,
 }
 
 struct Lt {
@@ -192,9 +196,45 @@ struct Run {
     first: i64,
     /// The trajectory that finished first and when it was admitted.
     first_of: (usize, i64),
+    /// The estimated end's candidates as sampled ([`Sample`]).
+    etas: Vec<Sample>,
 }
 
-fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
+/// A moment of a run: its time, the work not yet finished over the slots (an oracle: running
+/// continuations count whole), and the estimated end's candidates then.
+type Sample = (i64, f64, Vec<(&'static str, f64)>);
+
+/// The estimated end's candidates at a moment of a run, ms from then, from what the store sees:
+/// the trajectories left and the finished ones' sums (`done`). One now, the store's own; a
+/// candidate to try goes beside it.
+fn estimates(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -> Vec<(&'static str, f64)> {
+    let mut out = Vec::new();
+    let left: Vec<durations::TrajectoryLeft> = ts
+        .iter()
+        .filter(|t| !t.done)
+        .map(|t| {
+            let waiting = t.rank.is_none();
+            let open: Vec<u32> =
+                if waiting { vec![] } else { t.sched.pending().iter().map(|k| key_budget(s.budget, *k)).collect() };
+            let r = durations::rate(t.timed, study);
+            durations::TrajectoryLeft {
+                waiting,
+                timed: t.timed,
+                open_budget: open.iter().map(|b| i64::from(*b)).sum(),
+                chain_ms: durations::chain_ms(r, open.iter().copied()),
+                remaining_steps: (s.factors[if waiting { 0 } else { stage_rank(t.sched.stage()) }]
+                    * f64::from(s.budget))
+                .round() as i64,
+            }
+        })
+        .collect();
+    if let Some(e) = durations::eta_ms(&left, done, slots as u64, s.budget) {
+        out.push(("store", e));
+    }
+    out
+}
+
+fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i64) -> Run {
     let variant = variant_by_name("paper").unwrap();
     let mut ts: Vec<Lt> = s
         .plans
@@ -220,6 +260,10 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
     let mut first = None;
     let mut first_of = (0, 0);
     let mut finished = 0;
+    let mut done_trs: Vec<Timed> = Vec::new();
+    let mut etas = Vec::new();
+    let mut work_left: i64 = s.work;
+    let mut next_sample = sample_every;
     loop {
         // Admission.
         loop {
@@ -267,6 +311,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
                             Rank::Stale => t.stored,
                             Rank::Factors => remaining(s, t, study),
                             Rank::Stages => rate * f64::from(open) * (7 - st) as f64,
+                            Rank::Study => study.rate().unwrap_or(1.0) * s.factors[st] * f64::from(s.budget),
                         };
                         let today = (1 + st as i64, rate * f64::from(open), -(rank as f64));
                         match head {
@@ -292,10 +337,16 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
             heap.push(Reverse((now + s.trajectories[i].keys[&k], i, k)));
         }
         let Some(Reverse((at, i, k))) = heap.pop() else { break };
+        while sample_every > 0 && next_sample < at {
+            // Oracle: the work not yet finished (running keys count whole).
+            etas.push((next_sample, work_left as f64 / slots as f64, estimates(s, &ts, &done_trs, study, slots)));
+            next_sample += sample_every;
+        }
         now = at;
         free += 1;
         let tr = &s.trajectories[i];
         let d = tr.keys[&k];
+        work_left -= d;
         let b = i64::from(key_budget(s.budget, k).max(1));
         let t = &mut ts[i];
         t.timed = t.timed.plus(d, b);
@@ -311,6 +362,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
         if t.sched.is_done() && !t.done {
             t.done = true;
             finished += 1;
+            done_trs.push(t.timed);
             if first.is_none() {
                 first = Some(now);
                 first_of = (i, t.admitted_at);
@@ -318,7 +370,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order) -> Run {
         }
     }
     assert_eq!(finished, ts.len());
-    Run { makespan: now, first: first.unwrap(), first_of }
+    Run { makespan: now, first: first.unwrap(), first_of, etas }
 }
 
 #[test]
@@ -336,8 +388,34 @@ fn lab() {
         s.chain as f64 / 1000.0,
         s.factors
     );
-    let mut runs: Vec<(Admit, Order)> = vec![(Admit::Demand, Order::Today)];
     let cp = |head| Order::Cp { head, rank: Rank::Factors };
+    if std::env::var("LAB_SET").as_deref() == Ok("eta") {
+        // The store's rule, and the estimated end's candidates against the time left.
+        let r = simulate(&s, slots, Admit::AheadAfterFirst(16.0), cp(Head::Demand), (bound / 40.0) as i64);
+        eprintln!(
+            "makespan {:.0} s ratio {:.3} first {:.0} s",
+            r.makespan as f64 / 1000.0,
+            r.makespan as f64 / bound,
+            r.first as f64 / 1000.0
+        );
+        for (at, work, cands) in &r.etas {
+            let left = (r.makespan - at) as f64;
+            let errs: Vec<String> = cands
+                .iter()
+                .map(|(name, e)| format!("{name} {:.0} ({:+.1}%)", e / 1000.0, (e / left - 1.0) * 100.0))
+                .collect();
+            eprintln!(
+                "{:>6.0} s ({:.2}) left {:>6.0} s, work/slots {:>6.0} s: {}",
+                *at as f64 / 1000.0,
+                *at as f64 / r.makespan as f64,
+                left / 1000.0,
+                work / 1000.0,
+                errs.join(", ")
+            );
+        }
+        return;
+    }
+    let mut runs: Vec<(Admit, Order)> = vec![(Admit::Demand, Order::Today)];
     match std::env::var("LAB_SET").as_deref() {
         Ok("fifo") => {
             for f in [1, 3, 5, 10, 20] {
@@ -349,6 +427,13 @@ fn lab() {
                 runs.push((Admit::Ahead(k), cp(Head::Demand)));
             }
             runs.push((Admit::Ahead(16.0), Order::Cp { head: Head::Demand, rank: Rank::Stages }));
+        }
+        Ok("study") => {
+            for k in [16.0, 64.0] {
+                runs.push((Admit::AheadAfterFirst(k), cp(Head::Demand)));
+                runs.push((Admit::AheadAfterFirst(k), Order::Cp { head: Head::Demand, rank: Rank::Study }));
+            }
+            runs.push((Admit::All, Order::Cp { head: Head::Fifo(10), rank: Rank::Study }));
         }
         Ok("first") => {
             for k in [8.0, 16.0, 32.0] {
@@ -374,7 +459,7 @@ fn lab() {
         }
     }
     for (admit, order) in runs {
-        let r = simulate(&s, slots, admit, order);
+        let r = simulate(&s, slots, admit, order, 0);
         eprintln!(
             "{admit:?} {order:?}: makespan {:.0} s ratio {:.3} first {:.0} s (trajectory {} admitted at {:.0} s)",
             r.makespan as f64 / 1000.0,
