@@ -31,24 +31,27 @@ impl Timed {
     }
 }
 
-/// How many steps of budget the study's rate weighs in a trajectory's own (one or two
-/// continuations' worth): a first continuation with a budget of 100 steps moves its rate halfway
-/// from the study's.
-pub const PRIOR_BUDGET: f64 = 100.0;
+/// How many continuations' worth the study's rate weighs in a trajectory's own: after `n` timed
+/// continuations its own rate counts `n / (n + 10)`. Counted in continuations, not steps of
+/// budget: a continuation's time is its budget's share that it used (a failure to the cap, a
+/// success early) times the task's speed, a noise proportional to it, so a continuation of 100
+/// steps tells no more of the task's speed than one of 20 (docs/decisions.md, "Duration-aware
+/// dispatch").
+pub const PRIOR_CONTINUATIONS: f64 = 10.0;
 
 /// The rate assumed before any continuation of the study finished (ms per step of budget). Only
 /// the order of the expected chains matters then, and with one rate for every trajectory they
 /// are ordered by their budgets alone.
 pub const DEFAULT_RATE: f64 = 1_000.0;
 
-/// A trajectory's rate, ms per step of budget: its own, shrunk toward its study's by
-/// [`PRIOR_BUDGET`] steps; the study's before it has its own; [`DEFAULT_RATE`] before either.
+/// A trajectory's rate, ms per step of budget: its own (its timed milliseconds over their
+/// budgets) and its study's, weighed `n` to [`PRIOR_CONTINUATIONS`] for its `n` timed
+/// continuations; the study's before it has its own; [`DEFAULT_RATE`] before either.
 pub fn rate(trajectory: Timed, study: Timed) -> f64 {
     let prior = study.rate().unwrap_or(DEFAULT_RATE);
-    if trajectory.budget <= 0 {
-        return prior;
-    }
-    (trajectory.ms as f64 + PRIOR_BUDGET * prior) / (trajectory.budget as f64 + PRIOR_BUDGET)
+    let Some(own) = trajectory.rate() else { return prior };
+    let n = trajectory.n as f64;
+    (n * own + PRIOR_CONTINUATIONS * prior) / (n + PRIOR_CONTINUATIONS)
 }
 
 /// The expected duration of a continuation with `budget` steps at `rate`, ms.
@@ -101,19 +104,18 @@ pub struct TrajectoryLeft {
 /// at the study's rate. The expected total comes from the finished trajectories' total budgets
 /// and the running ones' budgets so far ([`TotalBudgets`], a Kaplan–Meier estimate): the
 /// trajectories finished at half-way are the ones whose schedules asked for less, and a running
-/// one has run at least what it ran. The study ends when its work is done — the work left over the
-/// `slots` of the live workers, plus the longest a continuation started as the work runs out may
-/// take (`budget` steps at the slowest rate of a trajectory left) — or when its longest chain is,
-/// whichever is later: each trajectory's steps left at its rate (the claim order's rank), at
-/// least its current barrier. `None` before a trajectory finished, with no slots, or with
-/// nothing timed.
+/// one has run at least what it ran. The study ends when its work is done — the work left over
+/// the `slots` of the live workers, plus the longest a continuation started as the work runs out
+/// may take (`budget` steps at the study's rate) — or when its longest chain is, whichever is
+/// later: each trajectory's steps left at its rate (the claim order's rank), at least its
+/// current barrier. `None` before a trajectory finished, with no slots, or with nothing timed.
 pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Timed], slots: u64, budget: u32) -> Option<f64> {
     let study = trajectories.iter().map(|t| t.timed).chain(done.iter().copied()).fold(Timed::default(), |a, t| Timed {
         n: a.n + t.n,
         ms: a.ms + t.ms,
         budget: a.budget + t.budget,
     });
-    study.rate()?;
+    let study_rate = study.rate()?;
     if done.is_empty() || slots == 0 {
         return None;
     }
@@ -121,16 +123,15 @@ pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Timed], slots: u64, budge
         done.iter().map(|d| d.budget as f64),
         trajectories.iter().filter(|t| !t.waiting).map(|t| t.timed.budget as f64),
     );
-    let (mut work, mut chain, mut slowest) = (0.0f64, 0.0f64, 0.0f64);
+    let (mut work, mut chain) = (0.0f64, 0.0f64);
     for t in trajectories {
         let r = rate(if t.waiting { Timed::default() } else { t.timed }, study);
         let ran = if t.waiting { 0.0 } else { t.timed.budget as f64 };
         let total = totals.mean_beyond(ran).unwrap_or(ran);
         work += r * (total - ran).max(t.open_budget as f64);
         chain = chain.max(t.chain_ms as f64).max(r * t.remaining_steps as f64);
-        slowest = slowest.max(r);
     }
-    Some((work / slots as f64 + slowest * f64::from(budget)).max(chain))
+    Some((work / slots as f64 + study_rate * f64::from(budget)).max(chain))
 }
 
 /// What a trajectory of a study runs in all, in steps of budget, as a Kaplan–Meier estimate: the
@@ -203,11 +204,16 @@ mod tests {
         let study = Timed { n: 10, ms: 500_000, budget: 1_000 }; // 500 ms a step
         assert_eq!(rate(Timed::default(), study), 500.0);
         assert_eq!(rate(Timed::default(), Timed::default()), DEFAULT_RATE);
-        // One continuation of 100 steps at 2,000 ms a step: halfway.
-        let own = Timed::default().plus(200_000, 100);
+        // One continuation at 2,000 ms a step weighs one to the study's ten, whatever its budget.
+        for budget in [10, 100] {
+            let own = Timed::default().plus(2_000 * budget, budget);
+            assert_eq!(rate(own, study), (2_000.0 + 10.0 * 500.0) / 11.0);
+        }
+        // Ten: halfway.
+        let own = Timed { n: 10, ms: 1_000_000, budget: 500 };
         assert_eq!(rate(own, study), 1_250.0);
         // Many: nearly its own.
-        let own = Timed { n: 50, ms: 20_000_000, budget: 10_000 };
+        let own = Timed { n: 1_000, ms: 200_000_000, budget: 100_000 };
         assert!((rate(own, study) - 2_000.0).abs() < 20.0);
     }
 
@@ -246,13 +252,12 @@ mod tests {
         // A current barrier longer than the stage's expectation.
         let long = TrajectoryLeft { chain_ms: 40_000, ..half };
         assert_eq!(eta_ms(&[long], &done, 10, 100), Some(40_000.0));
-        // A slow trajectory left: a continuation of it started as the work runs out is the tail.
-        // The study's rate: 70,000 ms over 2,500 steps, 28 ms; the slow one's (50,000 + 100 ×
-        // 28) / 600 = 88 ms. Work: the waiting one's 1,000 steps at 28 ms and the slow one's 500
-        // left at 88 ms, 72,000 ms on one slot, plus 100 steps at 88 ms.
+        // A slow trajectory left. The study's rate: 70,000 ms over 2,500 steps, 28 ms; the slow
+        // one's own 100 ms, weighed 5 to 10: 52 ms. Work: the waiting one's 1,000 steps at 28 ms
+        // and the slow one's 500 left at 52 ms, 54,000 ms on one slot, plus 100 steps at 28 ms.
         let slow = TrajectoryLeft { timed: Timed { n: 5, ms: 50_000, budget: 500 }, chain_ms: 0, ..half };
         let eta = eta_ms(&[waiting, slow], &done, 1, 100).unwrap();
-        assert!((eta - 80_800.0).abs() < 1e-6, "{eta}");
+        assert!((eta - 56_800.0).abs() < 1e-6, "{eta}");
         // Nothing finished yet, or no slots: not known.
         assert_eq!(eta_ms(&[waiting, half], &[], 10, 100), None);
         assert_eq!(eta_ms(&[waiting, half], &done, 0, 100), None);

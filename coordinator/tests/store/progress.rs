@@ -171,18 +171,19 @@ pub(crate) async fn continuations_are_timed_and_the_estimated_end_reads_their_du
         assert!(open.iter().all(|j| ck(j).trajectory == running), "{}", ts.name);
         let finished = if running == "fast" { "slow" } else { "fast" };
         // One live worker of one slot: the work left dominates the estimated end. It is the
-        // finished trajectory's budget less what the running one ran (at least its open
-        // continuations' budgets), at the running one's rate shrunk toward the study's, and one
-        // continuation of the study's budget (100 steps) at the study's rate after it.
+        // finished trajectory's budget less what the running one ran (the expected total of one
+        // that ran that much, the finished one being the only one observed; nothing beyond the
+        // finished one's total is known), at least its open continuations' budgets, at the
+        // running one's rate shrunk toward the study's, and one continuation of the study's
+        // budget (100 steps) at the study's rate after it.
         clock.advance(Duration::from_secs(31));
         c.register("w3", 1, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let (own, done) = (timed[&running], timed[finished]);
         let study_timed = Timed { n: own.n + done.n, ms: own.ms + done.ms, budget: own.budget + done.budget };
         let rate = durations::rate(own, study_timed);
         let open_budget: f64 = open.iter().map(|j| f64::from(j.budget)).sum();
-        let expected = (rate * (done.budget as f64 - own.budget as f64).max(open_budget)
-            + study_timed.rate().unwrap() * 100.0)
-            / 1000.0;
+        let beyond = if own.budget < done.budget { (done.budget - own.budget) as f64 } else { 0.0 };
+        let expected = (rate * beyond.max(open_budget) + study_timed.rate().unwrap() * 100.0) / 1000.0;
         let eta = c.progress(&study).await.unwrap().eta_seconds.expect("an estimate");
         assert!((eta - expected).abs() < 1e-6 * expected, "{}: eta {eta} s, expected {expected} s", ts.name);
         let (lo, hi) = (

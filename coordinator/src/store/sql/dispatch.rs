@@ -118,14 +118,18 @@ pub(super) fn claim(kinds_in: &str, near: &str, locality: &str, postgres: bool) 
 }
 
 /// A trajectory's rate in SQL, ms per step of budget, as [`crate::durations::rate`] computes it:
-/// its timed sums (`tr`) shrunk toward its study's (`st`, NULL without any) by
-/// [`durations::PRIOR_BUDGET`] steps, [`durations::DEFAULT_RATE`] before the study has one.
+/// its timed sums' (`tr`) and its study's (`st`, NULL without any) weighed `n` to
+/// [`durations::PRIOR_CONTINUATIONS`], [`durations::DEFAULT_RATE`] before the study has one.
 fn rate() -> String {
-    let (prior, default) = (durations::PRIOR_BUDGET, durations::DEFAULT_RATE);
+    let (prior, default) = (durations::PRIOR_CONTINUATIONS, durations::DEFAULT_RATE);
+    let study = format!(
+        "COALESCE(CAST(st.ms AS DOUBLE PRECISION) / NULLIF(CAST(st.budget AS DOUBLE PRECISION), 0.0), {default:.1})"
+    );
     format!(
-        "((CAST(tr.timed_ms AS DOUBLE PRECISION) + {prior:.1} * COALESCE(CAST(st.ms AS DOUBLE PRECISION) \
-         / NULLIF(CAST(st.budget AS DOUBLE PRECISION), 0.0), {default:.1})) \
-         / (CAST(tr.timed_budget AS DOUBLE PRECISION) + {prior:.1}))"
+        "(CASE WHEN tr.timed_n > 0 AND tr.timed_budget > 0 THEN \
+         (CAST(tr.timed_n AS DOUBLE PRECISION) * CAST(tr.timed_ms AS DOUBLE PRECISION) \
+         / CAST(tr.timed_budget AS DOUBLE PRECISION) + {prior:.1} * {study}) \
+         / (CAST(tr.timed_n AS DOUBLE PRECISION) + {prior:.1}) ELSE {study} END)"
     )
 }
 
