@@ -6,7 +6,7 @@
 //! ```text
 //! cargo test --release -p vcurve-testkit --features sim --lib lab -- --ignored --nocapture
 //! LAB_SLOTS=50 LAB_BLIND=1 LAB_N=500 LAB_SEED=1 …   (defaults: 1,000 slots, realistic, 500, 1)
-//! LAB_SET=fifo|demand|head|first|study …                        (other rows than the default's)
+//! LAB_SET=fifo|demand|head|first|study|eb …                        (other rows than the default's)
 //! LAB_SET=eta …  (the store's rule alone, and `vcurve status`'s estimated end against the time
 //!                 left, every 1/40 of the lower bound)
 //! ```
@@ -72,6 +72,9 @@ enum Rank {
     Stages,
     /// The study's rate × `B` × its stage's factor: the stage alone.
     Study,
+    /// [`Rank::Factors`] with the rate's prior weight, in continuations, measured on the study's
+    /// finished trajectories by empirical Bayes (log durations).
+    Eb,
 }
 
 struct Lt {
@@ -80,6 +83,8 @@ struct Lt {
     started: BTreeSet<Key>,
     rank: Option<usize>,
     timed: Timed,
+    /// Σ ln ms and Σ (ln ms)² over its timed continuations.
+    log: (f64, f64),
     done: bool,
     admitted_at: i64,
     /// The expected remaining chain as last stored ([`Rank::Stale`]).
@@ -234,6 +239,26 @@ fn estimates(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -
     out
 }
 
+/// The prior weight of a study's rate in a trajectory's, in continuations, by empirical Bayes on
+/// the finished trajectories' log durations (a one-way random-effects model's moments): the
+/// within-trajectory variance over the between-trajectory one; [`durations::PRIOR_CONTINUATIONS`]
+/// before ten trajectories finished. Only finished ones: a running one's timed continuations are
+/// its quick ones.
+fn eb_prior(ts: &[Lt]) -> f64 {
+    let xs: Vec<(f64, f64, f64)> =
+        ts.iter().filter(|t| t.done && t.timed.n > 1).map(|t| (t.timed.n as f64, t.log.0, t.log.1)).collect();
+    let m = xs.len() as f64;
+    if m < 10.0 {
+        return durations::PRIOR_CONTINUATIONS;
+    }
+    let dfw: f64 = xs.iter().map(|x| x.0 - 1.0).sum();
+    let s2 = xs.iter().map(|x| x.2 - x.1 * x.1 / x.0).sum::<f64>() / dfw;
+    let (sn, sl, sn2) = xs.iter().fold((0.0, 0.0, 0.0), |a, x| (a.0 + x.0, a.1 + x.1, a.2 + x.0 * x.0));
+    let between = xs.iter().map(|x| x.1 * x.1 / x.0).sum::<f64>() - sl * sl / sn;
+    let tau2 = (between - (m - 1.0) * s2) / (sn - sn2 / sn);
+    if tau2 <= 0.0 { 1e9 } else { (s2 / tau2).min(1e9) }
+}
+
 fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i64) -> Run {
     let variant = variant_by_name("paper").unwrap();
     let mut ts: Vec<Lt> = s
@@ -245,6 +270,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             started: BTreeSet::new(),
             rank: None,
             timed: Timed::default(),
+            log: (0.0, 0.0),
             done: false,
             admitted_at: 0,
             stored: 0.0,
@@ -294,6 +320,10 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             next_admit += 1;
         }
         // Dispatch.
+        let prior = match order {
+            Order::Cp { rank: Rank::Eb, .. } if free > 0 && runnable > 0 => eb_prior(&ts),
+            _ => durations::PRIOR_CONTINUATIONS,
+        };
         while free > 0 && runnable > 0 {
             let mut best: Option<(usize, (i64, f64, f64))> = None;
             for (i, t) in ts.iter().enumerate() {
@@ -312,6 +342,12 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
                             Rank::Factors => remaining(s, t, study),
                             Rank::Stages => rate * f64::from(open) * (7 - st) as f64,
                             Rank::Study => study.rate().unwrap_or(1.0) * s.factors[st] * f64::from(s.budget),
+                            Rank::Eb => {
+                                let r0 = study.rate().unwrap_or(durations::DEFAULT_RATE);
+                                let own = t.timed.rate().unwrap_or(r0);
+                                let n = t.timed.n as f64;
+                                (n * own + prior * r0) / (n + prior) * s.factors[st] * f64::from(s.budget)
+                            }
                         };
                         let today = (1 + st as i64, rate * f64::from(open), -(rank as f64));
                         match head {
@@ -350,6 +386,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         let b = i64::from(key_budget(s.budget, k).max(1));
         let t = &mut ts[i];
         t.timed = t.timed.plus(d, b);
+        t.log = (t.log.0 + (d as f64).ln(), t.log.1 + (d as f64).ln().powi(2));
         study = study.plus(d, b);
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
         t.sched.record(k, o).unwrap();
@@ -427,6 +464,11 @@ fn lab() {
                 runs.push((Admit::Ahead(k), cp(Head::Demand)));
             }
             runs.push((Admit::Ahead(16.0), Order::Cp { head: Head::Demand, rank: Rank::Stages }));
+        }
+        Ok("eb") => {
+            runs.push((Admit::AheadAfterFirst(16.0), cp(Head::Demand)));
+            runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::Eb }));
+            runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::Study }));
         }
         Ok("study") => {
             for k in [16.0, 64.0] {
