@@ -48,10 +48,16 @@ pub const DEFAULT_RATE: f64 = 1_000.0;
 /// budgets) and its study's, weighed `n` to [`PRIOR_CONTINUATIONS`] for its `n` timed
 /// continuations; the study's before it has its own; [`DEFAULT_RATE`] before either.
 pub fn rate(trajectory: Timed, study: Timed) -> f64 {
-    let prior = study.rate().unwrap_or(DEFAULT_RATE);
-    let Some(own) = trajectory.rate() else { return prior };
+    rate_weighed(trajectory, study, PRIOR_CONTINUATIONS)
+}
+
+/// [`rate`] with the study's rate weighing `prior` continuations instead of
+/// [`PRIOR_CONTINUATIONS`] (the dispatch lab tries other weights with it).
+pub fn rate_weighed(trajectory: Timed, study: Timed, prior: f64) -> f64 {
+    let study_rate = study.rate().unwrap_or(DEFAULT_RATE);
+    let Some(own) = trajectory.rate() else { return study_rate };
     let n = trajectory.n as f64;
-    (n * own + PRIOR_CONTINUATIONS * prior) / (n + PRIOR_CONTINUATIONS)
+    (n * own + prior * study_rate) / (n + prior)
 }
 
 /// The expected duration of a continuation with `budget` steps at `rate`, ms.

@@ -201,19 +201,14 @@ struct Run {
     first: i64,
     /// The trajectory that finished first and when it was admitted.
     first_of: (usize, i64),
-    /// The estimated end's candidates as sampled ([`Sample`]).
-    etas: Vec<Sample>,
+    /// Moments of the run: each one's time, the work not yet finished over the slots (an oracle:
+    /// running continuations count whole), and the store's estimated end then.
+    etas: Vec<(i64, f64, Option<f64>)>,
 }
 
-/// A moment of a run: its time, the work not yet finished over the slots (an oracle: running
-/// continuations count whole), and the estimated end's candidates then.
-type Sample = (i64, f64, Vec<(&'static str, f64)>);
-
-/// The estimated end's candidates at a moment of a run, ms from then, from what the store sees:
-/// the trajectories left and the finished ones' sums (`done`). One now, the store's own; a
-/// candidate to try goes beside it.
-fn estimates(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -> Vec<(&'static str, f64)> {
-    let mut out = Vec::new();
+/// The store's estimated end at a moment of a run, ms from then, from what the store sees: the
+/// trajectories left and the finished ones' sums (`done`).
+fn estimate(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -> Option<f64> {
     let left: Vec<durations::TrajectoryLeft> = ts
         .iter()
         .filter(|t| !t.done)
@@ -233,10 +228,7 @@ fn estimates(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -
             }
         })
         .collect();
-    if let Some(e) = durations::eta_ms(&left, done, slots as u64, s.budget) {
-        out.push(("store", e));
-    }
-    out
+    durations::eta_ms(&left, done, slots as u64, s.budget)
 }
 
 /// The prior weight of a study's rate in a trajectory's, in continuations, by empirical Bayes on
@@ -343,10 +335,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
                             Rank::Stages => rate * f64::from(open) * (7 - st) as f64,
                             Rank::Study => study.rate().unwrap_or(1.0) * s.factors[st] * f64::from(s.budget),
                             Rank::Eb => {
-                                let r0 = study.rate().unwrap_or(durations::DEFAULT_RATE);
-                                let own = t.timed.rate().unwrap_or(r0);
-                                let n = t.timed.n as f64;
-                                (n * own + prior * r0) / (n + prior) * s.factors[st] * f64::from(s.budget)
+                                durations::rate_weighed(t.timed, study, prior) * s.factors[st] * f64::from(s.budget)
                             }
                         };
                         let today = (1 + st as i64, rate * f64::from(open), -(rank as f64));
@@ -375,7 +364,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         let Some(Reverse((at, i, k))) = heap.pop() else { break };
         while sample_every > 0 && next_sample < at {
             // Oracle: the work not yet finished (running keys count whole).
-            etas.push((next_sample, work_left as f64 / slots as f64, estimates(s, &ts, &done_trs, study, slots)));
+            etas.push((next_sample, work_left as f64 / slots as f64, estimate(s, &ts, &done_trs, study, slots)));
             next_sample += sample_every;
         }
         now = at;
@@ -427,7 +416,7 @@ fn lab() {
     );
     let cp = |head| Order::Cp { head, rank: Rank::Factors };
     if std::env::var("LAB_SET").as_deref() == Ok("eta") {
-        // The store's rule, and the estimated end's candidates against the time left.
+        // The store's rule, and its estimated end against the time left.
         let r = simulate(&s, slots, Admit::AheadAfterFirst(16.0), cp(Head::Demand), (bound / 40.0) as i64);
         eprintln!(
             "makespan {:.0} s ratio {:.3} first {:.0} s",
@@ -435,19 +424,15 @@ fn lab() {
             r.makespan as f64 / bound,
             r.first as f64 / 1000.0
         );
-        for (at, work, cands) in &r.etas {
+        for (at, work, eta) in &r.etas {
             let left = (r.makespan - at) as f64;
-            let errs: Vec<String> = cands
-                .iter()
-                .map(|(name, e)| format!("{name} {:.0} ({:+.1}%)", e / 1000.0, (e / left - 1.0) * 100.0))
-                .collect();
+            let eta = eta.map_or("-".into(), |e| format!("{:.0} ({:+.1}%)", e / 1000.0, (e / left - 1.0) * 100.0));
             eprintln!(
-                "{:>6.0} s ({:.2}) left {:>6.0} s, work/slots {:>6.0} s: {}",
+                "{:>6.0} s ({:.2}) left {:>6.0} s, work/slots {:>6.0} s: store {eta}",
                 *at as f64 / 1000.0,
                 *at as f64 / r.makespan as f64,
                 left / 1000.0,
-                work / 1000.0,
-                errs.join(", ")
+                work / 1000.0
             );
         }
         return;
