@@ -119,8 +119,8 @@ impl Bound {
             // so `seed + 1` is new).
             request: substitute(&sql.request, &[":study", ":trajectory", "0", ":series", ":t", ":next_seed"]),
             // The replan's end: the stage as it was, one continuation requested, one done.
-            // ... and the report's timing: one continuation of 1 s with a budget of 100 steps,
-            // and the screen's steps left at a budget of 100.
+            // ... and the report's timing: one continuation of 1 s with a budget of 100 steps
+            // (ln 1000 = 6.908, stored in millionths), and the screen's steps left at a budget of 100.
             advance: substitute(
                 &sql.advance,
                 &[
@@ -138,6 +138,8 @@ impl Bound {
                     "timed_ms + 1000",
                     "timed_budget + 100",
                     &remaining_steps(Stage::Screen, 100).to_string(),
+                    "timed_log_ms + 6907755",
+                    "timed_log_ms_sq + 47717083",
                 ],
             ),
         }

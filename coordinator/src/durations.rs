@@ -8,15 +8,21 @@
 //! of a continuation before it runs; a task's steps cost what its tests cost, so the rate is kept
 //! per trajectory (each trajectory is one task's run).
 
+use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 use vcurve_method::schedule::Stage;
 
 /// What a trajectory's (or a study's) finished continuations say of their durations: how many
-/// were timed, their milliseconds and their step budgets, summed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// were timed, their milliseconds and their step budgets, summed; and their log milliseconds and
+/// its squares, summed (what [`Spread`] tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Timed {
     pub n: i64,
     pub ms: i64,
     pub budget: i64,
+    /// Σ ln ms (a continuation's milliseconds at least 1).
+    pub log_ms: f64,
+    /// Σ (ln ms)².
+    pub log_ms_sq: f64,
 }
 
 impl Timed {
@@ -27,7 +33,81 @@ impl Timed {
 
     /// These sums with one more continuation of `ms` milliseconds and `budget` steps.
     pub fn plus(self, ms: i64, budget: i64) -> Timed {
-        Timed { n: self.n + 1, ms: self.ms + ms.max(0), budget: self.budget + budget.max(0) }
+        let log = (ms.max(1) as f64).ln();
+        Timed {
+            n: self.n + 1,
+            ms: self.ms + ms.max(0),
+            budget: self.budget + budget.max(0),
+            log_ms: self.log_ms + log,
+            log_ms_sq: self.log_ms_sq + log * log,
+        }
+    }
+
+    /// The sums of two sets of continuations together.
+    pub fn and(self, other: Timed) -> Timed {
+        Timed {
+            n: self.n + other.n,
+            ms: self.ms + other.ms,
+            budget: self.budget + other.budget,
+            log_ms: self.log_ms + other.log_ms,
+            log_ms_sq: self.log_ms_sq + other.log_ms_sq,
+        }
+    }
+}
+
+/// The significance below which a study's trajectories are taken to differ in speed
+/// ([`Spread::pooled`]).
+pub const SPREAD_P: f64 = 0.01;
+
+/// Whether a study's continuation durations differ by trajectory, from its finished trajectories:
+/// a one-way analysis of variance of their continuations' log milliseconds, each trajectory a
+/// group. When a task's steps cost what its tests cost they do, and a trajectory's own rate says
+/// how long its chain will take; when they do not (every continuation's time a draw from one
+/// distribution), a trajectory's own rate is noise, and the claim order ranks by the stage alone
+/// (docs/decisions.md, "Duration-aware dispatch"). Only finished trajectories: a running one's
+/// timed continuations are its quick ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spread {
+    /// Finished trajectories with a timed continuation.
+    pub m: i64,
+    /// Their timed continuations.
+    pub n: i64,
+    /// Σ ln ms over them.
+    pub log_ms: f64,
+    /// Σ (ln ms)² over them.
+    pub log_ms_sq: f64,
+    /// Σ over the trajectories of (Σ ln ms)² / n: the part of the squares their means explain.
+    pub between: f64,
+}
+
+impl Spread {
+    /// The spread of these finished trajectories' timed sums.
+    pub fn of(finished: impl IntoIterator<Item = Timed>) -> Spread {
+        finished.into_iter().filter(|t| t.n > 0).fold(Spread::default(), |a, t| Spread {
+            m: a.m + 1,
+            n: a.n + t.n,
+            log_ms: a.log_ms + t.log_ms,
+            log_ms_sq: a.log_ms_sq + t.log_ms_sq,
+            between: a.between + t.log_ms * t.log_ms / t.n as f64,
+        })
+    }
+
+    /// Whether a trajectory's own rate is noise: its study's trajectories do not differ
+    /// significantly (the F test at [`SPREAD_P`]), so every trajectory runs at the study's rate.
+    /// `false` before two finished trajectories with more continuations than trajectories, or
+    /// when the durations do not vary within trajectories at all.
+    pub fn pooled(&self) -> bool {
+        let (m, n) = (self.m as f64, self.n as f64);
+        if self.m < 2 || self.n <= self.m {
+            return false;
+        }
+        let between = (self.between - self.log_ms * self.log_ms / n).max(0.0) / (m - 1.0);
+        let within = (self.log_ms_sq - self.between).max(0.0) / (n - m);
+        if within <= 0.0 {
+            return false;
+        }
+        let Ok(f) = FisherSnedecor::new(m - 1.0, n - m) else { return false };
+        f.sf(between / within) >= SPREAD_P
     }
 }
 
@@ -46,8 +126,12 @@ pub const DEFAULT_RATE: f64 = 1_000.0;
 
 /// A trajectory's rate, ms per step of budget: its own (its timed milliseconds over their
 /// budgets) and its study's, weighed `n` to [`PRIOR_CONTINUATIONS`] for its `n` timed
-/// continuations; the study's before it has its own; [`DEFAULT_RATE`] before either.
-pub fn rate(trajectory: Timed, study: Timed) -> f64 {
+/// continuations; the study's before it has its own, or when the study's trajectories do not
+/// differ ([`Spread::pooled`], `pooled`); [`DEFAULT_RATE`] before either.
+pub fn rate(trajectory: Timed, study: Timed, pooled: bool) -> f64 {
+    if pooled {
+        return study.rate().unwrap_or(DEFAULT_RATE);
+    }
     rate_weighed(trajectory, study, PRIOR_CONTINUATIONS)
 }
 
@@ -88,7 +172,7 @@ pub fn remaining_steps(stage: Stage, budget: u32) -> i64 {
 }
 
 /// A trajectory as the study's estimated end sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TrajectoryLeft {
     /// Not admitted yet: all of its work is ahead.
     pub waiting: bool,
@@ -116,11 +200,8 @@ pub struct TrajectoryLeft {
 /// later: each trajectory's steps left at its rate (the claim order's rank), at least its
 /// current barrier. `None` before a trajectory finished, with no slots, or with nothing timed.
 pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Timed], slots: u64, budget: u32) -> Option<f64> {
-    let study = trajectories.iter().map(|t| t.timed).chain(done.iter().copied()).fold(Timed::default(), |a, t| Timed {
-        n: a.n + t.n,
-        ms: a.ms + t.ms,
-        budget: a.budget + t.budget,
-    });
+    let study = trajectories.iter().map(|t| t.timed).chain(done.iter().copied()).fold(Timed::default(), Timed::and);
+    let pooled = Spread::of(done.iter().copied()).pooled();
     let study_rate = study.rate()?;
     if done.is_empty() || slots == 0 {
         return None;
@@ -131,7 +212,7 @@ pub fn eta_ms(trajectories: &[TrajectoryLeft], done: &[Timed], slots: u64, budge
     );
     let (mut work, mut chain) = (0.0f64, 0.0f64);
     for t in trajectories {
-        let r = rate(if t.waiting { Timed::default() } else { t.timed }, study);
+        let r = rate(if t.waiting { Timed::default() } else { t.timed }, study, pooled);
         let ran = if t.waiting { 0.0 } else { t.timed.budget as f64 };
         let total = totals.mean_beyond(ran).unwrap_or(ran);
         work += r * (total - ran).max(t.open_budget as f64);
@@ -207,20 +288,62 @@ mod tests {
 
     #[test]
     fn a_trajectory_rate_starts_at_its_study_and_moves_to_its_own() {
-        let study = Timed { n: 10, ms: 500_000, budget: 1_000 }; // 500 ms a step
-        assert_eq!(rate(Timed::default(), study), 500.0);
-        assert_eq!(rate(Timed::default(), Timed::default()), DEFAULT_RATE);
+        let study = Timed { n: 10, ms: 500_000, budget: 1_000, ..Timed::default() }; // 500 ms a step
+        assert_eq!(rate(Timed::default(), study, false), 500.0);
+        assert_eq!(rate(Timed::default(), Timed::default(), false), DEFAULT_RATE);
         // One continuation at 2,000 ms a step weighs one to the study's ten, whatever its budget.
         for budget in [10, 100] {
             let own = Timed::default().plus(2_000 * budget, budget);
-            assert_eq!(rate(own, study), (2_000.0 + 10.0 * 500.0) / 11.0);
+            assert_eq!(rate(own, study, false), (2_000.0 + 10.0 * 500.0) / 11.0);
         }
         // Ten: halfway.
-        let own = Timed { n: 10, ms: 1_000_000, budget: 500 };
-        assert_eq!(rate(own, study), 1_250.0);
+        let own = Timed { n: 10, ms: 1_000_000, budget: 500, ..Timed::default() };
+        assert_eq!(rate(own, study, false), 1_250.0);
         // Many: nearly its own.
-        let own = Timed { n: 1_000, ms: 200_000_000, budget: 100_000 };
-        assert!((rate(own, study) - 2_000.0).abs() < 20.0);
+        let own = Timed { n: 1_000, ms: 200_000_000, budget: 100_000, ..Timed::default() };
+        assert!((rate(own, study, false) - 2_000.0).abs() < 20.0);
+    }
+
+    #[test]
+    fn a_pooled_study_rates_every_trajectory_at_its_own() {
+        let study = Timed { n: 10, ms: 500_000, budget: 1_000, ..Timed::default() };
+        let own = Timed { n: 10, ms: 1_000_000, budget: 500, ..Timed::default() };
+        assert_eq!(rate(own, study, true), 500.0);
+        assert_eq!(rate(own, Timed::default(), true), DEFAULT_RATE);
+    }
+
+    /// A trajectory's timed sums from these milliseconds.
+    fn timed(ms: &[i64]) -> Timed {
+        ms.iter().fold(Timed::default(), |t, ms| t.plus(*ms, 10))
+    }
+
+    #[test]
+    fn trajectories_differ_when_their_means_are_far_apart_for_their_noise() {
+        // The same draws around 1 s in every trajectory: no difference.
+        let same: Vec<Timed> = (0..20).map(|i| timed(&[800 + i, 1_000, 1_250 - i, 900, 1_100])).collect();
+        assert!(Spread::of(same.iter().copied()).pooled());
+        // Half the trajectories four times slower, the same noise: they differ.
+        let apart: Vec<Timed> = same
+            .iter()
+            .enumerate()
+            .map(|(i, t)| if i % 2 == 0 { *t } else { timed(&[3_200, 4_000, 5_000, 3_600, 4_400]) })
+            .collect();
+        assert!(!Spread::of(apart.iter().copied()).pooled());
+        // The F test by hand: two trajectories, ln ms {0, 2} and {4, 6}: between 16 on 1 degree,
+        // within 4 on 2: F = 8, P(F(1, 2) > 8) = 0.106 — not significant at 0.01.
+        let by_hand = [(0.0f64, 2.0f64), (4.0, 6.0)].map(|(a, b)| Timed {
+            n: 2,
+            log_ms: a + b,
+            log_ms_sq: a * a + b * b,
+            ..Timed::default()
+        });
+        let spread = Spread::of(by_hand);
+        assert_eq!((spread.m, spread.n), (2, 4));
+        assert!(spread.pooled());
+        // Too little to say, or no noise within: not pooled.
+        assert!(!Spread::of([timed(&[1_000, 2_000])]).pooled());
+        assert!(!Spread::of([timed(&[1_000, 1_000]), timed(&[1_000, 1_000])]).pooled());
+        assert!(!Spread::of([]).pooled());
     }
 
     #[test]
@@ -233,7 +356,7 @@ mod tests {
     #[test]
     fn the_end_is_the_work_left_over_the_slots_or_the_longest_chain() {
         // Two finished trajectories of 1,000 budget steps each at 10 ms a step.
-        let done = [Timed { n: 10, ms: 10_000, budget: 1_000 }; 2];
+        let done = [Timed { n: 10, ms: 10_000, budget: 1_000, ..Timed::default() }; 2];
         let waiting = TrajectoryLeft {
             waiting: true,
             timed: Timed::default(),
@@ -243,7 +366,7 @@ mod tests {
         };
         let half = TrajectoryLeft {
             waiting: false,
-            timed: Timed { n: 5, ms: 5_000, budget: 500 },
+            timed: Timed { n: 5, ms: 5_000, budget: 500, ..Timed::default() },
             open_budget: 100,
             chain_ms: 900,
             remaining_steps: 500,
@@ -261,7 +384,8 @@ mod tests {
         // A slow trajectory left. The study's rate: 70,000 ms over 2,500 steps, 28 ms; the slow
         // one's own 100 ms, weighed 5 to 10: 52 ms. Work: the waiting one's 1,000 steps at 28 ms
         // and the slow one's 500 left at 52 ms, 54,000 ms on one slot, plus 100 steps at 28 ms.
-        let slow = TrajectoryLeft { timed: Timed { n: 5, ms: 50_000, budget: 500 }, chain_ms: 0, ..half };
+        let slow =
+            TrajectoryLeft { timed: Timed { n: 5, ms: 50_000, budget: 500, ..Timed::default() }, chain_ms: 0, ..half };
         let eta = eta_ms(&[waiting, slow], &done, 1, 100).unwrap();
         assert!((eta - 56_800.0).abs() < 1e-6, "{eta}");
         // Nothing finished yet, or no slots: not known.

@@ -10,16 +10,16 @@ use super::*;
 /// A store on a fresh database with a second connection to it: SQLite in a file (an in-memory
 /// database has one connection only), or a new PostgreSQL database.
 pub(crate) struct RawStore {
-    name: &'static str,
-    store: SqlStore,
-    raw: sqlx::AnyPool,
+    pub(crate) name: &'static str,
+    pub(crate) store: SqlStore,
+    pub(crate) raw: sqlx::AnyPool,
     _dir: Option<tempfile::TempDir>,
     /// The PostgreSQL server's admin URL and the database to drop at the end.
     cleanup: Option<(String, String)>,
 }
 
 impl RawStore {
-    async fn both() -> Vec<RawStore> {
+    pub(crate) async fn both() -> Vec<RawStore> {
         sqlx::any::install_default_drivers();
         let dir = tempfile::tempdir().unwrap();
         let sqlite = format!("sqlite://{}", dir.path().join("store.sqlite").display());
@@ -54,7 +54,7 @@ impl RawStore {
             .collect()
     }
 
-    async fn finish(self) {
+    pub(crate) async fn finish(self) {
         let RawStore { store, raw, cleanup, .. } = self;
         raw.close().await;
         drop(store);

@@ -210,6 +210,55 @@ pub(crate) async fn within_a_stage_the_trajectory_with_the_longest_expected_chai
     }
 }
 
+/// A study's verdict on whether its trajectories differ in speed (`durations::Spread`, stored for
+/// the claim order): two trajectories run to their ends whose continuations take the same times
+/// (2 s and 6 s in turn) do not differ; one four times slower than the other does. The verdict
+/// is taken at a replan, so a third trajectory reports after the two ended.
+#[tokio::test]
+pub(crate) async fn a_study_reads_whether_its_trajectories_differ_in_speed_from_the_finished_ones() {
+    use sqlx::Row;
+    for rs in super::admission::RawStore::both().await {
+        for (name, slow, pooled) in [("same", 1, 1i64), ("apart", 4, 0)] {
+            let (c, clock) = coordinator(&rs.store);
+            let trajectories = ["x", "y", "z"].map(|id| Tr { id, length: 40, cliff: 23, p: 0.75, labels: "" });
+            let (yaml, files) = spec(name, "", &trajectories);
+            let study = c.launch(&yaml, &files).await.unwrap();
+            let caps = ["synthetic".to_string()];
+            let w = c.register(&format!("w-{name}"), 1, &caps, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+            let verdict = async || {
+                sqlx::query("SELECT rate_pooled FROM studies WHERE id = $1")
+                    .bind(study.as_str())
+                    .fetch_one(&rs.raw)
+                    .await
+                    .unwrap()
+                    .get::<i64, _>("rate_pooled")
+            };
+            let mut i = 0;
+            while c.progress(&study).await.unwrap().trajectories_done < 2 {
+                let jobs = lease(&c, &w, 1).await;
+                let [job] = &jobs[..] else { panic!("{} {name}: one job, got {}", rs.name, jobs.len()) };
+                let k = ck(job);
+                let factor = if k.trajectory == "y" { slow } else { 1 };
+                clock.advance(Duration::from_secs(if i % 2 == 0 { 2 } else { 6 } * factor));
+                i += 1;
+                c.report(&w, &held(job), &outcome(step_outcome(23, k.t, k.seed))).await.unwrap();
+                // Before two trajectories finished there is nothing to compare.
+                assert_eq!(verdict().await, 0, "{} {name}", rs.name);
+            }
+            // A minute on, the study's sums are read again at "z"'s next report.
+            clock.advance(Duration::from_secs(61));
+            let w2 = c.register(&format!("w2-{name}"), 1, &caps, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+            let jobs = lease(&c, &w2, 1).await;
+            assert_eq!(ck(&jobs[0]).trajectory, "z", "{} {name}", rs.name);
+            clock.advance(Duration::from_secs(2));
+            let k = ck(&jobs[0]);
+            c.report(&w2, &held(&jobs[0]), &outcome(step_outcome(23, k.t, k.seed))).await.unwrap();
+            assert_eq!(verdict().await, pooled, "{} {name}", rs.name);
+        }
+        rs.finish().await;
+    }
+}
+
 #[tokio::test]
 pub(crate) async fn after_the_first_curve_demand_admission_queues_ahead_behind_the_head() {
     // Demand admission puts at the head what a slot would idle without. Once the study has a

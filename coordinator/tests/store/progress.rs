@@ -179,8 +179,9 @@ pub(crate) async fn continuations_are_timed_and_the_estimated_end_reads_their_du
         clock.advance(Duration::from_secs(31));
         c.register("w3", 1, &["synthetic".into()], vcurve_proto::PROTOCOL_VERSION).await.unwrap();
         let (own, done) = (timed[&running], timed[finished]);
-        let study_timed = Timed { n: own.n + done.n, ms: own.ms + done.ms, budget: own.budget + done.budget };
-        let rate = durations::rate(own, study_timed);
+        // One finished trajectory cannot say whether they differ: not pooled.
+        let study_timed = own.and(done);
+        let rate = durations::rate(own, study_timed, false);
         let open_budget: f64 = open.iter().map(|j| f64::from(j.budget)).sum();
         let beyond = if own.budget < done.budget { (done.budget - own.budget) as f64 } else { 0.0 };
         let expected = (rate * beyond.max(open_budget) + study_timed.rate().unwrap() * 100.0) / 1000.0;

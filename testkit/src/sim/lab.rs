@@ -6,7 +6,7 @@
 //! ```text
 //! cargo test --release -p vcurve-testkit --features sim --lib lab -- --ignored --nocapture
 //! LAB_SLOTS=50 LAB_BLIND=1 LAB_N=500 LAB_SEED=1 …   (defaults: 1,000 slots, realistic, 500, 1)
-//! LAB_SET=fifo|demand|head|first|study|eb …                        (other rows than the default's)
+//! LAB_SET=fifo|demand|head|first|study|eb|affine|blind …           (other rows than the default's)
 //! LAB_SET=eta …  (the store's rule alone, and `vcurve status`'s estimated end against the time
 //!                 left, every 1/40 of the lower bound)
 //! ```
@@ -63,7 +63,8 @@ enum Head {
 /// A trajectory's expected remaining chain as the order behind the head ranks it.
 #[derive(Clone, Copy, Debug)]
 enum Rank {
-    /// rate × `B` × its stage's factor ([`stage_factors`]), computed at each dispatch.
+    /// rate × `B` × its stage's factor ([`stage_factors`]), computed at each dispatch: the store's
+    /// rank (the study's rate for every trajectory where its trajectories do not differ).
     Factors,
     /// The same, as the store would keep it: computed at its admission and at its own reports
     /// with the rates of that moment.
@@ -75,6 +76,14 @@ enum Rank {
     /// [`Rank::Factors`] with the rate's prior weight, in continuations, measured on the study's
     /// finished trajectories by empirical Bayes (log durations).
     Eb,
+    /// A continuation's expected time affine in its budget, `α + β · b`, fitted on the study's
+    /// timed continuations; a trajectory's own scale against the fit, shrunk toward 1 like the
+    /// rate; its remaining chain the scale × (`α` × the links its stage has left + `β` × `B` ×
+    /// its stage's factor).
+    Affine,
+    /// [`Rank::Factors`] without pooling: every trajectory at its own rate shrunk toward its
+    /// study's even where its study's trajectories do not differ ([`durations::Spread`]).
+    Unpooled,
 }
 
 struct Lt {
@@ -83,8 +92,8 @@ struct Lt {
     started: BTreeSet<Key>,
     rank: Option<usize>,
     timed: Timed,
-    /// Σ ln ms and Σ (ln ms)² over its timed continuations.
-    log: (f64, f64),
+    /// Σ ms · budget and Σ budget² over its timed continuations.
+    x: (f64, f64),
     done: bool,
     admitted_at: i64,
     /// The expected remaining chain as last stored ([`Rank::Stale`]).
@@ -107,6 +116,8 @@ struct Setup {
     chain: i64,
     /// Mean remaining chain at entry into each stage, in units of (rate × budget B).
     factors: [f64; 7],
+    /// Mean continuations one after another left on the chain at entry into each stage.
+    links: [f64; 7],
 }
 
 fn setup(n: u32, seed: u64, model: DurationModel) -> Setup {
@@ -136,64 +147,105 @@ fn setup(n: u32, seed: u64, model: DurationModel) -> Setup {
         work,
         chain,
         factors: [0.0; 7],
+        links: [0.0; 7],
     };
-    s.factors = stage_factors(&s);
+    (s.factors, s.links) = stage_factors(&s);
     s
 }
 
-/// Remaining chain on entering each stage, over rate × B, averaged (unlimited workers).
-fn stage_factors(s: &Setup) -> [f64; 7] {
+/// Remaining chain on entering each stage, over rate × B, averaged (unlimited workers); and the
+/// continuations one after another left on it.
+fn stage_factors(s: &Setup) -> ([f64; 7], [f64; 7]) {
     let mut sum = [0.0; 7];
+    let mut lsum = [0.0; 7];
     let mut n = [0.0; 7];
     let variant = variant_by_name("paper").unwrap();
     for (tr, plan) in s.trajectories.iter().zip(&s.plans) {
         let mut sched = TrajectorySchedule::new(plan.clone(), &s.thresholds, variant);
         let mut heap: BinaryHeap<Reverse<(i64, Key)>> = BinaryHeap::new();
         let mut seen = BTreeSet::new();
+        let mut depth = std::collections::BTreeMap::new();
         for k in sched.pending() {
             seen.insert(k);
+            depth.insert(k, 1i64);
             heap.push(Reverse((tr.keys[&k], k)));
         }
-        let mut entered = vec![(stage_rank(sched.stage()), 0i64)];
+        let mut entered = vec![(stage_rank(sched.stage()), 0i64, 0i64)];
         let (mut ms, mut budget) = (0i64, 0i64);
         let mut end = 0;
+        let mut end_depth = 0;
         while let Some(Reverse((at, k))) = heap.pop() {
             end = at;
+            let d = depth[&k];
+            end_depth = d;
             ms += tr.keys[&k];
             budget += i64::from(key_budget(s.budget, k));
             let o = synthetic_outcome(s.seed, tr, k).unwrap();
             let before = sched.stage();
             sched.record(k, o).unwrap();
             if sched.stage() != before {
-                entered.push((stage_rank(sched.stage()), at));
+                entered.push((stage_rank(sched.stage()), at, d));
             }
             for k in sched.pending() {
                 if seen.insert(k) {
+                    depth.insert(k, d + 1);
                     heap.push(Reverse((at + tr.keys[&k], k)));
                 }
             }
         }
         let rate = ms as f64 / budget as f64;
-        for (st, at) in entered {
+        for (st, at, d) in entered {
             sum[st] += (end - at) as f64 / (rate * f64::from(s.budget));
+            lsum[st] += (end_depth - d) as f64;
             n[st] += 1.0;
         }
     }
     let mut f = [0.0; 7];
+    let mut l = [0.0; 7];
     for i in 0..7 {
         f[i] = if n[i] > 0.0 { sum[i] / n[i] } else { 0.0 };
+        l[i] = if n[i] > 0.0 { lsum[i] / n[i] } else { 0.0 };
     }
-    f
+    (f, l)
 }
 
-/// A trajectory's rate, ms per step of budget, as the coordinator estimates it.
-fn rate_of(t: &Lt, study: Timed) -> f64 {
-    durations::rate(t.timed, study)
+/// The study's fit of a continuation's time on its budget, `ms ≈ α + β · b`, by least squares
+/// over its timed continuations (`study`, and Σ ms · b, Σ b² in `x`), neither below 0: a negative
+/// slope is no slope (the mean), a negative intercept none (the rate per step).
+fn affine(study: Timed, x: (f64, f64)) -> Option<(f64, f64)> {
+    let (n, sb, sm) = (study.n as f64, study.budget as f64, study.ms as f64);
+    if study.n == 0 || study.budget == 0 {
+        return None;
+    }
+    let den = n * x.1 - sb * sb;
+    if study.n < 2 || den <= 0.0 {
+        return Some((0.0, sm / sb));
+    }
+    let beta = (n * x.0 - sb * sm) / den;
+    let alpha = (sm - beta * sb) / n;
+    Some(if beta < 0.0 {
+        (sm / n, 0.0)
+    } else if alpha < 0.0 {
+        (0.0, sm / sb)
+    } else {
+        (alpha, beta)
+    })
+}
+
+/// A trajectory's scale against its study's fit: its timed milliseconds over what the fit
+/// expects of its continuations, weighed `n` to [`durations::PRIOR_CONTINUATIONS`] against 1.
+fn scale(t: &Lt, fit: (f64, f64), prior: f64) -> f64 {
+    let expected = fit.0 * t.timed.n as f64 + fit.1 * t.timed.budget as f64;
+    if t.timed.n == 0 || expected <= 0.0 {
+        return 1.0;
+    }
+    let n = t.timed.n as f64;
+    (n * t.timed.ms as f64 / expected + prior) / (n + prior)
 }
 
 /// A trajectory's expected remaining chain, ms: rate × `B` × its stage's factor.
-fn remaining(s: &Setup, t: &Lt, study: Timed) -> f64 {
-    rate_of(t, study) * s.factors[stage_rank(t.sched.stage())] * f64::from(s.budget)
+fn remaining(s: &Setup, t: &Lt, study: Timed, pooled: bool) -> f64 {
+    durations::rate(t.timed, study, pooled) * s.factors[stage_rank(t.sched.stage())] * f64::from(s.budget)
 }
 
 struct Run {
@@ -209,6 +261,7 @@ struct Run {
 /// The store's estimated end at a moment of a run, ms from then, from what the store sees: the
 /// trajectories left and the finished ones' sums (`done`).
 fn estimate(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -> Option<f64> {
+    let pooled = durations::Spread::of(done.iter().copied()).pooled();
     let left: Vec<durations::TrajectoryLeft> = ts
         .iter()
         .filter(|t| !t.done)
@@ -216,7 +269,7 @@ fn estimate(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) ->
             let waiting = t.rank.is_none();
             let open: Vec<u32> =
                 if waiting { vec![] } else { t.sched.pending().iter().map(|k| key_budget(s.budget, *k)).collect() };
-            let r = durations::rate(t.timed, study);
+            let r = durations::rate(t.timed, study, pooled);
             durations::TrajectoryLeft {
                 waiting,
                 timed: t.timed,
@@ -237,8 +290,11 @@ fn estimate(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) ->
 /// before ten trajectories finished. Only finished ones: a running one's timed continuations are
 /// its quick ones.
 fn eb_prior(ts: &[Lt]) -> f64 {
-    let xs: Vec<(f64, f64, f64)> =
-        ts.iter().filter(|t| t.done && t.timed.n > 1).map(|t| (t.timed.n as f64, t.log.0, t.log.1)).collect();
+    let xs: Vec<(f64, f64, f64)> = ts
+        .iter()
+        .filter(|t| t.done && t.timed.n > 1)
+        .map(|t| (t.timed.n as f64, t.timed.log_ms, t.timed.log_ms_sq))
+        .collect();
     let m = xs.len() as f64;
     if m < 10.0 {
         return durations::PRIOR_CONTINUATIONS;
@@ -262,7 +318,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             started: BTreeSet::new(),
             rank: None,
             timed: Timed::default(),
-            log: (0.0, 0.0),
+            x: (0.0, 0.0),
             done: false,
             admitted_at: 0,
             stored: 0.0,
@@ -270,6 +326,8 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         })
         .collect();
     let mut study = Timed::default();
+    let mut pooled = false;
+    let mut study_x = (0.0f64, 0.0f64);
     let mut next_admit = 0usize;
     let mut runnable = 0usize;
     let mut free = slots;
@@ -304,7 +362,7 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             t.demand = demand;
             t.rank = Some(next_admit);
             t.admitted_at = now;
-            t.stored = remaining(s, t, study);
+            t.stored = remaining(s, t, study, pooled);
             for k in t.sched.pending() {
                 t.unstarted.insert(k);
                 runnable += 1;
@@ -316,13 +374,14 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             Order::Cp { rank: Rank::Eb, .. } if free > 0 && runnable > 0 => eb_prior(&ts),
             _ => durations::PRIOR_CONTINUATIONS,
         };
+        let fit = affine(study, study_x).unwrap_or((0.0, durations::DEFAULT_RATE));
         while free > 0 && runnable > 0 {
             let mut best: Option<(usize, (i64, f64, f64))> = None;
             for (i, t) in ts.iter().enumerate() {
                 if t.unstarted.is_empty() {
                     continue;
                 }
-                let rate = rate_of(t, study);
+                let rate = durations::rate(t.timed, study, pooled);
                 let open = t.sched.pending().iter().map(|k| key_budget(s.budget, *k)).max().unwrap_or(0);
                 let rank = t.rank.unwrap();
                 let p = match order {
@@ -331,11 +390,16 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
                         let st = stage_rank(t.sched.stage());
                         let rem = match by {
                             Rank::Stale => t.stored,
-                            Rank::Factors => remaining(s, t, study),
+                            Rank::Factors => remaining(s, t, study, pooled),
+                            Rank::Unpooled => remaining(s, t, study, false),
                             Rank::Stages => rate * f64::from(open) * (7 - st) as f64,
                             Rank::Study => study.rate().unwrap_or(1.0) * s.factors[st] * f64::from(s.budget),
                             Rank::Eb => {
                                 durations::rate_weighed(t.timed, study, prior) * s.factors[st] * f64::from(s.budget)
+                            }
+                            Rank::Affine => {
+                                scale(t, fit, durations::PRIOR_CONTINUATIONS)
+                                    * (fit.0 * s.links[st] + fit.1 * s.factors[st] * f64::from(s.budget))
                             }
                         };
                         let today = (1 + st as i64, rate * f64::from(open), -(rank as f64));
@@ -375,11 +439,14 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         let b = i64::from(key_budget(s.budget, k).max(1));
         let t = &mut ts[i];
         t.timed = t.timed.plus(d, b);
-        t.log = (t.log.0 + (d as f64).ln(), t.log.1 + (d as f64).ln().powi(2));
+        let (df, bf) = (d as f64, b as f64);
+        t.x = (t.x.0 + df * bf, t.x.1 + bf * bf);
+        study_x = (study_x.0 + df * bf, study_x.1 + bf * bf);
         study = study.plus(d, b);
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
         t.sched.record(k, o).unwrap();
-        t.stored = remaining(s, t, study);
+        pooled = durations::Spread::of(done_trs.iter().copied()).pooled();
+        t.stored = remaining(s, t, study, pooled);
         for k in t.sched.pending() {
             if !t.started.contains(&k) && t.unstarted.insert(k) {
                 runnable += 1;
@@ -396,6 +463,9 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         }
     }
     assert_eq!(finished, ts.len());
+    if matches!(order, Order::Cp { rank: Rank::Affine, .. }) {
+        eprintln!("  the study's fit at its end (α ms, β ms a step): {:?}", affine(study, study_x));
+    }
     Run { makespan: now, first: first.unwrap(), first_of, etas }
 }
 
@@ -409,10 +479,11 @@ fn lab() {
     let s = setup(n, seed, model);
     let bound = (s.work as f64 / slots as f64).max(s.chain as f64);
     eprintln!(
-        "work/slots {:.0} s, chain {:.0} s, factors {:?}",
+        "work/slots {:.0} s, chain {:.0} s, factors {:?}, links {:?}",
         s.work as f64 / slots as f64 / 1000.0,
         s.chain as f64 / 1000.0,
-        s.factors
+        s.factors,
+        s.links
     );
     let cp = |head| Order::Cp { head, rank: Rank::Factors };
     if std::env::var("LAB_SET").as_deref() == Ok("eta") {
@@ -454,6 +525,19 @@ fn lab() {
             runs.push((Admit::AheadAfterFirst(16.0), cp(Head::Demand)));
             runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::Eb }));
             runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::Study }));
+        }
+        Ok("blind") => {
+            for admit in [Admit::AheadAfterFirst(16.0), Admit::AheadAfterFirst(64.0), Admit::All] {
+                runs.push((admit, Order::Cp { head: Head::Demand, rank: Rank::Study }));
+                runs.push((admit, Order::Cp { head: Head::Fifo(100_000), rank: Rank::Study }));
+                runs.push((admit, Order::Cp { head: Head::Fifo(10), rank: Rank::Study }));
+            }
+        }
+        Ok("affine") => {
+            runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::Unpooled }));
+            runs.push((Admit::AheadAfterFirst(16.0), cp(Head::Demand)));
+            runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::Study }));
+            runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::Affine }));
         }
         Ok("study") => {
             for k in [16.0, 64.0] {

@@ -22,12 +22,29 @@ pub(super) const COMPLETE: &str = concat!(
 /// A study's timed sums over its trajectories (`$1` study).
 pub(super) const STUDY_TIMED: &str = "SELECT CAST(COALESCE(SUM(timed_n), 0) AS BIGINT) AS timed_n, \
      CAST(COALESCE(SUM(timed_ms), 0) AS BIGINT) AS timed_ms, \
-     CAST(COALESCE(SUM(timed_budget), 0) AS BIGINT) AS timed_budget FROM trajectories WHERE study = $1";
+     CAST(COALESCE(SUM(timed_budget), 0) AS BIGINT) AS timed_budget, \
+     CAST(COALESCE(SUM(timed_log_ms), 0) AS BIGINT) AS timed_log_ms, \
+     CAST(COALESCE(SUM(timed_log_ms_sq), 0) AS BIGINT) AS timed_log_ms_sq \
+     FROM trajectories WHERE study = $1";
+
+/// How many millionths the stored log sums count in (`timed_log_ms`, `timed_log_ms_sq`): the
+/// store binds integers only.
+pub(super) const LOG_SCALE: f64 = 1e6;
+
+/// The timed sums of a study's finished trajectories (`$1` study), which
+/// [`crate::durations::Spread`] reads: a row each, read at most once a minute.
+pub(super) const FINISHED_TIMED: &str = "SELECT timed_n, timed_ms, timed_budget, timed_log_ms, timed_log_ms_sq \
+     FROM trajectories WHERE study = $1 AND state = 'done' AND timed_n > 0";
+
+/// A study's verdict on its durations' spread, `$1` (1: pooled), for study `$2`, written only
+/// when it changed (an unchanged row is not locked).
+pub(super) const SET_POOLED: &str = "UPDATE studies SET rate_pooled = $1 WHERE id = $2 AND rate_pooled <> $1";
 
 /// A trajectory's counters, as the columns `n_requested`, `n_finished` and `n_dropped`, and its
-/// timed sums (`timed_n`, `timed_ms`, `timed_budget`: [`crate::durations::Timed`]).
-pub(super) const COUNTERS: &str =
-    "n_requested, n_done + n_retired AS n_finished, n_dropped, timed_n, timed_ms, timed_budget";
+/// timed sums (`timed_n`, `timed_ms`, `timed_budget`, `timed_log_ms`, `timed_log_ms_sq`:
+/// [`crate::durations::Timed`]).
+pub(super) const COUNTERS: &str = "n_requested, n_done + n_retired AS n_finished, n_dropped, timed_n, timed_ms, \
+     timed_budget, timed_log_ms, timed_log_ms_sq";
 
 /// A trajectory's row (`$1` study, `$2` id), locked on PostgreSQL: reports of one trajectory
 /// replan one after the other. Its plan and [`COUNTERS`].
@@ -38,14 +55,15 @@ pub(super) fn lock_trajectory(for_update: &str) -> String {
 /// A replan's end: the trajectory's stage `$1` (rank `$2`), state `$3`, and its counters
 /// advanced by the continuations requested `$4` and the outcome recorded, done `$5` or retired
 /// `$6` (`$7` study, `$8` id); its expected remaining chain `$9` ms, its end `$10` (when `$3` is
-/// done), and its timed sums `$11 … $13` as the replan's row lock read them with the report's
-/// continuation added (NULL: unchanged), and the steps of budget its stage has left `$14`
+/// done), and its timed sums `$11 … $13`, `$15`, `$16` as the replan's row lock read them with the
+/// report's continuation added (NULL: unchanged), and the steps of budget its stage has left `$14`
 /// ([`crate::durations::remaining_steps`]).
 pub(super) const ADVANCE: &str = "UPDATE trajectories SET stage = $1, stage_rank = $2, state = $3, \
      n_requested = n_requested + $4, n_done = n_done + $5, n_retired = n_retired + $6, chain_ms = $9, \
      remaining_steps = $14, \
      ended_ms = COALESCE(ended_ms, $10), timed_n = COALESCE($11, timed_n), timed_ms = COALESCE($12, timed_ms), \
-     timed_budget = COALESCE($13, timed_budget) WHERE study = $7 AND id = $8";
+     timed_budget = COALESCE($13, timed_budget), timed_log_ms = COALESCE($15, timed_log_ms), \
+     timed_log_ms_sq = COALESCE($16, timed_log_ms_sq) WHERE study = $7 AND id = $8";
 
 /// Add `$1` to a trajectory's `counter` (`$2` study, `$3` id).
 pub(super) fn count(counter: &str) -> String {
@@ -81,7 +99,8 @@ pub(super) const CLAIM_SPARE: i64 = 16;
 /// - then the rest by their expected remaining chain, longest first, computed here from what does
 ///   not go stale: the steps of budget the trajectory's stage has left
 ///   ([`durations::remaining_steps`]) at its rate, its own timed sums shrunk toward its study's
-///   as they are now ([`rate`]);
+///   as they are now ([`rate`]), or its study's alone when the study's trajectories do not differ
+///   (`rate_pooled`, [`durations::Spread`]): then the stage, and admission order within it;
 /// - then the older study, the earlier admitted trajectory and the key.
 ///
 /// Locality goes before all of it: `near` (empty, or `CASE … END, ` over the trajectory `tr`)
@@ -119,14 +138,15 @@ pub(super) fn claim(kinds_in: &str, near: &str, locality: &str, postgres: bool) 
 
 /// A trajectory's rate in SQL, ms per step of budget, as [`crate::durations::rate`] computes it:
 /// its timed sums' (`tr`) and its study's (`st`, NULL without any) weighed `n` to
-/// [`durations::PRIOR_CONTINUATIONS`], [`durations::DEFAULT_RATE`] before the study has one.
+/// [`durations::PRIOR_CONTINUATIONS`], the study's alone when it is pooled (`s.rate_pooled`),
+/// [`durations::DEFAULT_RATE`] before the study has one.
 fn rate() -> String {
     let (prior, default) = (durations::PRIOR_CONTINUATIONS, durations::DEFAULT_RATE);
     let study = format!(
         "COALESCE(CAST(st.ms AS DOUBLE PRECISION) / NULLIF(CAST(st.budget AS DOUBLE PRECISION), 0.0), {default:.1})"
     );
     format!(
-        "(CASE WHEN tr.timed_n > 0 AND tr.timed_budget > 0 THEN \
+        "(CASE WHEN s.rate_pooled = 0 AND tr.timed_n > 0 AND tr.timed_budget > 0 THEN \
          (CAST(tr.timed_n AS DOUBLE PRECISION) * CAST(tr.timed_ms AS DOUBLE PRECISION) \
          / CAST(tr.timed_budget AS DOUBLE PRECISION) + {prior:.1} * {study}) \
          / (CAST(tr.timed_n AS DOUBLE PRECISION) + {prior:.1}) ELSE {study} END)"
@@ -153,7 +173,8 @@ pub struct DispatchSql {
     pub complete: String,
     /// `$1` stage, `$2` its rank, `$3` state, `$4` continuations requested, `$5` done, `$6`
     /// retired, `$7` study, `$8` trajectory, `$9` expected remaining chain, `$10` the end (or
-    /// NULL), `$11 … $13` the timed sums (or NULL), `$14` the steps of budget its stage has left.
+    /// NULL), `$11 … $13`, `$15`, `$16` the timed sums (or NULL), `$14` the steps of budget its
+    /// stage has left.
     pub advance: String,
     /// One new continuation, as the schedule's replan requests them: `$1` study, `$2`
     /// trajectory, `$3` now, `$4` series, `$5` t, `$6` seed.

@@ -113,10 +113,22 @@ pub struct SqlStore {
     /// next report's replan checks it against the trajectory's counters instead of reading all of
     /// its continuations again (see [`SqlStore::replan`] and [`known`]).
     pub(super) known: Arc<known::KnownCache>,
-    /// Each study's timed sums over its trajectories, and when (store time, ms) they were read:
-    /// the prior of its trajectories' duration estimates, read again at most every
+    /// Each study's timed sums over its trajectories and whether they are pooled, and when (store
+    /// time, ms) they were read: the prior of its trajectories' duration estimates, read again at
+    /// most every
     /// [`STUDY_TIMED_MS`] (see [`SqlStore::study_timed`]).
-    pub(super) study_timed: Arc<Mutex<HashMap<String, (i64, Timed)>>>,
+    pub(super) study_timed: Arc<Mutex<HashMap<String, StudyTimed>>>,
+}
+
+/// A study's timed sums as [`SqlStore::study_timed`] read them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StudyTimed {
+    /// When, store time (ms).
+    pub(super) at: i64,
+    /// The sums over its trajectories.
+    pub(super) timed: Timed,
+    /// Whether its trajectories do not differ in speed ([`crate::durations::Spread::pooled`]).
+    pub(super) pooled: bool,
 }
 
 /// How old a study's cached timed sums may be before a replan reads them again, ms.

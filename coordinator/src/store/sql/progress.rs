@@ -19,7 +19,8 @@ const STUDY_HEAD: &str = "SELECT name, state, runner_kind, created_ms, finished_
 /// The id, state, stage, admission, counters, timed sums and expected chain of every trajectory of
 /// study `$1`.
 const TRAJECTORY_COUNTERS: &str = "SELECT id, state, stage, admit_order, n_requested, n_done, n_retired, n_dropped, \
-     timed_n, timed_ms, timed_budget, chain_ms, remaining_steps FROM trajectories WHERE study = $1";
+     timed_n, timed_ms, timed_budget, timed_log_ms, timed_log_ms_sq, chain_ms, remaining_steps FROM trajectories \
+     WHERE study = $1";
 
 /// The trajectory, series and step of every open (pending or leased) continuation of study `$1`.
 const OPEN_CONTINUATIONS: &str =

@@ -8,7 +8,7 @@ use sqlx::{Any, Row, Transaction};
 use vcurve_method::schedule::{Key, Outcome, TrajectoryPlan};
 
 use super::dispatch;
-use super::handle::{STUDY_TIMED_MS, SqlStore, StudyConfig};
+use super::handle::{STUDY_TIMED_MS, SqlStore, StudyConfig, StudyTimed};
 use super::known::Counters;
 use super::rows::{get_u32, outcome_of, series_of};
 use crate::durations::{self, Timed};
@@ -90,7 +90,8 @@ impl SqlStore {
         let chain_ms = if replan.done {
             0
         } else {
-            let rate = durations::rate(timed, self.study_timed(tx, study, now).await?);
+            let (study_timed, pooled) = self.study_timed(tx, study, now).await?;
+            let rate = durations::rate(timed, study_timed, pooled);
             durations::chain_ms(rate, replan.pending.iter().map(|k| k.series.budget(config.budget, k.t)))
         };
         let state = if replan.done { TrajectoryState::Done } else { TrajectoryState::Running };
@@ -114,6 +115,8 @@ impl SqlStore {
             .bind(locked_timed.map(|t| t.ms))
             .bind(locked_timed.map(|t| t.budget))
             .bind(durations::remaining_steps(replan.stage, config.budget))
+            .bind(locked_timed.map(|t| (t.log_ms * dispatch::LOG_SCALE).round() as i64))
+            .bind(locked_timed.map(|t| (t.log_ms_sq * dispatch::LOG_SCALE).round() as i64))
             .execute(&mut **tx)
             .await?;
         let created = new.len() as u64;
@@ -129,23 +132,30 @@ impl SqlStore {
         Ok((created, replan.done))
     }
 
-    /// A study's timed sums over its trajectories, read at most every [`STUDY_TIMED_MS`] of store
-    /// time by this process (a prior: a minute old is recent enough).
+    /// A study's timed sums over its trajectories and whether its trajectories' durations do not
+    /// differ ([`durations::Spread::pooled`]), read at most every [`STUDY_TIMED_MS`] of store time
+    /// by this process (a prior: a minute old is recent enough). The verdict is stored on the
+    /// study when it changes, for the claim order.
     pub(super) async fn study_timed(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
         now: i64,
-    ) -> Result<Timed, StoreError> {
-        if let Some((at, timed)) = self.study_timed.lock().expect("study timed cache").get(study)
-            && (0..STUDY_TIMED_MS).contains(&(now - at))
+    ) -> Result<(Timed, bool), StoreError> {
+        if let Some(cached) = self.study_timed.lock().expect("study timed cache").get(study)
+            && (0..STUDY_TIMED_MS).contains(&(now - cached.at))
         {
-            return Ok(*timed);
+            return Ok((cached.timed, cached.pooled));
         }
         let row = sqlx::query(dispatch::STUDY_TIMED).bind(study).fetch_one(&mut **tx).await?;
         let timed = timed_of(&row)?;
-        self.study_timed.lock().expect("study timed cache").insert(study.to_string(), (now, timed));
-        Ok(timed)
+        let finished = sqlx::query(dispatch::FINISHED_TIMED).bind(study).fetch_all(&mut **tx).await?;
+        let finished = finished.iter().map(timed_of).collect::<Result<Vec<_>, _>>()?;
+        let pooled = durations::Spread::of(finished).pooled();
+        sqlx::query(dispatch::SET_POOLED).bind(i64::from(pooled)).bind(study).execute(&mut **tx).await?;
+        let cached = StudyTimed { at: now, timed, pooled };
+        self.study_timed.lock().expect("study timed cache").insert(study.to_string(), cached);
+        Ok((timed, pooled))
     }
 
     /// A trajectory's continuation keys and the outcomes among them.
@@ -196,7 +206,14 @@ impl SqlStore {
     }
 }
 
-/// The timed sums of a row with the columns `timed_n`, `timed_ms` and `timed_budget`.
+/// The timed sums of a row with the columns `timed_n`, `timed_ms`, `timed_budget`, `timed_log_ms`
+/// and `timed_log_ms_sq` (the last two in millionths, [`dispatch::LOG_SCALE`]).
 pub(super) fn timed_of(row: &sqlx::any::AnyRow) -> Result<Timed, StoreError> {
-    Ok(Timed { n: row.try_get("timed_n")?, ms: row.try_get("timed_ms")?, budget: row.try_get("timed_budget")? })
+    Ok(Timed {
+        n: row.try_get("timed_n")?,
+        ms: row.try_get("timed_ms")?,
+        budget: row.try_get("timed_budget")?,
+        log_ms: row.try_get::<i64, _>("timed_log_ms")? as f64 / dispatch::LOG_SCALE,
+        log_ms_sq: row.try_get::<i64, _>("timed_log_ms_sq")? as f64 / dispatch::LOG_SCALE,
+    })
 }
