@@ -531,6 +531,7 @@ fn lab() {
                 runs.push((admit, Order::Cp { head: Head::Demand, rank: Rank::Study }));
                 runs.push((admit, Order::Cp { head: Head::Fifo(100_000), rank: Rank::Study }));
                 runs.push((admit, Order::Cp { head: Head::Fifo(10), rank: Rank::Study }));
+                runs.push((admit, Order::Today));
             }
         }
         Ok("affine") => {
