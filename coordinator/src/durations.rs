@@ -305,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pooled_study_rates_every_trajectory_at_its_own() {
+    fn a_pooled_study_rates_every_trajectory_at_the_study_rate() {
         let study = Timed { n: 10, ms: 500_000, budget: 1_000, ..Timed::default() };
         let own = Timed { n: 10, ms: 1_000_000, budget: 500, ..Timed::default() };
         assert_eq!(rate(own, study, true), 500.0);

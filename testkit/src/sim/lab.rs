@@ -92,8 +92,6 @@ struct Lt {
     started: BTreeSet<Key>,
     rank: Option<usize>,
     timed: Timed,
-    /// Σ ms · budget and Σ budget² over its timed continuations.
-    x: (f64, f64),
     done: bool,
     admitted_at: i64,
     /// The expected remaining chain as last stored ([`Rank::Stale`]).
@@ -318,7 +316,6 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             started: BTreeSet::new(),
             rank: None,
             timed: Timed::default(),
-            x: (0.0, 0.0),
             done: false,
             admitted_at: 0,
             stored: 0.0,
@@ -440,7 +437,6 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         let t = &mut ts[i];
         t.timed = t.timed.plus(d, b);
         let (df, bf) = (d as f64, b as f64);
-        t.x = (t.x.0 + df * bf, t.x.1 + bf * bf);
         study_x = (study_x.0 + df * bf, study_x.1 + bf * bf);
         study = study.plus(d, b);
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
