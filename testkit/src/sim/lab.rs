@@ -6,7 +6,7 @@
 //! ```text
 //! cargo test --release -p vcurve-testkit --features sim --lib lab -- --ignored --nocapture
 //! LAB_SLOTS=50 LAB_BLIND=1 LAB_N=500 LAB_SEED=1 …   (defaults: 1,000 slots, realistic, 500, 1)
-//! LAB_SET=fifo|demand|head|first|study|eb|affine|blind …           (other rows than the default's)
+//! LAB_SET=fifo|demand|head|first|study|eb|affine|blind|ties|rounds … (other rows than the default's)
 //! LAB_SET=eta …  (the store's rule alone, and `vcurve status`'s estimated end against the time
 //!                 left, every 1/40 of the lower bound)
 //! ```
@@ -84,6 +84,40 @@ enum Rank {
     /// [`Rank::Factors`] without pooling: every trajectory at its own rate shrunk toward its
     /// study's even where its study's trajectories do not differ ([`durations::Spread`]).
     Unpooled,
+    /// The stage (earliest first, as the pooled rank), then the tie broken otherwise than by
+    /// admission order.
+    Stage(Tie),
+    /// The earliest stage first while trajectories wait for admission, the latest first once
+    /// every one is admitted.
+    LaterOnceAdmitted,
+    /// The rounds (continuations one after another) left on a trajectory's chain, most first:
+    /// what the stage stands for.
+    Rounds(Rounds),
+}
+
+/// How [`Rank::Stage`] breaks a tie within a stage.
+#[derive(Clone, Copy, Debug)]
+enum Tie {
+    /// The trajectory that entered its stage first.
+    Entered,
+    /// The fewest continuations not started.
+    Narrowest,
+    /// The most continuations started and not finished: the closest to its barrier.
+    ClosestToBarrier,
+    /// The most rounds left, known from its future outcomes (an oracle).
+    Oracle,
+}
+
+/// How [`Rank::Rounds`] knows the rounds left.
+#[derive(Clone, Copy, Debug)]
+enum Rounds {
+    /// From the trajectory's future outcomes: an oracle no coordinator has.
+    Oracle,
+    /// The oracle's remaining chain in milliseconds, from its future durations too.
+    OracleMs,
+    /// Expected over futures whose outcomes are drawn from the trajectory's curve as sampled so
+    /// far ([`imputed_rounds`]): what a coordinator could compute.
+    Imputed,
 }
 
 struct Lt {
@@ -98,6 +132,97 @@ struct Lt {
     stored: f64,
     /// Admitted while demand admission would have admitted it ([`Head::Demand`]).
     demand: bool,
+    /// When it entered its current stage (or was admitted).
+    entered: i64,
+    /// Its outcomes so far, in the order they came.
+    recorded: Vec<(Key, Outcome)>,
+    /// Its remaining chain as [`Rank::Rounds`] and [`Tie::Oracle`] read it: rounds, and ms.
+    future: (f64, f64),
+}
+
+impl Order {
+    /// Whether the order reads [`Lt::future`], and how.
+    fn future(self) -> Option<Rounds> {
+        match self {
+            Order::Cp { rank: Rank::Rounds(r), .. } => Some(r),
+            Order::Cp { rank: Rank::Stage(Tie::Oracle), .. } => Some(Rounds::Oracle),
+            _ => None,
+        }
+    }
+}
+
+/// Trajectory `i`'s remaining chain after the outcomes `recorded`, as [`Lt::future`]: its
+/// pending continuations start now, each one the schedule asks for starts when the outcome it
+/// waits for is in (unlimited workers). `Oracle`, `OracleMs`: its own future outcomes and
+/// durations; `Imputed`: [`imputed_rounds`], no milliseconds.
+fn future_of(s: &Setup, i: usize, recorded: &[(Key, Outcome)], how: Rounds) -> (f64, f64) {
+    if let Rounds::Imputed = how {
+        return (imputed_rounds(s, i, recorded, 12), 0.0);
+    }
+    let tr = &s.trajectories[i];
+    let variant = variant_by_name("paper").unwrap();
+    let mut sched = TrajectorySchedule::rebuild(&s.plans[i], &s.thresholds, variant, recorded.iter().copied());
+    let mut seen: BTreeSet<Key> = recorded.iter().map(|x| x.0).collect();
+    let mut heap: BinaryHeap<Reverse<(i64, i64, Key)>> = BinaryHeap::new();
+    for k in sched.pending() {
+        seen.insert(k);
+        heap.push(Reverse((tr.keys[&k], 1, k)));
+    }
+    let (mut end, mut rounds) = (0, 0);
+    while let Some(Reverse((at, depth, k))) = heap.pop() {
+        (end, rounds) = (at, rounds.max(depth));
+        sched.record(k, synthetic_outcome(s.seed, tr, k).unwrap()).unwrap();
+        for k in sched.pending() {
+            if seen.insert(k) {
+                heap.push(Reverse((at + tr.keys[&k], depth + 1, k)));
+            }
+        }
+    }
+    (rounds as f64, end as f64)
+}
+
+/// The rounds left on trajectory `i`'s chain after the outcomes `recorded`, the mean over
+/// `draws` futures: each continuation succeeds with the trajectory's `V̂` at its step as sampled
+/// so far (linear between its sampled points of the main series, the nearest beyond them, 0.5
+/// before any), by a hash of the draw and the key.
+fn imputed_rounds(s: &Setup, i: usize, recorded: &[(Key, Outcome)], draws: u64) -> f64 {
+    use std::hash::{Hash, Hasher};
+    let variant = variant_by_name("paper").unwrap();
+    let rebuild = || TrajectorySchedule::rebuild(&s.plans[i], &s.thresholds, variant, recorded.iter().copied());
+    let points: Vec<(f64, f64)> = rebuild()
+        .points()
+        .sampled(vcurve_method::schedule::Series::Main)
+        .iter()
+        .map(|p| (f64::from(p.t), f64::from(p.successes) / f64::from(p.n)))
+        .collect();
+    let v_at = |t: f64| -> f64 {
+        let j = points.partition_point(|p| p.0 < t);
+        match (j.checked_sub(1).map(|j| points[j]), points.get(j)) {
+            (None, None) => 0.5,
+            (Some(a), None) => a.1,
+            (None, Some(b)) => b.1,
+            (Some(a), Some(b)) => a.1 + (b.1 - a.1) * (t - a.0) / (b.0 - a.0).max(1e-9),
+        }
+    };
+    let mut total = 0.0;
+    for draw in 0..draws {
+        let mut sched = rebuild();
+        let mut seen: BTreeSet<Key> = recorded.iter().map(|x| x.0).collect();
+        let mut round: Vec<Key> = sched.pending();
+        seen.extend(round.iter().copied());
+        while !round.is_empty() {
+            total += 1.0;
+            for k in std::mem::take(&mut round) {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (i, k, draw).hash(&mut h);
+                let u = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
+                let o = if u < v_at(f64::from(k.t)) { Outcome::Success } else { Outcome::Failure };
+                sched.record(k, o).unwrap();
+            }
+            round.extend(sched.pending().into_iter().filter(|k| seen.insert(*k)));
+        }
+    }
+    total / draws as f64
 }
 
 fn stage_rank(s: Stage) -> usize {
@@ -320,6 +445,9 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             admitted_at: 0,
             stored: 0.0,
             demand: false,
+            entered: 0,
+            recorded: Vec::new(),
+            future: (0.0, 0.0),
         })
         .collect();
     let mut study = Timed::default();
@@ -359,7 +487,11 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
             t.demand = demand;
             t.rank = Some(next_admit);
             t.admitted_at = now;
+            t.entered = now;
             t.stored = remaining(s, t, study, pooled);
+            if let Some(how) = order.future() {
+                t.future = future_of(s, next_admit, &[], how);
+            }
             for k in t.sched.pending() {
                 t.unstarted.insert(k);
                 runnable += 1;
@@ -390,6 +522,19 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
                             Rank::Factors => remaining(s, t, study, pooled),
                             Rank::Unpooled => remaining(s, t, study, false),
                             Rank::Stages => rate * f64::from(open) * (7 - st) as f64,
+                            Rank::Stage(tie) => {
+                                -(st as f64) * 1e6
+                                    + match tie {
+                                        Tie::Entered => -(t.entered as f64) / 1e6,
+                                        Tie::Narrowest => -(t.unstarted.len() as f64),
+                                        Tie::ClosestToBarrier => t.started.len() as f64,
+                                        Tie::Oracle => t.future.0,
+                                    }
+                            }
+                            Rank::LaterOnceAdmitted if next_admit >= ts.len() => st as f64,
+                            Rank::LaterOnceAdmitted => -(st as f64),
+                            Rank::Rounds(Rounds::OracleMs) => t.future.1,
+                            Rank::Rounds(_) => t.future.0,
                             Rank::Study => study.rate().unwrap_or(1.0) * s.factors[st] * f64::from(s.budget),
                             Rank::Eb => {
                                 durations::rate_weighed(t.timed, study, prior) * s.factors[st] * f64::from(s.budget)
@@ -440,7 +585,18 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         study_x = (study_x.0 + df * bf, study_x.1 + bf * bf);
         study = study.plus(d, b);
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
+        let (stage, open) = (t.sched.stage(), t.sched.pending().len());
         t.sched.record(k, o).unwrap();
+        t.recorded.push((k, o));
+        if t.sched.stage() != stage {
+            t.entered = now;
+        }
+        // A new round (or stage): what is left of the chain changed.
+        if let Some(how) = order.future()
+            && (t.sched.stage() != stage || t.sched.pending().len() >= open)
+        {
+            t.future = future_of(s, i, &t.recorded, how);
+        }
         pooled = durations::Spread::of(done_trs.iter().copied()).pooled();
         t.stored = remaining(s, t, study, pooled);
         for k in t.sched.pending() {
@@ -528,6 +684,24 @@ fn lab() {
                 runs.push((admit, Order::Cp { head: Head::Fifo(100_000), rank: Rank::Study }));
                 runs.push((admit, Order::Cp { head: Head::Fifo(10), rank: Rank::Study }));
                 runs.push((admit, Order::Today));
+            }
+        }
+        Ok("ties") => {
+            for rank in [Rank::Stage(Tie::Entered), Rank::Stage(Tie::Narrowest), Rank::Stage(Tie::ClosestToBarrier)] {
+                runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank }));
+                runs.push((Admit::All, Order::Cp { head: Head::Fifo(10), rank }));
+            }
+            runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank: Rank::LaterOnceAdmitted }));
+        }
+        Ok("rounds") => {
+            // Minutes: the oracles replay a trajectory's future at each of its rounds.
+            for rank in [
+                Rank::Rounds(Rounds::Oracle),
+                Rank::Rounds(Rounds::OracleMs),
+                Rank::Rounds(Rounds::Imputed),
+                Rank::Stage(Tie::Oracle),
+            ] {
+                runs.push((Admit::AheadAfterFirst(16.0), Order::Cp { head: Head::Demand, rank }));
             }
         }
         Ok("affine") => {
