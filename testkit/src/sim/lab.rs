@@ -752,3 +752,47 @@ fn lab() {
         );
     }
 }
+
+/// How well [`imputed_rounds`] foresees the rounds a trajectory has left: at each of its rounds,
+/// with unlimited workers, the imputation against the oracle's count, by stage (blind durations,
+/// 200 trajectories). `cargo test --release -p vcurve-testkit --features sim --lib
+/// lab_rounds -- --ignored --nocapture`
+#[test]
+#[ignore = "a lab: run it by name"]
+fn lab_rounds() {
+    let s = setup(200, 1, DurationModel::Blind);
+    let variant = variant_by_name("paper").unwrap();
+    // Per stage: n, Σ oracle, Σ imputed, Σ oracle², Σ imputed², Σ oracle × imputed.
+    let mut sums = [[0.0f64; 6]; 7];
+    for (i, plan) in s.plans.iter().enumerate() {
+        let mut sched = TrajectorySchedule::new(plan.clone(), &s.thresholds, variant);
+        let mut recorded = Vec::new();
+        let mut round = sched.pending();
+        let mut seen: BTreeSet<Key> = round.iter().copied().collect();
+        while !round.is_empty() {
+            let (o, m) = (future_of(&s, i, &recorded, Rounds::Oracle).0, imputed_rounds(&s, i, &recorded, 12));
+            let a = &mut sums[stage_rank(sched.stage())];
+            for (x, v) in a.iter_mut().zip([1.0, o, m, o * o, m * m, o * m]) {
+                *x += v;
+            }
+            for k in std::mem::take(&mut round) {
+                let outcome = synthetic_outcome(s.seed, &s.trajectories[i], k).unwrap();
+                sched.record(k, outcome).unwrap();
+                recorded.push((k, outcome));
+            }
+            round.extend(sched.pending().into_iter().filter(|k| seen.insert(*k)));
+        }
+    }
+    for (stage, a) in sums.iter().enumerate().filter(|(_, a)| a[0] > 0.0) {
+        let n = a[0];
+        let (mo, mi) = (a[1] / n, a[2] / n);
+        let (vo, vi, c) = (a[3] / n - mo * mo, a[4] / n - mi * mi, a[5] / n - mo * mi);
+        eprintln!(
+            "{:?}: {n} rounds, oracle {mo:.2} ± {:.2}, imputed {mi:.2} ± {:.2}, correlation {:.2}",
+            Stage::ALL[stage],
+            vo.sqrt(),
+            vi.sqrt(),
+            c / (vo * vi).sqrt()
+        );
+    }
+}
