@@ -210,6 +210,73 @@ pub(crate) async fn within_a_stage_the_trajectory_with_the_longest_expected_chai
     }
 }
 
+/// The claim ranks the trajectories behind the head in its SQL by their expected remaining
+/// chain, their stage's steps left at their rate; that rate must be [`durations::rate`]'s, which
+/// the estimated end and the head's current barrier read. Four trajectories given timed sums and
+/// steps left by hand (one never timed, one timed once and slow, two timed often): the order the
+/// claim serves them in is the order `durations::rate` gives, unpooled and pooled, and the two
+/// differ (the slow one's own rate puts it second, the study's last).
+#[tokio::test]
+pub(crate) async fn the_claim_ranks_by_the_rate_the_estimates_read() {
+    use vcurve_coordinator::durations::{self, Timed};
+    // (id, timed n, ms, budget, remaining steps)
+    let rows: [(&str, i64, i64, i64, i64); 4] =
+        [("a", 1, 100_000, 10, 130), ("b", 20, 40_000, 100, 400), ("c", 0, 0, 0, 200), ("d", 5, 5_000, 50, 300)];
+    let sums = |n, ms, budget| Timed { n, ms, budget, ..Timed::default() };
+    let study = rows.iter().fold(Timed::default(), |a, r| a.and(sums(r.1, r.2, r.3)));
+    for rs in super::admission::RawStore::both().await {
+        for (pooled, hand) in [(false, ["b", "a", "d", "c"]), (true, ["b", "d", "c", "a"])] {
+            let (c, clock) = coordinator(&rs.store);
+            let trajectories = rows.map(|r| Tr { id: r.0, length: 40, cliff: 23, p: 0.75, labels: "" });
+            let (yaml, files) = spec(&format!("rank-{pooled}"), "", &trajectories);
+            let study_id = c.launch(&yaml, &files).await.unwrap();
+            let caps = ["synthetic".to_string()];
+            let w = c.register(&format!("w-{pooled}"), 1_000, &caps, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+            // Every trajectory admitted and its screening leased; the worker then goes, and its
+            // leases come back.
+            assert_eq!(lease(&c, &w, 1_000).await.len(), 4 * 72, "{}", rs.name);
+            clock.advance(Duration::from_secs(31));
+            for r in &rows {
+                sqlx::query(
+                    "UPDATE trajectories SET head = 0, timed_n = $1, timed_ms = $2, timed_budget = $3, \
+                     remaining_steps = $4 WHERE study = $5 AND id = $6",
+                )
+                .bind(r.1)
+                .bind(r.2)
+                .bind(r.3)
+                .bind(r.4)
+                .bind(study_id.as_str())
+                .bind(r.0)
+                .execute(&rs.raw)
+                .await
+                .unwrap();
+            }
+            sqlx::query("UPDATE studies SET rate_pooled = $1 WHERE id = $2")
+                .bind(i64::from(pooled))
+                .bind(study_id.as_str())
+                .execute(&rs.raw)
+                .await
+                .unwrap();
+            let mut expected: Vec<(f64, &str)> =
+                rows.iter().map(|r| (durations::rate(sums(r.1, r.2, r.3), study, pooled) * r.4 as f64, r.0)).collect();
+            expected.sort_by(|x, y| y.0.total_cmp(&x.0));
+            let expected: Vec<&str> = expected.iter().map(|e| e.1).collect();
+            assert_eq!(expected, hand, "the hand-worked order, pooled {pooled}");
+            // A worker of as many slots as there are continuations takes them in the claim's order.
+            let w2 = c.register(&format!("w2-{pooled}"), 1_000, &caps, vcurve_proto::PROTOCOL_VERSION).await.unwrap();
+            let mut served: Vec<String> = Vec::new();
+            for job in lease(&c, &w2, 1_000).await {
+                let id = ck(&job).trajectory.clone();
+                if served.last() != Some(&id) {
+                    served.push(id);
+                }
+            }
+            assert_eq!(served, hand, "{} pooled {pooled}", rs.name);
+        }
+        rs.finish().await;
+    }
+}
+
 /// A study's verdict on whether its trajectories differ in speed (`durations::Spread`, stored for
 /// the claim order): two trajectories run to their ends whose continuations take the same times
 /// (2 s and 6 s in turn) do not differ; one four times slower than the other does. The verdict
