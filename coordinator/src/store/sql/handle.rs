@@ -115,7 +115,8 @@ pub struct SqlStore {
     pub(super) known: Arc<known::KnownCache>,
     /// Each study's timed sums over its trajectories and whether they are pooled, and when (store
     /// time, ms) they were read: the prior of its trajectories' duration estimates, read again at
-    /// most every [`STUDY_TIMED_MS`] (see [`SqlStore::study_timed`]).
+    /// most every [`STUDY_TIMED_MS`] (see [`SqlStore::study_timed`]); an entry not read again for
+    /// ten of those goes.
     pub(super) study_timed: Arc<Mutex<HashMap<String, StudyTimed>>>,
 }
 

@@ -154,7 +154,11 @@ impl SqlStore {
         let pooled = durations::Spread::of(finished).pooled();
         sqlx::query(dispatch::SET_POOLED).bind(i64::from(pooled)).bind(study).execute(&mut **tx).await?;
         let cached = StudyTimed { at: now, timed, pooled };
-        self.study_timed.lock().expect("study timed cache").insert(study.to_string(), cached);
+        let mut cache = self.study_timed.lock().expect("study timed cache");
+        // A study that has not replanned here for ten refreshes has ended (or moved to another
+        // coordinator process): its entry goes, so the cache holds the studies running now.
+        cache.retain(|_, c| (0..10 * STUDY_TIMED_MS).contains(&(now - c.at)));
+        cache.insert(study.to_string(), cached);
         Ok((timed, pooled))
     }
 
