@@ -721,6 +721,8 @@ fn lab() {
             for k in [8.0, 16.0, 32.0] {
                 runs.push((Admit::AheadAfterFirst(k), cp(Head::Demand)));
             }
+            runs.push((Admit::All, cp(Head::Demand)));
+            runs.push((Admit::All, cp(Head::Fifo(10))));
         }
         Ok("head") => {
             runs.push((Admit::Ahead(16.0), cp(Head::Demand)));
