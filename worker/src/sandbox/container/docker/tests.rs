@@ -1,3 +1,5 @@
+use super::engine::start_failure;
+use super::output::{Collector, Header, glob_escape};
 use super::*;
 
 #[test]
