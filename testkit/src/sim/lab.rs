@@ -12,7 +12,7 @@
 //! ```
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use vcurve_method::schedule::variants::variant_by_name;
@@ -20,7 +20,7 @@ use vcurve_method::schedule::{Controls, Key, Outcome, Stage, TrajectoryPlan, Tra
 
 use vcurve_coordinator::durations::{self, Timed};
 
-use super::measure::{DurationModel, Durations};
+use super::measure::{DurationModel, Durations, critical_path};
 use super::run::{Trajectory, chain_of, key_budget, study_for, synthetic_outcome};
 
 /// When a trajectory is admitted.
@@ -134,7 +134,7 @@ struct Lt {
     demand: bool,
     /// When it entered its current stage (or was admitted).
     entered: i64,
-    /// Its outcomes so far, in the order they came.
+    /// Its outcomes so far, in the order they came (kept where the order reads [`Lt::future`]).
     recorded: Vec<(Key, Outcome)>,
     /// Its remaining chain as [`Rank::Rounds`] and [`Tie::Oracle`] read it: rounds, and ms.
     future: (f64, f64),
@@ -162,23 +162,24 @@ fn future_of(s: &Setup, i: usize, recorded: &[(Key, Outcome)], how: Rounds) -> (
     let tr = &s.trajectories[i];
     let variant = variant_by_name("paper").unwrap();
     let mut sched = TrajectorySchedule::rebuild(&s.plans[i], &s.thresholds, variant, recorded.iter().copied());
-    let mut seen: BTreeSet<Key> = recorded.iter().map(|x| x.0).collect();
-    let mut heap: BinaryHeap<Reverse<(i64, i64, Key)>> = BinaryHeap::new();
-    for k in sched.pending() {
-        seen.insert(k);
-        heap.push(Reverse((tr.keys[&k], 1, k)));
-    }
-    let (mut end, mut rounds) = (0, 0);
-    while let Some(Reverse((at, depth, k))) = heap.pop() {
-        (end, rounds) = (at, rounds.max(depth));
-        sched.record(k, synthetic_outcome(s.seed, tr, k).unwrap()).unwrap();
-        for k in sched.pending() {
-            if seen.insert(k) {
-                heap.push(Reverse((at + tr.keys[&k], depth + 1, k)));
+    let pending = sched.pending();
+    // Each key's round: the pending ones the first, a key the schedule asks for once an outcome is
+    // in one after that outcome's.
+    let mut rounds: BTreeMap<Key, i64> = pending.iter().map(|k| (*k, 1)).collect();
+    let (end, _) = critical_path(
+        pending,
+        |k| tr.keys[&k],
+        |k| {
+            sched.record(k, synthetic_outcome(s.seed, tr, k).unwrap()).unwrap();
+            let next = rounds[&k] + 1;
+            let asked = sched.pending();
+            for n in &asked {
+                rounds.entry(*n).or_insert(next);
             }
-        }
-    }
-    (rounds as f64, end as f64)
+            asked
+        },
+    );
+    (rounds.values().max().copied().unwrap_or(0) as f64, end as f64)
 }
 
 /// The rounds left on trajectory `i`'s chain after the outcomes `recorded`, the mean over
@@ -287,7 +288,7 @@ fn stage_factors(s: &Setup) -> ([f64; 7], [f64; 7]) {
         let mut sched = TrajectorySchedule::new(plan.clone(), &s.thresholds, variant);
         let mut heap: BinaryHeap<Reverse<(i64, Key)>> = BinaryHeap::new();
         let mut seen = BTreeSet::new();
-        let mut depth = std::collections::BTreeMap::new();
+        let mut depth = BTreeMap::new();
         for k in sched.pending() {
             seen.insert(k);
             depth.insert(k, 1i64);
@@ -585,17 +586,19 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         study_x = (study_x.0 + df * bf, study_x.1 + bf * bf);
         study = study.plus(d, b);
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
-        let (stage, open) = (t.sched.stage(), t.sched.pending().len());
+        let stage = t.sched.stage();
+        // Only an order that reads the future keeps the outcomes and counts the open keys.
+        let open = order.future().map(|_| t.sched.pending().len());
         t.sched.record(k, o).unwrap();
-        t.recorded.push((k, o));
         if t.sched.stage() != stage {
             t.entered = now;
         }
-        // A new round (or stage): what is left of the chain changed.
-        if let Some(how) = order.future()
-            && (t.sched.stage() != stage || t.sched.pending().len() >= open)
-        {
-            t.future = future_of(s, i, &t.recorded, how);
+        if let (Some(how), Some(open)) = (order.future(), open) {
+            t.recorded.push((k, o));
+            // A new round (or stage): what is left of the chain changed.
+            if t.sched.stage() != stage || t.sched.pending().len() >= open {
+                t.future = future_of(s, i, &t.recorded, how);
+            }
         }
         pooled = durations::Spread::of(done_trs.iter().copied()).pooled();
         t.stored = remaining(s, t, study, pooled);
