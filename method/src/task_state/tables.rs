@@ -78,11 +78,17 @@ pub struct Decomposition {
     pub gap: f64,
 }
 
+/// A gap within this of 0, in accuracy, is none: two views' equal accuracies come out of their
+/// different sums a rounding error (about 1e-16) apart, and shares of such a gap would be
+/// rounding errors over rounding errors (±10^14).
+pub const NO_GAP: f64 = 1e-12;
+
 impl Decomposition {
-    /// Steps and shares from the chain's accuracies, without intervals.
+    /// Steps and shares from the chain's accuracies, without intervals; no shares when the gap is
+    /// within [`NO_GAP`] of 0 (and the gap is then 0).
     pub fn from_accuracies(chain: &[(View, f64)]) -> Option<Decomposition> {
         let (first, last) = (chain.first()?.1, chain.last()?.1);
-        let gap = last - first;
+        let gap = if (last - first).abs() <= NO_GAP { 0.0 } else { last - first };
         let rows = chain
             .iter()
             .enumerate()
@@ -123,8 +129,9 @@ pub fn decomposition(pop: &Population) -> Option<Decomposition> {
     let stats: Vec<Statistic> = (1..chain.len())
         .map(|i| {
             Box::new(move |s: &[f64]| {
+                // Weighted sums: the gap's accuracy is `total / s[0]`.
                 let total = s[last] - s[1];
-                (total != 0.0).then(|| (s[i + 1] - s[i]) / total)
+                (total.abs() > NO_GAP * s[0].abs()).then(|| (s[i + 1] - s[i]) / total)
             }) as Box<_>
         })
         .collect();

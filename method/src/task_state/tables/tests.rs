@@ -121,6 +121,18 @@ fn table_13_telescopes_exactly_from_the_printed_steps() {
     // No gap: no shares.
     let flat = Decomposition::from_accuracies(&[(View::Reports, 0.5), (View::Full, 0.5)]).unwrap();
     assert_eq!(flat.rows[1].share, None);
+    // Nor when two equal accuracies (134/270, from two views' sums) come out a rounding error
+    // apart: a gap of -1.7e-16 gave shares of ±10^14 (found by `identities_hold_on_any_study`).
+    let chain = [
+        (View::Reports, 0.4962962962962964),
+        (View::Scrollback, 0.5425925925925925),
+        (View::FullMinusReasoning, 0.41851851851851846),
+        (View::Full, 0.49629629629629624),
+    ];
+    let rounded = Decomposition::from_accuracies(&chain).unwrap();
+    assert_eq!(rounded.gap, 0.0);
+    assert!(rounded.rows.iter().all(|r| r.share.is_none()), "{:?}", rounded.rows);
+    assert!(close(rounded.rows.iter().filter_map(|r| r.step).sum::<f64>(), 0.0, 1e-12));
 }
 
 #[test]
