@@ -71,9 +71,9 @@ pub struct Assembled {
     pub scores: Vec<ScoreRow>,
     /// Every call's log, in call-key order.
     pub calls: Vec<ModelCall>,
-    /// The views the calls read (the settings' views and `T`, which extraction reads), per task and
-    /// checkpoint.
-    pub views: Vec<RenderedView>,
+    /// The views the calls read (the settings' views and `T`, which extraction reads), each with
+    /// its task, by task, checkpoint and [`views_read`] order.
+    pub views: Vec<(String, RenderedView)>,
 }
 
 /// The text views a study's calls read: the settings' views and `T`, in [`View::ALL`] order.
@@ -154,7 +154,7 @@ pub fn assemble(
                 None => Vec::new(),
             };
             out.input.checkpoints.push(checkpoint_record(rec, k, &rendered, kept.iter().map(|a| a.category)));
-            out.views.extend(rendered);
+            out.views.extend(rendered.into_iter().map(|v| (task.clone(), v)));
 
             let probes_key = CallKey::Probes { task: task.clone(), k };
             let generated: BTreeMap<String, GeneratedProbe> = match answer(&probes_key) {

@@ -17,9 +17,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use vcurve_method::task_state::analyze;
 use vcurve_method::task_state::usage::{GroupBy, usage};
-use vcurve_record::session::views::render;
 use vcurve_record::task_state::TaskStateData;
-use vcurve_record::task_state::assemble::{assemble, views_read};
+use vcurve_record::task_state::assemble::assemble;
 
 use super::{figure_png, figure_svg, tables};
 
@@ -46,7 +45,7 @@ fn csv_of<T: Serialize>(rows: &[T]) -> Result<Vec<u8>, ExportError> {
 
 /// Every export file of a task-state study, by name.
 pub fn files(data: &TaskStateData) -> Result<BTreeMap<String, Vec<u8>>, ExportError> {
-    let assembled =
+    let mut assembled =
         assemble(&data.settings, &data.sessions, &data.calls).map_err(|e| ExportError::Assemble(e.to_string()))?;
     let settings = vcurve_record::task_state::estimator_settings(&data.settings);
     let report = analyze(&assembled.input, &settings).map_err(|e| ExportError::Estimate(e.to_string()))?;
@@ -54,18 +53,13 @@ pub fn files(data: &TaskStateData) -> Result<BTreeMap<String, Vec<u8>>, ExportEr
     let usage_by_stage = usage(&requests, GroupBy::Stage).map_err(|e| ExportError::Estimate(e.to_string()))?;
 
     let mut files = BTreeMap::new();
-    // The views each checkpoint's calls read, by task: the index of their texts, each stored once.
+    // The views each checkpoint's calls read, as the assembly rendered them: the index of their
+    // texts, each stored once.
     let mut views = Vec::new();
-    for (task, rec) in &data.sessions {
-        for k in 1..=rec.session.checkpoints() {
-            for view in views_read(&data.settings) {
-                let v =
-                    render(&rec.session, view, k).map_err(|e| ExportError::Assemble(format!("task {task}: {e}")))?;
-                views.push(serde_json::json!({"task": task, "checkpoint": k, "view": v.view, "version": v.version,
-                    "digest": v.sha256, "chars": v.chars, "tokens": v.tokens}));
-                files.entry(format!("views/{}.txt", v.sha256)).or_insert_with(|| v.text.into_bytes());
-            }
-        }
+    for (task, v) in std::mem::take(&mut assembled.views) {
+        views.push(serde_json::json!({"task": task, "checkpoint": v.checkpoint, "view": v.view,
+            "version": v.version, "digest": v.sha256, "chars": v.chars, "tokens": v.tokens}));
+        files.entry(format!("views/{}.txt", v.sha256)).or_insert_with(|| v.text.into_bytes());
     }
     let probes: Vec<serde_json::Value> = assembled
         .probes
