@@ -22,18 +22,18 @@
 //!
 //! Every stop and cancel token is a child of one root token that is cancelled when `run` returns
 //! or its future is dropped, so no task outlives the worker.
+//!
+//! Here: [`run`], the shared state and registration, the lease and heartbeat loops; a job's task
+//! is in `job`, the held-job table's other uses (heartbeat, revocation, shutdown) in `held`.
 
 use std::collections::HashMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt as _;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument as _;
 use vcurve_proto::v1;
 
 use crate::lease::cache::{DEFAULT_BUDGET_BYTES, TrajectoryCache};
@@ -42,8 +42,10 @@ use crate::lease::config::WorkerConfig;
 use crate::lease::error::WorkerError;
 use crate::lease::wire;
 use crate::metrics::WorkerMetrics;
-use crate::runners::no_outcome::NoOutcome;
-use crate::runners::seam::{HeldJob, JobKind, JobReport, JobSpec, Runners};
+use crate::runners::seam::{HeldJob, Runners};
+
+mod held;
+mod job;
 
 /// How long a cancelled runner may take to return before its future is dropped.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
@@ -402,247 +404,6 @@ impl Shared {
         if let Err(error) = self.register(seen_generation, stop).await {
             self.set_fatal(error);
         }
-    }
-
-    /// Record a leased job and spawn its task, which owns `permit` (its slot) until it ends.
-    fn start(self: &Arc<Self>, job: v1::Job, permit: OwnedSemaphorePermit) {
-        let (held, job) = match wire::job_from_wire(job) {
-            Ok(spec) => (spec.held(), Ok(spec)),
-            Err(wire::BadJob { held: Some(held), reason }) => (held, Err(NoOutcome::BadJob(reason))),
-            Err(wire::BadJob { held: None, reason }) => {
-                tracing::error!(%reason, "malformed job from the coordinator; its lease will expire");
-                return;
-            }
-        };
-        let cancel = self.root.child_token();
-        {
-            let mut table = lock(&self.held);
-            if table.contains_key(&held) {
-                tracing::warn!(key = %held.key, attempt = held.attempt, "job leased twice; running it once");
-                return;
-            }
-            table.insert(held.clone(), Entry { cancel: cancel.clone(), fate: Fate::Running, reporting: false });
-        }
-        self.counters.leased.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::info_span!("job", key = %held.key, attempt = held.attempt);
-        let shared = self.clone();
-        self.tracker.spawn(
-            async move {
-                let _slot = permit;
-                shared.job_task(held, job, cancel).await;
-            }
-            .instrument(span),
-        );
-    }
-
-    async fn job_task(&self, held: HeldJob, job: Result<JobSpec, NoOutcome>, cancel: CancellationToken) {
-        let started = Instant::now();
-        tracing::debug!("started");
-        let _running = self.metrics.as_ref().map(WorkerMetrics::job_started);
-        let result = match job {
-            Ok(spec) => self.run_job(spec, &cancel).await,
-            Err(no) => Some(no.report()),
-        };
-        if let Some(m) = &self.metrics {
-            m.job_ended(held.key.kind(), result.as_ref(), started.elapsed());
-        }
-        match result {
-            Some(result) => self.report(&held, &result, started.elapsed(), &cancel).await,
-            None => self.settle_cancelled(&held),
-        }
-    }
-
-    /// Run a job through its runner; `None` when it was cancelled (its result is then moot).
-    async fn run_job(&self, mut spec: JobSpec, cancel: &CancellationToken) -> Option<JobReport> {
-        let model_call = spec.key.kind() == JobKind::ModelCall;
-        let Some(runner) = self.runners.for_job(&spec).cloned() else {
-            let no = if model_call {
-                NoOutcome::ModelEndpoint("this worker offers no model endpoint: it runs no model calls".to_owned())
-            } else {
-                NoOutcome::UnsupportedRunner(spec.runner.kind().to_owned())
-            };
-            tracing::warn!(reason = %no, "cannot run job");
-            return Some(no.report());
-        };
-        // A model call's digest names its call input, which its runner fetches as a file.
-        if let Some(digest) = spec.trajectory_digest.clone().filter(|_| !model_call) {
-            let fetch = self.cache.get(&digest, |file| async move {
-                self.coordinator.get_trajectory(&file).await.map_err(|e| e.to_string())
-            });
-            let fetched = tokio::select! {
-                fetched = fetch => fetched,
-                () = cancel.cancelled() => return None,
-            };
-            match fetched {
-                Ok(payload) => spec.trajectory = Some(payload),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot fetch the job's trajectory");
-                    return Some(NoOutcome::Fetch { digest, error: e }.report());
-                }
-            }
-        }
-        let kind = runner.kind();
-        // A panicking runner must not take its job's lease with it: it becomes a no-outcome.
-        let panicked = |_| NoOutcome::Panicked(kind.to_owned()).report();
-        let run = match std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(spec, cancel.clone()))) {
-            Ok(run) => run,
-            Err(panic) => return Some(panicked(panic)),
-        };
-        let mut run = AssertUnwindSafe(run).catch_unwind();
-        let result = tokio::select! {
-            result = &mut run => result.unwrap_or_else(panicked),
-            () = cancel.cancelled() => {
-                // Give the runner a moment to clean up; what it returns is discarded.
-                if tokio::time::timeout(CANCEL_GRACE, run).await.is_err() {
-                    tracing::warn!(runner = kind, "runner ignored cancellation; dropped");
-                }
-                return None;
-            }
-        };
-        (!cancel.is_cancelled()).then_some(result)
-    }
-
-    /// Report a result, retrying transport errors until it goes through or the job is cancelled
-    /// (revoked, or shutdown's grace ran out).
-    async fn report(&self, held: &HeldJob, result: &JobReport, took: Duration, cancel: &CancellationToken) {
-        let duration_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-        if let Some(entry) = lock(&self.held).get_mut(held) {
-            entry.reporting = true;
-        }
-        let mut backoff = Backoff::new();
-        let mut failures = 0u32;
-        loop {
-            let request = wire::report_to_wire(&self.worker_id(), held, result, duration_ms);
-            // `biased`: an answer that is in counts, even if the job was cancelled meanwhile.
-            let answer = tokio::select! {
-                biased;
-                answer = self.coordinator.report(request) => answer,
-                () = cancel.cancelled() => return self.settle_cancelled(held),
-            };
-            match answer {
-                Ok(response) => {
-                    let c = &self.counters;
-                    c.reported.fetch_add(1, Ordering::Relaxed);
-                    if matches!(result, JobReport::NoOutcome { .. }) {
-                        c.no_outcomes.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if response.accepted {
-                        c.accepted.fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(?result, duration_ms, "reported");
-                    } else {
-                        tracing::info!(detail = %response.detail, "report not accepted (changed nothing)");
-                    }
-                    lock(&self.held).remove(held);
-                    return;
-                }
-                Err(error) if error.is_retryable() => {
-                    failures += 1;
-                    let delay = backoff.next_delay();
-                    if failures == 1 {
-                        tracing::warn!(%error, "report failed; retrying until the coordinator takes it");
-                    } else {
-                        tracing::debug!(%error, failures, "report failed again");
-                    }
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = cancel.cancelled() => return self.settle_cancelled(held),
-                    }
-                    if lock(&self.held).get(held).is_some_and(|e| e.fate == Fate::Revoked) {
-                        return self.settle_cancelled(held);
-                    }
-                }
-                Err(error) => {
-                    if error.is_rejection() {
-                        self.set_fatal(error);
-                        // Left held as abandoned: the worker stops and cannot release it.
-                        if let Some(entry) = lock(&self.held).get_mut(held) {
-                            entry.fate = Fate::Abandoned;
-                        }
-                        return;
-                    }
-                    tracing::error!(%error, ?result, "the coordinator refused the report; result dropped");
-                    self.counters.abandoned.fetch_add(1, Ordering::Relaxed);
-                    lock(&self.held).remove(held);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A cancelled job's task is ending: a revoked job is forgotten, a released or abandoned one
-    /// stays in the table for `run` to settle.
-    fn settle_cancelled(&self, held: &HeldJob) {
-        let mut table = lock(&self.held);
-        if table.get(held).is_some_and(|e| e.fate == Fate::Revoked) {
-            table.remove(held);
-            self.counters.revoked.fetch_add(1, Ordering::Relaxed);
-            tracing::info!("revoked by the coordinator; cancelled");
-        }
-    }
-
-    /// The jobs a heartbeat extends: all held but the revoked.
-    fn held_jobs(&self) -> Vec<HeldJob> {
-        lock(&self.held).iter().filter(|(_, e)| e.fate == Fate::Running).map(|(h, _)| h.clone()).collect()
-    }
-
-    fn revoke(&self, held: &HeldJob) {
-        if let Some(entry) = lock(&self.held).get_mut(held)
-            && entry.fate == Fate::Running
-        {
-            entry.fate = Fate::Revoked;
-            if !entry.reporting {
-                entry.cancel.cancel();
-            }
-        }
-    }
-
-    /// Cancel every running job, marking it with `fate`; returns how many.
-    fn cancel_all(&self, fate: Fate) -> usize {
-        let mut table = lock(&self.held);
-        let mut n = 0;
-        for entry in table.values_mut().filter(|e| e.fate == Fate::Running) {
-            entry.fate = fate;
-            entry.cancel.cancel();
-            n += 1;
-        }
-        n
-    }
-
-    /// Remove and return the held jobs with `fate`.
-    fn take(&self, fate: Fate) -> Vec<HeldJob> {
-        let mut table = lock(&self.held);
-        let jobs: Vec<HeldJob> = table.iter().filter(|(_, e)| e.fate == fate).map(|(h, _)| h.clone()).collect();
-        for held in &jobs {
-            table.remove(held);
-        }
-        jobs
-    }
-
-    /// Give jobs back unrun. Best effort: if the coordinator cannot be reached, their leases
-    /// expire and it issues them again.
-    async fn release(&self, jobs: Vec<HeldJob>) {
-        let n = jobs.len() as u64;
-        let request =
-            v1::ReleaseRequest { worker_id: self.worker_id(), jobs: jobs.iter().map(wire::held_to_wire).collect() };
-        let mut backoff = Backoff::new();
-        for attempt in 1..=RELEASE_ATTEMPTS {
-            match self.coordinator.release(request.clone()).await {
-                Ok(response) => {
-                    self.counters.released.fetch_add(n, Ordering::Relaxed);
-                    tracing::info!(jobs = n, acknowledged = response.released, "released unfinished jobs");
-                    return;
-                }
-                Err(error) if error.is_retryable() && attempt < RELEASE_ATTEMPTS => {
-                    tracing::warn!(%error, attempt, "release failed; retrying");
-                    tokio::time::sleep(backoff.next_delay()).await;
-                }
-                Err(error) => {
-                    tracing::warn!(%error, jobs = n, "could not release jobs; their leases will expire");
-                    break;
-                }
-            }
-        }
-        self.counters.abandoned.fetch_add(n, Ordering::Relaxed);
     }
 }
 
