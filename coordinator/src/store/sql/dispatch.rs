@@ -111,7 +111,7 @@ pub(super) const CLAIM_SPARE: i64 = 16;
 /// queue): its cost grows with the trajectories in flight, not with the queue, which look-ahead
 /// admission keeps long. On PostgreSQL the rows are locked, skipping rows other claims hold.
 pub(super) fn claim(kinds_in: &str, near: &str, locality: &str, postgres: bool) -> String {
-    let rate = rate();
+    let (study_rate, rate) = (study_rate(), rate());
     format!(
         "SELECT c.study, c.trajectory, c.series, c.t, c.seed, c.attempt, top.payload_digest \
          FROM (SELECT tr.study, tr.id, tr.payload_digest, tr.admit_order, s.created_ms, tr.head, \
@@ -120,7 +120,7 @@ pub(super) fn claim(kinds_in: &str, near: &str, locality: &str, postgres: bool) 
                ELSE CAST(tr.remaining_steps AS DOUBLE PRECISION) * {rate} END AS chain \
            FROM trajectories tr \
            JOIN studies s ON s.id = tr.study \
-           LEFT JOIN (SELECT study, SUM(timed_ms) AS ms, SUM(timed_budget) AS budget FROM trajectories \
+           LEFT JOIN (SELECT study, {study_rate} AS rate FROM trajectories \
              WHERE study IN (SELECT id FROM studies WHERE state = 'running') GROUP BY study) st ON st.study = tr.study \
            WHERE s.state = 'running' AND s.runner_kind {kinds_in} AND tr.state <> 'waiting' \
              AND EXISTS (SELECT 1 FROM continuations p WHERE p.study = tr.study AND p.trajectory = tr.id \
@@ -136,15 +136,24 @@ pub(super) fn claim(kinds_in: &str, near: &str, locality: &str, postgres: bool) 
     )
 }
 
+/// A study's rate in SQL over its trajectories' rows grouped by study, ms per step of budget:
+/// their timed milliseconds over their timed budgets, [`durations::DEFAULT_RATE`] before any
+/// budget was timed.
+fn study_rate() -> String {
+    let default = durations::DEFAULT_RATE;
+    format!(
+        "COALESCE(CAST(SUM(timed_ms) AS DOUBLE PRECISION) / NULLIF(CAST(SUM(timed_budget) AS DOUBLE PRECISION), 0.0), \
+         {default:.1})"
+    )
+}
+
 /// A trajectory's rate in SQL, ms per step of budget, as [`crate::durations::rate`] computes it:
-/// its timed sums' (`tr`) and its study's (`st`, NULL without any) weighed `n` to
-/// [`durations::PRIOR_CONTINUATIONS`], the study's alone when it is pooled (`s.rate_pooled`),
-/// [`durations::DEFAULT_RATE`] before the study has one.
+/// its timed sums' (`tr`) and its study's ([`study_rate`] as `st.rate`) weighed `n` to
+/// [`durations::PRIOR_CONTINUATIONS`], the study's alone when it is pooled (`s.rate_pooled`).
 fn rate() -> String {
     let (prior, default) = (durations::PRIOR_CONTINUATIONS, durations::DEFAULT_RATE);
-    let study = format!(
-        "COALESCE(CAST(st.ms AS DOUBLE PRECISION) / NULLIF(CAST(st.budget AS DOUBLE PRECISION), 0.0), {default:.1})"
-    );
+    // A running study always has its row in `st`; the default only keeps the SQL total.
+    let study = format!("COALESCE(st.rate, {default:.1})");
     format!(
         "(CASE WHEN s.rate_pooled = 0 AND tr.timed_n > 0 AND tr.timed_budget > 0 THEN \
          (CAST(tr.timed_n AS DOUBLE PRECISION) * CAST(tr.timed_ms AS DOUBLE PRECISION) \
