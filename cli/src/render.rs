@@ -149,6 +149,7 @@ mod tests {
             base_runs: vec![run],
             selection: None,
             retired: Vec::new(),
+            calls: Vec::new(),
         }
     }
 

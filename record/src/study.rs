@@ -279,6 +279,9 @@ pub struct StudyRecord {
     /// The jobs retired without an outcome, by kind (continuations, replays, evaluations, base
     /// runs), each kind with at least one; empty when none was.
     pub retired: Vec<crate::jobs::RetiredJobs>,
+    /// The logs of its judges' label calls that ended (of its trajectories and decoys), in
+    /// call-key order: `calls.csv` of its export. Empty for a study without judges.
+    pub calls: Vec<crate::llm::ModelCall>,
 }
 
 /// A base run with an outcome.

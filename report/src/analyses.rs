@@ -25,6 +25,9 @@ pub enum AnalysesError {
     Curve(#[from] CurveError),
     #[error(transparent)]
     Analysis(#[from] AnalysisError),
+    /// The export's `calls.csv`.
+    #[error(transparent)]
+    Calls(#[from] crate::calls::CallsCsvError),
 }
 
 /// Every analysis of one study. What the study has not measured is `null` in the JSON, never an

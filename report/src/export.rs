@@ -114,7 +114,7 @@ pub fn evaluation_csv(results: &Results) -> String {
 
 /// The export's files by name.
 pub fn files(study: &StudyRecord) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
-    files_of(&results(study)?)
+    files_of(&results(study)?, &study.calls)
 }
 
 /// [`files`] of a study whose trajectories come one at a time ([`results_from`]): the same bytes,
@@ -123,11 +123,14 @@ pub fn files_from<R: Borrow<TrajectoryRecord>>(
     head: &StudyRecord,
     trajectories: impl IntoIterator<Item = R>,
 ) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
-    files_of(&results_from(head, trajectories)?)
+    files_of(&results_from(head, trajectories)?, &head.calls)
 }
 
-/// The export's files of a study's results.
-fn files_of(results: &Results) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
+/// The export's files of a study's results and its judges' label calls (`calls`).
+fn files_of(
+    results: &Results,
+    calls: &[vcurve_record::llm::ModelCall],
+) -> Result<BTreeMap<String, Vec<u8>>, crate::analyses::AnalysesError> {
     let mut files = BTreeMap::new();
     files.insert("curves.csv".to_string(), curves_csv(results).into_bytes());
     files.insert("trajectories.csv".to_string(), trajectories_csv(results).into_bytes());
@@ -142,6 +145,10 @@ fn files_of(results: &Results) -> Result<BTreeMap<String, Vec<u8>>, crate::analy
     let notes = crate::notes::of_results(results)?;
     files.insert("notes.csv".to_string(), crate::notes::notes_csv(&notes).into_bytes());
     files.extend(record_files(results));
+    if !calls.is_empty() {
+        let requests: Vec<_> = calls.iter().flat_map(|c| c.requests()).collect();
+        files.insert("calls.csv".to_string(), crate::calls::calls_csv(&requests)?);
+    }
     Ok(files)
 }
 

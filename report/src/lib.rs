@@ -20,6 +20,7 @@
 //!   `vcurve labels` prints with), and the helpers of the CSV files.
 
 pub mod analyses;
+pub mod calls;
 pub mod export;
 pub mod figures;
 pub mod html;

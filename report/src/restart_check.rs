@@ -303,6 +303,7 @@ mod tests {
             base_runs,
             selection: None,
             retired: Vec::new(),
+            calls: Vec::new(),
         }
     }
 

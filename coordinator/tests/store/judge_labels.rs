@@ -294,6 +294,12 @@ async fn decoys_are_labelled_by_every_judge_and_the_export_gives_their_labels() 
         let both = |m: Option<u32>| vec![("a".to_string(), m), ("b".to_string(), m)];
         assert_eq!(by_decoy, [("d1", both(Some(5))), ("d2", both(None))], "{}", ts.name);
         assert_eq!(labels(&record.spec.trajectories[0].labels), [("a".to_string(), Some(10)), ("b".to_string(), None)]);
+        // Every label call's log, the malformed one's too, in call-key order: the export's
+        // calls.csv. One trajectory's record has its own calls only.
+        let calls = |record: &StudyRecord| record.calls.iter().map(|c| c.call.clone()).collect::<Vec<_>>();
+        assert_eq!(calls(&record), subjects, "{}", ts.name);
+        let one = c.store().trajectory(&study, &"r2".into()).await.unwrap().unwrap();
+        assert_eq!(calls(&one), ["label:r2/a", "label:r2/b"], "{}", ts.name);
         ts.finish().await;
     }
 }

@@ -126,6 +126,7 @@ pub(crate) fn study(
         base_runs: Vec::new(),
         selection: None,
         retired: Vec::new(),
+        calls: Vec::new(),
     }
 }
 
@@ -530,4 +531,65 @@ fn the_first_edit_and_first_symptom_a_replay_measured_reach_the_results_the_note
     let observed: Vec<(&str, &str)> =
         rows.iter().map(|r| (r[column("first_edit")], r[column("first_symptom")])).collect();
     assert_eq!(observed, [("3", "6"), ("never", "never"), ("", ""), ("", "")], "{notes}");
+}
+
+#[test]
+fn a_study_with_judges_exports_every_request_of_their_label_calls_in_calls_csv() {
+    use vcurve_method::task_state::usage::{Purpose, Stage as CallStage, Tokens};
+    use vcurve_record::llm::{Attempt, AttemptOutcome, CallStatus, ModelCall, SamplingSent};
+    let mut s = study(AGENT, agent_trajectories(), stats());
+    let before = files(&s).unwrap();
+    assert!(!before.contains_key("calls.csv"), "no judges: no calls.csv");
+    let attempt = |attempt, tokens: Option<Tokens>, outcome| Attempt {
+        attempt,
+        http_status: Some(200),
+        tokens,
+        latency_ms: 40 + u64::from(attempt),
+        wait_before_next_ms: None,
+        outcome,
+    };
+    let call = |id: &str, attempts: Vec<Attempt>| ModelCall {
+        call: id.into(),
+        stage: CallStage::Label,
+        purpose: Purpose::Core,
+        model: "judge-a".into(),
+        endpoint: "http://127.0.0.1:9/v1".into(),
+        template: "labels.first_mistake.v1".into(),
+        template_hash: "0123abcd".into(),
+        sampling: SamplingSent { temperature: Some(0.0), max_tokens: Some(512), ..SamplingSent::default() },
+        retries: attempts.len() as u32 - 1,
+        attempts,
+        tokens: None,
+        latency_ms: 0,
+        status: CallStatus::Ok,
+    };
+    let tokens = Some(Tokens { input: 900, output: 20, cached: 0 });
+    s.calls = vec![
+        call("label:t1/a", vec![attempt(1, tokens, AttemptOutcome::Ok)]),
+        call(
+            "label:t2/a",
+            vec![
+                attempt(1, None, AttemptOutcome::Malformed { reason: "no JSON object".into() }),
+                attempt(2, tokens, AttemptOutcome::Ok),
+            ],
+        ),
+    ];
+    let files = files(&s).unwrap();
+    let csv = String::from_utf8(files["calls.csv"].clone()).unwrap();
+    assert_eq!(
+        csv.lines().collect::<Vec<_>>(),
+        [
+            "call,attempt,stage,purpose,model,endpoint,template,template_hash,temperature,top_p,max_tokens,\
+             input_tokens,output_tokens,cached_tokens,latency_ms,outcome,reason",
+            "label:t1/a,1,label,core,judge-a,http://127.0.0.1:9/v1,labels.first_mistake.v1,0123abcd,0,unknown,512,900,20,0,41,success,",
+            "label:t2/a,1,label,core,judge-a,http://127.0.0.1:9/v1,labels.first_mistake.v1,0123abcd,0,unknown,512,\
+             not reported,not reported,not reported,41,failed,malformed: no JSON object",
+            "label:t2/a,2,label,core,judge-a,http://127.0.0.1:9/v1,labels.first_mistake.v1,0123abcd,0,unknown,512,900,20,0,42,success,",
+        ]
+    );
+    // The other files are unchanged.
+    assert_eq!(files.len(), before.len() + 1);
+    for (name, bytes) in &before {
+        assert_eq!(&files[name], bytes, "{name}");
+    }
 }

@@ -84,7 +84,8 @@ pub fn files(data: &TaskStateData) -> Result<BTreeMap<String, Vec<u8>>, ExportEr
     files.insert("probes.csv".into(), csv_of(&assembled.probes)?);
     files.insert("answers.csv".into(), csv_of(&assembled.answers)?);
     files.insert("scores.csv".into(), csv_of(&assembled.scores)?);
-    files.insert("calls.csv".into(), calls_csv(&requests)?);
+    files
+        .insert("calls.csv".into(), crate::calls::calls_csv(&requests).map_err(|e| ExportError::Write(e.to_string()))?);
     for t in tables(&report, Some(&usage_by_stage)) {
         files.insert(format!("{}.csv", t.name), t.csv().into_bytes());
     }
@@ -94,56 +95,4 @@ pub fn files(data: &TaskStateData) -> Result<BTreeMap<String, Vec<u8>>, ExportEr
     );
     files.insert("figures/task_state.png".into(), figure_png(&report).map_err(|e| ExportError::Figure(e.to_string()))?);
     Ok(files)
-}
-
-/// `calls.csv`: a row per request.
-fn calls_csv(requests: &[vcurve_method::task_state::CallRecord]) -> Result<Vec<u8>, ExportError> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let header = [
-        "call",
-        "attempt",
-        "stage",
-        "purpose",
-        "model",
-        "endpoint",
-        "template",
-        "template_hash",
-        "temperature",
-        "top_p",
-        "max_tokens",
-        "input_tokens",
-        "output_tokens",
-        "cached_tokens",
-        "latency_ms",
-        "outcome",
-    ];
-    w.write_record(header).map_err(|e| ExportError::Write(e.to_string()))?;
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
-    for r in requests {
-        let outcome = serde_json::to_value(&r.outcome).map_err(|e| ExportError::Write(e.to_string()))?;
-        let outcome = match outcome {
-            serde_json::Value::String(s) => s,
-            other => other.to_string(),
-        };
-        w.write_record([
-            r.call.clone(),
-            r.attempt.to_string(),
-            r.stage.key().to_string(),
-            r.purpose.key().to_string(),
-            r.model.clone(),
-            r.endpoint.clone(),
-            r.template.clone(),
-            r.template_hash.clone(),
-            opt(r.sampling.temperature.map(|v| v.to_string())),
-            opt(r.sampling.top_p.map(|v| v.to_string())),
-            opt(r.sampling.max_tokens.map(|v| v.to_string())),
-            r.tokens.map_or_else(|| "not reported".into(), |t| t.input.to_string()),
-            r.tokens.map_or_else(|| "not reported".into(), |t| t.output.to_string()),
-            r.tokens.map_or_else(|| "not reported".into(), |t| t.cached.to_string()),
-            r.latency_ms.to_string(),
-            outcome,
-        ])
-        .map_err(|e| ExportError::Write(e.to_string()))?;
-    }
-    w.into_inner().map_err(|e| ExportError::Write(e.to_string()))
 }

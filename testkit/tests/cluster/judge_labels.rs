@@ -152,5 +152,37 @@ async fn judges_label_the_first_marked_step_and_the_label_probes_and_analyses_us
     let exported: BTreeMap<String, Vec<u8>> = client::export(&mut c, &study).await.unwrap().into_iter().collect();
     let results: serde_json::Value = serde_json::from_slice(&exported["results.json"]).unwrap();
     assert_eq!(results["trajectories"][0]["labels"], serde_json::json!([["judge-a", 10], ["judge-b", 10]]));
+    // And calls.csv logs every request the judges were sent, with its template's hash.
+    let calls = String::from_utf8(exported["calls.csv"].clone()).unwrap();
+    // No cell here has a comma or a quote: split on commas.
+    let mut lines = calls.lines().map(|l| l.split(',').collect::<Vec<_>>());
+    let header = lines.next().unwrap();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.collect();
+    let called: Vec<&str> = rows.iter().map(|r| r[col("call")]).collect();
+    assert_eq!(
+        called,
+        [
+            "label-decoy:decoy-clean/judge-a",
+            "label-decoy:decoy-clean/judge-b",
+            "label-decoy:decoy-marked/judge-a",
+            "label-decoy:decoy-marked/judge-b",
+            "label:clean/judge-a",
+            "label:clean/judge-b",
+            "label:marked/judge-a",
+            "label:marked/judge-b"
+        ],
+        "one request a call, in call-key order"
+    );
+    let hash = vcurve_record::llm::TemplateName::FirstMistake.template().sha256.clone();
+    for r in &rows {
+        assert_eq!(
+            (r[col("stage")], r[col("template")], r[col("template_hash")], r[col("outcome")]),
+            ("label", "labels.first_mistake.v1", hash.as_str(), "success"),
+            "{r:?}"
+        );
+        assert!(r[col("model")].starts_with("judge-") && r[col("endpoint")] == url, "{r:?}");
+        assert!(r[col("input_tokens")].parse::<u64>().unwrap() > 0, "the model server reports usage: {r:?}");
+    }
     server.shutdown().await;
 }

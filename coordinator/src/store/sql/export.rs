@@ -135,8 +135,11 @@ impl SqlStore {
             spec.trajectories.retain(|t| t.id == only);
         }
         // The judges' labels join the spec's, each under its judge's name (docs/spec.md, "Judge
-        // labels"): what reads a trajectory's or a decoy's labels reads both alike.
+        // labels"): what reads a trajectory's or a decoy's labels reads both alike. Their calls'
+        // logs are the export's `calls.csv`.
+        let mut calls = Vec::new();
         if !spec.judges.is_empty() {
+            calls = self.label_call_logs(tx, study, only).await?;
             let mut labels = self.judge_labels(tx, study).await?;
             for t in &mut spec.trajectories {
                 t.labels.extend(labels.trajectories.remove(&t.id).unwrap_or_default());
@@ -188,6 +191,7 @@ impl SqlStore {
             base_runs,
             selection,
             retired,
+            calls,
         })
     }
 

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{Any, Row, Transaction};
 use vcurve_record::judge_labels::{label_call, label_of};
+use vcurve_record::llm::ModelCall;
 use vcurve_record::study::Label;
 use vcurve_record::task_state::{CallInput, CallKey, CallOutput, StageModel};
 use vcurve_record::{Trajectory, TrajectoryPayload};
@@ -201,6 +202,36 @@ impl SqlStore {
             of.entry(trajectory).or_default().push(Label { source: judge, step });
         }
         Ok(labels)
+    }
+}
+
+impl SqlStore {
+    /// The logs of the study's label calls that ended with an output (answered, malformed or
+    /// failed; of trajectories and decoys), in call-key order; only trajectory `only`'s when
+    /// given. A retired call left no output, and is counted among the retired jobs instead.
+    pub(super) async fn label_call_logs(
+        &self,
+        tx: &mut Transaction<'_, Any>,
+        study: &str,
+        only: Option<&str>,
+    ) -> Result<Vec<ModelCall>, StoreError> {
+        let mut logs = Vec::new();
+        for row in sqlx::query(DONE_LABELS).bind(study).fetch_all(&mut **tx).await? {
+            let subject: String = row.try_get("subject")?;
+            let Ok(CallKey::Label { trajectory, decoy, .. }) = CallKey::parse(&subject) else { continue };
+            if only.is_some_and(|only| decoy || only != trajectory) {
+                continue;
+            }
+            let result: Option<String> = row.try_get("result_json")?;
+            let result: serde_json::Value =
+                serde_json::from_str(result.as_deref().unwrap_or("null")).map_err(corrupt)?;
+            let output = result
+                .get("output")
+                .and_then(serde_json::Value::as_str)
+                .ok_or_else(|| corrupt(format!("the label call {subject} is done without its output")))?;
+            logs.push(self.file_json::<CallOutput>(tx, output).await?.log);
+        }
+        Ok(logs)
     }
 }
 
