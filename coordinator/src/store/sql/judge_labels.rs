@@ -203,9 +203,7 @@ impl SqlStore {
         }
         Ok(labels)
     }
-}
 
-impl SqlStore {
     /// The logs of the study's label calls that ended with an output (answered, malformed or
     /// failed; of trajectories and decoys), in call-key order; only trajectory `only`'s when
     /// given. A retired call left no output, and is counted among the retired jobs instead.
