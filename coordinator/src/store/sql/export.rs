@@ -139,14 +139,14 @@ impl SqlStore {
         // logs are the export's `calls.csv`.
         let mut calls = Vec::new();
         if !spec.judges.is_empty() {
-            calls = self.label_call_logs(tx, study, only).await?;
-            let mut labels = self.judge_labels(tx, study).await?;
+            let mut labels = self.judge_labels(tx, study, only).await?;
             for t in &mut spec.trajectories {
                 t.labels.extend(labels.trajectories.remove(&t.id).unwrap_or_default());
             }
             for d in &mut spec.decoys {
                 d.labels.extend(labels.decoys.remove(&d.id).unwrap_or_default());
             }
+            calls = labels.calls;
         }
         let mut evaluation = self.verdict_totals(&mut **tx, study).await?;
         evaluation.empty_patches = sqlx::query(

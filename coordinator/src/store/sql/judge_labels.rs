@@ -42,11 +42,15 @@ const DONE_LABELS: &str = "SELECT subject, result_json FROM jobs \
      WHERE study = $1 AND kind = 'model_call' AND state = 'done' \
      AND (subject LIKE 'label:%' OR subject LIKE 'label-decoy:%') ORDER BY subject";
 
-/// The labels the judges gave, by trajectory and by decoy ([`SqlStore::judge_labels`]).
+/// The labels the judges gave, by trajectory and by decoy, and their calls' logs
+/// ([`SqlStore::judge_labels`]).
 #[derive(Debug, Default)]
 pub(super) struct JudgeLabels {
     pub(super) trajectories: BTreeMap<String, Vec<Label>>,
     pub(super) decoys: BTreeMap<String, Vec<Label>>,
+    /// The logs of the label calls that ended with an output (answered, malformed or failed), in
+    /// call-key order: the export's `calls.csv`.
+    pub(super) calls: Vec<ModelCall>,
 }
 
 impl SqlStore {
@@ -174,12 +178,15 @@ impl SqlStore {
     }
 
     /// The labels the judges gave, by trajectory and by decoy, in judge order: `(judge, m)`,
-    /// `None` for "no mistake". A call that gave no label (malformed, failed, retired) is not
-    /// among them.
+    /// `None` for "no mistake"; a call that gave no label (malformed, failed, retired) is not
+    /// among them. And the logs of every label call that ended with an output, only trajectory
+    /// `only`'s when given; a retired call left no output, and is counted among the retired jobs
+    /// instead.
     pub(super) async fn judge_labels(
         &self,
         tx: &mut Transaction<'_, Any>,
         study: &str,
+        only: Option<&str>,
     ) -> Result<JudgeLabels, StoreError> {
         let mut labels = JudgeLabels::default();
         for row in sqlx::query(DONE_LABELS).bind(study).fetch_all(&mut **tx).await? {
@@ -188,6 +195,13 @@ impl SqlStore {
             let result: Option<String> = row.try_get("result_json")?;
             let result: serde_json::Value =
                 serde_json::from_str(result.as_deref().unwrap_or("null")).map_err(corrupt)?;
+            if only.is_none_or(|only| !decoy && only == trajectory) {
+                let output = result
+                    .get("output")
+                    .and_then(serde_json::Value::as_str)
+                    .ok_or_else(|| corrupt(format!("the label call {subject} is done without its output")))?;
+                labels.calls.push(self.file_json::<CallOutput>(tx, output).await?.log);
+            }
             let Some(label) = result.get("label") else { continue };
             let step = match label {
                 serde_json::Value::Null => None,
@@ -202,34 +216,6 @@ impl SqlStore {
             of.entry(trajectory).or_default().push(Label { source: judge, step });
         }
         Ok(labels)
-    }
-
-    /// The logs of the study's label calls that ended with an output (answered, malformed or
-    /// failed; of trajectories and decoys), in call-key order; only trajectory `only`'s when
-    /// given. A retired call left no output, and is counted among the retired jobs instead.
-    pub(super) async fn label_call_logs(
-        &self,
-        tx: &mut Transaction<'_, Any>,
-        study: &str,
-        only: Option<&str>,
-    ) -> Result<Vec<ModelCall>, StoreError> {
-        let mut logs = Vec::new();
-        for row in sqlx::query(DONE_LABELS).bind(study).fetch_all(&mut **tx).await? {
-            let subject: String = row.try_get("subject")?;
-            let Ok(CallKey::Label { trajectory, decoy, .. }) = CallKey::parse(&subject) else { continue };
-            if only.is_some_and(|only| decoy || only != trajectory) {
-                continue;
-            }
-            let result: Option<String> = row.try_get("result_json")?;
-            let result: serde_json::Value =
-                serde_json::from_str(result.as_deref().unwrap_or("null")).map_err(corrupt)?;
-            let output = result
-                .get("output")
-                .and_then(serde_json::Value::as_str)
-                .ok_or_else(|| corrupt(format!("the label call {subject} is done without its output")))?;
-            logs.push(self.file_json::<CallOutput>(tx, output).await?.log);
-        }
-        Ok(logs)
     }
 }
 
