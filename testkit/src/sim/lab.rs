@@ -588,12 +588,12 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         let o: Outcome = synthetic_outcome(s.seed, tr, k).unwrap();
         let stage = t.sched.stage();
         // Only an order that reads the future keeps the outcomes and counts the open keys.
-        let open = order.future().map(|_| t.sched.pending().len());
+        let future = order.future().map(|how| (how, t.sched.pending().len()));
         t.sched.record(k, o).unwrap();
         if t.sched.stage() != stage {
             t.entered = now;
         }
-        if let (Some(how), Some(open)) = (order.future(), open) {
+        if let Some((how, open)) = future {
             t.recorded.push((k, o));
             // A new round (or stage): what is left of the chain changed.
             if t.sched.stage() != stage || t.sched.pending().len() >= open {
