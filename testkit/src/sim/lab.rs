@@ -8,7 +8,8 @@
 //! LAB_SLOTS=50 LAB_BLIND=1 LAB_N=500 LAB_SEED=1 …   (defaults: 1,000 slots, realistic, 500, 1)
 //! LAB_SET=fifo|demand|head|first|study|eb|affine|blind|ties|rounds … (other rows than the default's)
 //! LAB_SET=eta …  (the store's rule alone, and `vcurve status`'s estimated end against the time
-//!                 left, every 1/40 of the lower bound)
+//!                 left, every 1/40 of the lower bound; what it expects of a waiting trajectory
+//!                 against the mean work of those that ran)
 //! ```
 
 use std::cmp::Reverse;
@@ -377,14 +378,42 @@ struct Run {
     first: i64,
     /// The trajectory that finished first and when it was admitted.
     first_of: (usize, i64),
-    /// Moments of the run: each one's time, the work not yet finished over the slots (an oracle:
-    /// running continuations count whole), and the store's estimated end then.
-    etas: Vec<(i64, f64, Option<f64>)>,
+    /// Moments of the run, every `sample_every` ms.
+    etas: Vec<Sample>,
+}
+
+/// A moment of a run as the estimated end sees it.
+struct Sample {
+    at: i64,
+    /// The work not yet finished over the slots, ms (an oracle: running continuations count whole).
+    work: f64,
+    /// The store's estimated end then, ms from then.
+    eta: Option<f64>,
+    /// [`waiting_bias`] then.
+    waiting: Option<(f64, f64)>,
+}
+
+/// What the estimated end expects of a waiting trajectory ([`durations::WorkLeft::waiting_ms`]),
+/// and the study's rate times the expected total in steps of budget (the estimate it replaced),
+/// each over the truth it estimates: the mean work of the trajectories that ran (an oracle:
+/// their futures' durations).
+fn waiting_bias(s: &Setup, ts: &[Lt], left: &[durations::TrajectoryLeft], done: &[Timed]) -> Option<(f64, f64)> {
+    let work = durations::WorkLeft::of(left, done)?;
+    let ran: Vec<usize> = (0..ts.len()).filter(|i| ts[*i].done || ts[*i].timed.n > 0).collect();
+    let truth =
+        ran.iter().map(|i| s.trajectories[*i].keys.values().sum::<i64>() as f64).sum::<f64>() / ran.len() as f64;
+    let study = left.iter().map(|t| t.timed).chain(done.iter().copied()).fold(Timed::default(), Timed::and);
+    let totals = durations::TotalBudgets::new(
+        done.iter().map(|d| d.budget as f64),
+        left.iter().filter(|t| !t.waiting).map(|t| t.timed.budget as f64),
+    );
+    let by_rate = study.rate()? * totals.mean_beyond(0.0)?;
+    Some((work.waiting_ms(left, done) / truth, by_rate / truth))
 }
 
 /// The store's estimated end at a moment of a run, ms from then, from what the store sees: the
 /// trajectories left and the finished ones' sums (`done`).
-fn estimate(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -> Option<f64> {
+fn estimate(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) -> (Option<f64>, Option<(f64, f64)>) {
     let pooled = durations::Spread::of(done.iter().copied()).pooled();
     let left: Vec<durations::TrajectoryLeft> = ts
         .iter()
@@ -405,7 +434,7 @@ fn estimate(s: &Setup, ts: &[Lt], done: &[Timed], study: Timed, slots: usize) ->
             }
         })
         .collect();
-    durations::eta_ms(&left, done, slots as u64, s.budget)
+    (durations::eta_ms(&left, done, slots as u64, s.budget), waiting_bias(s, ts, &left, done))
 }
 
 /// The prior weight of a study's rate in a trajectory's, in continuations, by empirical Bayes on
@@ -571,7 +600,8 @@ fn simulate(s: &Setup, slots: usize, admit: Admit, order: Order, sample_every: i
         let Some(Reverse((at, i, k))) = heap.pop() else { break };
         while sample_every > 0 && next_sample < at {
             // Oracle: the work not yet finished (running keys count whole).
-            etas.push((next_sample, work_left as f64 / slots as f64, estimate(s, &ts, &done_trs, study, slots)));
+            let (eta, waiting) = estimate(s, &ts, &done_trs, study, slots);
+            etas.push(Sample { at: next_sample, work: work_left as f64 / slots as f64, eta, waiting });
             next_sample += sample_every;
         }
         now = at;
@@ -650,17 +680,28 @@ fn lab() {
             r.makespan as f64 / bound,
             r.first as f64 / 1000.0
         );
-        for (at, work, eta) in &r.etas {
+        let mut middle = Vec::new();
+        for Sample { at, work, eta, waiting: bias } in &r.etas {
             let left = (r.makespan - at) as f64;
             let eta = eta.map_or("-".into(), |e| format!("{:.0} ({:+.1}%)", e / 1000.0, (e / left - 1.0) * 100.0));
+            let waiting = bias.map_or("-".into(), |(w, by_rate)| format!("{w:.3} (by the study's rate {by_rate:.3})"));
+            let share = *at as f64 / r.makespan as f64;
             eprintln!(
-                "{:>6.0} s ({:.2}) left {:>6.0} s, work/slots {:>6.0} s: store {eta}",
+                "{:>6.0} s ({share:.2}) left {:>6.0} s, work/slots {:>6.0} s: store {eta}; a waiting one's work {waiting}",
                 *at as f64 / 1000.0,
-                *at as f64 / r.makespan as f64,
                 left / 1000.0,
                 work / 1000.0
             );
+            if (0.2..=0.8).contains(&share) {
+                middle.extend(*bias);
+            }
         }
+        let n = middle.len() as f64;
+        eprintln!(
+            "a waiting trajectory's work over the mean of those that ran, 0.2 to 0.8 of the run: {:.4} (by the study's rate {:.4})",
+            middle.iter().map(|m| m.0).sum::<f64>() / n,
+            middle.iter().map(|m| m.1).sum::<f64>() / n
+        );
         return;
     }
     let mut runs: Vec<(Admit, Order)> = vec![(Admit::Demand, Order::Today)];
