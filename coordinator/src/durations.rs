@@ -247,6 +247,16 @@ impl WorkLeft {
         })
     }
 
+    /// The study's rate: its timed milliseconds over their budgets.
+    pub fn study_rate(&self) -> f64 {
+        self.study_rate
+    }
+
+    /// What a trajectory of the study runs in all, in steps of budget.
+    pub fn totals(&self) -> &TotalBudgets {
+        &self.totals
+    }
+
     /// An admitted trajectory's work left, ms: what it is expected to run in all less what it
     /// ran, at least its open continuations, at its rate.
     pub fn admitted_ms(&self, t: &TrajectoryLeft) -> f64 {

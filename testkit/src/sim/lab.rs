@@ -402,12 +402,7 @@ fn waiting_bias(s: &Setup, ts: &[Lt], left: &[durations::TrajectoryLeft], done: 
     let ran: Vec<usize> = (0..ts.len()).filter(|i| ts[*i].done || ts[*i].timed.n > 0).collect();
     let truth =
         ran.iter().map(|i| s.trajectories[*i].keys.values().sum::<i64>() as f64).sum::<f64>() / ran.len() as f64;
-    let study = left.iter().map(|t| t.timed).chain(done.iter().copied()).fold(Timed::default(), Timed::and);
-    let totals = durations::TotalBudgets::new(
-        done.iter().map(|d| d.budget as f64),
-        left.iter().filter(|t| !t.waiting).map(|t| t.timed.budget as f64),
-    );
-    let by_rate = study.rate()? * totals.mean_beyond(0.0)?;
+    let by_rate = work.study_rate() * work.totals().mean_beyond(0.0)?;
     Some((work.waiting_ms(left, done) / truth, by_rate / truth))
 }
 
@@ -681,19 +676,20 @@ fn lab() {
             r.first as f64 / 1000.0
         );
         let mut middle = Vec::new();
-        for Sample { at, work, eta, waiting: bias } in &r.etas {
+        for Sample { at, work, eta, waiting } in &r.etas {
             let left = (r.makespan - at) as f64;
             let eta = eta.map_or("-".into(), |e| format!("{:.0} ({:+.1}%)", e / 1000.0, (e / left - 1.0) * 100.0));
-            let waiting = bias.map_or("-".into(), |(w, by_rate)| format!("{w:.3} (by the study's rate {by_rate:.3})"));
+            let against =
+                waiting.map_or("-".into(), |(w, by_rate)| format!("{w:.3} (by the study's rate {by_rate:.3})"));
             let share = *at as f64 / r.makespan as f64;
             eprintln!(
-                "{:>6.0} s ({share:.2}) left {:>6.0} s, work/slots {:>6.0} s: store {eta}; a waiting one's work {waiting}",
+                "{:>6.0} s ({share:.2}) left {:>6.0} s, work/slots {:>6.0} s: store {eta}; a waiting one's work {against}",
                 *at as f64 / 1000.0,
                 left / 1000.0,
                 work / 1000.0
             );
             if (0.2..=0.8).contains(&share) {
-                middle.extend(*bias);
+                middle.extend(*waiting);
             }
         }
         let n = middle.len() as f64;
